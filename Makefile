@@ -1,0 +1,25 @@
+# wsproxy. `make test` runs every check CI runs; `make run` starts the proxy.
+SHELL := /bin/bash
+GO ?= go
+
+.PHONY: test vet generate check-generated run build
+
+## test: vet, check the generated code is current, and run every test with -race on a real
+## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster).
+test: vet check-generated
+	scripts/pg.sh exec $(GO) test -race -count=1 ./...
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## generate: regenerate db/ from queries/ and db/migration/ with the pinned sqlc.
+generate:
+	$(GO) tool sqlc generate
+
+check-generated:
+	@$(GO) tool sqlc diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
+
+build:
+	$(GO) build -o bin/wsproxy ./cmd/proxy

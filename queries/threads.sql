@@ -1,0 +1,53 @@
+-- name: ThreadTurnStart :one
+-- Starts a turn in one round trip: creates the thread on its first turn, takes the next turn
+-- number, and snapshots the workspace as it stands under that number. All parts read the one
+-- snapshot of the statement, so the returned workspace is the one recorded.
+WITH t AS (
+    INSERT INTO threads AS th (id, turns) VALUES (@id, 1)
+    ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
+    RETURNING th.id, th.turns
+), o AS (
+    SELECT text FROM objectives WHERE thread_id = @id
+), p AS (
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'id', id, 'title', title, 'subtitle', subtitle, 'kind', kind, 'locked', locked)
+               ORDER BY id), '[]'::jsonb)::jsonb AS prefs
+    FROM preferences WHERE thread_id = @id
+), s AS (
+    INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences)
+    SELECT t.id, t.turns, (SELECT text FROM o), p.prefs FROM t, p
+    RETURNING turn, objective, preferences
+)
+SELECT turn, objective, preferences FROM s;
+
+-- name: ThreadLock :one
+-- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
+-- workspace takes this lock first, so agent and user edits of one thread never interleave.
+SELECT next_preference_id FROM threads WHERE id = @id FOR UPDATE;
+
+-- name: ThreadLockTouch :one
+-- Locks an existing thread's row and marks it updated (a user edit).
+UPDATE threads SET updated_at = now() WHERE id = @id RETURNING next_preference_id;
+
+-- name: ThreadUpsertTouch :one
+-- Creates the thread when new, else marks it updated; either way the row stays locked.
+INSERT INTO threads AS th (id) VALUES (@id)
+ON CONFLICT (id) DO UPDATE SET updated_at = now()
+RETURNING th.next_preference_id;
+
+-- name: ThreadGet :one
+SELECT * FROM threads WHERE id = @id;
+
+-- name: ThreadList :many
+-- Threads, most recently updated first, after the thread named by the cursor (none: from the top).
+SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+FROM threads t
+LEFT JOIN objectives o ON o.thread_id = t.id
+WHERE @after::text = ''
+   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = @after::text)
+ORDER BY t.updated_at DESC, t.id DESC
+LIMIT @max_rows;
+
+-- name: ThreadDelete :execrows
+DELETE FROM threads WHERE id = @id;

@@ -1,0 +1,9 @@
+-- name: ToolCallInsert :exec
+INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, action_and_reasoning, ok, result)
+VALUES (@thread_id, @turn, @round, @tool, @arguments, @action_and_reasoning, @ok, @result);
+
+-- name: ToolCallListByThread :many
+SELECT * FROM tool_calls
+WHERE thread_id = @thread_id AND id > @after_id
+ORDER BY id
+LIMIT @max_rows;

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Local PostgreSQL for wsproxy's tests and `make run`, from the installed PostgreSQL binaries.
+#
+#   scripts/pg.sh exec CMD...   run CMD with TEST_DATABASE_URL set: the one given
+#                               (TEST_DATABASE_URL or DATABASE_URL), else a throwaway cluster
+#                               that is removed when CMD exits
+#   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR and
+#                               print its URL on stdout
+#   scripts/pg.sh stop DIR      stop the cluster in DIR
+#
+# PostgreSQL refuses to run as root, so as root the cluster belongs to the "postgres" user
+# (created by Debian's packages) or "nobody".
+set -euo pipefail
+
+die() { echo "pg.sh: $*" >&2; exit 1; }
+
+bindir() {
+  if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
+    pg_config --bindir; return
+  fi
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r) /usr/local/pgsql/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return; }
+  done
+  if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
+  die "no PostgreSQL server binaries found (initdb, pg_ctl). Install them (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) or set DATABASE_URL."
+}
+
+# owner: the user the cluster runs as.
+owner() {
+  if [ "$(id -u)" != 0 ]; then id -un; return; fi
+  if id postgres >/dev/null 2>&1; then echo postgres; else echo nobody; fi
+}
+
+# as USER CMD...: run CMD as USER (directly when that is us).
+as() {
+  local u=$1; shift
+  if [ "$u" = "$(id -un)" ]; then "$@"; return; fi
+  if command -v runuser >/dev/null 2>&1; then runuser -u "$u" -- "$@"; else su -s /bin/sh "$u" -c "$(printf '%q ' "$@")"; fi
+}
+
+# init_and_start DATADIR SOCKDIR: create the cluster when missing and start it.
+init_and_start() {
+  local data=$1 sock=$2 bin u
+  bin=$(bindir); u=$(owner)
+  mkdir -p "$data" "$sock"
+  [ "$(id -u)" = 0 ] && chown "$u" "$data" "$sock"
+  chmod 700 "$data"
+  if [ ! -f "$data/PG_VERSION" ]; then
+    as "$u" "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 >"$data.initdb.log" 2>&1 \
+      || as "$u" "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C >"$data.initdb.log" 2>&1 \
+      || { cat "$data.initdb.log" >&2; die "initdb failed"; }
+  fi
+  if ! as "$u" "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    as "$u" "$bin/pg_ctl" -D "$data" -w -t 60 -l "$data/server.log" \
+      -o "-k $sock -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      start >/dev/null || { cat "$data/server.log" >&2; die "postgres did not start"; }
+  fi
+}
+
+stop_cluster() {
+  local data=$1
+  [ -f "$data/PG_VERSION" ] || return 0
+  as "$(owner)" "$(bindir)/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+}
+
+url() { echo "postgres://postgres@/postgres?host=$1&sslmode=disable"; }
+
+# sockdir DATADIR: a socket folder short enough for the 107-byte limit of a socket path.
+sockdir() {
+  local d
+  d=$(dirname "$1")/run
+  if [ ${#d} -gt 80 ]; then d=/tmp/wsproxy-pg-$(printf '%s' "$1" | cksum | cut -d' ' -f1); fi
+  echo "$d"
+}
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+  exec)
+    [ $# -gt 0 ] || die "usage: pg.sh exec CMD..."
+    if [ -n "${TEST_DATABASE_URL:-}" ]; then exec "$@"; fi
+    if [ -n "${DATABASE_URL:-}" ]; then TEST_DATABASE_URL=$DATABASE_URL exec "$@"; fi
+    tmp=$(mktemp -d /tmp/wsproxy-test.XXXXXX)
+    chmod 755 "$tmp"
+    trap 'stop_cluster "$tmp/data"; rm -rf "$tmp"' EXIT
+    init_and_start "$tmp/data" "$tmp/run"
+    echo "pg.sh: throwaway PostgreSQL cluster in $tmp" >&2
+    TEST_DATABASE_URL=$(url "$tmp/run") "$@"
+    ;;
+  start)
+    [ $# -eq 1 ] || die "usage: pg.sh start DIR"
+    mkdir -p "$1"; data=$(cd "$1" && pwd)/pg
+    if [ "$(id -u)" = 0 ] && ! as "$(owner)" test -x "$(dirname "$data")"; then
+      die "$(owner) cannot reach $(dirname "$data"); set DATABASE_URL or choose a folder it can reach"
+    fi
+    s=$(sockdir "$data")
+    init_and_start "$data" "$s"
+    url "$s"
+    ;;
+  stop)
+    [ $# -eq 1 ] || die "usage: pg.sh stop DIR"
+    stop_cluster "$(cd "$1" && pwd)/pg"
+    ;;
+  *) die "usage: pg.sh exec CMD... | start DIR | stop DIR" ;;
+esac

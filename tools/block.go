@@ -1,0 +1,101 @@
+package tools
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Block tags. A value can never contain them (see oneLine), so the block always parses back.
+const (
+	blockOpen  = "<workspace>"
+	blockClose = "</workspace>"
+)
+
+// DefaultInstructions is the text injected before the block unless configured otherwise. It is
+// constant, so an unchanged workspace gives a byte-identical system prompt turn after turn.
+const DefaultInstructions = `You have a persistent workspace for this conversation, shown below between <workspace> tags: ` +
+	`the objective (your one-line understanding of what the user wants to achieve) and the user's ` +
+	`preferences (hard: must-haves; soft: preferences). Keep it current with your workspace tools: ` +
+	`set the objective on the first substantive turn and whenever your understanding changes; record ` +
+	`every preference the user states; edit or remove one only when the user asks. Items marked ` +
+	`(locked) belong to the user: you cannot change them, so ask the user to unlock one first. ` +
+	`Follow the preferences in your answers.`
+
+// RenderBlock renders the workspace block of SPEC §4. The bytes depend only on the objective and
+// the preferences: nothing time- or turn-dependent, so an unchanged workspace renders the same.
+func RenderBlock(objective string, prefs []Preference) string {
+	var b strings.Builder
+	b.Grow(64 + len(objective) + 64*len(prefs))
+	b.WriteString(blockOpen)
+	b.WriteString("\nObjective: ")
+	if objective == "" {
+		b.WriteString("(none yet)")
+	} else {
+		b.WriteString(oneLine(objective))
+	}
+	b.WriteString("\nPreferences:")
+	if len(prefs) == 0 {
+		b.WriteString(" (none yet)")
+	}
+	for i, p := range prefs {
+		b.WriteByte('\n')
+		writeLine(&b, i+1, p)
+	}
+	b.WriteByte('\n')
+	b.WriteString(blockClose)
+	return b.String()
+}
+
+// PreferenceLine is one preference as list_preferences and the block show it:
+// `#N [kind] title — subtitle (locked)`.
+func PreferenceLine(index int, p Preference) string {
+	var b strings.Builder
+	writeLine(&b, index, p)
+	return b.String()
+}
+
+func writeLine(b *strings.Builder, index int, p Preference) {
+	b.WriteByte('#')
+	b.WriteString(strconv.Itoa(index))
+	b.WriteString(" [")
+	b.WriteString(p.Kind)
+	b.WriteString("] ")
+	b.WriteString(oneLine(p.Title))
+	if p.Subtitle != "" {
+		b.WriteString(" — ")
+		b.WriteString(oneLine(p.Subtitle))
+	}
+	if p.Locked {
+		b.WriteString(" (locked)")
+	}
+}
+
+// blockTag finds anything that would read as an opening or closing workspace tag, in any case
+// and with spaces inside the brackets.
+var blockTag = regexp.MustCompile(`(?i)<\s*/?\s*workspace`)
+
+// oneLine renders a value on one line: line breaks and other control characters become spaces,
+// and a workspace tag inside the value loses its '<' (replaced by '‹'), so no value can open or
+// close the block.
+func oneLine(s string) string {
+	if strings.IndexFunc(s, breaksLine) >= 0 {
+		s = strings.Map(func(r rune) rune {
+			if breaksLine(r) {
+				return ' '
+			}
+			return r
+		}, s)
+	}
+	if strings.Contains(s, "<") && blockTag.MatchString(s) {
+		s = blockTag.ReplaceAllStringFunc(s, func(m string) string { return "‹" + m[1:] })
+	}
+	return s
+}
+
+// breaksLine reports the runes that could end a line or hide text: control characters (newline,
+// carriage return, tab, …) and the Unicode line and paragraph separators.
+func breaksLine(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\u0085'
+}

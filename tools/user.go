@@ -1,0 +1,338 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// The user path: what the admin REST calls. It ignores locks (it is where items are locked and
+// unlocked) but keeps the limits, the allowed kinds and the no-duplicates rule, and it takes the
+// same thread lock as the agent path.
+
+// Thread is a thread as the admin listing shows it.
+type Thread struct {
+	ID              string    `json:"id"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	Turns           int       `json:"turns"`
+	Objective       *string   `json:"objective"`
+	PreferenceCount int       `json:"preference_count"`
+}
+
+// Detail is one thread's whole workspace, with the block as it would be injected now.
+type Detail struct {
+	ID          string       `json:"id"`
+	Objective   *Objective   `json:"objective"`
+	Preferences []Preference `json:"preferences"`
+	Block       string       `json:"block"`
+}
+
+// Snapshot is the workspace as it stood at the start of a turn.
+type Snapshot struct {
+	Turn        int                  `json:"turn"`
+	CreatedAt   time.Time            `json:"created_at"`
+	Objective   *string              `json:"objective"`
+	Preferences []SnapshotPreference `json:"preferences"`
+}
+
+// SnapshotPreference is a preference as a snapshot recorded it.
+type SnapshotPreference struct {
+	ID       int64  `json:"id"`
+	Index    int    `json:"index"`
+	Title    string `json:"title"`
+	Subtitle string `json:"subtitle"`
+	Kind     string `json:"kind"`
+	Locked   bool   `json:"locked"`
+}
+
+// ToolCallRecord is one recorded tool call.
+type ToolCallRecord struct {
+	ID                 int64           `json:"id"`
+	Turn               int             `json:"turn"`
+	Round              int             `json:"round"`
+	Tool               string          `json:"tool"`
+	Arguments          json.RawMessage `json:"arguments"`
+	ActionAndReasoning string          `json:"action_and_reasoning"`
+	OK                 bool            `json:"ok"`
+	Result             json.RawMessage `json:"result"`
+	CreatedAt          time.Time       `json:"created_at"`
+}
+
+// PreferenceInput is a new preference from the user.
+type PreferenceInput struct {
+	Title    string
+	Subtitle string
+	Kind     string // "" means soft
+	Locked   bool
+}
+
+// PreferencePatch is a user edit; nil fields keep their value.
+type PreferencePatch struct {
+	Title    *string
+	Subtitle *string
+	Kind     *string
+	Locked   *bool
+}
+
+// Threads lists threads, most recently updated first, after the thread named by after.
+func (s *Store) Threads(ctx context.Context, after string, limit int) ([]Thread, error) {
+	rows, err := s.q.ThreadList(ctx, s.pool, db.ThreadListParams{After: after, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list threads: %w", err)
+	}
+	out := make([]Thread, len(rows))
+	for i, r := range rows {
+		out[i] = Thread{
+			ID: r.ID, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
+			Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
+		}
+		if r.Objective.Valid {
+			out[i].Objective = &r.Objective.String
+		}
+	}
+	return out, nil
+}
+
+// Get returns the thread's workspace. ErrNotFound when the thread does not exist.
+func (w *Workspace) Get(ctx context.Context) (Detail, error) {
+	var d Detail
+	err := db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+		if _, err := w.store.q.ThreadGet(ctx, tx, w.threadID); err != nil {
+			return db.NotFound(err)
+		}
+		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
+		switch err = db.NotFound(err); err {
+		case nil:
+			d.Objective = &Objective{Text: o.Text, UpdatedBy: o.UpdatedBy, UpdatedAt: o.UpdatedAt.Time.UTC()}
+		case db.ErrNotFound:
+		default:
+			return fmt.Errorf("get objective: %w", err)
+		}
+		rows, err := w.store.q.PreferenceListByThread(ctx, tx, w.threadID)
+		if err != nil {
+			return fmt.Errorf("list preferences: %w", err)
+		}
+		d.Preferences = fromRows(rows)
+		return nil
+	})
+	if err != nil {
+		return Detail{}, err
+	}
+	d.ID = w.threadID
+	var objective string
+	if d.Objective != nil {
+		objective = d.Objective.Text
+	}
+	d.Block = RenderBlock(objective, d.Preferences)
+	return d, nil
+}
+
+// Delete erases the thread and everything of it. ErrNotFound when it does not exist.
+func (w *Workspace) Delete(ctx context.Context) error {
+	n, err := w.store.q.ThreadDelete(ctx, w.store.pool, w.threadID)
+	if err != nil {
+		return fmt.Errorf("delete thread: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// SetObjective sets the objective as the user, creating the thread when new.
+func (w *Workspace) SetObjective(ctx context.Context, text string) (Objective, error) {
+	text, err := w.store.checkObjective("text", text)
+	if err != nil {
+		return Objective{}, err
+	}
+	var o db.Objective
+	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+		if _, err := w.store.q.ThreadUpsertTouch(ctx, tx, w.threadID); err != nil {
+			return fmt.Errorf("lock thread: %w", err)
+		}
+		o, err = w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser})
+		if err != nil {
+			return fmt.Errorf("set objective: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Objective{}, err
+	}
+	return Objective{Text: o.Text, UpdatedBy: o.UpdatedBy, UpdatedAt: o.UpdatedAt.Time.UTC()}, nil
+}
+
+// AddPreference adds a preference as the user, creating the thread when new. A title already
+// recorded gives a *DuplicateError; a full list or a broken limit a *ValidationError.
+func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (Preference, error) {
+	p, err := w.store.checkInput(in)
+	if err != nil {
+		return Preference{}, err
+	}
+	err = w.locked(ctx, w.store.q.ThreadUpsertTouch, func(tx pgx.Tx, nextID int64, list []Preference) error {
+		if existing, ok := findTitle(list, p.Title, -1); ok {
+			return &DuplicateError{Existing: existing}
+		}
+		if max := w.store.limits.PreferencesMax; len(list) >= max {
+			return invalid("", "a thread holds at most %d preferences", max)
+		}
+		rows, err := w.insert(ctx, tx, nextID, []Preference{p})
+		if err != nil {
+			return err
+		}
+		p = fromRow(len(list)+1, rows[0])
+		return nil
+	})
+	if err != nil {
+		return Preference{}, err
+	}
+	return p, nil
+}
+
+func (s *Store) checkInput(in PreferenceInput) (Preference, error) {
+	var p Preference
+	var err error
+	if p.Title, err = s.checkTitle("title", in.Title); err != nil {
+		return p, err
+	}
+	if p.Subtitle, err = s.checkSubtitle("subtitle", in.Subtitle); err != nil {
+		return p, err
+	}
+	p.Kind = Soft
+	if in.Kind != "" {
+		if p.Kind, err = checkKind("kind", in.Kind); err != nil {
+			return p, err
+		}
+	}
+	p.Locked = in.Locked
+	return p, nil
+}
+
+// UpdatePreference edits a preference by its stable id as the user, locked or not; this is
+// where items are locked and unlocked. ErrNotFound when the thread or the id does not exist.
+func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch PreferencePatch) (Preference, error) {
+	var out Preference
+	err := w.locked(ctx, w.store.q.ThreadLockTouch, func(tx pgx.Tx, _ int64, list []Preference) error {
+		i := indexOf(list, id)
+		if i < 0 {
+			return ErrNotFound
+		}
+		in := PreferenceInput{Title: list[i].Title, Subtitle: list[i].Subtitle, Kind: list[i].Kind, Locked: list[i].Locked}
+		if patch.Title != nil {
+			in.Title = *patch.Title
+		}
+		if patch.Subtitle != nil {
+			in.Subtitle = *patch.Subtitle
+		}
+		if patch.Kind != nil {
+			if *patch.Kind == "" {
+				return invalid("kind", `must be "hard" or "soft"`)
+			}
+			in.Kind = *patch.Kind
+		}
+		if patch.Locked != nil {
+			in.Locked = *patch.Locked
+		}
+		p, err := w.store.checkInput(in)
+		if err != nil {
+			return err
+		}
+		if existing, ok := findTitle(list, p.Title, id); ok {
+			return &DuplicateError{Existing: existing}
+		}
+		row, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{
+			ThreadID: w.threadID, ID: id, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked,
+		})
+		if err != nil {
+			return fmt.Errorf("update preference: %w", db.NotFound(err))
+		}
+		out = fromRow(i+1, row)
+		return nil
+	})
+	return out, err
+}
+
+// DeletePreference deletes a preference by its stable id as the user, locked or not.
+func (w *Workspace) DeletePreference(ctx context.Context, id int64) error {
+	return w.locked(ctx, w.store.q.ThreadLockTouch, func(tx pgx.Tx, _ int64, list []Preference) error {
+		if indexOf(list, id) < 0 {
+			return ErrNotFound
+		}
+		if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: id}); err != nil {
+			return fmt.Errorf("delete preference: %w", err)
+		}
+		return nil
+	})
+}
+
+func indexOf(list []Preference, id int64) int {
+	for i, p := range list {
+		if p.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// exists returns ErrNotFound when the thread does not exist.
+func (w *Workspace) exists(ctx context.Context) error {
+	_, err := w.store.q.ThreadGet(ctx, w.store.pool, w.threadID)
+	return db.NotFound(err)
+}
+
+// Snapshots lists the thread's snapshots, oldest first, after turn after.
+func (w *Workspace) Snapshots(ctx context.Context, after, limit int) ([]Snapshot, error) {
+	if err := w.exists(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.store.q.SnapshotListByThread(ctx, w.store.pool, db.SnapshotListByThreadParams{
+		ThreadID: w.threadID, AfterTurn: int32(after), MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	out := make([]Snapshot, len(rows))
+	for i, r := range rows {
+		prefs, err := decodeSnapshotPreferences(r.Preferences)
+		if err != nil {
+			return nil, err
+		}
+		sp := make([]SnapshotPreference, len(prefs))
+		for j, p := range prefs {
+			sp[j] = SnapshotPreference{ID: p.ID, Index: p.Index, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}
+		}
+		out[i] = Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: sp}
+		if r.Objective.Valid {
+			out[i].Objective = &r.Objective.String
+		}
+	}
+	return out, nil
+}
+
+// ToolCalls lists the thread's recorded tool calls, oldest first, after id after.
+func (w *Workspace) ToolCalls(ctx context.Context, after int64, limit int) ([]ToolCallRecord, error) {
+	if err := w.exists(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.store.q.ToolCallListByThread(ctx, w.store.pool, db.ToolCallListByThreadParams{
+		ThreadID: w.threadID, AfterID: after, MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list tool calls: %w", err)
+	}
+	out := make([]ToolCallRecord, len(rows))
+	for i, r := range rows {
+		out[i] = ToolCallRecord{
+			ID: r.ID, Turn: int(r.Turn), Round: int(r.Round), Tool: r.Tool, Arguments: r.Arguments,
+			ActionAndReasoning: r.ActionAndReasoning, OK: r.Ok, Result: r.Result,
+			CreatedAt: r.CreatedAt.Time.UTC(),
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,297 @@
+// Package tools is the workspace of one thread: the five tools the model calls, their schemas
+// and result envelope, the block injected into the prompt, and the user-path operations the
+// admin REST calls. It knows Postgres (through db) and nothing of HTTP.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// ErrNotFound: the thread or preference does not exist.
+var ErrNotFound = db.ErrNotFound
+
+// Preference kinds.
+const (
+	Hard = "hard"
+	Soft = "soft"
+)
+
+// Who last set an objective.
+const (
+	ByAgent = "agent"
+	ByUser  = "user"
+)
+
+// Preference is one item of a thread's list. Index is its 1-based position in creation order.
+type Preference struct {
+	ID        int64     `json:"id"`
+	Index     int       `json:"index"`
+	Title     string    `json:"title"`
+	Subtitle  string    `json:"subtitle"`
+	Kind      string    `json:"kind"`
+	Locked    bool      `json:"locked"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Objective is the thread's one objective.
+type Objective struct {
+	Text      string    `json:"text"`
+	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedBy string    `json:"updated_by"`
+}
+
+// Limits bound what a thread's workspace holds. Lengths count characters (runes).
+type Limits struct {
+	TitleMax       int
+	SubtitleMax    int
+	ObjectiveMax   int
+	PreferencesMax int
+}
+
+// DefaultLimits are the limits of SPEC §5.
+func DefaultLimits() Limits {
+	return Limits{TitleMax: 200, SubtitleMax: 500, ObjectiveMax: 1000, PreferencesMax: 100}
+}
+
+// ValidationError is input that breaks a rule (a limit, an allowed kind, a required field).
+type ValidationError struct {
+	Field   string // the offending field, e.g. "items[1].title"
+	Message string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// DuplicateError: a title equal to one already recorded (case-insensitive, spaces trimmed and
+// collapsed).
+type DuplicateError struct {
+	Existing Preference
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("already recorded: #%d %q", e.Existing.Index, e.Existing.Title)
+}
+
+// Store holds every thread's workspace in Postgres.
+type Store struct {
+	pool   *pgxpool.Pool
+	q      *db.Queries
+	limits Limits
+}
+
+// NewStore returns a store on pool. Zero fields of limits take their DefaultLimits value.
+func NewStore(pool *pgxpool.Pool, limits Limits) *Store {
+	d := DefaultLimits()
+	if limits.TitleMax <= 0 {
+		limits.TitleMax = d.TitleMax
+	}
+	if limits.SubtitleMax <= 0 {
+		limits.SubtitleMax = d.SubtitleMax
+	}
+	if limits.ObjectiveMax <= 0 {
+		limits.ObjectiveMax = d.ObjectiveMax
+	}
+	if limits.PreferencesMax <= 0 {
+		limits.PreferencesMax = d.PreferencesMax
+	}
+	return &Store{pool: pool, q: db.New(), limits: limits}
+}
+
+// Ping reports whether Postgres answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Workspace returns the workspace of one thread. It does not touch the database; the thread is
+// created by its first turn (or the first user edit).
+func (s *Store) Workspace(threadID string) *Workspace {
+	return &Workspace{store: s, threadID: threadID}
+}
+
+// Workspace is one thread's workspace. Every write locks the thread's row first, so agent and
+// user edits of one thread are serialized and indices resolve against one consistent list.
+type Workspace struct {
+	store    *Store
+	threadID string
+}
+
+// ThreadID is the thread the workspace belongs to.
+func (w *Workspace) ThreadID() string { return w.threadID }
+
+// Turn is the start of one chat turn: its number and the workspace as it stood, which is what
+// the turn's snapshot recorded.
+type Turn struct {
+	Number      int
+	Objective   string // "" when none yet
+	Preferences []Preference
+}
+
+// Block renders the turn's workspace block.
+func (t Turn) Block() string { return RenderBlock(t.Objective, t.Preferences) }
+
+// snapshotPreference is a preference as workspace snapshots store it.
+type snapshotPreference struct {
+	ID       int64  `json:"id"`
+	Title    string `json:"title"`
+	Subtitle string `json:"subtitle"`
+	Kind     string `json:"kind"`
+	Locked   bool   `json:"locked"`
+}
+
+// StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
+// next turn number and snapshots the workspace under it.
+func (w *Workspace) StartTurn(ctx context.Context) (Turn, error) {
+	row, err := w.store.q.ThreadTurnStart(ctx, w.store.pool, w.threadID)
+	if err != nil {
+		return Turn{}, fmt.Errorf("start turn: %w", err)
+	}
+	prefs, err := decodeSnapshotPreferences(row.Preferences)
+	if err != nil {
+		return Turn{}, err
+	}
+	return Turn{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs}, nil
+}
+
+func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
+	var sp []snapshotPreference
+	if err := json.Unmarshal(b, &sp); err != nil {
+		return nil, fmt.Errorf("decode snapshot preferences: %w", err)
+	}
+	prefs := make([]Preference, len(sp))
+	for i, p := range sp {
+		prefs[i] = Preference{ID: p.ID, Index: i + 1, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}
+	}
+	return prefs, nil
+}
+
+// locked runs fn in a transaction that first locks the thread's row with lock (one of the
+// Thread*Lock queries), passing the thread's next preference id and its current list.
+func (w *Workspace) locked(ctx context.Context, lock func(ctx context.Context, tx db.DBTX, id string) (int64, error),
+	fn func(tx pgx.Tx, nextID int64, list []Preference) error) error {
+	return db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+		nextID, err := lock(ctx, tx, w.threadID)
+		if err != nil {
+			return db.NotFound(err)
+		}
+		rows, err := w.store.q.PreferenceListByThread(ctx, tx, w.threadID)
+		if err != nil {
+			return fmt.Errorf("list preferences: %w", err)
+		}
+		return fn(tx, nextID, fromRows(rows))
+	})
+}
+
+func fromRows(rows []db.Preference) []Preference {
+	list := make([]Preference, len(rows))
+	for i, r := range rows {
+		list[i] = fromRow(i+1, r)
+	}
+	return list
+}
+
+func fromRow(index int, r db.Preference) Preference {
+	return Preference{
+		ID: r.ID, Index: index, Title: r.Title, Subtitle: r.Subtitle, Kind: r.Kind, Locked: r.Locked,
+		CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
+	}
+}
+
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}
+
+// normalizeTitle is the key titles are compared by: case-insensitive, spaces trimmed and collapsed.
+func normalizeTitle(s string) string {
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// findTitle returns the preference in list whose title equals title, skipping the one with id skip.
+func findTitle(list []Preference, title string, skip int64) (Preference, bool) {
+	key := normalizeTitle(title)
+	for _, p := range list {
+		if p.ID != skip && normalizeTitle(p.Title) == key {
+			return p, true
+		}
+	}
+	return Preference{}, false
+}
+
+// checkText validates one text value: trimmed, within [min, max] characters, valid UTF-8 and
+// free of NUL (which Postgres text cannot hold).
+func checkText(field, s string, min, max int) (string, error) {
+	s = strings.TrimSpace(s)
+	if !utf8.ValidString(s) {
+		return "", invalid(field, "must be valid UTF-8")
+	}
+	if strings.ContainsRune(s, 0) {
+		return "", invalid(field, "must not contain NUL characters")
+	}
+	n := utf8.RuneCountInString(s)
+	if n < min {
+		if min == 1 {
+			return "", invalid(field, "must not be empty")
+		}
+		return "", invalid(field, "must be at least %d characters", min)
+	}
+	if n > max {
+		return "", invalid(field, "must be at most %d characters (got %d)", max, n)
+	}
+	return s, nil
+}
+
+func checkKind(field, kind string) (string, error) {
+	switch k := strings.ToLower(strings.TrimSpace(kind)); k {
+	case Hard, Soft:
+		return k, nil
+	}
+	return "", invalid(field, `must be "hard" or "soft"`)
+}
+
+func (s *Store) checkTitle(field, v string) (string, error) {
+	return checkText(field, v, 1, s.limits.TitleMax)
+}
+
+func (s *Store) checkSubtitle(field, v string) (string, error) {
+	return checkText(field, v, 0, s.limits.SubtitleMax)
+}
+
+func (s *Store) checkObjective(field, v string) (string, error) {
+	return checkText(field, v, 1, s.limits.ObjectiveMax)
+}
+
+// insert adds preferences to the thread with ids from nextID on, inside tx.
+func (w *Workspace) insert(ctx context.Context, tx pgx.Tx, nextID int64, items []Preference) ([]db.Preference, error) {
+	p := db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID + int64(len(items))}
+	for i, it := range items {
+		p.Ids = append(p.Ids, nextID+int64(i))
+		p.Titles = append(p.Titles, it.Title)
+		p.Subtitles = append(p.Subtitles, it.Subtitle)
+		p.Kinds = append(p.Kinds, it.Kind)
+		p.Locks = append(p.Locks, it.Locked)
+	}
+	rows, err := w.store.q.PreferenceInsertBatch(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("insert preferences: %w", err)
+	}
+	return rows, nil
+}

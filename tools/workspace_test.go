@@ -1,0 +1,578 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+type fixture struct {
+	pool  *pgxpool.Pool
+	store *Store
+	ws    *Workspace
+	turn  Turn
+}
+
+// setup gives a test a store on a fresh schema and a thread whose first turn has started.
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	pool := dbtest.NewPool(t, nil)
+	return setupOn(t, pool, Limits{})
+}
+
+func setupOn(t *testing.T, pool *pgxpool.Pool, limits Limits) *fixture {
+	t.Helper()
+	store := NewStore(pool, limits)
+	ws := store.Workspace("t1")
+	turn, err := ws.StartTurn(context.Background())
+	require.NoError(t, err)
+	return &fixture{pool: pool, store: store, ws: ws, turn: turn}
+}
+
+// call runs a tool and decodes its envelope.
+func (f *fixture) call(t *testing.T, name string, args any) (Envelope, Result) {
+	t.Helper()
+	raw, ok := args.(string)
+	if !ok {
+		b, err := json.Marshal(args)
+		require.NoError(t, err)
+		raw = string(b)
+	}
+	res, err := f.ws.Run(context.Background(), Call{Turn: f.turn.Number, Round: 1, Name: name, Arguments: raw})
+	require.NoError(t, err)
+	var env Envelope
+	require.NoError(t, json.Unmarshal([]byte(res.Content), &env), res.Content)
+	require.Equal(t, env.OK, res.OK)
+	return env, res
+}
+
+// ok runs a tool that must succeed and returns its result text.
+func (f *fixture) ok(t *testing.T, name string, args any) string {
+	t.Helper()
+	env, _ := f.call(t, name, args)
+	require.True(t, env.OK, "error: %s", env.Error)
+	return env.Result
+}
+
+func (f *fixture) fails(t *testing.T, name string, args any) string {
+	t.Helper()
+	env, _ := f.call(t, name, args)
+	require.False(t, env.OK, "result: %s", env.Result)
+	require.Empty(t, env.Result)
+	return env.Error
+}
+
+func (f *fixture) list(t *testing.T) []Preference {
+	t.Helper()
+	d, err := f.ws.Get(context.Background())
+	require.NoError(t, err)
+	return d.Preferences
+}
+
+func (f *fixture) titles(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, p := range f.list(t) {
+		out = append(out, p.Title)
+	}
+	return out
+}
+
+type item struct {
+	Title    string `json:"title"`
+	Subtitle string `json:"subtitle,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+}
+
+func add(items ...item) map[string]any {
+	return map[string]any{"items": items, "action_and_reasoning": "The user stated preferences."}
+}
+
+func (f *fixture) lock(t *testing.T, index int) {
+	t.Helper()
+	p := f.list(t)[index-1]
+	locked := true
+	_, err := f.ws.UpdatePreference(context.Background(), p.ID, PreferencePatch{Locked: &locked})
+	require.NoError(t, err)
+}
+
+func TestEnvelopeAndResultTexts(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+
+	require.Equal(t, "no preferences recorded yet", f.ok(t, ListPreferences, map[string]any{}))
+	require.Equal(t, "recorded 1 preference", f.ok(t, AddPreferences, add(item{Title: "Academic tone", Subtitle: "Formal and objective", Kind: "hard"})))
+	require.Equal(t, "recorded 2 preferences", f.ok(t, AddPreferences, add(item{Title: "Short paragraphs"}, item{Title: "No jargon", Kind: "soft"})))
+	f.lock(t, 3)
+	require.Equal(t, "#1 [hard] Academic tone — Formal and objective\n#2 [soft] Short paragraphs\n#3 [soft] No jargon (locked)",
+		f.ok(t, ListPreferences, map[string]any{"action_and_reasoning": "Checking indices."}))
+	require.Equal(t, "objective set: Write a literature review on soil carbon",
+		f.ok(t, SetObjective, map[string]any{"text": "  Write a literature review on soil carbon "}))
+
+	// The raw envelope bytes: compact JSON, no HTML escaping.
+	res, err := f.ws.Run(context.Background(), Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"a <b> & c"}`})
+	require.NoError(t, err)
+	require.Equal(t, `{"ok":true,"result":"objective set: a <b> & c"}`, res.Content)
+	res, err = f.ws.Run(context.Background(), Call{Turn: 1, Round: 1, Name: "nope", Arguments: `{}`})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":false,"error":"unknown tool \"nope\": the tools are add_preferences, list_preferences, update_preferences, remove_preferences, set_objective"}`, res.Content)
+}
+
+func TestUpdateSummaries(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, AddPreferences, add(item{Title: "Academic tone"}, item{Title: "Short paragraphs"}, item{Title: "No jargon"}))
+	f.lock(t, 3)
+
+	got := f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+		{"index": 1, "title": "Formal tone", "kind": "hard"},
+		{"index": 2, "subtitle": "Three sentences at most"},
+		{"index": 3, "title": "Some jargon"},
+		{"index": 9},
+		{"index": 12, "title": "x"},
+	}})
+	require.Equal(t, `updated #1 "Formal tone"; updated #2 "Short paragraphs"; locked, ask the user to unlock first: #3 "No jargon"; out of range: #9, #12`, got)
+	list := f.list(t)
+	require.Equal(t, "Formal tone", list[0].Title)
+	require.Equal(t, Hard, list[0].Kind)
+	require.Equal(t, "Three sentences at most", list[1].Subtitle)
+	require.Equal(t, Soft, list[1].Kind)
+	require.Equal(t, "No jargon", list[2].Title)
+
+	require.Equal(t, "no matching preferences found; out of range: #7",
+		f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 7, "title": "x"}}}))
+	require.Equal(t, `locked, ask the user to unlock first: #3 "No jargon"`,
+		f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 3, "kind": "hard"}}}))
+
+	// Two edits of one index merge; later fields win.
+	require.Equal(t, `updated #2 "B"`, f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+		{"index": 2, "title": "A", "kind": "hard"}, {"index": 2, "title": "B"},
+	}}))
+	require.Equal(t, Hard, f.list(t)[1].Kind)
+
+	// An edit that would duplicate another title is refused whole.
+	msg := f.fails(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+		{"index": 1, "subtitle": "changed"}, {"index": 2, "title": "  formal   TONE "},
+	}})
+	require.Contains(t, msg, `#1 "Formal tone"`)
+	require.Equal(t, "", f.list(t)[0].Subtitle)
+}
+
+func TestRemove(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FirstTwo", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
+		require.Equal(t, `removed #1 "A"; removed #2 "B"`, f.ok(t, RemovePreferences, map[string]any{"indices": []int{1, 2}}))
+		require.Equal(t, []string{"C", "D"}, f.titles(t))
+	})
+
+	t.Run("LockedAndOutOfRange", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
+		f.lock(t, 2)
+		require.Equal(t, `removed #3 "C"; removed #1 "A"; locked, ask the user to unlock first: #2 "B"; out of range: #9, #12`,
+			f.ok(t, RemovePreferences, map[string]any{"indices": []any{3, 1, 2, 9, 3, 12.0}}))
+		require.Equal(t, []string{"B"}, f.titles(t))
+		require.Equal(t, "no matching preferences found; out of range: #4", f.ok(t, RemovePreferences, map[string]any{"indices": []int{4}}))
+	})
+
+	t.Run("IndicesFollowTheList", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t)
+		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
+		f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+		// B is now #1, C #2: indices resolve against the list as it stands.
+		require.Equal(t, `removed #2 "C"`, f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}}))
+		require.Equal(t, []string{"B"}, f.titles(t))
+	})
+}
+
+func TestDuplicates(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "Short paragraphs"}))
+	require.Equal(t, `recorded 1 preference; already recorded: #2 "Short paragraphs"`,
+		f.ok(t, AddPreferences, add(item{Title: "  short   PARAGRAPHS "}, item{Title: "New one"})))
+	require.Equal(t, `recorded 0 preferences; already recorded: #1 "A", #3 "New one"`,
+		f.ok(t, AddPreferences, add(item{Title: "a"}, item{Title: "new one"})))
+	// Within one batch: the second names the first.
+	require.Equal(t, `recorded 1 preference; already recorded: #4 "Tone"`,
+		f.ok(t, AddPreferences, add(item{Title: "Tone"}, item{Title: "tone"})))
+	// A retried call cannot double the list.
+	f.ok(t, AddPreferences, add(item{Title: "Tone"}))
+	require.Equal(t, []string{"A", "Short paragraphs", "New one", "Tone"}, f.titles(t))
+}
+
+func TestErrorEnvelopesWriteNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, AddPreferences, add(item{Title: "A"}))
+	before := f.list(t)
+
+	cases := []struct {
+		name, tool, args, want string
+	}{
+		{"NotJSON", AddPreferences, `{"items": [`, "arguments are not a JSON object"},
+		{"NotAnObject", AddPreferences, `[1,2]`, "arguments are not a JSON object"},
+		{"ItemsMissing", AddPreferences, `{}`, "items: is required"},
+		{"ItemsEmpty", AddPreferences, `{"items":[]}`, "items: must hold at least one preference"},
+		{"ItemsNotArray", AddPreferences, `{"items":"A"}`, "items: must be an array"},
+		{"TitleMissing", AddPreferences, `{"items":[{"subtitle":"x"}]}`, "items[0].title: is required"},
+		{"TitleEmpty", AddPreferences, `{"items":[{"title":"   "}]}`, "items[0].title: must not be empty"},
+		{"BadKind", AddPreferences, `{"items":[{"title":"B"},{"title":"C","kind":"medium"}]}`, `items[1].kind: must be "hard" or "soft"`},
+		{"TitleTooLong", AddPreferences, `{"items":[{"title":"B"},{"title":"` + strings.Repeat("é", 201) + `"}]}`, "items[1].title: must be at most 200 characters (got 201)"},
+		{"SubtitleTooLong", AddPreferences, `{"items":[{"title":"B","subtitle":"` + strings.Repeat("x", 501) + `"}]}`, "items[0].subtitle: must be at most 500 characters"},
+		{"NUL", AddPreferences, `{"items":[{"title":"B\u0000"}]}`, "items[0].title: must not contain NUL characters"},
+		{"IndexZero", RemovePreferences, `{"indices":[0]}`, "an index must be an integer ≥ 1"},
+		{"IndexFraction", RemovePreferences, `{"indices":[1.5]}`, "an index must be an integer ≥ 1"},
+		{"IndexString", RemovePreferences, `{"indices":["1"]}`, "an index must be an integer ≥ 1"},
+		{"IndicesEmpty", RemovePreferences, `{"indices":[]}`, "indices: must hold at least one index"},
+		{"UpdateNoIndex", UpdatePreferences, `{"updates":[{"title":"x"}]}`, "updates[0].index: is required"},
+		{"ObjectiveMissing", SetObjective, `{"action_and_reasoning":"x"}`, "text: is required"},
+		{"ObjectiveTooLong", SetObjective, `{"text":"` + strings.Repeat("x", 1001) + `"}`, "text: must be at most 1000 characters"},
+		{"UnknownTool", "delete_everything", `{}`, `unknown tool "delete_everything"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Contains(t, f.fails(t, c.tool, c.args), c.want)
+		})
+	}
+	require.Equal(t, before, f.list(t), "nothing written")
+	d, err := f.ws.Get(context.Background())
+	require.NoError(t, err)
+	require.Nil(t, d.Objective)
+
+	// Every call is recorded, the failed ones with their envelope and the raw arguments.
+	calls, err := f.ws.ToolCalls(context.Background(), 0, 500)
+	require.NoError(t, err)
+	require.Len(t, calls, 1+len(cases))
+	require.True(t, calls[0].OK)
+	require.False(t, calls[1].OK)
+	require.JSONEq(t, `"{\"items\": ["`, string(calls[1].Arguments), "raw text kept when not JSON")
+	require.JSONEq(t, `{"ok":false,"error":"arguments are not a JSON object"}`, string(calls[1].Result))
+	require.JSONEq(t, `{"items":[{"title":"B\ufffd"}]}`, string(calls[11].Arguments), "NUL scrubbed for jsonb")
+}
+
+func TestLimits(t *testing.T) {
+	t.Parallel()
+	f := setupOn(t, dbtest.NewPool(t, nil), Limits{PreferencesMax: 3})
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	// A batch over the limit writes nothing of the batch…
+	msg := f.fails(t, AddPreferences, add(item{Title: "C"}, item{Title: "D"}))
+	require.Contains(t, msg, "at most 3 preferences")
+	require.Equal(t, []string{"A", "B"}, f.titles(t))
+	// …while duplicates do not count towards it.
+	require.Equal(t, `recorded 1 preference; already recorded: #1 "A"`, f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "C"})))
+	_, err := f.ws.AddPreference(context.Background(), PreferenceInput{Title: "D"})
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+}
+
+// TestLocksLiveInSQL calls the agent-path statements directly on a locked row: the statement
+// itself leaves it alone, whatever a caller checked before.
+func TestLocksLiveInSQL(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "Locked"}, item{Title: "Open"}))
+	f.lock(t, 1)
+	list := f.list(t)
+	q := db.New()
+
+	ids, err := q.PreferenceUpdateUnlocked(ctx, f.pool, db.PreferenceUpdateUnlockedParams{
+		ThreadID: "t1", Ids: []int64{list[0].ID, list[1].ID},
+		Titles: []string{"changed", "changed too"}, Subtitles: []string{"", ""}, Kinds: []string{Hard, Hard},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int64{list[1].ID}, ids)
+
+	deleted, err := q.PreferenceDeleteUnlocked(ctx, f.pool, db.PreferenceDeleteUnlockedParams{ThreadID: "t1", Ids: []int64{list[0].ID, list[1].ID}})
+	require.NoError(t, err)
+	require.Equal(t, []int64{list[1].ID}, deleted)
+
+	after := f.list(t)
+	require.Len(t, after, 1)
+	require.Equal(t, "Locked", after[0].Title)
+	require.Equal(t, Soft, after[0].Kind)
+	require.True(t, after[0].Locked)
+}
+
+func TestLockedSkipsCounted(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.lock(t, 1)
+	f.lock(t, 2)
+	_, res := f.call(t, RemovePreferences, map[string]any{"indices": []int{1, 2}})
+	require.Equal(t, 2, res.LockedSkips)
+	require.Equal(t, []string{"A", "B"}, f.titles(t))
+}
+
+func TestTurns(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	require.Equal(t, 1, f.turn.Number)
+	require.Equal(t, "<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", f.turn.Block())
+
+	f.ok(t, SetObjective, map[string]any{"text": "Plan a trip"})
+	f.ok(t, AddPreferences, add(item{Title: "Trains", Subtitle: "no flights", Kind: "hard"}))
+	f.lock(t, 1)
+	turn2, err := f.ws.StartTurn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, turn2.Number)
+	want := "<workspace>\nObjective: Plan a trip\nPreferences:\n#1 [hard] Trains — no flights (locked)\n</workspace>"
+	require.Equal(t, want, turn2.Block())
+	turn3, err := f.ws.StartTurn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, turn3.Number)
+	require.Equal(t, turn2.Block(), turn3.Block(), "an unchanged workspace renders the same bytes")
+
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, d.Block)
+
+	snaps, err := f.ws.Snapshots(ctx, 0, 50)
+	require.NoError(t, err)
+	require.Len(t, snaps, 3)
+	require.Nil(t, snaps[0].Objective)
+	require.Empty(t, snaps[0].Preferences)
+	require.Equal(t, "Plan a trip", *snaps[1].Objective)
+	require.Equal(t, []SnapshotPreference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true}}, snaps[1].Preferences)
+	page, err := f.ws.Snapshots(ctx, 2, 50)
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, 3, page[0].Turn)
+
+	threads, err := f.store.Threads(ctx, "", 50)
+	require.NoError(t, err)
+	require.Len(t, threads, 1)
+	require.Equal(t, 3, threads[0].Turns)
+	require.Equal(t, 1, threads[0].PreferenceCount)
+}
+
+// countingTracer counts the queries a pool sends: each is one round trip.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func TestTurnStartIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	tracer := &countingTracer{}
+	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
+	f := setupOn(t, pool, Limits{})
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.ok(t, SetObjective, map[string]any{"text": "x"})
+	require.NoError(t, pool.Ping(context.Background())) // warm: the pool has a connection
+
+	before := tracer.n.Load()
+	turn, err := f.ws.StartTurn(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(1), tracer.n.Load()-before)
+	require.Len(t, turn.Preferences, 2)
+	require.Equal(t, "x", turn.Objective)
+}
+
+func TestUserPath(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t, nil)
+	store := NewStore(pool, Limits{})
+	ctx := context.Background()
+	ws := store.Workspace("user-made")
+
+	_, err := ws.Get(ctx)
+	require.ErrorIs(t, err, ErrNotFound)
+	require.ErrorIs(t, ws.DeletePreference(ctx, 1), ErrNotFound)
+
+	p, err := ws.AddPreference(ctx, PreferenceInput{Title: "Academic tone", Subtitle: "Formal", Kind: "hard", Locked: true})
+	require.NoError(t, err, "creates the thread")
+	require.Equal(t, 1, p.Index)
+	require.True(t, p.Locked)
+	p2, err := ws.AddPreference(ctx, PreferenceInput{Title: "Short"})
+	require.NoError(t, err)
+	require.Equal(t, Soft, p2.Kind)
+	require.Equal(t, 2, p2.Index)
+
+	_, err = ws.AddPreference(ctx, PreferenceInput{Title: "academic TONE"})
+	var de *DuplicateError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, `already recorded: #1 "Academic tone"`, de.Error())
+	_, err = ws.AddPreference(ctx, PreferenceInput{Title: "x", Kind: "maybe"})
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "kind", ve.Field)
+
+	// The user path ignores locks.
+	title := "Plain tone"
+	up, err := ws.UpdatePreference(ctx, p.ID, PreferencePatch{Title: &title})
+	require.NoError(t, err)
+	require.Equal(t, "Plain tone", up.Title)
+	require.True(t, up.Locked)
+	unlock := false
+	up, err = ws.UpdatePreference(ctx, p.ID, PreferencePatch{Locked: &unlock})
+	require.NoError(t, err)
+	require.False(t, up.Locked)
+	dup := "short"
+	_, err = ws.UpdatePreference(ctx, p.ID, PreferencePatch{Title: &dup})
+	require.ErrorAs(t, err, &de)
+	_, err = ws.UpdatePreference(ctx, 99, PreferencePatch{Title: &title})
+	require.ErrorIs(t, err, ErrNotFound)
+
+	// Stable ids: removing the first keeps the second's id; its index moves.
+	require.NoError(t, ws.DeletePreference(ctx, p.ID))
+	d, err := ws.Get(ctx)
+	require.NoError(t, err)
+	require.Len(t, d.Preferences, 1)
+	require.Equal(t, p2.ID, d.Preferences[0].ID)
+	require.Equal(t, 1, d.Preferences[0].Index)
+	p3, err := ws.AddPreference(ctx, PreferenceInput{Title: "Third"})
+	require.NoError(t, err)
+	require.Equal(t, p2.ID+1, p3.ID, "ids are never reused")
+
+	o, err := ws.SetObjective(ctx, "Write a review")
+	require.NoError(t, err)
+	require.Equal(t, ByUser, o.UpdatedBy)
+	_, err = ws.SetObjective(ctx, "")
+	require.ErrorAs(t, err, &ve)
+
+	require.NoError(t, ws.Delete(ctx))
+	require.ErrorIs(t, ws.Delete(ctx), ErrNotFound)
+	_, err = ws.Snapshots(ctx, 0, 10)
+	require.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestThreadsPagination(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t, nil)
+	store := NewStore(pool, Limits{})
+	ctx := context.Background()
+	for i := range 5 {
+		_, err := store.Workspace(fmt.Sprintf("t%d", i)).StartTurn(ctx)
+		require.NoError(t, err)
+	}
+	_, err := store.Workspace("t2").StartTurn(ctx) // t2 is now the most recent
+	require.NoError(t, err)
+
+	var got []string
+	after := ""
+	for {
+		page, err := store.Threads(ctx, after, 2)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			break
+		}
+		for _, th := range page {
+			got = append(got, th.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	require.Equal(t, []string{"t2", "t4", "t3", "t1", "t0"}, got)
+}
+
+// TestConcurrentAgentAndUserEdits runs agent removes and user edits on one thread at once: the
+// thread lock serializes them, so no call touches a row its indices did not name when it ran.
+func TestConcurrentAgentAndUserEdits(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	const n = 40
+	var items []item
+	for i := range n {
+		items = append(items, item{Title: fmt.Sprintf("P%02d", i)})
+	}
+	f.ok(t, AddPreferences, add(items...))
+	all := f.list(t)
+
+	var wg sync.WaitGroup
+	removed := make(chan string, n)
+	// Agents each remove "#1": exactly the first of the list as it stands when the call runs.
+	for range n / 2 {
+		wg.Go(func() {
+			res, err := f.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: RemovePreferences, Arguments: `{"indices":[1]}`})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			removed <- res.Content
+		})
+	}
+	// Users lock the last ten and rename them by stable id at the same time.
+	for _, p := range all[n-10:] {
+		wg.Go(func() {
+			locked := true
+			title := p.Title + " (user)"
+			if _, err := f.ws.UpdatePreference(ctx, p.ID, PreferencePatch{Locked: &locked, Title: &title}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	close(removed)
+
+	// Each agent call removed a distinct preference, in list order.
+	var got []string
+	for c := range removed {
+		var env Envelope
+		require.NoError(t, json.Unmarshal([]byte(c), &env))
+		require.True(t, env.OK)
+		got = append(got, env.Result)
+	}
+	require.Len(t, got, n/2)
+	seen := map[string]bool{}
+	for _, g := range got {
+		require.False(t, seen[g], "removed twice: %s", g)
+		seen[g] = true
+	}
+	list := f.list(t)
+	require.Len(t, list, n/2)
+	for i, p := range list {
+		require.Equal(t, i+1, p.Index)
+		if i >= n/2-10 {
+			require.True(t, p.Locked)
+			require.Equal(t, fmt.Sprintf("P%02d (user)", n/2+i), p.Title)
+		} else {
+			require.Equal(t, fmt.Sprintf("P%02d", n/2+i), p.Title)
+		}
+	}
+}
+
+func TestMigrateTwiceAndConcurrently(t *testing.T) {
+	t.Parallel()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() { errs <- db.Migrate(context.Background(), pool) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, db.Migrate(context.Background(), pool))
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n))
+	require.Equal(t, 1, n)
+}
