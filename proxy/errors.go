@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Error is an error the proxy itself answers with, in OpenAI's shape:
+// {"error":{"message","type","param","code"}}.
+type Error struct {
+	Status  int
+	Type    string // invalid_request_error, server_error, …
+	Code    string
+	Param   string
+	Message string
+	Err     error // the cause, logged; never shown to the client
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func badRequest(code, param, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// UpstreamError is an upstream's non-2xx answer: the proxy returns it to the client unchanged.
+type UpstreamError struct {
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}
+
+func (e *UpstreamError) Error() string {
+	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, truncate(string(e.Body), 200))
+}
+
+// Sentinels for failures to reach the upstream.
+var (
+	ErrUpstreamTimeout     = errors.New("upstream timed out")
+	ErrUpstreamUnreachable = errors.New("upstream unreachable")
+	// ErrUpstreamProtocol: the upstream answered something that is not the OpenAI wire format.
+	ErrUpstreamProtocol = errors.New("upstream response not understood")
+)
+
+// errorBody is the JSON of an Error.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func (e *Error) body() []byte {
+	var b errorBody
+	b.Error.Message = e.Message
+	b.Error.Type = e.Type
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Error.Code = &e.Code
+	}
+	out, _ := marshalNoEscape(b)
+	return out
+}
+
+// toError maps any failure of a request to the Error the client gets. It is the one place that
+// decides statuses; UpstreamError is handled by the caller (its body goes back unchanged).
+func toError(err error) *Error {
+	var e *Error
+	var ve *tools.ValidationError
+	var de *tools.DuplicateError
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.As(err, &ve):
+		return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_value", Param: ve.Field, Message: ve.Error()}
+	case errors.As(err, &de):
+		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "duplicate_preference", Param: "title",
+			Message: fmt.Sprintf("a preference with this title is already recorded: #%d %q", de.Existing.Index, de.Existing.Title)}
+	case errors.Is(err, tools.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "not found"}
+	case errors.Is(err, ErrUpstreamTimeout):
+		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout", Message: "the upstream did not answer in time", Err: err}
+	case errors.Is(err, ErrUpstreamUnreachable):
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: "the upstream could not be reached", Err: err}
+	case errors.Is(err, ErrUpstreamProtocol):
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_invalid_response", Message: "the upstream's response was not understood", Err: err}
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request", Message: "the client closed the request", Err: err}
+	case db.Unavailable(err):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
+			Message: "the workspace store (Postgres) is unavailable; the request was not run", Err: err}
+	}
+	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
+}
+
+// writeError is the error funnel: it answers err in OpenAI's shape (an upstream's own error goes
+// back with its status and body unchanged) and logs only the failures that are the proxy's or
+// its dependencies', once.
+func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var ue *UpstreamError
+	if errors.As(err, &ue) {
+		copyHeader(w.Header(), ue.Header)
+		w.Header().Del("Content-Length")
+		w.WriteHeader(ue.StatusCode)
+		_, _ = w.Write(ue.Body)
+		log.LogAttrs(r.Context(), slog.LevelDebug, "upstream error returned", slog.Int("status", ue.StatusCode))
+		return
+	}
+	var se *StreamError
+	if errors.As(err, &se) {
+		// The upstream failed inside its stream before the client got anything: its error, as a 502.
+		writeJSONBytes(w, http.StatusBadGateway, se.Data)
+		return
+	}
+	e := toError(err)
+	if e.Status >= 500 {
+		log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("path", r.URL.Path),
+			slog.Int("status", e.Status), slog.String("code", e.Code), slog.Any("err", err))
+	}
+	if e.Status == 499 {
+		return // nobody is listening
+	}
+	writeJSONBytes(w, e.Status, e.body())
+}
+
+func writeJSONBytes(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Metrics are wsproxy's Prometheus metrics (SPEC §9), registered on the registry given to
+// NewMetrics. A nil *Metrics records nothing.
+type Metrics struct {
+	registry         *prometheus.Registry
+	httpRequests     *prometheus.CounterVec
+	httpDuration     *prometheus.HistogramVec
+	upstreamRequests *prometheus.CounterVec
+	upstreamDuration prometheus.Histogram
+	toolCalls        *prometheus.CounterVec
+	lockedSkips      *prometheus.CounterVec
+	toolRounds       prometheus.Histogram
+	tokens           *prometheus.CounterVec
+	inflight         prometheus.Gauge
+}
+
+// NewMetrics registers the metrics, and the Go and process collectors, on reg.
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		registry: reg,
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_http_requests_total", Help: "HTTP requests served, by route pattern and status code.",
+		}, []string{"route", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "wsproxy_http_request_duration_seconds", Help: "Time to serve an HTTP request, by route pattern.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"route"}),
+		upstreamRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_upstream_requests_total", Help: "Requests sent to the upstream, by status code (\"error\" when none came back).",
+		}, []string{"code"}),
+		upstreamDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsproxy_upstream_request_duration_seconds", Help: "Time from sending an upstream request to the end of its response body.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}),
+		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_tool_calls_total", Help: "Workspace tool calls run, by tool and outcome (ok, error).",
+		}, []string{"tool", "outcome"}),
+		lockedSkips: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_locked_skips_total", Help: "Locked preferences a tool call named and left untouched, by tool.",
+		}, []string{"tool"}),
+		toolRounds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsproxy_tool_rounds", Help: "Tool rounds per thread turn (0 when the model answered at once).",
+			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16},
+		}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion).",
+		}, []string{"kind"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
+		}),
+	}
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.toolCalls,
+		m.lockedSkips, m.toolRounds, m.tokens, m.inflight,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, name := range tools.Names {
+		for _, outcome := range []string{"ok", "error"} {
+			m.toolCalls.WithLabelValues(name, outcome)
+		}
+	}
+	m.tokens.WithLabelValues("prompt")
+	m.tokens.WithLabelValues("completion")
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// instrument counts a request by its route pattern (never its path: a thread id must not become
+// a label value).
+func (m *Metrics) instrument(next http.Handler) http.Handler {
+	if m == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		m.inflight.Inc()
+		defer m.inflight.Dec()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern // set by the ServeMux on this request
+		if route == "" {
+			route = "unmatched"
+		}
+		m.httpRequests.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
+		m.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+func (m *Metrics) observeUpstream(code string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.upstreamRequests.WithLabelValues(code).Inc()
+	m.upstreamDuration.Observe(d.Seconds())
+}
+
+func (m *Metrics) toolCall(name string, ok bool, lockedSkips int) {
+	if m == nil {
+		return
+	}
+	if !tools.IsTool(name) {
+		name = "unknown" // a made-up name must not become a label value
+	}
+	outcome := "ok"
+	if !ok {
+		outcome = "error"
+	}
+	m.toolCalls.WithLabelValues(name, outcome).Inc()
+	if lockedSkips > 0 {
+		m.lockedSkips.WithLabelValues(name).Add(float64(lockedSkips))
+	}
+}
+
+func (m *Metrics) observeToolRounds(n int) {
+	if m != nil {
+		m.toolRounds.Observe(float64(n))
+	}
+}
+
+// addTokens counts the prompt and completion tokens of one upstream usage object.
+func (m *Metrics) addTokens(usage json.RawMessage) {
+	if m == nil || len(usage) == 0 || string(usage) == "null" {
+		return
+	}
+	var u struct {
+		Prompt     float64 `json:"prompt_tokens"`
+		Completion float64 `json:"completion_tokens"`
+	}
+	if json.Unmarshal(usage, &u) != nil {
+		return
+	}
+	if u.Prompt > 0 {
+		m.tokens.WithLabelValues("prompt").Add(u.Prompt)
+	}
+	if u.Completion > 0 {
+		m.tokens.WithLabelValues("completion").Add(u.Completion)
+	}
+}
+
+// statusWriter remembers the status code written; it passes Flush and the rest through Unwrap
+// (http.ResponseController finds them there).
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// ChatRequest is a client's chat completion request on a thread turn, kept as raw JSON: the
+// proxy touches `messages` and `tools` (and drops `tool_choice` and `parallel_tool_calls` when
+// a round has no tools left); every other field reaches the upstream with its exact bytes.
+type ChatRequest struct {
+	fields   object
+	messages []json.RawMessage
+	// clientTools are the client's own tools, as received; clientNames their names.
+	clientTools []json.RawMessage
+	clientNames map[string]bool
+	// Stream is the client's "stream"; IncludeUsage its stream_options.include_usage.
+	Stream       bool
+	IncludeUsage bool
+	// Legacy: the request uses the legacy functions/function_call fields; it is passed through
+	// without a workspace.
+	Legacy bool
+}
+
+// ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
+func ParseChatRequest(body []byte) (*ChatRequest, error) {
+	if !json.Valid(body) {
+		return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
+	}
+	fields, err := parseObject(body)
+	if err != nil {
+		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
+	}
+	c := &ChatRequest{fields: fields}
+	msgs := fields.get("messages")
+	if msgs == nil {
+		return nil, badRequest("missing_required_parameter", "messages", "messages is required")
+	}
+	if err := json.Unmarshal(msgs, &c.messages); err != nil || msgs[0] != '[' {
+		return nil, badRequest("invalid_type", "messages", "messages must be an array")
+	}
+	if fields.has("functions") || fields.has("function_call") {
+		c.Legacy = true
+		return c, nil
+	}
+	if t := fields.get("tools"); t != nil && string(t) != "null" {
+		if t[0] != '[' || json.Unmarshal(t, &c.clientTools) != nil {
+			return nil, badRequest("invalid_type", "tools", "tools must be an array")
+		}
+	}
+	c.clientNames = make(map[string]bool, len(c.clientTools))
+	for _, t := range c.clientTools {
+		var def struct {
+			Function struct{ Name string } `json:"function"`
+			Custom   struct{ Name string } `json:"custom"`
+		}
+		_ = json.Unmarshal(t, &def) // a tool the proxy cannot read is the upstream's to refuse
+		for _, name := range []string{def.Function.Name, def.Custom.Name} {
+			if tools.IsTool(name) {
+				return nil, badRequest("reserved_tool_name", "tools",
+					"the tool name %q is reserved by the workspace proxy; rename the client tool", name)
+			}
+			if name != "" {
+				c.clientNames[name] = true
+			}
+		}
+	}
+	if n := fields.get("n"); n != nil && string(n) != "null" {
+		var v float64
+		if json.Unmarshal(n, &v) != nil || v > 1 {
+			return nil, badRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
+		}
+	}
+	if s := fields.get("stream"); s != nil {
+		_ = json.Unmarshal(s, &c.Stream)
+	}
+	if so := fields.get("stream_options"); c.Stream && so != nil {
+		var opts struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		_ = json.Unmarshal(so, &opts)
+		c.IncludeUsage = opts.IncludeUsage
+	}
+	return c, nil
+}
+
+// IsClientTool reports whether name is one of the client's tools.
+func (c *ChatRequest) IsClientTool(name string) bool { return c.clientNames[name] }
+
+// InjectWorkspace puts text (the instructions and the block) into the system prompt: appended to
+// the first message when it is a system or developer message (as text, or as one more text part
+// when its content is an array of parts), else as a new first system message.
+func (c *ChatRequest) InjectWorkspace(text string) {
+	if len(c.messages) > 0 {
+		if first, err := parseObject(c.messages[0]); err == nil {
+			role, _ := stringValue(first.get("role"))
+			if role == "system" || role == "developer" {
+				c.messages[0] = appendToContent(first, text)
+				return
+			}
+		}
+	}
+	msg := object{}
+	msg.set("role", rawString("system"))
+	msg.set("content", rawString(text))
+	c.messages = append([]json.RawMessage{msg.bytes()}, c.messages...)
+}
+
+func appendToContent(msg object, text string) json.RawMessage {
+	content := msg.get("content")
+	switch {
+	case len(content) > 0 && content[0] == '"':
+		s, _ := stringValue(content)
+		if strings.TrimSpace(s) != "" {
+			s += "\n\n"
+		}
+		msg.set("content", rawString(s+text))
+	case len(content) > 0 && content[0] == '[':
+		var parts []json.RawMessage
+		_ = json.Unmarshal(content, &parts)
+		part := object{}
+		part.set("type", rawString("text"))
+		part.set("text", rawString(text))
+		msg.set("content", appendArray(nil, append(parts, part.bytes())))
+	default: // null or missing
+		msg.set("content", rawString(text))
+	}
+	return msg.bytes()
+}
+
+// Append adds messages (an assistant message and its tool results) to the conversation.
+func (c *ChatRequest) Append(msgs ...json.RawMessage) { c.messages = append(c.messages, msgs...) }
+
+// Body encodes the request for one upstream round: the conversation so far and the client's
+// tools, followed by the proxy's when withWorkspaceTools.
+func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
+	f := c.fields.clone()
+	size := f.size()
+	for _, m := range c.messages {
+		size += len(m) + 1
+	}
+	buf := make([]byte, 0, size+2048)
+	f.set("messages", appendArray(nil, c.messages))
+	toolList := c.clientTools
+	if withWorkspaceTools {
+		toolList = append(toolList[:len(toolList):len(toolList)], tools.Definitions...)
+	}
+	if len(toolList) > 0 {
+		f.set("tools", appendArray(nil, toolList))
+	} else if f.get("tools") != nil {
+		// No tools left: tool_choice and parallel_tool_calls would be refused without them.
+		f.del("tools")
+		f.del("tool_choice")
+		f.del("parallel_tool_calls")
+	}
+	return f.appendJSON(buf)
+}

@@ -1,0 +1,345 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// DefaultMaxToolRounds is how many tool rounds a turn may make before its last upstream call,
+// which goes without the workspace tools.
+const DefaultMaxToolRounds = 8
+
+// maxResponseBody caps a non-streamed upstream response.
+const maxResponseBody = 64 << 20
+
+// maxRoundText caps the assistant content (and reasoning) a streamed round keeps for the next
+// round. The client gets all of it as it arrives; only a round that ends in workspace tool calls
+// sends its text back, so memory stays flat however long a stream runs.
+const maxRoundText = 1 << 20
+
+// Runner runs the loop of a thread turn (SPEC §6): it calls the upstream, runs the workspace tool
+// calls of each reply, feeds the results back, and calls again until the model answers. It knows
+// nothing of HTTP: the upstream is an interface and the client is a return value (Run) or an
+// emit function (Stream).
+type Runner struct {
+	// MaxToolRounds bounds the tool rounds of a turn; zero means DefaultMaxToolRounds.
+	MaxToolRounds int
+	// Metrics, when set, counts tool calls, locked skips, tool rounds and tokens.
+	Metrics *Metrics
+	// Logger, when set, logs tool failures the model sees; nil logs nothing.
+	Logger *slog.Logger
+}
+
+// Turn is one chat request of a thread, ready to run: its request already carries the
+// workspace block.
+type Turn struct {
+	Request   *ChatRequest
+	Workspace *tools.Workspace
+	Number    int // the thread's turn number
+	Upstream  Upstream
+}
+
+// Reply is the answer of a non-streamed turn.
+type Reply struct {
+	Body   []byte
+	Header http.Header // the last upstream response's
+	Rounds int         // upstream calls made
+}
+
+func (r *Runner) maxToolRounds() int {
+	if r.MaxToolRounds > 0 {
+		return r.MaxToolRounds
+	}
+	return DefaultMaxToolRounds
+}
+
+// toolCall is one tool call of a reply.
+type toolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+	Raw       json.RawMessage // as the upstream sent it (non-streamed replies)
+}
+
+// round is what the loop keeps of one upstream reply.
+type round struct {
+	content   json.RawMessage // the assistant's content (a JSON string or null)
+	reasoning json.RawMessage // reasoning_content, when the upstream sent one
+	calls     []toolCall
+}
+
+// Run runs a non-streamed turn.
+func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
+	var usage usageSum
+	toolRounds := 0
+	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
+	for n := 1; ; n++ {
+		final := toolRounds >= r.maxToolRounds()
+		resp, err := t.Upstream.ChatCompletion(ctx, t.Request.Body(!final))
+		if err != nil {
+			return nil, err
+		}
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+		resp.Body.Close()
+		if err != nil {
+			return nil, classifyTransportError(ctx, err)
+		}
+		if len(raw) > maxResponseBody {
+			return nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+		}
+		c, err := parseCompletion(raw)
+		if err != nil {
+			return nil, err
+		}
+		usage.add(c.top.get("usage"))
+		r.Metrics.addTokens(c.top.get("usage"))
+
+		var mine, theirs []toolCall
+		for _, call := range c.round.calls {
+			if t.Request.IsClientTool(call.Name) {
+				theirs = append(theirs, call)
+			} else {
+				mine = append(mine, call)
+			}
+		}
+		reply := &Reply{Header: resp.Header, Rounds: n}
+		switch {
+		case final && len(mine) > 0:
+			// The model called a workspace tool it was not offered: only the client's calls count.
+			reply.Body = c.answer(theirs, n > 1, &usage)
+			return reply, nil
+		case len(mine) == 0:
+			if n == 1 {
+				reply.Body = raw // untouched: the proxy is invisible
+			} else {
+				reply.Body = c.answer(nil, true, &usage)
+			}
+			return reply, nil
+		}
+		results, err := r.runTools(ctx, t, n, mine)
+		if err != nil {
+			return nil, err
+		}
+		if len(theirs) > 0 {
+			reply.Body = c.answer(theirs, n > 1, &usage)
+			return reply, nil
+		}
+		c.round.calls = mine
+		t.Request.Append(c.round.messages(results)...)
+		toolRounds++
+	}
+}
+
+// runTools runs the workspace's calls in order and returns their tool-message contents. Only a
+// failure of the store ends the turn; a call the tool refuses is an error envelope for the model.
+func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall) ([]string, error) {
+	out := make([]string, len(calls))
+	for i, call := range calls {
+		res, err := t.Workspace.Run(ctx, tools.Call{Turn: t.Number, Round: n, Name: call.Name, Arguments: call.Arguments})
+		if err != nil {
+			return nil, err
+		}
+		r.Metrics.toolCall(call.Name, res.OK, res.LockedSkips)
+		if !res.OK && r.Logger != nil {
+			r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID()),
+				slog.String("tool", call.Name), slog.String("result", res.Content))
+		}
+		out[i] = res.Content
+	}
+	return out, nil
+}
+
+// messages are the assistant message of a round and one tool message per call.
+func (rd *round) messages(results []string) []json.RawMessage {
+	msg := object{}
+	msg.set("role", rawString("assistant"))
+	content := rd.content
+	if len(content) == 0 {
+		content = json.RawMessage("null")
+	}
+	msg.set("content", content)
+	calls := make([]json.RawMessage, len(rd.calls))
+	for i, c := range rd.calls {
+		fn := object{}
+		fn.set("name", rawString(c.Name))
+		fn.set("arguments", rawString(c.Arguments))
+		tc := object{}
+		tc.set("id", rawString(c.ID))
+		tc.set("type", rawString("function"))
+		tc.set("function", fn.bytes())
+		calls[i] = tc.bytes()
+	}
+	msg.set("tool_calls", appendArray(nil, calls))
+	if len(rd.reasoning) > 0 {
+		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
+		msg.set("reasoning_content", rd.reasoning)
+	}
+	out := []json.RawMessage{msg.bytes()}
+	for i, c := range rd.calls {
+		tm := object{}
+		tm.set("role", rawString("tool"))
+		tm.set("tool_call_id", rawString(c.ID))
+		tm.set("content", rawString(results[i]))
+		out = append(out, tm.bytes())
+	}
+	return out
+}
+
+// completion is a parsed non-streamed response.
+type completion struct {
+	top     object
+	choices []json.RawMessage
+	choice  object // choices[0]
+	message object
+	round   round
+}
+
+func parseCompletion(raw []byte) (*completion, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
+	if !json.Valid(raw) {
+		return nil, bad("the body is not JSON")
+	}
+	c := &completion{}
+	var err error
+	if c.top, err = parseObject(raw); err != nil {
+		return nil, bad("the body is not a JSON object")
+	}
+	if err := json.Unmarshal(c.top.get("choices"), &c.choices); err != nil || len(c.choices) == 0 {
+		return nil, bad("no choices")
+	}
+	if c.choice, err = parseObject(c.choices[0]); err != nil {
+		return nil, bad("a choice is not an object")
+	}
+	if c.message, err = parseObject(c.choice.get("message")); err != nil {
+		return nil, bad("a choice has no message")
+	}
+	c.round.content = c.message.get("content")
+	if c.message.has("reasoning_content") {
+		c.round.reasoning = c.message.get("reasoning_content")
+	}
+	if tcs := c.message.get("tool_calls"); tcs != nil && string(tcs) != "null" {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(tcs, &raws); err != nil {
+			return nil, bad("tool_calls is not an array")
+		}
+		for _, tc := range raws {
+			var d struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(tc, &d); err != nil {
+				return nil, bad("a tool call is not understood")
+			}
+			if d.ID == "" {
+				d.ID = newCallID()
+			}
+			c.round.calls = append(c.round.calls, toolCall{ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments, Raw: tc})
+		}
+	}
+	return c, nil
+}
+
+// answer is the response the client gets when the turn ends with this completion: the
+// message's tool calls cut down to the client's (finish_reason "tool_calls" when any remain,
+// else "stop" if the model had only called workspace tools), and the usage summed over rounds.
+func (c *completion) answer(clientCalls []toolCall, sumUsage bool, usage *usageSum) []byte {
+	if len(c.round.calls) != len(clientCalls) {
+		if len(clientCalls) == 0 {
+			c.message.del("tool_calls")
+			c.choice.set("finish_reason", rawString("stop"))
+		} else {
+			raws := make([]json.RawMessage, len(clientCalls))
+			for i, tc := range clientCalls {
+				raws[i] = tc.Raw
+			}
+			c.message.set("tool_calls", appendArray(nil, raws))
+			c.choice.set("finish_reason", rawString("tool_calls"))
+		}
+		c.choice.set("message", c.message.bytes())
+		choices := append([]json.RawMessage{c.choice.bytes()}, c.choices[1:]...)
+		c.top.set("choices", appendArray(nil, choices))
+	}
+	if sumUsage && !usage.empty() {
+		c.top.set("usage", usage.json())
+	}
+	return c.top.bytes()
+}
+
+// usageSum adds up usage objects: every number, nested ones (prompt_tokens_details, …) included;
+// anything else keeps its last value.
+type usageSum struct{ m map[string]any }
+
+func (u *usageSum) add(raw json.RawMessage) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return
+	}
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if dec.Decode(&m) != nil {
+		return
+	}
+	if u.m == nil {
+		u.m = map[string]any{}
+	}
+	sumInto(u.m, m)
+}
+
+func sumInto(dst, src map[string]any) {
+	for k, v := range src {
+		switch sv := v.(type) {
+		case json.Number:
+			if dv, ok := dst[k].(json.Number); ok {
+				dst[k] = addNumbers(dv, sv)
+				continue
+			}
+		case map[string]any:
+			if dv, ok := dst[k].(map[string]any); ok {
+				sumInto(dv, sv)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+func addNumbers(a, b json.Number) json.Number {
+	if x, err := a.Int64(); err == nil {
+		if y, err := b.Int64(); err == nil {
+			return json.Number(fmt.Sprint(x + y))
+		}
+	}
+	x, _ := a.Float64()
+	y, _ := b.Float64()
+	return json.Number(fmt.Sprint(x + y))
+}
+
+func (u *usageSum) empty() bool { return u.m == nil }
+
+func (u *usageSum) json() json.RawMessage {
+	b, _ := marshalNoEscape(u.m)
+	return b
+}
+
+func newCallID() string { return "call_" + randomHex(12) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var errStreamEnded = errors.New("the upstream's stream ended before its reply was complete")

@@ -1,0 +1,339 @@
+// Package proxy is all of wsproxy's HTTP: the routes, the chat handler and its request rewrite,
+// the tool loop (Runner), SSE, the pass-through to the upstream, the admin REST and metrics.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Defaults of Options' zero values.
+const (
+	DefaultMaxRequestBytes = 8 << 20
+	DefaultUpstreamTimeout = 10 * time.Minute
+)
+
+// threadHeader names a thread on /v1/chat/completions.
+const threadHeader = "X-Thread-Id"
+
+// Options configure a Server. Zero values take the defaults their comments state.
+type Options struct {
+	// Store holds the workspaces. Required.
+	Store *tools.Store
+	// UpstreamURL is the base URL of the OpenAI-compatible upstream, e.g. https://api.openai.com/v1.
+	UpstreamURL *url.URL
+	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
+	// otherwise the client's is forwarded.
+	UpstreamAPIKey string
+	// UpstreamTimeout is the longest wait for an upstream's response headers and the longest
+	// silence inside its body. Zero means DefaultUpstreamTimeout.
+	UpstreamTimeout time.Duration
+	// Transport carries the upstream requests. Nil means a clone of http.DefaultTransport.
+	Transport http.RoundTripper
+	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
+	AdminToken string
+	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
+	MaxToolRounds int
+	// MaxRequestBytes caps a request body (413 over it). Zero means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// Instructions stand before the block in the system prompt. Empty means
+	// tools.DefaultInstructions.
+	Instructions string
+	// Metrics, when set, are recorded; nil records none and serves no /metrics.
+	Metrics *Metrics
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Server serves wsproxy's routes.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	runner   *Runner
+	client   *http.Client // thread turns' upstream calls
+	reverse  *httputil.ReverseProxy
+	chatURL  string
+	handler  http.Handler
+	maxBytes int64
+}
+
+// NewServer returns a server with its routes.
+func NewServer(opts Options) *Server {
+	if opts.UpstreamTimeout <= 0 {
+		opts.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.Instructions == "" {
+		opts.Instructions = tools.DefaultInstructions
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	base := opts.Transport
+	if base == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 256
+		base = t
+	}
+	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Observe: opts.Metrics.observeUpstream}
+	s := &Server{
+		opts:     opts,
+		log:      opts.Logger,
+		runner:   &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger},
+		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		chatURL:  upstreamURL(opts.UpstreamURL, "/chat/completions", "").String(),
+		maxBytes: opts.MaxRequestBytes,
+	}
+	s.reverse = &httputil.ReverseProxy{
+		Rewrite:       s.rewritePassThrough,
+		Transport:     transport,
+		FlushInterval: -1, // flush every write: server-sent events reach the client as they come
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, r, s.log, classifyTransportError(r.Context(), err))
+		},
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
+	mux.HandleFunc("/v1/", s.passThrough)
+	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
+	s.adminRoutes(mux)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics.Handler())
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ok"}`))
+	})
+	mux.HandleFunc("GET /readyz", s.ready)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no route for " + r.Method + " " + r.URL.Path})
+	})
+	s.handler = opts.Metrics.instrument(mux)
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.opts.Store.Ping(ctx); err != nil {
+		writeJSONBytes(w, http.StatusServiceUnavailable, []byte(`{"status":"postgres unavailable"}`))
+		return
+	}
+	writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
+
+// threadOf returns the thread a request names ("" for none): the X-Thread-Id header or the path.
+func threadOf(r *http.Request) (string, error) {
+	header := r.Header.Get(threadHeader)
+	path := r.PathValue("thread")
+	if header != "" && path != "" && header != path {
+		return "", badRequest("thread_mismatch", threadHeader, "the %s header and the path name different threads", threadHeader)
+	}
+	id := path
+	if id == "" {
+		id = header
+	}
+	if id != "" && !threadIDPattern.MatchString(id) {
+		return "", badRequest("invalid_thread_id", threadHeader, "a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+	}
+	return id, nil
+}
+
+// readBody reads the whole request body, at most MaxRequestBytes of it. The body is read exactly
+// once, before anything is sent upstream (a re-read after the server closed it could cut a
+// streamed response short: golang/go#40747).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: "the request body is over " + strconv.FormatInt(s.maxBytes, 10) + " bytes"}
+	if r.ContentLength > s.maxBytes {
+		return nil, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, badRequest("invalid_body", "", "the request body could not be read")
+	}
+	return body, nil
+}
+
+// passThrough forwards any other /v1 request to the upstream unchanged.
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
+	if _, err := threadOf(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	s.forward(w, r, body)
+}
+
+// forward sends the request with body to the upstream and its response back, both unchanged.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body = http.NoBody
+	}
+	s.reverse.ServeHTTP(w, r)
+}
+
+func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
+	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.Path), pr.In.URL.RawQuery)
+	pr.Out.Host = ""
+	pr.Out.Header.Del(threadHeader)
+	if s.opts.UpstreamAPIKey != "" {
+		pr.Out.Header.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
+	}
+}
+
+// restOfPath is the part of a client path after its /v1 (or /threads/{thread}/v1).
+func restOfPath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/threads/"); ok {
+		if i := strings.Index(rest, "/v1/"); i >= 0 {
+			return rest[i+len("/v1"):]
+		}
+	}
+	return strings.TrimPrefix(path, "/v1")
+}
+
+// chat serves POST /v1/chat/completions and its thread-path form.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	thread, err := threadOf(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if thread == "" {
+		s.forward(w, r, body) // no thread: the proxy is invisible
+		return
+	}
+	req, err := ParseChatRequest(body)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	if req.Legacy {
+		s.forward(w, r, body) // legacy functions: no workspace, no turn
+		return
+	}
+	ws := s.opts.Store.Workspace(thread)
+	turn, err := ws.StartTurn(r.Context())
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	req.InjectWorkspace(s.opts.Instructions + "\n\n" + turn.Block())
+	t := &Turn{
+		Request:   req,
+		Workspace: ws,
+		Number:    turn.Number,
+		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: outboundHeader(r.Header, s.opts.UpstreamAPIKey)},
+	}
+	if req.Stream {
+		s.stream(w, r, t)
+		return
+	}
+	reply, err := s.runner.Run(r.Context(), t)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	h := w.Header()
+	copyHeader(h, responseHeader(reply.Header))
+	h.Set("Content-Type", "application/json")
+	h.Set(threadHeader, thread)
+	h.Set("X-Workspace-Rounds", strconv.Itoa(reply.Rounds))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(reply.Body)
+}
+
+// stream serves a streamed turn. The status and headers go out with the first chunk, so a
+// failure before it gets a plain error response; after it, one error event ends the stream.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn) {
+	rc := http.NewResponseController(w)
+	started := false
+	var buf []byte
+	emit := func(chunk []byte) error {
+		if !started {
+			h := w.Header()
+			h.Set("Content-Type", "text/event-stream")
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
+			h.Set(threadHeader, t.Workspace.ThreadID())
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		buf = appendSSE(buf[:0], chunk)
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	_, err := s.runner.Stream(r.Context(), t, emit)
+	if err == nil {
+		err = writeFlush(w, rc, []byte("data: [DONE]\n\n"))
+		if err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before [DONE]", slog.Any("err", err))
+		}
+		return
+	}
+	if !started {
+		writeError(w, r, s.log, err)
+		return
+	}
+	var se *StreamError
+	var event []byte
+	if errors.As(err, &se) {
+		event = se.Data
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error inside a stream", slog.String("thread", t.Workspace.ThreadID()))
+	} else {
+		e := toError(err)
+		if e.Status == 499 {
+			return
+		}
+		if e.Status >= 500 {
+			s.log.LogAttrs(r.Context(), slog.LevelError, "stream failed", slog.String("thread", t.Workspace.ThreadID()),
+				slog.Int("status", e.Status), slog.Any("err", err))
+		}
+		event = e.body()
+	}
+	_ = writeFlush(w, rc, appendSSE(nil, event))
+}
+
+func writeFlush(w http.ResponseWriter, rc *http.ResponseController, b []byte) error {
+	if _, err := w.Write(b); err != nil {
+		return err
+	}
+	return rc.Flush()
+}

@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// SSE limits: what a reader accepts before it calls the stream broken.
+const (
+	maxSSEEvent      = 8 << 20 // one event's data (a whole tool call may come in one chunk)
+	maxSSEJunkLines  = 300     // lines in a row that carry no data (comments, other fields)
+	sseReaderBufSize = 32 << 10
+)
+
+var errSSETooLarge = errors.New("server-sent event too large")
+
+// SSEReader reads the data of server-sent events, as OpenAI-compatible servers send them: `data:`
+// lines (several in one event are joined by "\n"), events ending at a blank line, comment lines
+// (`: keep-alive`) and other fields skipped.
+type SSEReader struct {
+	r    *bufio.Reader
+	data []byte
+	line []byte
+}
+
+// NewSSEReader reads events from r.
+func NewSSEReader(r io.Reader) *SSEReader {
+	return &SSEReader{r: bufio.NewReaderSize(r, sseReaderBufSize)}
+}
+
+// Next returns the data of the next event; the slice is valid until the next call. It returns
+// io.EOF at the end of the stream (a last event without its blank line still counts).
+func (s *SSEReader) Next() ([]byte, error) {
+	s.data = s.data[:0]
+	hasData := false
+	junk := 0
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			if err == io.EOF && hasData {
+				return s.data, nil
+			}
+			return nil, err
+		}
+		if len(line) == 0 { // end of event
+			if hasData {
+				return s.data, nil
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) != "data" {
+			if junk++; junk > maxSSEJunkLines {
+				return nil, fmt.Errorf("%w: %d lines in a row without data", ErrUpstreamProtocol, junk)
+			}
+			continue
+		}
+		junk = 0
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if hasData {
+			s.data = append(s.data, '\n')
+		}
+		if len(s.data)+len(value) > maxSSEEvent {
+			return nil, fmt.Errorf("%w: %w", ErrUpstreamProtocol, errSSETooLarge)
+		}
+		s.data = append(s.data, value...)
+		hasData = true
+	}
+}
+
+// readLine returns the next line without its end (\n, \r\n or \r\n-less at EOF).
+func (s *SSEReader) readLine() ([]byte, error) {
+	s.line = s.line[:0]
+	for {
+		frag, err := s.r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			if len(s.line)+len(frag) > maxSSEEvent {
+				return nil, fmt.Errorf("%w: %w", ErrUpstreamProtocol, errSSETooLarge)
+			}
+			s.line = append(s.line, frag...)
+			continue
+		}
+		if err != nil && (err != io.EOF || len(frag)+len(s.line) == 0) {
+			return nil, err
+		}
+		var line []byte
+		if len(s.line) > 0 {
+			s.line = append(s.line, frag...)
+			line = s.line
+		} else {
+			line = frag
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		return line, nil
+	}
+}
+
+// appendSSE appends one event carrying data.
+func appendSSE(buf, data []byte) []byte {
+	buf = append(buf, "data: "...)
+	buf = append(buf, data...)
+	return append(buf, "\n\n"...)
+}

@@ -1,0 +1,371 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+)
+
+// EmitFunc sends one chunk (the JSON of a chat.completion.chunk) to the client.
+type EmitFunc func(chunk []byte) error
+
+// StreamError is an error the upstream sent inside its stream (`data: {"error":…}`).
+type StreamError struct {
+	Data []byte // the event's JSON, as sent
+}
+
+func (e *StreamError) Error() string { return "upstream stream error: " + truncate(string(e.Data), 200) }
+
+// Stream runs a streamed turn (SPEC §7). Content is emitted as it arrives, in every round; the
+// workspace tool calls are never emitted, the client's are, re-indexed from 0. The client gets
+// one role delta at the start, one finish_reason at the end, and every chunk carries the first
+// id the upstream gave. It returns the upstream calls made.
+func (r *Runner) Stream(ctx context.Context, t *Turn, emit EmitFunc) (int, error) {
+	s := &streamTurn{emit: emit, includeUsage: t.Request.IncludeUsage}
+	toolRounds := 0
+	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
+	for n := 1; ; n++ {
+		final := toolRounds >= r.maxToolRounds()
+		s.rd = streamRound{byIndex: map[int]*callAcc{}}
+		if err := s.round(ctx, t, !final); err != nil {
+			return n, err
+		}
+		r.Metrics.addTokens(s.rd.usage)
+		s.usage.add(s.rd.usage)
+
+		var mine []toolCall
+		clientCalls := false
+		for _, c := range s.rd.calls {
+			if c.client {
+				clientCalls = true
+			} else {
+				mine = append(mine, toolCall{ID: c.id, Name: c.name, Arguments: c.args.String()})
+			}
+		}
+		if final || len(mine) == 0 {
+			return n, s.finish(clientCalls)
+		}
+		results, err := r.runTools(ctx, t, n, mine)
+		if err != nil {
+			return n, err
+		}
+		if clientCalls {
+			return n, s.finish(true)
+		}
+		if s.rd.truncated && r.Logger != nil {
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "round text over the cap sent back truncated",
+				slog.String("thread", t.Workspace.ThreadID()), slog.Int("cap", maxRoundText))
+		}
+		rd := round{calls: mine, content: json.RawMessage("null")}
+		if s.rd.content.Len() > 0 {
+			rd.content = rawString(s.rd.content.String())
+		}
+		if s.rd.reasoning.Len() > 0 {
+			rd.reasoning = rawString(s.rd.reasoning.String())
+		}
+		t.Request.Append(rd.messages(results)...)
+		toolRounds++
+	}
+}
+
+// streamTurn is what a streamed turn keeps across rounds.
+type streamTurn struct {
+	emit         EmitFunc
+	includeUsage bool
+	id           string // the first id the upstream gave (or one made up)
+	emitted      bool   // the role delta went out
+	usage        usageSum
+	last         object // the last chunk with choices: the template of the finish chunk
+	rd           streamRound
+}
+
+// streamRound is what one round keeps: only what the next round needs.
+type streamRound struct {
+	content, reasoning strings.Builder
+	truncated          bool
+	calls              []*callAcc
+	byIndex            map[int]*callAcc
+	clientCalls        int
+	finish             string
+	finishChunk        object
+	usage              json.RawMessage
+	done               bool // [DONE] seen
+}
+
+// callAcc accumulates one tool call's deltas.
+type callAcc struct {
+	id, typ, name string
+	args          strings.Builder
+	decided       bool // the name is known: client's or the proxy's
+	client        bool
+	clientIndex   int
+}
+
+// round streams one upstream call to its end.
+func (s *streamTurn) round(ctx context.Context, t *Turn, withTools bool) error {
+	resp, err := t.Upstream.ChatCompletion(ctx, t.Request.Body(withTools))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sse := NewSSEReader(resp.Body)
+	for {
+		data, err := sse.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return classifyTransportError(ctx, err)
+		}
+		if string(data) == "[DONE]" {
+			s.rd.done = true
+			break
+		}
+		if err := s.chunk(t.Request, data); err != nil {
+			return err
+		}
+	}
+	if !s.rd.done && s.rd.finish == "" {
+		return fmt.Errorf("%w: %w", ErrUpstreamProtocol, errStreamEnded)
+	}
+	return nil
+}
+
+// chunk handles one upstream chunk: it keeps what the round needs and emits what the client gets.
+func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
+	if !json.Valid(data) {
+		return fmt.Errorf("%w: a chunk is not JSON", ErrUpstreamProtocol)
+	}
+	c, err := parseObject(data)
+	if err != nil {
+		return fmt.Errorf("%w: a chunk is not a JSON object", ErrUpstreamProtocol)
+	}
+	if c.has("error") {
+		return &StreamError{Data: append([]byte(nil), data...)}
+	}
+	if s.id == "" {
+		if id, _ := stringValue(c.get("id")); id != "" {
+			s.id = id
+		}
+	}
+	if c.has("usage") {
+		s.rd.usage = append(s.rd.usage[:0], c.get("usage")...)
+		c.set("usage", json.RawMessage("null"))
+	}
+	var choices []json.RawMessage
+	if v := c.get("choices"); v != nil && string(v) != "null" {
+		if err := json.Unmarshal(v, &choices); err != nil {
+			return fmt.Errorf("%w: choices is not an array", ErrUpstreamProtocol)
+		}
+	}
+	if len(choices) == 0 {
+		return nil // nothing for the client (a usage-only chunk, Azure's prompt filter results)
+	}
+	choice, err := parseObject(choices[0])
+	if err != nil {
+		return fmt.Errorf("%w: a choice is not an object", ErrUpstreamProtocol)
+	}
+	s.last = c.clone()
+	if fr, _ := stringValue(choice.get("finish_reason")); fr != "" {
+		s.rd.finish = fr
+	}
+	delta := object{}
+	if d := choice.get("delta"); d != nil && string(d) != "null" {
+		if delta, err = parseObject(d); err != nil {
+			return fmt.Errorf("%w: a delta is not an object", ErrUpstreamProtocol)
+		}
+	}
+	delta.del("role") // one role delta, added to the first chunk the client gets
+	if v, ok := stringValue(delta.get("content")); ok {
+		s.rd.keep(&s.rd.content, v)
+	}
+	if v, ok := stringValue(delta.get("reasoning_content")); ok {
+		s.rd.keep(&s.rd.reasoning, v)
+	}
+	if tcs := delta.get("tool_calls"); tcs != nil {
+		items, err := s.rd.toolCalls(req, tcs)
+		if err != nil {
+			return err
+		}
+		if len(items) == 0 {
+			delta.del("tool_calls")
+		} else {
+			delta.set("tool_calls", appendArray(nil, items))
+		}
+	}
+	if emptyDelta(delta) && !choice.has("logprobs") {
+		return nil
+	}
+	return s.send(c, choice, delta, json.RawMessage("null"))
+}
+
+// keep appends text to what the round keeps, up to maxRoundText.
+func (rd *streamRound) keep(b *strings.Builder, text string) {
+	if b.Len()+len(text) > maxRoundText {
+		rd.truncated = true
+		return
+	}
+	b.WriteString(text)
+}
+
+// send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and
+// the role delta when it is the first the client gets.
+func (s *streamTurn) send(c, choice, delta object, finishReason json.RawMessage) error {
+	if !s.emitted {
+		d := object{keys: []string{"role"}, vals: []json.RawMessage{rawString("assistant")}}
+		d.keys = append(d.keys, delta.keys...)
+		d.vals = append(d.vals, delta.vals...)
+		delta = d
+		s.emitted = true
+	}
+	if s.id == "" {
+		s.id = "chatcmpl-" + randomHex(12)
+	}
+	choice.set("delta", delta.bytes())
+	choice.set("finish_reason", finishReason)
+	c.set("id", rawString(s.id))
+	c.set("object", rawString("chat.completion.chunk"))
+	c.set("choices", appendArray(nil, []json.RawMessage{choice.bytes()}))
+	return s.emit(c.bytes())
+}
+
+// emptyDelta reports a delta with nothing for the client: no members, or only null and "".
+func emptyDelta(d object) bool {
+	for _, v := range d.vals {
+		if s := string(v); s != "null" && s != `""` {
+			return false
+		}
+	}
+	return true
+}
+
+// toolCalls accumulates a delta's tool-call items and returns those the client gets: its own
+// calls, re-indexed from 0. Items without an index (some servers omit it) continue the last call
+// unless they bring a new id.
+func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("%w: tool_calls is not an array", ErrUpstreamProtocol)
+	}
+	var out []json.RawMessage
+	for _, item := range items {
+		var d struct {
+			Index    *int   `json:"index"`
+			ID       string `json:"id"`
+			Type     string `json:"type"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(item, &d); err != nil {
+			return nil, fmt.Errorf("%w: a tool call delta is not understood", ErrUpstreamProtocol)
+		}
+		idx := len(rd.calls) - 1
+		switch {
+		case d.Index != nil:
+			idx = *d.Index
+		case idx < 0 || (d.ID != "" && d.ID != rd.calls[idx].id):
+			idx = len(rd.calls)
+		}
+		acc := rd.byIndex[idx]
+		if acc == nil {
+			acc = &callAcc{}
+			rd.byIndex[idx] = acc
+			rd.calls = append(rd.calls, acc)
+		}
+		if d.ID != "" {
+			acc.id = d.ID
+		}
+		if d.Type != "" {
+			acc.typ = d.Type
+		}
+		acc.name += d.Function.Name
+		wasDecided := acc.decided
+		if !acc.decided && acc.name != "" {
+			acc.decided = true
+			if req.IsClientTool(acc.name) {
+				acc.client = true
+				acc.clientIndex = rd.clientCalls
+				rd.clientCalls++
+			}
+		}
+		switch {
+		case acc.client && !wasDecided:
+			// The first item the client gets of this call carries all of it so far.
+			acc.args.WriteString(d.Function.Arguments)
+			if acc.id == "" {
+				acc.id = newCallID()
+			}
+			out = append(out, clientCallItem(acc))
+			acc.args.Reset() // the client has it; the proxy does not run client calls
+		case acc.client:
+			o, err := parseObject(item)
+			if err != nil {
+				return nil, fmt.Errorf("%w: a tool call delta is not an object", ErrUpstreamProtocol)
+			}
+			o.set("index", rawInt(acc.clientIndex))
+			out = append(out, o.bytes())
+		default:
+			acc.args.WriteString(d.Function.Arguments)
+		}
+	}
+	return out, nil
+}
+
+func clientCallItem(acc *callAcc) json.RawMessage {
+	fn := object{}
+	fn.set("name", rawString(acc.name))
+	fn.set("arguments", rawString(acc.args.String()))
+	o := object{}
+	o.set("index", json.RawMessage(strconv.Itoa(acc.clientIndex)))
+	o.set("id", rawString(acc.id))
+	typ := acc.typ
+	if typ == "" {
+		typ = "function"
+	}
+	o.set("type", rawString(typ))
+	o.set("function", fn.bytes())
+	return o.bytes()
+}
+
+// finish ends the turn: the finish chunk (finish_reason "tool_calls" when the client has calls
+// to run), then the summed usage when the client asked for it.
+func (s *streamTurn) finish(clientCalls bool) error {
+	reason := s.rd.finish
+	switch {
+	case clientCalls:
+		reason = "tool_calls"
+	case reason == "" || reason == "tool_calls" || reason == "function_call":
+		reason = "stop" // the only calls were the workspace's
+	}
+	c := s.last.clone()
+	if c.keys == nil {
+		c.set("id", rawString(s.id))
+		c.set("object", rawString("chat.completion.chunk"))
+	}
+	choice := object{}
+	if choices := c.get("choices"); choices != nil {
+		var list []json.RawMessage
+		if json.Unmarshal(choices, &list) == nil && len(list) > 0 {
+			choice, _ = parseObject(list[0])
+		}
+	}
+	choice.set("index", json.RawMessage("0"))
+	if choice.get("logprobs") != nil {
+		choice.set("logprobs", json.RawMessage("null")) // they went out with their content
+	}
+	if err := s.send(c, choice, object{}, rawString(reason)); err != nil {
+		return err
+	}
+	if s.includeUsage && !s.usage.empty() {
+		c.set("choices", json.RawMessage("[]"))
+		c.set("usage", s.usage.json())
+		return s.emit(c.bytes())
+	}
+	return nil
+}
