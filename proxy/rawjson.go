@@ -173,6 +173,22 @@ func (o object) clone() object {
 	return object{keys: append([]string(nil), o.keys...), vals: append([]json.RawMessage(nil), o.vals...)}
 }
 
+// own copies the object with its values, so that it outlives the buffer it was parsed from.
+func (o object) own() object {
+	n := 0
+	for _, v := range o.vals {
+		n += len(v)
+	}
+	buf := make([]byte, 0, n)
+	c := object{keys: append([]string(nil), o.keys...), vals: make([]json.RawMessage, len(o.vals))}
+	for i, v := range o.vals {
+		start := len(buf)
+		buf = append(buf, v...)
+		c.vals[i] = buf[start:len(buf):len(buf)]
+	}
+	return c
+}
+
 // appendJSON appends the object's encoding to buf.
 func (o *object) appendJSON(buf []byte) []byte {
 	buf = append(buf, '{')

@@ -149,7 +149,7 @@ func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
 	}
 	if len(toolList) > 0 {
 		f.set("tools", appendArray(nil, toolList))
-	} else if f.get("tools") != nil {
+	} else {
 		// No tools left: tool_choice and parallel_tool_calls would be refused without them.
 		f.del("tools")
 		f.del("tool_choice")

@@ -43,6 +43,9 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, emit EmitFunc) (int, error
 			if c.client {
 				clientCalls = true
 			} else {
+				if c.id == "" {
+					c.id = newCallID() // some servers send none
+				}
 				mine = append(mine, toolCall{ID: c.id, Name: c.name, Arguments: c.args.String()})
 			}
 		}
@@ -79,7 +82,7 @@ type streamTurn struct {
 	id           string // the first id the upstream gave (or one made up)
 	emitted      bool   // the role delta went out
 	usage        usageSum
-	last         object // the last chunk with choices: the template of the finish chunk
+	last         object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
 	rd           streamRound
 }
 
@@ -169,9 +172,13 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: a choice is not an object", ErrUpstreamProtocol)
 	}
-	s.last = c.clone()
-	if fr, _ := stringValue(choice.get("finish_reason")); fr != "" {
+	fr, _ := stringValue(choice.get("finish_reason"))
+	if fr != "" {
 		s.rd.finish = fr
+	}
+	if fr != "" || s.last.keys == nil {
+		// The template of the finish chunk: data is the reader's buffer, so keep a copy.
+		s.last = c.own()
 	}
 	delta := object{}
 	if d := choice.get("delta"); d != nil && string(d) != "null" {

@@ -1,0 +1,177 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	openaigo "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+	goopenai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+const adminToken = "test-admin-token"
+
+// env is a running proxy on a fresh schema in front of a scripted upstream.
+type env struct {
+	t     *testing.T
+	up    *upstreamtest.Server
+	srv   *httptest.Server
+	pool  *pgxpool.Pool
+	store *tools.Store
+	reg   *prometheus.Registry
+}
+
+func setup(t *testing.T, configure ...func(*Options)) *env {
+	t.Helper()
+	pool := dbtest.NewPool(t, nil)
+	return setupWithPool(t, pool, configure...)
+}
+
+func setupWithPool(t *testing.T, pool *pgxpool.Pool, configure ...func(*Options)) *env {
+	t.Helper()
+	up := upstreamtest.New(t)
+	u, err := url.Parse(up.URL)
+	require.NoError(t, err)
+	store := tools.NewStore(pool, tools.Limits{})
+	reg := prometheus.NewRegistry()
+	opts := Options{
+		Store:           store,
+		UpstreamURL:     u,
+		AdminToken:      adminToken,
+		Metrics:         NewMetrics(reg),
+		Instructions:    "INSTR",
+		UpstreamTimeout: 10 * time.Second,
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	srv := httptest.NewServer(NewServer(opts))
+	t.Cleanup(srv.Close)
+	return &env{t: t, up: up, srv: srv, pool: pool, store: store, reg: reg}
+}
+
+// goClient is go-openai pointed at the thread's path form of the base URL ("" for no thread).
+func (e *env) goClient(thread string) *goopenai.Client {
+	cfg := goopenai.DefaultConfig("sk-client")
+	cfg.BaseURL = e.srv.URL + "/v1"
+	if thread != "" {
+		cfg.BaseURL = e.srv.URL + "/threads/" + thread + "/v1"
+	}
+	return goopenai.NewClientWithConfig(cfg)
+}
+
+// officialClient is openai-go naming the thread with the X-Thread-Id header.
+func (e *env) officialClient(thread string) openaigo.Client {
+	return openaigo.NewClient(
+		option.WithBaseURL(e.srv.URL+"/v1/"),
+		option.WithAPIKey("sk-client"),
+		option.WithHeader("X-Thread-Id", thread),
+		option.WithMaxRetries(0),
+	)
+}
+
+// post sends a raw request to the proxy.
+func (e *env) post(path string, header map[string]string, body string) *http.Response {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, strings.NewReader(body))
+	require.NoError(e.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// admin calls the admin REST and decodes the JSON answer into out (when not nil).
+func (e *env) admin(method, path string, body any, wantStatus int, out any) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(e.t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	require.NoError(e.t, err)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Equal(e.t, wantStatus, resp.StatusCode, "%s %s: %s", method, path, b)
+	if out != nil {
+		require.NoError(e.t, json.Unmarshal(b, out), string(b))
+	}
+}
+
+func (e *env) workspace(thread string) tools.Detail {
+	e.t.Helper()
+	d, err := e.store.Workspace(thread).Get(context.Background())
+	require.NoError(e.t, err)
+	return d
+}
+
+// upstreamMessages decodes the messages of the n-th upstream request.
+func (e *env) upstreamRequest(n int) map[string]any {
+	e.t.Helper()
+	reqs := e.up.Requests()
+	require.Greater(e.t, len(reqs), n, "upstream requests")
+	return reqs[n].JSON(e.t)
+}
+
+func toolNames(req map[string]any) []string {
+	var names []string
+	list, _ := req["tools"].([]any)
+	for _, tl := range list {
+		fn, _ := tl.(map[string]any)["function"].(map[string]any)
+		name, _ := fn["name"].(string)
+		names = append(names, name)
+	}
+	return names
+}
+
+func messages(req map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, m := range req["messages"].([]any) {
+		out = append(out, m.(map[string]any))
+	}
+	return out
+}
+
+type call = upstreamtest.Call
+
+var (
+	args = upstreamtest.Args
+	cmpl = upstreamtest.Completion
+)
+
+func reply(body string) upstreamtest.Reply { return upstreamtest.JSON(200, body) }
+
+func pgxpoolNew(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+func decode(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m), string(b))
+	return m
+}
+
+func TestParseChatRequestErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, body, code, param string
+	}{
+		{"NotJSON", `{"messages": [`, "invalid_json", ""},
+		{"NotObject", `[1]`, "invalid_json", ""},
+		{"MessagesMissing", `{"model":"m"}`, "missing_required_parameter", "messages"},
+		{"MessagesNotArray", `{"messages":{"role":"user"}}`, "invalid_type", "messages"},
+		{"MessagesNull", `{"messages":null}`, "invalid_type", "messages"},
+		{"ToolsNotArray", `{"messages":[],"tools":{}}`, "invalid_type", "tools"},
+		{"ReservedFunction", `{"messages":[],"tools":[{"type":"function","function":{"name":"set_objective"}}]}`, "reserved_tool_name", "tools"},
+		{"ReservedCustom", `{"messages":[],"tools":[{"type":"custom","custom":{"name":"list_preferences"}}]}`, "reserved_tool_name", "tools"},
+		{"NAboveOne", `{"messages":[],"n":2}`, "unsupported_parameter", "n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ParseChatRequest([]byte(tt.body))
+			var e *Error
+			require.True(t, errors.As(err, &e), "%v", err)
+			require.Equal(t, 400, e.Status)
+			require.Equal(t, "invalid_request_error", e.Type)
+			require.Equal(t, tt.code, e.Code)
+			require.Equal(t, tt.param, e.Param)
+		})
+	}
+}
+
+func TestParseChatRequestFlags(t *testing.T) {
+	t.Parallel()
+	c, err := ParseChatRequest([]byte(`{"messages":[],"n":1,"stream":true,"stream_options":{"include_usage":true}}`))
+	require.NoError(t, err)
+	require.True(t, c.Stream)
+	require.True(t, c.IncludeUsage)
+	c, err = ParseChatRequest([]byte(`{"messages":[],"functions":[{"name":"f"}]}`))
+	require.NoError(t, err)
+	require.True(t, c.Legacy)
+	c, err = ParseChatRequest([]byte(`{"messages":[],"function_call":"auto"}`))
+	require.NoError(t, err)
+	require.True(t, c.Legacy)
+}
+
+func TestInjectWorkspace(t *testing.T) {
+	t.Parallel()
+	const ws = "INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>"
+	tests := []struct {
+		name     string
+		messages string
+		want     string // the messages after injection
+	}{
+		{
+			name:     "SystemString",
+			messages: `[{"role":"system","content":"Be brief.","name":"sys"},{"role":"user","content":"hi"}]`,
+			want:     `[{"role":"system","content":"Be brief.\n\n` + jsonEsc(ws) + `","name":"sys"},{"role":"user","content":"hi"}]`,
+		},
+		{
+			name:     "Developer",
+			messages: `[{"role":"developer","content":"Rules."},{"role":"user","content":"hi"}]`,
+			want:     `[{"role":"developer","content":"Rules.\n\n` + jsonEsc(ws) + `"},{"role":"user","content":"hi"}]`,
+		},
+		{
+			name:     "PartsArray",
+			messages: `[{"role":"system","content":[{"type":"text","text":"A"}]},{"role":"user","content":"hi"}]`,
+			want:     `[{"role":"system","content":[{"type":"text","text":"A"},{"type":"text","text":"` + jsonEsc(ws) + `"}]},{"role":"user","content":"hi"}]`,
+		},
+		{
+			name:     "NoSystem",
+			messages: `[{"role":"user","content":"hi"}]`,
+			want:     `[{"role":"system","content":"` + jsonEsc(ws) + `"},{"role":"user","content":"hi"}]`,
+		},
+		{
+			name:     "SystemNotFirst",
+			messages: `[{"role":"user","content":"hi"},{"role":"system","content":"late"}]`,
+			want:     `[{"role":"system","content":"` + jsonEsc(ws) + `"},{"role":"user","content":"hi"},{"role":"system","content":"late"}]`,
+		},
+		{
+			name:     "Empty",
+			messages: `[]`,
+			want:     `[{"role":"system","content":"` + jsonEsc(ws) + `"}]`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := ParseChatRequest([]byte(`{"model":"m","messages":` + tt.messages + `}`))
+			require.NoError(t, err)
+			c.InjectWorkspace(ws)
+			got := decode(t, c.Body(false))["messages"]
+			var want any
+			require.NoError(t, json.Unmarshal([]byte(tt.want), &want))
+			require.Equal(t, want, got)
+		})
+	}
+}
+
+func jsonEsc(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
+}
+
+// TestBodyKeepsEveryOtherField: fields the proxy does not own reach the upstream with equal JSON
+// values, in their order, whatever they hold.
+func TestBodyKeepsEveryOtherField(t *testing.T) {
+	t.Parallel()
+	in := `{"model":"qwen","top_k":40,"chat_template_kwargs":{"enable_thinking":false},` +
+		`"extra_body":{"guided_json":{"type":"object"}},"made_up":{"a":[1,2.50,{"b":null}],"c":"\u00e9\u003c"},` +
+		`"temperature":0.2,"messages":[{"role":"user","content":"hi"}],` +
+		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}],` +
+		`"tool_choice":"auto","parallel_tool_calls":true,"response_format":{"type":"text"},"seed":7}`
+	c, err := ParseChatRequest([]byte(in))
+	require.NoError(t, err)
+	c.InjectWorkspace("W")
+	out, err := parseObject(c.Body(true))
+	require.NoError(t, err)
+	orig, err := parseObject([]byte(in))
+	require.NoError(t, err)
+	require.Equal(t, orig.keys, out.keys, "same fields, same order")
+	for i, k := range orig.keys {
+		switch k {
+		case "messages", "tools":
+			continue
+		}
+		require.Equal(t, string(orig.vals[i]), string(out.get(k)), "field %s", k)
+	}
+	// Tools: the client's first, then the proxy's five.
+	var toolList []struct {
+		Function struct{ Name string } `json:"function"`
+	}
+	require.NoError(t, json.Unmarshal(out.get("tools"), &toolList))
+	var names []string
+	for _, tl := range toolList {
+		names = append(names, tl.Function.Name)
+	}
+	require.Equal(t, append([]string{"get_weather"}, tools.Names...), names)
+	require.True(t, c.IsClientTool("get_weather"))
+	require.False(t, c.IsClientTool("set_objective"))
+
+	// Without the proxy's tools the client's stay, and so does tool_choice.
+	out, err = parseObject(c.Body(false))
+	require.NoError(t, err)
+	require.JSONEq(t, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`, string(out.get("tools")))
+	require.Equal(t, `"auto"`, string(out.get("tool_choice")))
+}
+
+func TestBodyWithoutAnyTools(t *testing.T) {
+	t.Parallel()
+	c, err := ParseChatRequest([]byte(`{"messages":[],"tools":[],"tool_choice":"auto","parallel_tool_calls":false}`))
+	require.NoError(t, err)
+	m := decode(t, c.Body(true))
+	require.Len(t, m["tools"], 5)
+	require.Equal(t, "auto", m["tool_choice"])
+	m = decode(t, c.Body(false))
+	require.NotContains(t, m, "tools")
+	require.NotContains(t, m, "tool_choice")
+	require.NotContains(t, m, "parallel_tool_calls")
+
+	c, err = ParseChatRequest([]byte(`{"messages":[]}`))
+	require.NoError(t, err)
+	require.NotContains(t, decode(t, c.Body(false)), "tools")
+}
+
+func TestParseObject(t *testing.T) {
+	t.Parallel()
+	o, err := parseObject([]byte(` { "a" : 1 , "b\"c":"x}y", "d":[{"e":"]"}], "e":true,"f":null,"a":2 } `))
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", `b"c`, "d", "e", "f"}, o.keys)
+	require.Equal(t, "2", string(o.get("a")), "a repeated key: the last value wins")
+	require.Equal(t, `"x}y"`, string(o.get(`b"c`)))
+	require.Equal(t, `[{"e":"]"}]`, string(o.get("d")))
+	require.False(t, o.has("f"))
+	require.True(t, json.Valid(o.bytes()))
+	for _, bad := range []string{``, `[]`, `"s"`, `{"a"}`, `{"a":1,}`, `{"a":1`} {
+		_, err := parseObject([]byte(bad))
+		require.Error(t, err, bad)
+	}
+}

@@ -1,0 +1,264 @@
+// Package upstreamtest is a scripted OpenAI-compatible upstream for tests: a real HTTP server
+// that answers each chat request with the next scripted reply (a JSON body, a stream of
+// server-sent events, or any handler) and records what it received.
+package upstreamtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Request is one request the upstream received.
+type Request struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a generic map.
+func (r Request) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("upstream request body is not JSON: %v\n%s", err, r.Body)
+	}
+	return m
+}
+
+// Reply answers one request.
+type Reply func(w http.ResponseWriter, r *http.Request)
+
+// Server is the scripted upstream. Its URL ends in /v1, like an OpenAI base URL.
+type Server struct {
+	*httptest.Server
+	URL string // base URL, …/v1
+
+	mu       sync.Mutex
+	t        testing.TB
+	replies  []Reply
+	requests []Request
+	// Fallback answers requests when the script is empty; nil fails the test.
+	Fallback Reply
+}
+
+// New starts a scripted upstream, closed when the test ends.
+func New(t testing.TB, replies ...Reply) *Server {
+	s := &Server{t: t, replies: replies}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.Server.URL + "/v1"
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Script appends replies.
+func (s *Server) Script(replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies = append(s.replies, replies...)
+}
+
+// Requests returns what the upstream received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Remaining is how many scripted replies are unused.
+func (s *Server) Remaining() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.replies)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body})
+	var reply Reply
+	if len(s.replies) > 0 {
+		reply, s.replies = s.replies[0], s.replies[1:]
+	} else {
+		reply = s.Fallback
+	}
+	s.mu.Unlock()
+	if reply == nil {
+		s.t.Errorf("upstreamtest: unscripted request %s %s", r.Method, r.URL.Path)
+		http.Error(w, `{"error":{"message":"unscripted"}}`, http.StatusInternalServerError)
+		return
+	}
+	reply(w, r)
+}
+
+// JSON replies with status and body.
+func JSON(status int, body string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// Stream replies with server-sent events, one per data string, each flushed, then [DONE].
+func Stream(data ...string) Reply { return StreamRaw(events(data, true)) }
+
+// StreamNoDone is Stream without the final [DONE].
+func StreamNoDone(data ...string) Reply { return StreamRaw(events(data, false)) }
+
+func events(data []string, done bool) []string {
+	out := make([]string, 0, len(data)+1)
+	for _, d := range data {
+		out = append(out, "data: "+d+"\n\n")
+	}
+	if done {
+		out = append(out, "data: [DONE]\n\n")
+	}
+	return out
+}
+
+// StreamRaw replies with the given raw pieces of an event stream, each written and flushed.
+func StreamRaw(pieces []string) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		for _, p := range pieces {
+			if _, err := io.WriteString(w, p); err != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+	}
+}
+
+// Hang waits until the client goes away (or a minute), answering nothing; it reports the
+// cancellation on gone when gone is not nil.
+func Hang(gone chan<- struct{}) Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			if gone != nil {
+				close(gone)
+			}
+		case <-time.After(time.Minute):
+		}
+	}
+}
+
+// Call is a tool call in a scripted reply.
+type Call struct {
+	ID, Name, Arguments string
+}
+
+// Completion is a non-streamed chat completion with content and/or tool calls, in OpenAI's
+// shape, with usage.
+func Completion(content string, calls ...Call) string {
+	msg := map[string]any{"role": "assistant", "content": content, "refusal": nil, "annotations": []any{}}
+	finish := "stop"
+	if content == "" && len(calls) > 0 {
+		msg["content"] = nil
+	}
+	if len(calls) > 0 {
+		var tcs []any
+		for _, c := range calls {
+			tcs = append(tcs, map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}})
+		}
+		msg["tool_calls"] = tcs
+		finish = "tool_calls"
+	}
+	b, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-test", "object": "chat.completion", "created": 1700000000, "model": "gpt-test",
+		"system_fingerprint": "fp_test", "service_tier": "default",
+		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "prompt_tokens_details": map[string]any{"cached_tokens": 2}},
+	})
+	return string(b)
+}
+
+// Chunk is one chat.completion.chunk in OpenAI's shape with the given delta (JSON) and finish
+// reason ("" for null).
+func Chunk(id, delta, finish string) string {
+	f := "null"
+	if finish != "" {
+		f = `"` + finish + `"`
+	}
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion.chunk","created":1700000000,"model":"gpt-test","system_fingerprint":"fp_test","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}`, id, delta, f)
+}
+
+// UsageChunk is OpenAI's final usage chunk (empty choices).
+func UsageChunk(id string, prompt, completion int) string {
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion.chunk","created":1700000000,"model":"gpt-test","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+		id, prompt, completion, prompt+completion)
+}
+
+// ContentChunks is an OpenAI-style streamed answer: a role chunk, one chunk per piece of text, a
+// finish chunk.
+func ContentChunks(id string, pieces ...string) []string {
+	out := []string{Chunk(id, `{"role":"assistant","content":"","refusal":null}`, "")}
+	for _, p := range pieces {
+		b, _ := json.Marshal(p)
+		out = append(out, Chunk(id, `{"content":`+string(b)+`}`, ""))
+	}
+	return append(out, Chunk(id, `{}`, "stop"))
+}
+
+// ToolCallChunks streams tool calls the way OpenAI does: per call, a first delta with index, id,
+// type and name, then the arguments split into pieces of at most split bytes; then the
+// tool_calls finish chunk.
+func ToolCallChunks(id string, split int, calls ...Call) []string {
+	out := []string{Chunk(id, `{"role":"assistant","content":null}`, "")}
+	for i, c := range calls {
+		out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.ID, c.Name), ""))
+		for a := c.Arguments; a != ""; {
+			n := min(split, len(a))
+			b, _ := json.Marshal(a[:n])
+			out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, b), ""))
+			a = a[n:]
+		}
+	}
+	return append(out, Chunk(id, `{}`, "tool_calls"))
+}
+
+// Args encodes tool arguments.
+func Args(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Join joins chunk lists.
+func Join(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// LastUserMessage is the content of the last user message of a chat request body.
+func LastUserMessage(body []byte) string {
+	var req struct {
+		Messages []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			var s string
+			if json.Unmarshal(req.Messages[i].Content, &s) == nil {
+				return s
+			}
+			return strings.TrimSpace(string(req.Messages[i].Content))
+		}
+	}
+	return ""
+}
