@@ -18,7 +18,9 @@ type StreamError struct {
 	Data []byte // the event's JSON, as sent
 }
 
-func (e *StreamError) Error() string { return "upstream stream error: " + truncate(string(e.Data), 200) }
+func (e *StreamError) Error() string {
+	return "upstream stream error: " + truncate(string(e.Data), 200)
+}
 
 // Stream runs a streamed turn (SPEC §7). Content is emitted as it arrives, in every round; the
 // workspace tool calls are never emitted, the client's are, re-indexed from 0. The client gets
