@@ -19,29 +19,42 @@ const (
 	maxPageSize     = 500
 )
 
-// adminRoutes registers the admin REST (SPEC §8): the user path, which ignores locks.
+// adminRoute is one route of the admin REST.
+type adminRoute struct {
+	method, path string
+	handle       func(s *Server, w http.ResponseWriter, r *http.Request) error
+}
+
+// adminRouteTable is the admin REST (SPEC §8): the user path, which ignores locks. The OpenAPI
+// document describes exactly these routes (a test checks it).
+var adminRouteTable = []adminRoute{
+	{"GET", "/admin/v1/threads", (*Server).adminListThreads},
+	{"GET", "/admin/v1/threads/{thread}", (*Server).adminGetThread},
+	{"DELETE", "/admin/v1/threads/{thread}", (*Server).adminDeleteThread},
+	{"PUT", "/admin/v1/threads/{thread}/objective", (*Server).adminSetObjective},
+	{"POST", "/admin/v1/threads/{thread}/preferences", (*Server).adminAddPreference},
+	{"PATCH", "/admin/v1/threads/{thread}/preferences/{id}", (*Server).adminUpdatePreference},
+	{"DELETE", "/admin/v1/threads/{thread}/preferences/{id}", (*Server).adminDeletePreference},
+	{"GET", "/admin/v1/threads/{thread}/snapshots", (*Server).adminSnapshots},
+	{"GET", "/admin/v1/threads/{thread}/tool-calls", (*Server).adminToolCalls},
+	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
+		writeJSONBytes(w, http.StatusOK, openAPIDocument)
+		return nil
+	}},
+}
+
 func (s *Server) adminRoutes(mux *http.ServeMux) {
-	handle := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
+	handle := func(pattern string, h func(s *Server, w http.ResponseWriter, r *http.Request) error) {
 		mux.Handle(pattern, s.adminAuth(func(w http.ResponseWriter, r *http.Request) {
-			if err := h(w, r); err != nil {
+			if err := h(s, w, r); err != nil {
 				writeError(w, r, s.log, err)
 			}
 		}))
 	}
-	handle("GET /admin/v1/threads", s.adminListThreads)
-	handle("GET /admin/v1/threads/{thread}", s.adminGetThread)
-	handle("DELETE /admin/v1/threads/{thread}", s.adminDeleteThread)
-	handle("PUT /admin/v1/threads/{thread}/objective", s.adminSetObjective)
-	handle("POST /admin/v1/threads/{thread}/preferences", s.adminAddPreference)
-	handle("PATCH /admin/v1/threads/{thread}/preferences/{id}", s.adminUpdatePreference)
-	handle("DELETE /admin/v1/threads/{thread}/preferences/{id}", s.adminDeletePreference)
-	handle("GET /admin/v1/threads/{thread}/snapshots", s.adminSnapshots)
-	handle("GET /admin/v1/threads/{thread}/tool-calls", s.adminToolCalls)
-	handle("GET /admin/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) error {
-		writeJSONBytes(w, http.StatusOK, openAPIDocument)
-		return nil
-	})
-	handle("/admin/", func(w http.ResponseWriter, r *http.Request) error {
+	for _, rt := range adminRouteTable {
+		handle(rt.method+" "+rt.path, rt.handle)
+	}
+	handle("/admin/", func(_ *Server, w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no admin route for " + r.Method + " " + r.URL.Path}
 	})

@@ -34,7 +34,10 @@ type env struct {
 	pool  *pgxpool.Pool
 	store *tools.Store
 	reg   *prometheus.Registry
+	o     Options
 }
+
+func (e *env) opts() Options { return e.o }
 
 func setup(t *testing.T, configure ...func(*Options)) *env {
 	t.Helper()
@@ -62,7 +65,7 @@ func setupWithPool(t *testing.T, pool *pgxpool.Pool, configure ...func(*Options)
 	}
 	srv := httptest.NewServer(NewServer(opts))
 	t.Cleanup(srv.Close)
-	return &env{t: t, up: up, srv: srv, pool: pool, store: store, reg: reg}
+	return &env{t: t, up: up, srv: srv, pool: pool, store: store, reg: reg, o: opts}
 }
 
 // goClient is go-openai pointed at the thread's path form of the base URL ("" for no thread).

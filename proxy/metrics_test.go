@@ -1,0 +1,69 @@
+package proxy
+
+import (
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func scrape(t *testing.T, e *env) string {
+	t.Helper()
+	resp, err := http.Get(e.srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	return readBody(t, resp)
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var p = map[string]any{"title": "Locked one"}
+	e.admin("POST", "/admin/v1/threads/secret-thread-id/preferences", map[string]any{"title": "Locked one", "locked": true}, 201, &p)
+	e.up.Script(
+		reply(cmpl("", call{ID: "a", Name: "remove_preferences", Arguments: `{"indices":[1]}`},
+			call{ID: "b", Name: "add_preferences", Arguments: `{"items":[]}`},
+			call{ID: "c", Name: "invented", Arguments: `{}`})),
+		reply(cmpl("done")),
+		reply(cmpl("plain")),
+	)
+	e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "secret-thread-id"}, `{"messages":[]}`)
+	e.post("/threads/secret-thread-id/v1/chat/completions", nil, `{"messages":[]}`)
+
+	m := e.opts().Metrics
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("remove_preferences", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.lockedSkips.WithLabelValues("remove_preferences")))
+	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
+	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion")))
+	require.Equal(t, 3.0, testutil.ToFloat64(m.upstreamRequests.WithLabelValues("200")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /v1/chat/completions", "200")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /threads/{thread}/v1/chat/completions", "200")))
+
+	text := scrape(t, e)
+	for _, name := range []string{
+		"wsproxy_http_requests_total", "wsproxy_http_request_duration_seconds", "wsproxy_upstream_requests_total",
+		"wsproxy_upstream_request_duration_seconds", "wsproxy_tool_calls_total", "wsproxy_locked_skips_total",
+		"wsproxy_tool_rounds", "wsproxy_tokens_total", "wsproxy_inflight_requests", "go_goroutines", "process_cpu_seconds_total",
+	} {
+		require.Contains(t, text, "# TYPE "+name+" ", name)
+	}
+	// Two turns: one with a tool round, one answered at once.
+	require.Contains(t, text, `wsproxy_tool_rounds_bucket{le="0"} 1`)
+	require.Contains(t, text, `wsproxy_tool_rounds_bucket{le="1"} 2`)
+	require.NotContains(t, text, "secret-thread-id", "a thread id never becomes a label value")
+
+	if _, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command("promtool", "check", "metrics")
+		cmd.Stdin = strings.NewReader(text)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "promtool: %s", out)
+	} else {
+		t.Log("promtool not installed; the metrics text was not linted")
+	}
+}
