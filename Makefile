@@ -23,3 +23,8 @@ check-generated:
 
 build:
 	$(GO) build -o bin/wsproxy ./cmd/proxy
+
+## run: start wsproxy (a local Postgres under ./.data unless DATABASE_URL is set; the demo
+## model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
+run:
+	scripts/run.sh

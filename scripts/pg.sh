@@ -39,9 +39,9 @@ as() {
   if command -v runuser >/dev/null 2>&1; then runuser -u "$u" -- "$@"; else su -s /bin/sh "$u" -c "$(printf '%q ' "$@")"; fi
 }
 
-# init_and_start DATADIR SOCKDIR: create the cluster when missing and start it.
+# init_and_start DATADIR SOCKDIR [SERVER OPTIONS]: create the cluster when missing and start it.
 init_and_start() {
-  local data=$1 sock=$2 bin u
+  local data=$1 sock=$2 extra=${3:-} bin u
   bin=$(bindir); u=$(owner)
   mkdir -p "$data" "$sock"
   [ "$(id -u)" = 0 ] && chown "$u" "$data" "$sock"
@@ -53,7 +53,7 @@ init_and_start() {
   fi
   if ! as "$u" "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     as "$u" "$bin/pg_ctl" -D "$data" -w -t 60 -l "$data/server.log" \
-      -o "-k $sock -c listen_addresses= -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+      -o "-k $sock -c listen_addresses= -c max_connections=200 $extra" \
       start >/dev/null || { cat "$data/server.log" >&2; die "postgres did not start"; }
   fi
 }
@@ -83,7 +83,8 @@ case "$cmd" in
     tmp=$(mktemp -d /tmp/wsproxy-test.XXXXXX)
     chmod 755 "$tmp"
     trap 'stop_cluster "$tmp/data"; rm -rf "$tmp"' EXIT
-    init_and_start "$tmp/data" "$tmp/run"
+    # A throwaway cluster need not survive a crash: skip the disk flushes.
+    init_and_start "$tmp/data" "$tmp/run" "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     echo "pg.sh: throwaway PostgreSQL cluster in $tmp" >&2
     TEST_DATABASE_URL=$(url "$tmp/run") "$@"
     ;;

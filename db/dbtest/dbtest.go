@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -80,6 +81,21 @@ func Schema(t testing.TB) (string, *pgxpool.Config) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	return schema, cfg
+}
+
+// SchemaURL creates an empty schema like Schema and returns a database URL whose connections
+// use it, for code that takes a URL (the program's DATABASE_URL).
+func SchemaURL(t testing.TB) string {
+	t.Helper()
+	schema, _ := Schema(t)
+	u, err := url.Parse(URL(t))
+	if err != nil {
+		t.Fatalf("parse test database URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // NewPool returns a pool on a fresh, migrated schema of the test database. The pool is closed

@@ -129,15 +129,23 @@ func StreamRaw(pieces []string) Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		for _, p := range pieces {
-			if _, err := io.WriteString(w, p); err != nil {
-				return
-			}
-			_ = rc.Flush()
-		}
+		WriteRaw(w, pieces...)
 	}
 }
+
+// WriteRaw writes and flushes pieces of an event stream whose header is already sent.
+func WriteRaw(w http.ResponseWriter, pieces ...string) {
+	rc := http.NewResponseController(w)
+	for _, p := range pieces {
+		if _, err := io.WriteString(w, p); err != nil {
+			return
+		}
+		_ = rc.Flush()
+	}
+}
+
+// Events renders data strings as server-sent events.
+func Events(data ...string) []string { return events(data, false) }
 
 // Hang waits until the client goes away (or a minute), answering nothing; it reports the
 // cancellation on gone when gone is not nil.

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wsproxy/wsproxy/proxy"
+)
+
+// Config is wsproxy's configuration: each field an environment variable and a flag; a flag
+// wins over its variable.
+type Config struct {
+	DatabaseURL     string
+	UpstreamBaseURL string // "demo" starts the built-in demo model
+	UpstreamAPIKey  string
+	ListenAddr      string
+	AdminToken      string
+	MaxToolRounds   int
+	MaxRequestBytes int64
+	UpstreamTimeout time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+}
+
+// DefaultConfig is the configuration with nothing set.
+func DefaultConfig() Config {
+	return Config{
+		UpstreamBaseURL: "https://api.openai.com/v1",
+		ListenAddr:      ":8080",
+		MaxToolRounds:   proxy.DefaultMaxToolRounds,
+		MaxRequestBytes: proxy.DefaultMaxRequestBytes,
+		UpstreamTimeout: proxy.DefaultUpstreamTimeout,
+		ShutdownTimeout: 30 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// setting binds one field to its variable and flag.
+type setting struct {
+	env, flag, usage string
+	value            flag.Value
+}
+
+func (c *Config) settings() []setting {
+	return []setting{
+		{"DATABASE_URL", "database-url", "Postgres URL (required)", (*stringValue)(&c.DatabaseURL)},
+		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
+		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
+		{"LISTEN_ADDR", "listen-addr", "address to serve on", (*stringValue)(&c.ListenAddr)},
+		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
+		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
+		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it)", (*int64Value)(&c.MaxRequestBytes)},
+		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
+		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
+		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
+		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},
+	}
+}
+
+// Load reads the environment (through getenv), then the flags in args.
+func (c *Config) Load(args []string, getenv func(string) string, output io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(output)
+	for _, s := range c.settings() {
+		if v := getenv(s.env); v != "" {
+			if err := s.value.Set(v); err != nil {
+				return fmt.Errorf("%s: %w", s.env, err)
+			}
+		}
+		fs.Var(s.value, s.flag, s.usage+" ($"+s.env+")")
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: proxy [flags]\n       proxy version\n\nEvery flag is also an environment variable.\n\n")
+		fs.PrintDefaults()
+	}
+	return fs.Parse(args)
+}
+
+// Validate checks the configuration, naming the first bad field.
+func (c Config) Validate() error {
+	if c.DatabaseURL == "" {
+		return errors.New("DATABASE_URL is required (a Postgres URL, e.g. postgres://user@localhost/wsproxy)")
+	}
+	if c.UpstreamBaseURL != "demo" {
+		u, err := url.Parse(c.UpstreamBaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
+		}
+	}
+	if c.ListenAddr == "" {
+		return errors.New("LISTEN_ADDR must not be empty")
+	}
+	if c.MaxToolRounds < 1 || c.MaxToolRounds > 100 {
+		return fmt.Errorf("MAX_TOOL_ROUNDS: %d is out of range 1-100", c.MaxToolRounds)
+	}
+	if c.MaxRequestBytes < 1024 {
+		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)
+	}
+	if c.UpstreamTimeout <= 0 {
+		return fmt.Errorf("UPSTREAM_TIMEOUT: %s must be positive", c.UpstreamTimeout)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if f := strings.ToLower(c.LogFormat); f != "text" && f != "json" {
+		return fmt.Errorf("LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("LOG_LEVEL: %q is not debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// logger builds the configured logger on w.
+func (c Config) logger(w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.ToLower(c.LogFormat) == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+type stringValue string
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+
+// secretValue is a string flag whose value never shows in the usage text.
+type secretValue string
+
+func (v *secretValue) String() string     { return "" }
+func (v *secretValue) Set(s string) error { *v = secretValue(s); return nil }
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+
+type int64Value int64
+
+func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
+func (v *int64Value) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	*v = int64Value(n)
+	return nil
+}
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a Go duration (like 3s or 10m)", s)
+	}
+	*v = durationValue(d)
+	return nil
+}
+

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goopenai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+	)
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// MustRunMain starts the whole program on :0 against a fresh schema of the test database.
+func MustRunMain(t *testing.T, configure func(*Config)) (*Main, *syncBuffer) {
+	t.Helper()
+	m := NewMain()
+	m.Config.DatabaseURL = dbtest.SchemaURL(t)
+	m.Config.ListenAddr = "127.0.0.1:0"
+	m.Config.UpstreamBaseURL = "demo"
+	m.Config.LogLevel = "debug"
+	logs := &syncBuffer{}
+	m.LogOutput = logs
+	if configure != nil {
+		configure(&m.Config)
+	}
+	require.NoError(t, m.Run(context.Background()))
+	t.Cleanup(func() { _ = m.Close() })
+	return m, logs
+}
+
+func chat(t *testing.T, client *goopenai.Client, text string) goopenai.ChatCompletionResponse {
+	t.Helper()
+	resp, err := client.CreateChatCompletion(context.Background(), goopenai.ChatCompletionRequest{
+		Model: demo.ModelName, Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: text}},
+	})
+	require.NoError(t, err)
+	return resp
+}
+
+func adminCall(t *testing.T, m *Main, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, m.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+m.AdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(b, out), string(b))
+	}
+	return resp.StatusCode
+}
+
+type workspace struct {
+	Objective *struct {
+		Text      string `json:"text"`
+		UpdatedBy string `json:"updated_by"`
+	} `json:"objective"`
+	Preferences []struct {
+		ID     int64  `json:"id"`
+		Index  int    `json:"index"`
+		Title  string `json:"title"`
+		Kind   string `json:"kind"`
+		Locked bool   `json:"locked"`
+	} `json:"preferences"`
+	Block string `json:"block"`
+}
+
+// TestDemoEndToEnd runs the program against the demo model: two turns fill the workspace, the
+// user locks an item through the admin REST, and a third turn cannot remove it.
+func TestDemoEndToEnd(t *testing.T) {
+	t.Parallel()
+	m, logs := MustRunMain(t, nil)
+	require.Contains(t, logs.String(), "generated one for this run")
+	require.Contains(t, logs.String(), m.AdminToken, "the generated token is logged")
+	require.Contains(t, logs.String(), "demo model")
+
+	cfg := goopenai.DefaultConfig("any")
+	cfg.BaseURL = m.URL + "/threads/essay/v1"
+	client := goopenai.NewClientWithConfig(cfg)
+
+	r1 := chat(t, client, "My goal is to write a literature review on soil carbon. It must be formal.")
+	require.True(t, strings.HasPrefix(r1.Choices[0].Message.Content, demo.Prefix), r1.Choices[0].Message.Content)
+	require.Contains(t, r1.Choices[0].Message.Content, "objective set: Write a literature review on soil carbon")
+	require.Contains(t, r1.Choices[0].Message.Content, "recorded 1 preference")
+	require.Equal(t, "2", r1.Header().Get("X-Workspace-Rounds"))
+
+	r2 := chat(t, client, "I prefer short paragraphs. I prefer short paragraphs!")
+	require.Contains(t, r2.Choices[0].Message.Content, `recorded 1 preference; already recorded: #2 "Short paragraphs"`)
+
+	var ws workspace
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/essay", "", &ws))
+	require.Equal(t, "Write a literature review on soil carbon", ws.Objective.Text)
+	require.Equal(t, "agent", ws.Objective.UpdatedBy)
+	require.Len(t, ws.Preferences, 2)
+	require.Equal(t, "hard", ws.Preferences[0].Kind)
+
+	// The user locks "Short paragraphs".
+	id := ws.Preferences[1].ID
+	require.Equal(t, 200, adminCall(t, m, "PATCH", "/admin/v1/threads/essay/preferences/"+itoa(id), `{"locked":true}`, nil))
+
+	// Turn 3 (streamed): the block shows the lock, and the model's remove is refused.
+	stream, err := client.CreateChatCompletionStream(context.Background(), goopenai.ChatCompletionRequest{
+		Model: demo.ModelName, Stream: true, Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: "Forget the paragraphs one."}},
+	})
+	require.NoError(t, err)
+	var content strings.Builder
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		content.WriteString(chunk.Choices[0].Delta.Content)
+	}
+	stream.Close()
+	require.Contains(t, content.String(), `locked, ask the user to unlock first: #2 "Short paragraphs"`)
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/essay", "", &ws))
+	require.Len(t, ws.Preferences, 2)
+	require.True(t, ws.Preferences[1].Locked)
+	require.Contains(t, ws.Block, "#2 [soft] Short paragraphs (locked)")
+
+	var snaps struct {
+		Data []struct {
+			Turn        int   `json:"turn"`
+			Preferences []any `json:"preferences"`
+		} `json:"data"`
+	}
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/essay/snapshots", "", &snaps))
+	require.Len(t, snaps.Data, 3)
+	require.Empty(t, snaps.Data[0].Preferences)
+	require.Len(t, snaps.Data[2].Preferences, 2)
+
+	// Metrics, linted by promtool when it is installed.
+	resp, err := http.Get(m.URL + "/metrics")
+	require.NoError(t, err)
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(text), `wsproxy_locked_skips_total{tool="remove_preferences"} 1`)
+	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective"} 1`)
+	if _, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command("promtool", "check", "metrics")
+		cmd.Stdin = bytes.NewReader(text)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "promtool: %s", out)
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get(m.URL + p)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, p)
+	}
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestShutdownFinishesStreams: Close lets a stream in flight finish, then stops.
+func TestShutdownFinishesStreams(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	up := upstreamtest.New(t, func(w http.ResponseWriter, r *http.Request) {
+		chunks := upstreamtest.ContentChunks("chatcmpl-s", "first ", "second")
+		upstreamtest.StreamRaw([]string{"data: " + chunks[0] + "\n\ndata: " + chunks[1] + "\n\n"})(w, r)
+		<-release
+		upstreamtest.WriteRaw(w, upstreamtest.Events(chunks[2:]...)...)
+		upstreamtest.WriteRaw(w, "data: [DONE]\n\n")
+	})
+	m, _ := MustRunMain(t, func(c *Config) { c.UpstreamBaseURL = up.URL; c.AdminToken = "tok"; c.ShutdownTimeout = 20 * time.Second })
+	req, err := http.NewRequest("POST", m.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	require.NoError(t, err)
+	req.Header.Set("X-Thread-Id", "s")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, "first")
+
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned with a stream in flight: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	require.Contains(t, string(rest), "second")
+	require.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"))
+	require.NoError(t, <-closed)
+	_, err = http.Get(m.URL + "/healthz")
+	require.Error(t, err, "no longer serving")
+}
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1"}
+	c := DefaultConfig()
+	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
+	require.NoError(t, c.Validate())
+	require.Equal(t, 3, c.MaxToolRounds)
+	require.Equal(t, 3*time.Second, c.UpstreamTimeout)
+	require.Equal(t, ":2", c.ListenAddr, "a flag wins over its variable")
+	require.Equal(t, "https://api.openai.com/v1", c.UpstreamBaseURL)
+
+	bad := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "DATABASE_URL"},
+		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_BASE_URL": "ftp://x"}, "UPSTREAM_BASE_URL"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "0"}, "MAX_TOOL_ROUNDS"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "many"}, "MAX_TOOL_ROUNDS"},
+		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_TIMEOUT": "10"}, "UPSTREAM_TIMEOUT"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_REQUEST_BYTES": "10"}, "MAX_REQUEST_BYTES"},
+		{map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
+		{map[string]string{"DATABASE_URL": "x", "LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+	}
+	for _, b := range bad {
+		c := DefaultConfig()
+		err := c.Load(nil, func(k string) string { return b.env[k] }, io.Discard)
+		if err == nil {
+			err = c.Validate()
+		}
+		require.ErrorContains(t, err, b.want)
+	}
+
+	// Secrets never show in the usage text.
+	var usage bytes.Buffer
+	c = DefaultConfig()
+	_ = c.Load([]string{"-h"}, func(k string) string { return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret"}[k] }, &usage)
+	require.NotContains(t, usage.String(), "secret")
+	require.Contains(t, usage.String(), "UPSTREAM_API_KEY")
+}
+
+func TestRunRefusesAnUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	m := NewMain()
+	m.Config.DatabaseURL = "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"
+	m.Config.ListenAddr = "127.0.0.1:0"
+	m.LogOutput = io.Discard
+	err := m.Run(context.Background())
+	require.ErrorContains(t, err, "migrate database")
+}

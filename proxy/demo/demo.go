@@ -1,0 +1,320 @@
+// Package demo is a small deterministic model that speaks the OpenAI chat completions wire
+// format, streamed and not, so wsproxy can be tried without an API key
+// (UPSTREAM_BASE_URL=demo). It turns plain sentences into workspace tool calls:
+//
+//	"I prefer short paragraphs."        add_preferences (soft)
+//	"It must be formal."                add_preferences (hard)
+//	"My goal is a review of soil carbon." set_objective
+//	"Forget the paragraphs one."        remove_preferences (the index read from the block)
+//	"What are my preferences?"          list_preferences
+//
+// and, once the proxy has run them, answers from their results. Every answer says it comes
+// from the demo.
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Prefix starts every answer.
+const Prefix = "[wsproxy demo model] "
+
+// ModelName is the model the demo reports.
+const ModelName = "wsproxy-demo"
+
+// Handler serves /v1/chat/completions and /v1/models.
+func Handler() http.Handler {
+	d := &model{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", d.chat)
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":0,"owned_by":"wsproxy"}]}`, ModelName)
+	})
+	return mux
+}
+
+type model struct{ n atomic.Int64 }
+
+type message struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+type request struct {
+	Messages []message `json:"messages"`
+	Tools    []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+	Stream        bool `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// text is a message's content as text (parts joined).
+func (m message) text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// call is a tool call the demo makes.
+type call struct {
+	ID, Name, Arguments string
+}
+
+// reply is what the demo answers: content, or tool calls.
+type reply struct {
+	content string
+	calls   []call
+}
+
+func (d *model) chat(w http.ResponseWriter, r *http.Request) {
+	var req request
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":"invalid JSON: %s","type":"invalid_request_error","param":null,"code":null}}`, jsonEscape(err.Error()))
+		return
+	}
+	rp := d.think(req)
+	id := "chatcmpl-demo" + strconv.FormatInt(d.n.Add(1), 10)
+	prompt := 0
+	for _, m := range req.Messages {
+		prompt += len(strings.Fields(m.text()))
+	}
+	completion := len(strings.Fields(rp.content))
+	for _, c := range rp.calls {
+		completion += len(strings.Fields(c.Arguments))
+	}
+	if req.Stream {
+		d.stream(w, id, rp, prompt, completion, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	msg := map[string]any{"role": "assistant", "content": rp.content}
+	finish := "stop"
+	if len(rp.calls) > 0 {
+		msg["content"] = nil
+		var tcs []any
+		for _, c := range rp.calls {
+			tcs = append(tcs, map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}})
+		}
+		msg["tool_calls"] = tcs
+		finish = "tool_calls"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName,
+		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
+		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+	})
+}
+
+// stream sends the reply as OpenAI does: a role chunk, content word by word or each tool call
+// with its arguments in pieces, a finish chunk, the usage chunk when asked, [DONE].
+func (d *model) stream(w http.ResponseWriter, id string, rp reply, prompt, completion int, usage bool) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	rc := http.NewResponseController(w)
+	created := time.Now().Unix()
+	send := func(choices any, extra map[string]any) {
+		c := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": ModelName, "choices": choices}
+		for k, v := range extra {
+			c[k] = v
+		}
+		b, _ := json.Marshal(c)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		_ = rc.Flush()
+	}
+	delta := func(d map[string]any, finish any) []any {
+		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": finish}}
+	}
+	send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil)
+	for i, word := range strings.SplitAfter(rp.content, " ") {
+		if word != "" {
+			send(delta(map[string]any{"content": word}, nil), nil)
+			if i%8 == 7 {
+				time.Sleep(5 * time.Millisecond) // a little of a real model's pace
+			}
+		}
+	}
+	for i, c := range rp.calls {
+		send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
+			"function": map[string]any{"name": c.Name, "arguments": ""}}}}, nil), nil)
+		for a := c.Arguments; a != ""; {
+			n := min(len(a), 12)
+			send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": a[:n]}}}}, nil), nil)
+			a = a[n:]
+		}
+	}
+	finish := "stop"
+	if len(rp.calls) > 0 {
+		finish = "tool_calls"
+	}
+	send(delta(map[string]any{}, finish), nil)
+	if usage {
+		send([]any{}, map[string]any{"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+var (
+	sentenceEnd  = regexp.MustCompile(`[.!?;\n]+`)
+	prefersRe    = regexp.MustCompile(`(?i)^(?:i (?:would |'d )?(?:prefer|like|want)|i'd rather|please use|use)\s+(.+)$`)
+	mustRe       = regexp.MustCompile(`(?i)^(?:it|this|that|the \w+|everything)?\s*(?:must|has to|needs to|should always)\s+(?:be\s+)?(.+)$`)
+	goalRe       = regexp.MustCompile(`(?i)^(?:my (?:goal|objective|aim) is(?: to)?|i(?:'m| am) (?:trying|working) (?:to|on)|help me(?: to)?)\s+(.+)$`)
+	forgetRe     = regexp.MustCompile(`(?i)^(?:forget|drop|remove|delete) (?:the |my )?(.+?)(?: one| preference| rule)?$`)
+	listRe       = regexp.MustCompile(`(?i)(what are my preferences|list (?:my )?preferences|show (?:me )?(?:my )?(?:preferences|workspace))`)
+	blockLineRe  = regexp.MustCompile(`(?m)^#(\d+) \[(hard|soft)\] (.+?)(?: — .*?)?(?: \(locked\))?$`)
+	objectiveRe  = regexp.MustCompile(`(?m)^Objective: (.*)$`)
+	workspaceRe  = regexp.MustCompile(`(?s)<workspace>.*</workspace>`)
+	toolEnvelope = regexp.MustCompile(`^\{"ok":`)
+)
+
+// think decides the reply to a request.
+func (d *model) think(req request) reply {
+	offered := map[string]bool{}
+	for _, t := range req.Tools {
+		offered[t.Function.Name] = true
+	}
+	block := ""
+	if len(req.Messages) > 0 && (req.Messages[0].Role == "system" || req.Messages[0].Role == "developer") {
+		block = workspaceRe.FindString(req.Messages[0].text())
+	}
+	last := len(req.Messages) - 1
+	if last >= 0 && req.Messages[last].Role == "tool" {
+		return reply{content: Prefix + summarize(req.Messages)}
+	}
+	userText := ""
+	for i := last; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			userText = req.Messages[i].text()
+			break
+		}
+	}
+	var calls []call
+	add := func(name string, args map[string]any) {
+		if !offered[name] {
+			return
+		}
+		b, _ := json.Marshal(args)
+		calls = append(calls, call{ID: fmt.Sprintf("call_demo_%d_%d", d.n.Load(), len(calls)), Name: name, Arguments: string(b)})
+	}
+	var items []map[string]any
+	for _, s := range sentenceEnd.Split(userText, -1) {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "":
+		case listRe.MatchString(s):
+			add("list_preferences", map[string]any{"action_and_reasoning": "The user asked to see their preferences."})
+		case goalRe.MatchString(s):
+			add("set_objective", map[string]any{"text": capitalize(goalRe.FindStringSubmatch(s)[1]),
+				"action_and_reasoning": "The user stated their goal."})
+		case mustRe.MatchString(s):
+			items = append(items, map[string]any{"title": capitalize(mustRe.FindStringSubmatch(s)[1]), "kind": "hard"})
+		case prefersRe.MatchString(s):
+			items = append(items, map[string]any{"title": capitalize(prefersRe.FindStringSubmatch(s)[1]), "kind": "soft"})
+		case forgetRe.MatchString(s):
+			what := strings.ToLower(forgetRe.FindStringSubmatch(s)[1])
+			if i := findIndex(block, what); i > 0 {
+				add("remove_preferences", map[string]any{"indices": []int{i},
+					"action_and_reasoning": "The user asked to drop the " + what + " preference."})
+			}
+		}
+	}
+	if len(items) > 0 {
+		add("add_preferences", map[string]any{"items": items, "action_and_reasoning": "The user stated preferences to record."})
+	}
+	if len(calls) > 0 {
+		return reply{calls: calls}
+	}
+	return reply{content: Prefix + describe(block)}
+}
+
+// findIndex finds the preference of the block whose title mentions what.
+func findIndex(block, what string) int {
+	for _, m := range blockLineRe.FindAllStringSubmatch(block, -1) {
+		if strings.Contains(strings.ToLower(m[3]), what) {
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// summarize answers from the results of the tools the proxy ran this turn.
+func summarize(msgs []message) string {
+	var results []string
+	for i := len(msgs) - 1; i >= 0 && msgs[i].Role == "tool"; i-- {
+		text := msgs[i].text()
+		if !toolEnvelope.MatchString(text) {
+			continue
+		}
+		var env struct {
+			OK     bool   `json:"ok"`
+			Result string `json:"result"`
+			Error  string `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(text), &env)
+		if env.OK {
+			results = append([]string{env.Result}, results...)
+		} else {
+			results = append([]string{"error: " + env.Error}, results...)
+		}
+	}
+	if len(results) == 0 {
+		return "Done."
+	}
+	return "Workspace updated — " + strings.Join(results, "\n")
+}
+
+// describe answers when there is nothing to record: what the workspace holds.
+func describe(block string) string {
+	if block == "" {
+		return "There is no workspace on this request (no thread). Name a thread with the X-Thread-Id header."
+	}
+	objective := "(none yet)"
+	if m := objectiveRe.FindStringSubmatch(block); m != nil {
+		objective = m[1]
+	}
+	n := len(blockLineRe.FindAllString(block, -1))
+	return fmt.Sprintf("I am not a real model. Your objective: %s. You have %d preference(s) recorded. "+
+		"Try: \"I prefer short paragraphs.\", \"It must be formal.\", \"My goal is …\", \"Forget the … one.\", "+
+		"\"What are my preferences?\"", objective, n)
+}
+
+func capitalize(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func jsonEscape(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b[1 : len(b)-1])
+}
