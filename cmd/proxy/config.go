@@ -184,4 +184,3 @@ func (v *durationValue) Set(s string) error {
 	*v = durationValue(d)
 	return nil
 }
-

@@ -205,7 +205,11 @@ func TestShutdownFinishesStreams(t *testing.T) {
 		upstreamtest.WriteRaw(w, upstreamtest.Events(chunks[2:]...)...)
 		upstreamtest.WriteRaw(w, "data: [DONE]\n\n")
 	})
-	m, _ := MustRunMain(t, func(c *Config) { c.UpstreamBaseURL = up.URL; c.AdminToken = "tok"; c.ShutdownTimeout = 20 * time.Second })
+	m, _ := MustRunMain(t, func(c *Config) {
+		c.UpstreamBaseURL = up.URL
+		c.AdminToken = "tok"
+		c.ShutdownTimeout = 20 * time.Second
+	})
 	req, err := http.NewRequest("POST", m.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
 	require.NoError(t, err)
 	req.Header.Set("X-Thread-Id", "s")
@@ -270,7 +274,9 @@ func TestConfig(t *testing.T) {
 	// Secrets never show in the usage text.
 	var usage bytes.Buffer
 	c = DefaultConfig()
-	_ = c.Load([]string{"-h"}, func(k string) string { return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret"}[k] }, &usage)
+	_ = c.Load([]string{"-h"}, func(k string) string {
+		return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret"}[k]
+	}, &usage)
 	require.NotContains(t, usage.String(), "secret")
 	require.Contains(t, usage.String(), "UPSTREAM_API_KEY")
 }
