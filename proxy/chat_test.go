@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -455,4 +457,30 @@ func TestErrorMapping(t *testing.T) {
 		require.Equal(t, tt.code, e.Code, "%v", tt.err)
 	}
 	require.Contains(t, toError(&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}).Message, `#2 "A"`)
+}
+
+// TestPassThroughFlushesEvents: a streamed pass-through response reaches the client event by
+// event (the upstream holds its second event until the client has the first).
+func TestPassThroughFlushesEvents(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	gotFirst := make(chan struct{})
+	e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+		upstreamtest.StreamRaw([]string{"data: one\n\n"})(w, r)
+		select {
+		case <-gotFirst:
+		case <-time.After(10 * time.Second):
+			return
+		}
+		upstreamtest.WriteRaw(w, "data: two\n\n", "data: [DONE]\n\n")
+	})
+	resp := e.post("/v1/chat/completions", nil, `{"stream":true,"messages":[]}`)
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "data: one\n", line)
+	close(gotFirst)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	require.Equal(t, "\ndata: two\n\ndata: [DONE]\n\n", string(rest))
 }

@@ -122,7 +122,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 			if n == 1 {
 				reply.Body = raw // untouched: the proxy is invisible
 			} else {
-				reply.Body = c.answer(nil, true, &usage)
+				reply.Body = c.answer(theirs, true, &usage)
 			}
 			return reply, nil
 		}

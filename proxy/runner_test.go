@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	openaigo "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// fakeUpstream is an Upstream without HTTP: each call returns the next scripted body and records
+// the request body's size.
+type fakeUpstream struct {
+	mu     sync.Mutex
+	bodies []func() io.Reader
+	sizes  []int
+}
+
+func (f *fakeUpstream) ChatCompletion(_ context.Context, body []byte) (*UpstreamResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sizes = append(f.sizes, len(body))
+	next := f.bodies[0]
+	f.bodies = f.bodies[1:]
+	return &UpstreamResponse{Body: io.NopCloser(next())}, nil
+}
+
+// longStream is an SSE stream of n content chunks of size bytes, each with logprobs, then the
+// given tail chunks.
+func longStream(n, size int, tail ...string) func() io.Reader {
+	piece := strings.Repeat("x", size)
+	chunk := `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` + piece +
+		`"},"logprobs":{"content":[{"token":"x","logprob":-0.5,"bytes":[120],"top_logprobs":[]}]},"finish_reason":null}]}` + "\n\n"
+	return func() io.Reader {
+		readers := make([]io.Reader, 0, n+1)
+		for range n {
+			readers = append(readers, strings.NewReader(chunk))
+		}
+		var t bytes.Buffer
+		for _, c := range tail {
+			t.WriteString("data: " + c + "\n\n")
+		}
+		t.WriteString("data: [DONE]\n\n")
+		return io.MultiReader(append(readers, &t)...)
+	}
+}
+
+// TestRunnerKeepsOnlyWhatTheNextRoundNeeds streams 16 MiB of content with logprobs, followed by
+// a workspace tool call: the client gets every byte, and the next round carries at most
+// maxRoundText of it.
+func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
+	t.Parallel()
+	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Limits{})
+	ws := store.Workspace("long")
+	turn, err := ws.StartTurn(context.Background())
+	require.NoError(t, err)
+	const n, size = 4096, 4096
+	up := &fakeUpstream{bodies: []func() io.Reader{
+		longStream(n, size, upstreamtest.ToolCallChunks("c", 100, call{ID: "a", Name: "list_preferences", Arguments: "{}"})[1:]...),
+		longStream(1, 5),
+	}}
+	req, err := ParseChatRequest([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"go"}]}`))
+	require.NoError(t, err)
+	var got int
+	var chunks int
+	rounds, err := (&Runner{}).Stream(context.Background(), &Turn{Request: req, Workspace: ws, Number: turn.Number, Upstream: up},
+		func(chunk []byte) error {
+			chunks++
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+			}
+			require.NoError(t, json.Unmarshal(chunk, &c))
+			if len(c.Choices) > 0 {
+				got += len(c.Choices[0].Delta.Content)
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	require.Equal(t, 2, rounds)
+	require.Equal(t, n*size+5, got, "the client got every byte")
+	require.Less(t, up.sizes[1], up.sizes[0]+maxRoundText+4096, "round 2 carries at most the cap of round 1's text")
+	require.Greater(t, up.sizes[1], up.sizes[0]+maxRoundText/2)
+}
+
+// TestOfficialClientNonStreamed: openai-go, not streamed, with a client tool and the workspace
+// tools in the loop.
+func TestOfficialClientNonStreamed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.up.Script(
+		reply(cmpl("", call{ID: "a", Name: "set_objective", Arguments: `{"text":"Know the weather","action_and_reasoning":"goal"}`})),
+		reply(cmpl("", call{ID: "w", Name: "get_weather", Arguments: `{"city":"Oslo"}`})),
+	)
+	client := e.officialClient("official")
+	resp, err := client.Chat.Completions.New(context.Background(), openaigo.ChatCompletionNewParams{
+		Model:    "gpt-test",
+		Messages: []openaigo.ChatCompletionMessageParamUnion{openaigo.SystemMessage("Be terse."), openaigo.UserMessage("Weather in Oslo?")},
+		Tools: []openaigo.ChatCompletionToolUnionParam{openaigo.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: "get_weather", Parameters: shared.FunctionParameters{"type": "object"},
+		})},
+	})
+	require.NoError(t, err)
+	require.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
+	require.Len(t, resp.Choices[0].Message.ToolCalls, 1)
+	require.Equal(t, "get_weather", resp.Choices[0].Message.ToolCalls[0].Function.Name)
+	require.Equal(t, int64(30), resp.Usage.TotalTokens)
+	require.Equal(t, "Know the weather", e.workspace("official").Objective.Text)
+	require.Equal(t, []string{"get_weather", "add_preferences", "list_preferences", "update_preferences", "remove_preferences", "set_objective"},
+		toolNames(e.upstreamRequest(1)))
+	require.Equal(t, fmt.Sprint("Be terse.\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>"),
+		messages(e.upstreamRequest(0))[0]["content"])
+}
