@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated run build
+.PHONY: test vet generate check-generated run build bench bench-load
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster).
@@ -28,3 +28,13 @@ build:
 ## model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
 run:
 	scripts/run.sh
+
+## bench: the Go benchmarks of the hot paths (on a real Postgres), 6 runs each for benchstat.
+bench:
+	scripts/pg.sh exec $(GO) test -run '^$$' -bench . -benchmem -count 6 ./proxy ./tools
+
+## bench-load: the load comparison of BENCHMARKS.md: direct, a bare reverse proxy, and wsproxy
+## without a thread, with a thread, with a tool round, streamed and not; interleaved rounds.
+bench-load: build
+	$(GO) build -o bin/load ./cmd/load
+	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)'

@@ -28,7 +28,7 @@ const adminToken = "test-admin-token"
 
 // env is a running proxy on a fresh schema in front of a scripted upstream.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	up    *upstreamtest.Server
 	srv   *httptest.Server
 	pool  *pgxpool.Pool
@@ -39,13 +39,13 @@ type env struct {
 
 func (e *env) opts() Options { return e.o }
 
-func setup(t *testing.T, configure ...func(*Options)) *env {
+func setup(t testing.TB, configure ...func(*Options)) *env {
 	t.Helper()
 	pool := dbtest.NewPool(t, nil)
 	return setupWithPool(t, pool, configure...)
 }
 
-func setupWithPool(t *testing.T, pool *pgxpool.Pool, configure ...func(*Options)) *env {
+func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
 	t.Helper()
 	up := upstreamtest.New(t)
 	u, err := url.Parse(up.URL)

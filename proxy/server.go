@@ -99,9 +99,11 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.reverse = &httputil.ReverseProxy{
-		Rewrite:       s.rewritePassThrough,
-		Transport:     transport,
-		FlushInterval: -1, // flush every write: server-sent events reach the client as they come
+		Rewrite:   s.rewritePassThrough,
+		Transport: transport,
+		// FlushInterval 0: ReverseProxy flushes every write of a text/event-stream response, or
+		// of one without a Content-Length, and buffers the others (a flush per write of a plain
+		// JSON body costs a syscall each).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			writeError(w, r, s.log, classifyTransportError(r.Context(), err))
 		},
@@ -168,7 +170,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	if r.ContentLength > s.maxBytes {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBytes))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, s.maxBytes), r.ContentLength)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, tooLarge
@@ -177,6 +179,16 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		return nil, badRequest("invalid_body", "", "the request body could not be read")
 	}
 	return body, nil
+}
+
+// readAll reads r to its end into a buffer sized by the Content-Length when there is one.
+func readAll(r io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength <= 0 {
+		return io.ReadAll(r)
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1)) // +1: reading EOF needs no growth
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // passThrough forwards any other /v1 request to the upstream unchanged.

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func readAll(t *testing.T, stream string) ([]string, error) {
+func readEvents(t *testing.T, stream string) ([]string, error) {
 	t.Helper()
 	r := NewSSEReader(strings.NewReader(stream))
 	var out []string
@@ -44,7 +44,7 @@ func TestSSEReader(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := readAll(t, tt.stream)
+			got, err := readEvents(t, tt.stream)
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})
@@ -54,15 +54,15 @@ func TestSSEReader(t *testing.T) {
 func TestSSEReaderLongLine(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 3*sseReaderBufSize+17)
-	got, err := readAll(t, "data: "+long+"\n\ndata: y\n\n")
+	got, err := readEvents(t, "data: "+long+"\n\ndata: y\n\n")
 	require.NoError(t, err)
 	require.Equal(t, []string{long, "y"}, got)
 }
 
 func TestSSEReaderLimits(t *testing.T) {
 	t.Parallel()
-	_, err := readAll(t, "data: "+strings.Repeat("x", maxSSEEvent+1)+"\n\n")
+	_, err := readEvents(t, "data: "+strings.Repeat("x", maxSSEEvent+1)+"\n\n")
 	require.True(t, errors.Is(err, ErrUpstreamProtocol), "%v", err)
-	_, err = readAll(t, strings.Repeat("junk\n", maxSSEJunkLines+1))
+	_, err = readEvents(t, strings.Repeat("junk\n", maxSSEJunkLines+1))
 	require.True(t, errors.Is(err, ErrUpstreamProtocol), "%v", err)
 }

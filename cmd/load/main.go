@@ -1,0 +1,42 @@
+// Command load measures what a proxy adds on top of an upstream. Subcommands:
+//
+//	load run -url URL [-c 32] [-d 10s] [-stream] [-thread PREFIX] [-size 1024]
+//	    N concurrent clients for D against URL (an OpenAI /chat/completions endpoint): prints
+//	    requests/s, p50/p90/p99 latency and p50 time to first byte.
+//	load upstream -addr ADDR [-tool-round] [-chunks 20]
+//	    a fast fake OpenAI upstream; with -tool-round it answers a turn's first call with a
+//	    workspace tool call and the second with text.
+//	load bareproxy -addr ADDR -target URL
+//	    a bare httputil.ReverseProxy, the baseline a proxy is compared with.
+//	load suite -wsproxy BIN [-d 5s] [-rounds 3]
+//	    all of the above against each other, interleaved over rounds (needs DATABASE_URL).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: load run|upstream|bareproxy|suite [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "upstream":
+		err = upstreamCmd(os.Args[2:])
+	case "bareproxy":
+		err = bareProxyCmd(os.Args[2:])
+	case "suite":
+		err = suiteCmd(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+}

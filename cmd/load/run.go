@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Result is one load run's figures.
+type Result struct {
+	Requests int
+	Errors   int
+	RPS      float64
+	P50, P90 time.Duration
+	P99      time.Duration
+	TTFB50   time.Duration // time to the first byte of the body
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%8.0f req/s  p50 %7s  p90 %7s  p99 %7s  ttfb50 %7s  (%d requests, %d errors)",
+		r.RPS, r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+		r.TTFB50.Round(time.Microsecond), r.Requests, r.Errors)
+}
+
+// Load is one load run's setup.
+type Load struct {
+	URL      string
+	Clients  int
+	Duration time.Duration
+	Stream   bool
+	// ThreadPrefix, when set, names a thread per client (PREFIX-N) with X-Thread-Id.
+	ThreadPrefix string
+	Body         []byte
+}
+
+// requestBody is a chat request of about size bytes.
+func requestBody(size int, stream bool) []byte {
+	var msgs []string
+	msgs = append(msgs, `{"role":"system","content":"You are a careful assistant."}`)
+	line := "Tell me more about soil carbon and how it is measured in the field. "
+	for total := 200; total < size; total += len(line) + 32 {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, line))
+	}
+	s := ""
+	if stream {
+		s = `"stream":true,`
+	}
+	return []byte(`{"model":"bench",` + s + `"messages":[` + strings.Join(msgs, ",") + `]}`)
+}
+
+// Run drives the load and returns its figures. Clients loop until the duration ends; every
+// request's body is read to its end.
+func (l Load) Run(ctx context.Context) Result {
+	transport := &http.Transport{
+		MaxIdleConns: l.Clients * 2, MaxIdleConnsPerHost: l.Clients * 2, IdleConnTimeout: time.Minute,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, DisableCompression: true,
+	}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: time.Minute}
+	ctx, cancel := context.WithTimeout(ctx, l.Duration)
+	defer cancel()
+
+	type sample struct{ total, ttfb time.Duration }
+	var (
+		mu      sync.Mutex
+		samples []sample
+		errs    int
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for c := range l.Clients {
+		wg.Go(func() {
+			var local []sample
+			localErrs := 0
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, l.URL, bytes.NewReader(l.Body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer sk-load")
+				if l.ThreadPrefix != "" {
+					req.Header.Set("X-Thread-Id", fmt.Sprintf("%s-%d", l.ThreadPrefix, c))
+				}
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					localErrs++
+					continue
+				}
+				var ttfb time.Duration
+				buf := make([]byte, 1)
+				if _, err := io.ReadFull(resp.Body, buf); err == nil {
+					ttfb = time.Since(t0)
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					localErrs++
+					continue
+				}
+				local = append(local, sample{time.Since(t0), ttfb})
+			}
+			mu.Lock()
+			samples = append(samples, local...)
+			errs += localErrs
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	r := Result{Requests: len(samples), Errors: errs, RPS: float64(len(samples)) / elapsed.Seconds()}
+	if len(samples) == 0 {
+		return r
+	}
+	totals := make([]time.Duration, len(samples))
+	ttfbs := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		totals[i], ttfbs[i] = s.total, s.ttfb
+	}
+	slices.Sort(totals)
+	slices.Sort(ttfbs)
+	pct := func(d []time.Duration, p float64) time.Duration { return d[min(len(d)-1, int(float64(len(d))*p))] }
+	r.P50, r.P90, r.P99 = pct(totals, .50), pct(totals, .90), pct(totals, .99)
+	r.TTFB50 = pct(ttfbs, .50)
+	return r
+}
+
+func runCmd(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	url := fs.String("url", "", "chat completions URL")
+	clients := fs.Int("c", 32, "concurrent clients")
+	d := fs.Duration("d", 10*time.Second, "duration")
+	stream := fs.Bool("stream", false, "ask for a streamed response")
+	thread := fs.String("thread", "", "name a thread per client: PREFIX-N")
+	size := fs.Int("size", 1024, "request body size in bytes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *url == "" {
+		return errors.New("-url is required")
+	}
+	r := Load{URL: *url, Clients: *clients, Duration: *d, Stream: *stream, ThreadPrefix: *thread, Body: requestBody(*size, *stream)}.Run(context.Background())
+	fmt.Println(r)
+	return nil
+}

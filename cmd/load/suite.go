@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// scenario is one thing measured: a URL, with or without a thread, streamed or not.
+type scenario struct {
+	name   string
+	url    string
+	thread string
+	stream bool
+}
+
+func suiteCmd(args []string) error {
+	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
+	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
+	d := fs.Duration("d", 5*time.Second, "duration of each run")
+	rounds := fs.Int("rounds", 3, "rounds, each running every scenario once per concurrency")
+	size := fs.Int("size", 1024, "request body size")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		return errors.New("DATABASE_URL is required (make bench-load provides one)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(os.Interrupt)
+			_ = p.Wait()
+		}
+	}()
+	start := func(env []string, name string, args ...string) (string, error) {
+		cmd := exec.Command(name, args...)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return "", err
+		}
+		if err := cmd.Start(); err != nil {
+			return "", err
+		}
+		procs = append(procs, cmd)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		go func() { _, _ = io.Copy(io.Discard, out) }()
+		return strings.TrimSpace(strings.TrimPrefix(line, "listening on ")), nil
+	}
+	up, err := start(nil, self, "upstream")
+	if err != nil {
+		return err
+	}
+	toolUp, err := start(nil, self, "upstream", "-tool-round")
+	if err != nil {
+		return err
+	}
+	bare, err := start(nil, self, "bareproxy", "-target", "http://"+up)
+	if err != nil {
+		return err
+	}
+	startProxy := func(upstream string) (string, *exec.Cmd, error) {
+		addr, err := freeAddr()
+		if err != nil {
+			return "", nil, err
+		}
+		cmd := exec.Command(*bin)
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
+			"LISTEN_ADDR="+addr, "ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return "", nil, err
+		}
+		procs = append(procs, cmd)
+		return addr, cmd, waitReady("http://" + addr + "/readyz")
+	}
+	ws, _, err := startProxy(up)
+	if err != nil {
+		return err
+	}
+	wsTool, _, err := startProxy(toolUp)
+	if err != nil {
+		return err
+	}
+	for c := range 32 {
+		if err := seed("http://"+wsTool, fmt.Sprintf("tool-%d", c)); err != nil {
+			return err
+		}
+	}
+
+	chat := "/v1/chat/completions"
+	scenarios := []scenario{
+		{"direct", "http://" + up + chat, "", false},
+		{"bare proxy", "http://" + bare + chat, "", false},
+		{"wsproxy pass-through", "http://" + ws + chat, "", false},
+		{"wsproxy thread turn", "http://" + ws + chat, "turn", false},
+		{"wsproxy one tool round", "http://" + wsTool + chat, "tool", false},
+		{"direct, streamed", "http://" + up + chat, "", true},
+		{"bare proxy, streamed", "http://" + bare + chat, "", true},
+		{"wsproxy pass-through, streamed", "http://" + ws + chat, "", true},
+		{"wsproxy thread turn, streamed", "http://" + ws + chat, "turn", true},
+	}
+	concurrency := []int{1, 32}
+	results := map[string][]Result{}
+	key := func(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
+	fmt.Printf("%d rounds of %d scenarios x %v clients, %s each, %d-byte requests\n", *rounds, len(scenarios), concurrency, *d, *size)
+	for r := 1; r <= *rounds; r++ {
+		for _, s := range scenarios {
+			for _, c := range concurrency {
+				res := Load{URL: s.url, Clients: c, Duration: *d, Stream: s.stream, ThreadPrefix: s.thread, Body: requestBody(*size, s.stream)}.Run(context.Background())
+				results[key(s, c)] = append(results[key(s, c)], res)
+				fmt.Printf("round %d  %-32s c=%-2d %s\n", r, s.name, c, res)
+			}
+		}
+	}
+
+	med := func(s scenario, c int) Result { return median(results[key(s, c)]) }
+	fmt.Printf("\nMedians over %d rounds (ratios: to direct / to the bare proxy)\n", *rounds)
+	fmt.Printf("%-32s %10s %12s %12s %12s %14s %12s\n", "scenario", "p50 c=1", "added p50", "ttfb50 c=1", "req/s c=32", "% of direct", "% of bare")
+	direct := map[bool]scenario{false: scenarios[0], true: scenarios[5]}
+	bareS := map[bool]scenario{false: scenarios[1], true: scenarios[6]}
+	for _, s := range scenarios {
+		m1, m32 := med(s, 1), med(s, 32)
+		d1, d32 := med(direct[s.stream], 1), med(direct[s.stream], 32)
+		b32 := med(bareS[s.stream], 32)
+		fmt.Printf("%-32s %10s %12s %12s %12.0f %13.1f%% %11.1f%%\n", s.name, dur(m1.P50), dur(m1.P50-d1.P50), dur(m1.TTFB50),
+			m32.RPS, 100*m32.RPS/d32.RPS, 100*m32.RPS/b32.RPS)
+	}
+
+	pass, bareN, turn := scenarios[2], scenarios[1], scenarios[3]
+	passS, bareSt := scenarios[7], scenarios[6]
+	d1 := med(scenarios[0], 1).P50
+	fmt.Println("\nTargets")
+	check("pass-through adds no more p50 (c=1) than the bare proxy", med(pass, 1).P50-d1 <= med(bareN, 1).P50-d1,
+		fmt.Sprintf("%s vs %s", dur(med(pass, 1).P50-d1), dur(med(bareN, 1).P50-d1)))
+	check("pass-through keeps the bare proxy's throughput (c=32)", med(pass, 32).RPS >= med(bareN, 32).RPS,
+		fmt.Sprintf("%.0f vs %.0f req/s (%.1f%%)", med(pass, 32).RPS, med(bareN, 32).RPS, 100*med(pass, 32).RPS/med(bareN, 32).RPS))
+	check("pass-through first streamed byte no later than the bare proxy's (c=1)", med(passS, 1).TTFB50 <= med(bareSt, 1).TTFB50,
+		fmt.Sprintf("%s vs %s", dur(med(passS, 1).TTFB50), dur(med(bareSt, 1).TTFB50)))
+	check("a thread turn adds at most 1ms p50 over pass-through (c=1)", med(turn, 1).P50-med(pass, 1).P50 <= time.Millisecond,
+		dur(med(turn, 1).P50-med(pass, 1).P50))
+	check("a thread turn keeps at least 40% of pass-through throughput (c=32)", med(turn, 32).RPS >= 0.4*med(pass, 32).RPS,
+		fmt.Sprintf("%.1f%%", 100*med(turn, 32).RPS/med(pass, 32).RPS))
+
+	// Memory: a fresh wsproxy, warmed up, then one 10 MB streamed thread turn.
+	memProxy, cmd, err := startProxy(up)
+	if err != nil {
+		return err
+	}
+	warm := Load{URL: "http://" + memProxy + chat, Clients: 2, Duration: time.Second, Stream: true, ThreadPrefix: "mem", Body: requestBody(*size, true)}
+	warm.Run(context.Background())
+	before, err := peakRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	big := Load{URL: "http://" + memProxy + chat, Clients: 1, Duration: time.Nanosecond, Stream: true, ThreadPrefix: "mem",
+		Body: []byte(`{"model":"bench","stream":true,"big_stream":true,"messages":[{"role":"user","content":"long"}]}`)}
+	n, err := oneRequest(big)
+	if err != nil {
+		return err
+	}
+	after, err := peakRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	check("a 10 MB streamed response raises peak RSS by less than 5 MB", after-before < 5<<20,
+		fmt.Sprintf("%.1f MB streamed; peak RSS %.1f MB -> %.1f MB (+%.2f MB)", float64(n)/(1<<20), mb(before), mb(after), mb(after-before)))
+	return nil
+}
+
+func mb(n int64) float64 { return float64(n) / (1 << 20) }
+
+func check(what string, ok bool, figures string) {
+	verdict := "MET "
+	if !ok {
+		verdict = "MISS"
+	}
+	fmt.Printf("  [%s] %s: %s\n", verdict, what, figures)
+}
+
+func dur(d time.Duration) string {
+	if d < 0 {
+		return "-" + (-d).Round(time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
+
+// median takes, per figure, the median over rounds.
+func median(rs []Result) Result {
+	pick := func(f func(Result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return Result{
+		RPS:    pick(func(r Result) float64 { return r.RPS }),
+		P50:    time.Duration(pick(func(r Result) float64 { return float64(r.P50) })),
+		P90:    time.Duration(pick(func(r Result) float64 { return float64(r.P90) })),
+		P99:    time.Duration(pick(func(r Result) float64 { return float64(r.P99) })),
+		TTFB50: time.Duration(pick(func(r Result) float64 { return float64(r.TTFB50) })),
+	}
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitReady(url string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s not ready after 30s", url)
+}
+
+// seed gives a thread one preference, for the tool round to update.
+func seed(base, thread string) error {
+	req, _ := http.NewRequest("POST", base+"/admin/v1/threads/"+thread+"/preferences", strings.NewReader(`{"title":"Soil carbon"}`))
+	req.Header.Set("Authorization", "Bearer bench")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 && resp.StatusCode != 409 {
+		return fmt.Errorf("seed %s: %s", thread, resp.Status)
+	}
+	return nil
+}
+
+// oneRequest sends the load's request once and returns the bytes of the response body.
+func oneRequest(l Load) (int64, error) {
+	req, _ := http.NewRequest("POST", l.URL, strings.NewReader(string(l.Body)))
+	req.Header.Set("X-Thread-Id", l.ThreadPrefix+"-big")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return io.Copy(io.Discard, resp.Body)
+}
+
+// peakRSS is a process's peak resident set size (VmHWM), in bytes.
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}

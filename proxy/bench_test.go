@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// chatBody is a realistic chat request of about size bytes: a system prompt, a conversation,
+// two client tools and vendor fields.
+func chatBody(size int) []byte {
+	var msgs []string
+	msgs = append(msgs, `{"role":"system","content":"You are a careful research assistant. Cite sources."}`)
+	line := strings.Repeat("The soil carbon literature is vast and uneven. ", 4)
+	for total := 0; total < size-600; total += len(line) + 40 {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, line), fmt.Sprintf(`{"role":"assistant","content":%q}`, line))
+	}
+	return []byte(`{"model":"gpt-4o","temperature":0.3,"top_k":40,"chat_template_kwargs":{"enable_thinking":false},"messages":[` +
+		strings.Join(msgs, ",") + `],"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}},` +
+		`{"type":"function","function":{"name":"fetch","parameters":{"type":"object","properties":{"url":{"type":"string"}}}}}]}`)
+}
+
+func BenchmarkRewrite(b *testing.B) {
+	block := tools.DefaultInstructions + "\n\n" + tools.RenderBlock("Write a review", []tools.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}})
+	for _, size := range []int{1 << 10, 100 << 10} {
+		body := chatBody(size)
+		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				req, err := ParseChatRequest(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				req.InjectWorkspace(block)
+				_ = req.Body(true)
+			}
+		})
+	}
+}
+
+// BenchmarkSSEDecode: one upstream content chunk read, decoded and re-encoded for the client.
+func BenchmarkSSEDecode(b *testing.B) {
+	chunk := "data: " + upstreamtest.Chunk("chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG", `{"content":" the"}`, "") + "\n\n"
+	req, _ := ParseChatRequest([]byte(`{"messages":[]}`))
+	stream := strings.NewReader(strings.Repeat(chunk, 1024))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(chunk)))
+	var out []byte
+	s := &streamTurn{emit: func(c []byte) error { out = appendSSE(out[:0], c); return nil }}
+	s.rd = streamRound{byIndex: map[int]*callAcc{}}
+	r := NewSSEReader(stream)
+	for b.Loop() {
+		data, err := r.Next()
+		if err == io.EOF {
+			stream.Reset(strings.Repeat(chunk, 1024))
+			r = NewSSEReader(stream)
+			s.rd = streamRound{byIndex: map[int]*callAcc{}}
+			continue
+		}
+		if err := s.chunk(req, data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSSEEncode: one chunk written as an event.
+func BenchmarkSSEEncode(b *testing.B) {
+	chunk := []byte(upstreamtest.Chunk("chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG", `{"content":" the"}`, ""))
+	b.ReportAllocs()
+	var out []byte
+	for b.Loop() {
+		out = appendSSE(out[:0], chunk)
+	}
+}
+
+// BenchmarkTurn is a whole thread turn over HTTP against an in-process upstream and real
+// Postgres: without a tool call, and with one tool round.
+func BenchmarkTurn(b *testing.B) {
+	answer := []byte(upstreamtest.Completion("Here is the plan."))
+	toolCall := []byte(upstreamtest.Completion("", upstreamtest.Call{ID: "c", Name: "update_preferences",
+		Arguments: `{"updates":[{"index":1,"subtitle":"x"}],"action_and_reasoning":"bench"}`}))
+	for _, tc := range []struct {
+		name    string
+		replies [][]byte
+	}{{"NoToolCall", [][]byte{answer}}, {"OneToolRound", [][]byte{toolCall, answer}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			e := setup(b)
+			n := 0
+			e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(tc.replies[n%len(tc.replies)])
+				n++
+			}
+			if _, err := e.store.Workspace("bench").AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+				b.Fatal(err)
+			}
+			body := chatBody(1 << 10)
+			client := &http.Client{}
+			b.ReportAllocs()
+			for b.Loop() {
+				req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+				req.Header.Set("X-Thread-Id", "bench")
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatal(resp.Status)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPassThrough: a request without a thread through wsproxy, and through a bare
+// httputil.ReverseProxy for comparison, against the same in-process upstream.
+func BenchmarkPassThrough(b *testing.B) {
+	answer := []byte(upstreamtest.Completion("Here is the plan."))
+	body := chatBody(1 << 10)
+	run := func(b *testing.B, url string) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	e := setup(b)
+	e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	}
+	b.Run("wsproxy", func(b *testing.B) { run(b, e.srv.URL+"/v1/chat/completions") })
+	target, _ := url.Parse(e.up.Server.URL)
+	bare := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }})
+	defer bare.Close()
+	b.Run("bare", func(b *testing.B) { run(b, bare.URL+"/v1/chat/completions") })
+}

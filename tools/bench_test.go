@@ -1,0 +1,68 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+func BenchmarkRenderBlock(b *testing.B) {
+	for _, n := range []int{10, 100} {
+		prefs := make([]Preference, n)
+		for i := range prefs {
+			prefs[i] = Preference{Title: fmt.Sprintf("Preference number %d", i), Subtitle: "Some qualifier of it", Kind: Soft, Locked: i%3 == 0}
+		}
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = RenderBlock("Write a literature review on soil carbon for a journal", prefs)
+			}
+		})
+	}
+}
+
+// BenchmarkStartTurn: the one round trip of a turn (load, snapshot, bump) on a workspace of 10.
+func BenchmarkStartTurn(b *testing.B) {
+	store := NewStore(dbtest.NewPool(b, nil), Limits{})
+	ws := store.Workspace("bench")
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("P%d", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ws.StartTurn(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkToolCall: one update_preferences call (lock, list, update, record) on a workspace of 10.
+func BenchmarkToolCall(b *testing.B) {
+	store := NewStore(dbtest.NewPool(b, nil), Limits{})
+	ws := store.Workspace("bench")
+	ctx := context.Background()
+	turn, err := ws.StartTurn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("P%d", i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		args := fmt.Sprintf(`{"updates":[{"index":3,"subtitle":"v%d"}],"action_and_reasoning":"bench"}`, i)
+		res, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: UpdatePreferences, Arguments: args})
+		if err != nil || !res.OK {
+			b.Fatal(err, res.Content)
+		}
+	}
+}
