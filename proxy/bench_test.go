@@ -22,7 +22,7 @@ func chatBody(size int) []byte {
 	var msgs []string
 	msgs = append(msgs, `{"role":"system","content":"You are a careful research assistant. Cite sources."}`)
 	line := strings.Repeat("The soil carbon literature is vast and uneven. ", 4)
-	for total := 0; total < size-600; total += len(line) + 40 {
+	for total := 0; total < size-400; total += 2 * (len(line) + 40) {
 		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, line), fmt.Sprintf(`{"role":"assistant","content":%q}`, line))
 	}
 	return []byte(`{"model":"gpt-4o","temperature":0.3,"top_k":40,"chat_template_kwargs":{"enable_thinking":false},"messages":[` +
@@ -35,6 +35,7 @@ func BenchmarkRewrite(b *testing.B) {
 	for _, size := range []int{1 << 10, 100 << 10} {
 		body := chatBody(size)
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
+			b.Logf("request body: %d bytes", len(body))
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {

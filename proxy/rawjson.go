@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // object is a JSON object kept as raw values in their original order, so that a rewrite touches
@@ -23,7 +25,7 @@ func parseObject(b []byte) (object, error) {
 	if i >= len(b) || b[i] != '{' {
 		return object{}, errNotObject
 	}
-	var o object
+	o := object{keys: make([]string, 0, 8), vals: make([]json.RawMessage, 0, 8)}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return o, nil
@@ -61,6 +63,41 @@ func parseObject(b []byte) (object, error) {
 	}
 	return object{}, errNotObject
 }
+
+// splitArray splits a JSON array into its elements, which alias b. Like parseObject it expects
+// valid JSON; anything but an array is an error.
+func splitArray(b []byte) ([]json.RawMessage, error) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '[' {
+		return nil, errNotArray
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return []json.RawMessage{}, nil
+	}
+	out := make([]json.RawMessage, 0, 8)
+	for i < len(b) {
+		end := skipValue(b, i)
+		if end <= i {
+			return nil, errNotArray
+		}
+		out = append(out, json.RawMessage(b[i:end:end]))
+		i = skipSpace(b, end)
+		if i >= len(b) {
+			break
+		}
+		if b[i] == ']' {
+			return out, nil
+		}
+		if b[i] != ',' {
+			break
+		}
+		i = skipSpace(b, i+1)
+	}
+	return nil, errNotArray
+}
+
+var errNotArray = errors.New("not a JSON array")
 
 func unquoteKey(q []byte) (string, error) {
 	for _, c := range q[1 : len(q)-1] {
@@ -213,16 +250,47 @@ func (o *object) size() int {
 	return n
 }
 
-// appendString appends s as a JSON string (no HTML escaping).
+// appendString appends s as a JSON string, escaping what JSON requires (quotes, backslashes,
+// control characters) and nothing else; invalid UTF-8 becomes U+FFFD, as encoding/json does.
 func appendString(buf []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			b, _ := marshalNoEscape(s)
-			return append(buf, b...)
-		}
-	}
+	const hex = "0123456789abcdef"
 	buf = append(buf, '"')
-	buf = append(buf, s...)
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				buf = append(buf, s[start:i]...)
+				buf = append(buf, "\\ufffd"...)
+				i += size
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		buf = append(buf, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			buf = append(buf, '\\', c)
+		case '\n':
+			buf = append(buf, '\\', 'n')
+		case '\r':
+			buf = append(buf, '\\', 'r')
+		case '\t':
+			buf = append(buf, '\\', 't')
+		default:
+			buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		start = i
+	}
+	buf = append(buf, s[start:]...)
 	return append(buf, '"')
 }
 
@@ -259,8 +327,11 @@ func rawInt(n int) json.RawMessage { return json.RawMessage(strconv.Itoa(n)) }
 
 // stringValue decodes a raw JSON string; ok is false for anything else (null included).
 func stringValue(v json.RawMessage) (string, bool) {
-	if len(v) == 0 || v[0] != '"' {
+	if len(v) < 2 || v[0] != '"' {
 		return "", false
+	}
+	if bytes.IndexByte(v[1:len(v)-1], '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {

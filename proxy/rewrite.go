@@ -38,7 +38,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if msgs == nil {
 		return nil, badRequest("missing_required_parameter", "messages", "messages is required")
 	}
-	if err := json.Unmarshal(msgs, &c.messages); err != nil || msgs[0] != '[' {
+	if c.messages, err = splitArray(msgs); err != nil {
 		return nil, badRequest("invalid_type", "messages", "messages must be an array")
 	}
 	if fields.has("functions") || fields.has("function_call") {
@@ -46,18 +46,13 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		return c, nil
 	}
 	if t := fields.get("tools"); t != nil && string(t) != "null" {
-		if t[0] != '[' || json.Unmarshal(t, &c.clientTools) != nil {
+		if c.clientTools, err = splitArray(t); err != nil {
 			return nil, badRequest("invalid_type", "tools", "tools must be an array")
 		}
 	}
 	c.clientNames = make(map[string]bool, len(c.clientTools))
 	for _, t := range c.clientTools {
-		var def struct {
-			Function struct{ Name string } `json:"function"`
-			Custom   struct{ Name string } `json:"custom"`
-		}
-		_ = json.Unmarshal(t, &def) // a tool the proxy cannot read is the upstream's to refuse
-		for _, name := range []string{def.Function.Name, def.Custom.Name} {
+		for _, name := range []string{toolName(t, "function"), toolName(t, "custom")} {
 			if tools.IsTool(name) {
 				return nil, badRequest("reserved_tool_name", "tools",
 					"the tool name %q is reserved by the workspace proxy; rename the client tool", name)
@@ -84,6 +79,21 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		c.IncludeUsage = opts.IncludeUsage
 	}
 	return c, nil
+}
+
+// toolName is the name of a tool definition's function (or custom) part; "" when there is
+// none (a tool the proxy cannot read is the upstream's to refuse).
+func toolName(def json.RawMessage, part string) string {
+	o, err := parseObject(def)
+	if err != nil {
+		return ""
+	}
+	p, err := parseObject(o.get(part))
+	if err != nil {
+		return ""
+	}
+	name, _ := stringValue(p.get("name"))
+	return name
 }
 
 // IsClientTool reports whether name is one of the client's tools.
@@ -118,8 +128,7 @@ func appendToContent(msg object, text string) json.RawMessage {
 		}
 		msg.set("content", rawString(s+text))
 	case len(content) > 0 && content[0] == '[':
-		var parts []json.RawMessage
-		_ = json.Unmarshal(content, &parts)
+		parts, _ := splitArray(content)
 		part := object{}
 		part.set("type", rawString("text"))
 		part.set("text", rawString(text))
@@ -134,26 +143,55 @@ func appendToContent(msg object, text string) json.RawMessage {
 func (c *ChatRequest) Append(msgs ...json.RawMessage) { c.messages = append(c.messages, msgs...) }
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
-// tools, followed by the proxy's when withWorkspaceTools.
+// tools, followed by the proxy's when withWorkspaceTools. Members keep their order; without any
+// tool left, tools, tool_choice and parallel_tool_calls are dropped (an upstream refuses the
+// last two without tools).
 func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
-	f := c.fields.clone()
-	size := f.size()
-	for _, m := range c.messages {
-		size += len(m) + 1
-	}
-	buf := make([]byte, 0, size+2048)
-	f.set("messages", appendArray(nil, c.messages))
 	toolList := c.clientTools
 	if withWorkspaceTools {
 		toolList = append(toolList[:len(toolList):len(toolList)], tools.Definitions...)
 	}
-	if len(toolList) > 0 {
-		f.set("tools", appendArray(nil, toolList))
-	} else {
-		// No tools left: tool_choice and parallel_tool_calls would be refused without them.
-		f.del("tools")
-		f.del("tool_choice")
-		f.del("parallel_tool_calls")
+	size := c.fields.size() + 64 - len(c.fields.get("messages")) - len(c.fields.get("tools"))
+	for _, m := range c.messages {
+		size += len(m) + 1
 	}
-	return f.appendJSON(buf)
+	for _, t := range toolList {
+		size += len(t) + 1
+	}
+	buf := make([]byte, 0, size)
+	buf = append(buf, '{')
+	member := func(key string) {
+		if len(buf) > 1 {
+			buf = append(buf, ',')
+		}
+		buf = appendString(buf, key)
+		buf = append(buf, ':')
+	}
+	hasTools := false
+	for i, k := range c.fields.keys {
+		switch k {
+		case "messages":
+			member(k)
+			buf = appendArray(buf, c.messages)
+		case "tools":
+			hasTools = true
+			if len(toolList) > 0 {
+				member(k)
+				buf = appendArray(buf, toolList)
+			}
+		case "tool_choice", "parallel_tool_calls":
+			if len(toolList) > 0 {
+				member(k)
+				buf = append(buf, c.fields.vals[i]...)
+			}
+		default:
+			member(k)
+			buf = append(buf, c.fields.vals[i]...)
+		}
+	}
+	if !hasTools && len(toolList) > 0 {
+		member("tools")
+		buf = appendArray(buf, toolList)
+	}
+	return append(buf, '}')
 }

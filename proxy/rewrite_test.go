@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -191,6 +192,33 @@ func TestParseObject(t *testing.T) {
 	require.True(t, json.Valid(o.bytes()))
 	for _, bad := range []string{``, `[]`, `"s"`, `{"a"}`, `{"a":1,}`, `{"a":1`} {
 		_, err := parseObject([]byte(bad))
+		require.Error(t, err, bad)
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "plain", `q"uo\te`, "line\nbreak\r\ttab", "\x00\x01\x1f", "é — ü ✓ 🙂", "bad \xff utf8", "<workspace> & </workspace>", "\u2028"} {
+		got := appendString(nil, s)
+		require.True(t, json.Valid(got), "%q -> %s", s, got)
+		var back string
+		require.NoError(t, json.Unmarshal(got, &back))
+		want := strings.ToValidUTF8(s, "\uFFFD")
+		require.Equal(t, want, back)
+	}
+	require.Equal(t, `"a<b>&c"`, string(appendString(nil, "a<b>&c")), "no HTML escaping")
+}
+
+func TestSplitArray(t *testing.T) {
+	t.Parallel()
+	got, err := splitArray([]byte(` [ 1 , "a,]" , {"b":[2,3]}, [], null ] `))
+	require.NoError(t, err)
+	require.Equal(t, []json.RawMessage{json.RawMessage(`1`), json.RawMessage(`"a,]"`), json.RawMessage(`{"b":[2,3]}`), json.RawMessage(`[]`), json.RawMessage(`null`)}, got)
+	got, err = splitArray([]byte(`[]`))
+	require.NoError(t, err)
+	require.Empty(t, got)
+	for _, bad := range []string{``, `{}`, `null`, `[1,`, `[1 2]`} {
+		_, err := splitArray([]byte(bad))
 		require.Error(t, err, bad)
 	}
 }

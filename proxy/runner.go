@@ -214,7 +214,7 @@ func parseCompletion(raw []byte) (*completion, error) {
 	if c.top, err = parseObject(raw); err != nil {
 		return nil, bad("the body is not a JSON object")
 	}
-	if err := json.Unmarshal(c.top.get("choices"), &c.choices); err != nil || len(c.choices) == 0 {
+	if c.choices, err = splitArray(c.top.get("choices")); err != nil || len(c.choices) == 0 {
 		return nil, bad("no choices")
 	}
 	if c.choice, err = parseObject(c.choices[0]); err != nil {
@@ -228,8 +228,8 @@ func parseCompletion(raw []byte) (*completion, error) {
 		c.round.reasoning = c.message.get("reasoning_content")
 	}
 	if tcs := c.message.get("tool_calls"); tcs != nil && string(tcs) != "null" {
-		var raws []json.RawMessage
-		if err := json.Unmarshal(tcs, &raws); err != nil {
+		raws, err := splitArray(tcs)
+		if err != nil {
 			return nil, bad("tool_calls is not an array")
 		}
 		for _, tc := range raws {

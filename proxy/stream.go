@@ -163,7 +163,7 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	}
 	var choices []json.RawMessage
 	if v := c.get("choices"); v != nil && string(v) != "null" {
-		if err := json.Unmarshal(v, &choices); err != nil {
+		if choices, err = splitArray(v); err != nil {
 			return fmt.Errorf("%w: choices is not an array", ErrUpstreamProtocol)
 		}
 	}
@@ -256,8 +256,8 @@ func emptyDelta(d object) bool {
 // calls, re-indexed from 0. Items without an index (some servers omit it) continue the last call
 // unless they bring a new id.
 func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.RawMessage, error) {
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
+	items, err := splitArray(raw)
+	if err != nil {
 		return nil, fmt.Errorf("%w: tool_calls is not an array", ErrUpstreamProtocol)
 	}
 	var out []json.RawMessage
@@ -359,8 +359,7 @@ func (s *streamTurn) finish(clientCalls bool) error {
 	}
 	choice := object{}
 	if choices := c.get("choices"); choices != nil {
-		var list []json.RawMessage
-		if json.Unmarshal(choices, &list) == nil && len(list) > 0 {
+		if list, err := splitArray(choices); err == nil && len(list) > 0 {
 			choice, _ = parseObject(list[0])
 		}
 	}
