@@ -56,42 +56,54 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 // error envelope and writes nothing but its record; the returned error is only for failures of
 // the store itself (Postgres unavailable, the context cancelled).
 func (w *Workspace) Run(ctx context.Context, c Call) (Result, error) {
-	args, reasoning, perr := parseArguments(c.Arguments)
-	var out toolOutput
-	var toolErr error
-	if perr != nil {
-		toolErr = perr
+	args, reasoning, err := parseArguments(c.Arguments)
+	if err != nil {
+		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)
+	}
+	// One round trip to begin, lock the thread and read its list; one for the tool's statement
+	// (none for list_preferences); one to record the call and commit.
+	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThread, w.threadID)
+	if errors.Is(err, db.ErrNotFound) {
+		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	defer tx.Rollback(ctx)
+	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, fromRows(tx.Preferences))
+	if err != nil {
+		// A refused call has written nothing: every check runs before the tool's statement.
+		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	}
+	env := Envelope{OK: true, Result: out.text}
+	if err := tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, w.record(c, reasoning, env)) }); err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	return Result{OK: true, Content: env.encode(), LockedSkips: out.lockedSkips}, nil
+}
+
+// refuse answers a call the tool refused with an error envelope and records it (committing tx
+// when the call ran in one). An error that is not a refusal (the store failed) is returned.
+func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning string, err error, tx *db.LockedTx) (Result, error) {
+	var ve *ValidationError
+	var de *DuplicateError
+	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	env := Envelope{Error: err.Error()}
+	arg := w.record(c, reasoning, env)
+	if tx != nil {
+		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })
 	} else {
-		err := w.locked(ctx, w.store.q.ThreadLock, func(tx pgx.Tx, nextID int64, list []Preference) error {
-			out, toolErr = w.dispatch(ctx, tx, c.Name, args, nextID, list)
-			if toolErr != nil {
-				return toolErr // roll back whatever the tool did
-			}
-			return w.record(ctx, tx, c, reasoning, Envelope{OK: true, Result: out.text})
-		})
-		switch {
-		case errors.Is(err, db.ErrNotFound):
-			return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
-		case err != nil && toolErr == nil:
-			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
-		}
+		err = w.store.q.ToolCallInsert(ctx, q, arg)
 	}
-	if toolErr != nil {
-		var ve *ValidationError
-		var de *DuplicateError
-		if !errors.As(toolErr, &ve) && !errors.As(toolErr, &de) && !errors.Is(toolErr, errUnknownTool) {
-			return Result{}, fmt.Errorf("run %s: %w", c.Name, toolErr)
-		}
-		env := Envelope{Error: toolErr.Error()}
-		if err := w.record(ctx, w.store.pool, c, reasoning, env); err != nil {
-			if errors.Is(db.NotFound(err), db.ErrNotFound) || isForeignKeyViolation(err) {
-				return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
-			}
-			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
-		}
-		return Result{Content: env.encode()}, nil
+	if isForeignKeyViolation(err) {
+		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
 	}
-	return Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), LockedSkips: out.lockedSkips}, nil
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	return Result{Content: env.encode()}, nil
 }
 
 type toolOutput struct {
@@ -101,7 +113,7 @@ type toolOutput struct {
 
 var errUnknownTool = errors.New("unknown tool")
 
-func (w *Workspace) dispatch(ctx context.Context, tx pgx.Tx, name string, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
+func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
 	switch name {
 	case AddPreferences:
 		return w.addPreferences(ctx, tx, args, nextID, list)
@@ -117,9 +129,9 @@ func (w *Workspace) dispatch(ctx context.Context, tx pgx.Tx, name string, args j
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }
 
-// record writes the call and the envelope it returned.
-func (w *Workspace) record(ctx context.Context, q db.DBTX, c Call, reasoning string, env Envelope) error {
-	return w.store.q.ToolCallInsert(ctx, q, db.ToolCallInsertParams{
+// record is the record of a call and the envelope it returned.
+func (w *Workspace) record(c Call, reasoning string, env Envelope) db.ToolCallInsertParams {
+	return db.ToolCallInsertParams{
 		ThreadID:           w.threadID,
 		Turn:               int32(c.Turn),
 		Round:              int32(c.Round),
@@ -128,7 +140,7 @@ func (w *Workspace) record(ctx context.Context, q db.DBTX, c Call, reasoning str
 		ActionAndReasoning: storableText(reasoning),
 		Ok:                 env.OK,
 		Result:             []byte(env.encode()),
-	})
+	}
 }
 
 // parseArguments decodes a call's arguments: a JSON object (an empty string counts as {}), with
@@ -190,7 +202,7 @@ func (i *index) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (w *Workspace) addPreferences(ctx context.Context, tx pgx.Tx, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
+func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
 	var a struct {
 		Items *[]struct {
 			Title    *string `json:"title"`
@@ -342,7 +354,7 @@ func (t targets) summary(verb string) string {
 	return strings.Join(parts, "; ")
 }
 
-func (w *Workspace) updatePreferences(ctx context.Context, tx pgx.Tx, args json.RawMessage, list []Preference) (toolOutput, error) {
+func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
 	var a struct {
 		Updates *[]struct {
 			Index    *index  `json:"index"`
@@ -441,7 +453,7 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx pgx.Tx, args json.
 	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked)}, nil
 }
 
-func (w *Workspace) removePreferences(ctx context.Context, tx pgx.Tx, args json.RawMessage, list []Preference) (toolOutput, error) {
+func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
 	var a struct {
 		Indices *[]index `json:"indices"`
 	}
@@ -473,7 +485,7 @@ func (w *Workspace) removePreferences(ctx context.Context, tx pgx.Tx, args json.
 	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked)}, nil
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx pgx.Tx, args json.RawMessage) (toolOutput, error) {
+func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}

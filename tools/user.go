@@ -175,7 +175,7 @@ func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (Pref
 	if err != nil {
 		return Preference{}, err
 	}
-	err = w.locked(ctx, w.store.q.ThreadUpsertTouch, func(tx pgx.Tx, nextID int64, list []Preference) error {
+	err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, nextID int64, list []Preference) error {
 		if existing, ok := findTitle(list, p.Title, -1); ok {
 			return &DuplicateError{Existing: existing}
 		}
@@ -218,7 +218,7 @@ func (s *Store) checkInput(in PreferenceInput) (Preference, error) {
 // where items are locked and unlocked. ErrNotFound when the thread or the id does not exist.
 func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch PreferencePatch) (Preference, error) {
 	var out Preference
-	err := w.locked(ctx, w.store.q.ThreadLockTouch, func(tx pgx.Tx, _ int64, list []Preference) error {
+	err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
 		i := indexOf(list, id)
 		if i < 0 {
 			return ErrNotFound
@@ -260,7 +260,7 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 
 // DeletePreference deletes a preference by its stable id as the user, locked or not.
 func (w *Workspace) DeletePreference(ctx context.Context, id int64) error {
-	return w.locked(ctx, w.store.q.ThreadLockTouch, func(tx pgx.Tx, _ int64, list []Preference) error {
+	return w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
 		if indexOf(list, id) < 0 {
 			return ErrNotFound
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -183,21 +182,18 @@ func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
 	return prefs, nil
 }
 
-// locked runs fn in a transaction that first locks the thread's row with lock (one of the
-// Thread*Lock queries), passing the thread's next preference id and its current list.
-func (w *Workspace) locked(ctx context.Context, lock func(ctx context.Context, tx db.DBTX, id string) (int64, error),
-	fn func(tx pgx.Tx, nextID int64, list []Preference) error) error {
-	return db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
-		nextID, err := lock(ctx, tx, w.threadID)
-		if err != nil {
-			return db.NotFound(err)
-		}
-		rows, err := w.store.q.PreferenceListByThread(ctx, tx, w.threadID)
-		if err != nil {
-			return fmt.Errorf("list preferences: %w", err)
-		}
-		return fn(tx, nextID, fromRows(rows))
-	})
+// locked runs fn in a transaction that holds the thread's row lock (taken as lock says), with
+// the thread's next preference id and its current list, and commits when fn returns nil.
+func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) error) error {
+	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(tx.Conn(), tx.NextPreferenceID, fromRows(tx.Preferences)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx, nil)
 }
 
 func fromRows(rows []db.Preference) []Preference {
@@ -280,7 +276,7 @@ func (s *Store) checkObjective(field, v string) (string, error) {
 }
 
 // insert adds preferences to the thread with ids from nextID on, inside tx.
-func (w *Workspace) insert(ctx context.Context, tx pgx.Tx, nextID int64, items []Preference) ([]db.Preference, error) {
+func (w *Workspace) insert(ctx context.Context, tx db.DBTX, nextID int64, items []Preference) ([]db.Preference, error) {
 	p := db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID + int64(len(items))}
 	for i, it := range items {
 		p.Ids = append(p.Ids, nextID+int64(i))

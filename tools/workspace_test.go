@@ -375,6 +375,44 @@ func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx
 }
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A batch goes out as one pipeline: one round trip.
+func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestToolCallRoundTrips: a tool call makes at most three round trips (begin+lock+list, the
+// tool's statement, record+commit); list_preferences and a refused call two.
+func TestToolCallRoundTrips(t *testing.T) {
+	t.Parallel()
+	tracer := &countingTracer{}
+	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 1})
+	f := setupOn(t, pool, Limits{})
+	calls := []struct {
+		tool, args string
+		want       int64
+	}{
+		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 3},
+		{ListPreferences, `{}`, 2},
+		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 3},
+		{SetObjective, `{"text":"x"}`, 3},
+		{RemovePreferences, `{"indices":[2]}`, 3},
+		{AddPreferences, `{"items":[]}`, 2},
+		{AddPreferences, `not json`, 1},
+	}
+	for _, c := range calls { // warm: the connection prepares each statement once
+		f.call(t, c.tool, c.args)
+	}
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1, 2, 3}})
+	for _, c := range calls {
+		before := tracer.n.Load()
+		f.call(t, c.tool, c.args)
+		require.Equal(t, c.want, tracer.n.Load()-before, "%s %s", c.tool, c.args)
+	}
+}
+
 func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}

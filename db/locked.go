@@ -1,0 +1,112 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ThreadLock names how a LockedTx takes its thread's row.
+type ThreadLock int
+
+const (
+	// LockThread locks an existing thread (ThreadLock): the agent path.
+	LockThread ThreadLock = iota
+	// LockThreadTouch locks an existing thread and marks it updated (ThreadLockTouch).
+	LockThreadTouch
+	// LockThreadUpsert creates the thread when new, else marks it updated (ThreadUpsertTouch).
+	LockThreadUpsert
+)
+
+func (l ThreadLock) sql() string {
+	switch l {
+	case LockThreadTouch:
+		return threadLockTouch
+	case LockThreadUpsert:
+		return threadUpsertTouch
+	}
+	return threadLock
+}
+
+// LockedTx is a transaction holding one thread's row lock, begun in one round trip: BEGIN, the
+// lock and the read of the thread's preferences go out as one pipeline. The statements run one
+// after the other, each with its own snapshot, so the list is read after the lock is held and
+// sees every edit committed before it.
+type LockedTx struct {
+	conn *pgxpool.Conn
+	done bool
+	// NextPreferenceID is the thread's next preference id.
+	NextPreferenceID int64
+	// Preferences is the thread's list in creation order.
+	Preferences []Preference
+}
+
+// BeginLocked begins a LockedTx on a connection of pool. ErrNotFound when the lock found no
+// thread (LockThread, LockThreadTouch); the transaction is then already over.
+func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string) (*LockedTx, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire connection: %w", err)
+	}
+	t := &LockedTx{conn: conn}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) error {
+		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
+		return err
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		t.Rollback(ctx)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, fmt.Errorf("lock thread: %w", err)
+	}
+	return t, nil
+}
+
+// Conn is the transaction's connection, for the queries in between.
+func (t *LockedTx) Conn() DBTX { return t.conn }
+
+// Commit commits, sending the queries queued by queue (if any) in the same round trip.
+func (t *LockedTx) Commit(ctx context.Context, queue func(b *pgx.Batch)) error {
+	b := &pgx.Batch{}
+	if queue != nil {
+		queue(b)
+	}
+	b.Queue("COMMIT")
+	err := t.conn.SendBatch(ctx, b).Close()
+	if err != nil {
+		t.Rollback(ctx)
+		return fmt.Errorf("commit: %w", err)
+	}
+	t.release()
+	return nil
+}
+
+// QueueToolCallInsert queues ToolCallInsert, for Commit.
+func QueueToolCallInsert(b *pgx.Batch, arg ToolCallInsertParams) {
+	b.Queue(toolCallInsert, arg.ThreadID, arg.Turn, arg.Round, arg.Tool, arg.Arguments, arg.ActionAndReasoning, arg.Ok, arg.Result)
+}
+
+// Rollback ends the transaction without its writes; it is a no-op after Commit. It runs under
+// context.WithoutCancel so a cancelled request still releases the thread's lock at once; a
+// connection it cannot roll back is closed rather than returned to the pool.
+func (t *LockedTx) Rollback(ctx context.Context) {
+	if t.done {
+		return
+	}
+	if _, err := t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = t.conn.Conn().Close(context.WithoutCancel(ctx))
+	}
+	t.release()
+}
+
+func (t *LockedTx) release() {
+	t.done = true
+	t.conn.Release()
+}
