@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
@@ -58,7 +59,7 @@ func BenchmarkSSEDecode(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(chunk)))
 	var out []byte
-	s := &streamTurn{emit: func(c []byte) error { out = appendSSE(out[:0], c); return nil }}
+	s := &streamTurn{out: emitFunc(func(c []byte) error { out = appendSSE(out[:0], c); return nil })}
 	s.rd = streamRound{byIndex: map[int]*callAcc{}}
 	r := NewSSEReader(stream)
 	for b.Loop() {
@@ -97,31 +98,42 @@ func BenchmarkTurn(b *testing.B) {
 	}{{"NoToolCall", [][]byte{answer}}, {"OneToolRound", [][]byte{toolCall, answer}}} {
 		b.Run(tc.name, func(b *testing.B) {
 			e := setup(b)
-			n := 0
 			e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(tc.replies[n%len(tc.replies)])
-				n++
-			}
-			if _, err := e.store.Workspace("bench").AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
-				b.Fatal(err)
+				// A turn's first call gets the first reply, a call after tool results the last.
+				body, _ := io.ReadAll(r.Body)
+				reply := tc.replies[0]
+				if bytes.Contains(body, []byte(`"role":"tool"`)) {
+					reply = tc.replies[len(tc.replies)-1]
+				}
+				_, _ = w.Write(reply)
 			}
 			body := chatBody(1 << 10)
-			client := &http.Client{}
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			var clients atomic.Int64
 			b.ReportAllocs()
-			for b.Loop() {
-				req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
-				req.Header.Set("X-Thread-Id", "bench")
-				resp, err := client.Do(req)
-				if err != nil {
-					b.Fatal(err)
+			b.RunParallel(func(pb *testing.PB) {
+				thread := fmt.Sprintf("bench-%d", clients.Add(1))
+				if _, err := e.store.Workspace(thread).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+					b.Error(err)
+					return
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatal(resp.Status)
+				for pb.Next() {
+					req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+					req.Header.Set("X-Thread-Id", thread)
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						b.Error(resp.Status)
+						return
+					}
 				}
-			}
+			})
 		})
 	}
 }

@@ -138,18 +138,14 @@ func (m *Metrics) addTokens(usage json.RawMessage) {
 	if m == nil || len(usage) == 0 || string(usage) == "null" {
 		return
 	}
-	var u struct {
-		Prompt     float64 `json:"prompt_tokens"`
-		Completion float64 `json:"completion_tokens"`
-	}
-	if json.Unmarshal(usage, &u) != nil {
+	u, err := parseObject(usage)
+	if err != nil {
 		return
 	}
-	if u.Prompt > 0 {
-		m.tokens.WithLabelValues("prompt").Add(u.Prompt)
-	}
-	if u.Completion > 0 {
-		m.tokens.WithLabelValues("completion").Add(u.Completion)
+	for _, kind := range []string{"prompt", "completion"} {
+		if n, err := strconv.ParseFloat(string(u.get(kind+"_tokens")), 64); err == nil && n > 0 {
+			m.tokens.WithLabelValues(kind).Add(n)
+		}
 	}
 }
 

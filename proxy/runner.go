@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -10,7 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
+	"strconv"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -278,24 +279,32 @@ func (c *completion) answer(clientCalls []toolCall, sumUsage bool, usage *usageS
 	return c.top.bytes()
 }
 
-// usageSum adds up usage objects: every number, nested ones (prompt_tokens_details, …) included;
-// anything else keeps its last value.
-type usageSum struct{ m map[string]any }
+// usageSum adds up the usage objects of a turn's rounds: every number, nested ones
+// (prompt_tokens_details, …) included; anything else keeps its last value. It keeps the raw
+// objects and sums them only when asked, so a turn of one round decodes nothing.
+type usageSum struct{ raws []json.RawMessage }
 
+// add keeps a round's usage; raw must stay unchanged until json is called.
 func (u *usageSum) add(raw json.RawMessage) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return
+	if len(raw) > 0 && string(raw) != "null" {
+		u.raws = append(u.raws, raw)
 	}
-	var m map[string]any
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.UseNumber()
-	if dec.Decode(&m) != nil {
-		return
+}
+
+func (u *usageSum) empty() bool { return len(u.raws) == 0 }
+
+func (u *usageSum) json() json.RawMessage {
+	sum := map[string]any{}
+	for _, raw := range u.raws {
+		var m map[string]any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if dec.Decode(&m) == nil {
+			sumInto(sum, m)
+		}
 	}
-	if u.m == nil {
-		u.m = map[string]any{}
-	}
-	sumInto(u.m, m)
+	b, _ := marshalNoEscape(sum)
+	return b
 }
 
 func sumInto(dst, src map[string]any) {
@@ -319,19 +328,12 @@ func sumInto(dst, src map[string]any) {
 func addNumbers(a, b json.Number) json.Number {
 	if x, err := a.Int64(); err == nil {
 		if y, err := b.Int64(); err == nil {
-			return json.Number(fmt.Sprint(x + y))
+			return json.Number(strconv.FormatInt(x+y, 10))
 		}
 	}
 	x, _ := a.Float64()
 	y, _ := b.Float64()
-	return json.Number(fmt.Sprint(x + y))
-}
-
-func (u *usageSum) empty() bool { return u.m == nil }
-
-func (u *usageSum) json() json.RawMessage {
-	b, _ := marshalNoEscape(u.m)
-	return b
+	return json.Number(strconv.FormatFloat(x+y, 'f', -1, 64))
 }
 
 func newCallID() string { return "call_" + randomHex(12) }

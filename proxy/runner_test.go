@@ -19,6 +19,12 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
+// emitFunc is an Emitter that hands each chunk to a function and flushes nothing.
+type emitFunc func(chunk []byte) error
+
+func (f emitFunc) Emit(chunk []byte) error { return f(chunk) }
+func (f emitFunc) Flush() error            { return nil }
+
 // fakeUpstream is an Upstream without HTTP: each call returns the next scripted body and records
 // the request body's size.
 type fakeUpstream struct {
@@ -75,7 +81,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	var got int
 	var chunks int
 	rounds, err := (&Runner{}).Stream(context.Background(), &Turn{Request: req, Workspace: ws, Number: turn.Number, Upstream: up},
-		func(chunk []byte) error {
+		emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
 				Choices []struct {
@@ -87,7 +93,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 				got += len(c.Choices[0].Delta.Content)
 			}
 			return nil
-		})
+		}))
 	require.NoError(t, err)
 	require.Equal(t, 2, rounds)
 	require.Equal(t, n*size+5, got, "the client got every byte")

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wsproxy/wsproxy/tools"
@@ -99,8 +100,9 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.reverse = &httputil.ReverseProxy{
-		Rewrite:   s.rewritePassThrough,
-		Transport: transport,
+		Rewrite:    s.rewritePassThrough,
+		Transport:  transport,
+		BufferPool: copyBuffers{}, // nil would allocate 32 KB per response
 		// FlushInterval 0: ReverseProxy flushes every write of a text/event-stream response, or
 		// of one without a Content-Length, and buffers the others (a flush per write of a plain
 		// JSON body costs a syscall each).
@@ -180,6 +182,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	}
 	return body, nil
 }
+
+// copyBuffers recycles the 32 KB buffers ReverseProxy copies response bodies with.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // readAll reads r to its end into a buffer sized by the Content-Length when there is one.
 func readAll(r io.Reader, contentLength int64) ([]byte, error) {
@@ -293,34 +303,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 // stream serves a streamed turn. The status and headers go out with the first chunk, so a
 // failure before it gets a plain error response; after it, one error event ends the stream.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn) {
-	rc := http.NewResponseController(w)
-	started := false
-	var buf []byte
-	emit := func(chunk []byte) error {
-		if !started {
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
-			h.Set(threadHeader, t.Workspace.ThreadID())
-			w.WriteHeader(http.StatusOK)
-			started = true
-		}
-		buf = appendSSE(buf[:0], chunk)
-		if _, err := w.Write(buf); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	_, err := s.runner.Stream(r.Context(), t, emit)
+	out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: t.Workspace.ThreadID()}
+	_, err := s.runner.Stream(r.Context(), t, out)
 	if err == nil {
-		err = writeFlush(w, rc, []byte("data: [DONE]\n\n"))
-		if err != nil {
+		if err := out.write([]byte("data: [DONE]\n\n")); err != nil {
 			s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before [DONE]", slog.Any("err", err))
 		}
 		return
 	}
-	if !started {
+	if !out.started {
 		writeError(w, r, s.log, err)
 		return
 	}
@@ -340,12 +331,39 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn) {
 		}
 		event = e.body()
 	}
-	_ = writeFlush(w, rc, appendSSE(nil, event))
+	_ = out.write(appendSSE(nil, event))
 }
 
-func writeFlush(w http.ResponseWriter, rc *http.ResponseController, b []byte) error {
-	if _, err := w.Write(b); err != nil {
+// sseWriter is the client side of a streamed turn: server-sent events on the response.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	thread  string
+	started bool
+	buf     []byte
+}
+
+func (o *sseWriter) Emit(chunk []byte) error {
+	if !o.started {
+		h := o.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
+		h.Set(threadHeader, o.thread)
+		o.w.WriteHeader(http.StatusOK)
+		o.started = true
+	}
+	o.buf = appendSSE(o.buf[:0], chunk)
+	_, err := o.w.Write(o.buf)
+	return err
+}
+
+func (o *sseWriter) Flush() error { return o.rc.Flush() }
+
+// write writes b and flushes it.
+func (o *sseWriter) write(b []byte) error {
+	if _, err := o.w.Write(b); err != nil {
 		return err
 	}
-	return rc.Flush()
+	return o.rc.Flush()
 }

@@ -71,6 +71,13 @@ func (s *SSEReader) Next() ([]byte, error) {
 	}
 }
 
+// EventBuffered reports whether a whole further event is already buffered, so that Next will not
+// wait for the network.
+func (s *SSEReader) EventBuffered() bool {
+	b, _ := s.r.Peek(s.r.Buffered())
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
+}
+
 // readLine returns the next line without its end (\n, \r\n or \r\n-less at EOF).
 func (s *SSEReader) readLine() ([]byte, error) {
 	s.line = s.line[:0]

@@ -10,8 +10,15 @@ import (
 	"strings"
 )
 
-// EmitFunc sends one chunk (the JSON of a chat.completion.chunk) to the client.
-type EmitFunc func(chunk []byte) error
+// Emitter is the client of a streamed turn.
+type Emitter interface {
+	// Emit writes one chunk (the JSON of a chat.completion.chunk) as an event.
+	Emit(chunk []byte) error
+	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
+	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
+	// arrived together leave together.
+	Flush() error
+}
 
 // StreamError is an error the upstream sent inside its stream (`data: {"error":…}`).
 type StreamError struct {
@@ -26,8 +33,8 @@ func (e *StreamError) Error() string {
 // workspace tool calls are never emitted, the client's are, re-indexed from 0. The client gets
 // one role delta at the start, one finish_reason at the end, and every chunk carries the first
 // id the upstream gave. It returns the upstream calls made.
-func (r *Runner) Stream(ctx context.Context, t *Turn, emit EmitFunc) (int, error) {
-	s := &streamTurn{emit: emit, includeUsage: t.Request.IncludeUsage}
+func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) {
+	s := &streamTurn{out: out, includeUsage: t.Request.IncludeUsage}
 	toolRounds := 0
 	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
 	for n := 1; ; n++ {
@@ -54,6 +61,9 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, emit EmitFunc) (int, error
 		if final || len(mine) == 0 {
 			return n, s.finish(clientCalls)
 		}
+		if err := s.flush(); err != nil {
+			return n, err
+		}
 		results, err := r.runTools(ctx, t, n, mine)
 		if err != nil {
 			return n, err
@@ -79,7 +89,8 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, emit EmitFunc) (int, error
 
 // streamTurn is what a streamed turn keeps across rounds.
 type streamTurn struct {
-	emit         EmitFunc
+	out          Emitter
+	dirty        bool // written, not flushed
 	includeUsage bool
 	id           string // the first id the upstream gave (or one made up)
 	emitted      bool   // the role delta went out
@@ -119,6 +130,11 @@ func (s *streamTurn) round(ctx context.Context, t *Turn, withTools bool) error {
 	defer resp.Body.Close()
 	sse := NewSSEReader(resp.Body)
 	for {
+		if s.dirty && !sse.EventBuffered() {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
 		data, err := sse.Next()
 		if err == io.EOF {
 			break
@@ -158,7 +174,7 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 		}
 	}
 	if c.has("usage") {
-		s.rd.usage = append(s.rd.usage[:0], c.get("usage")...)
+		s.rd.usage = append([]byte(nil), c.get("usage")...) // kept past the reader's buffer
 		c.set("usage", json.RawMessage("null"))
 	}
 	var choices []json.RawMessage
@@ -240,6 +256,19 @@ func (s *streamTurn) send(c, choice, delta object, finishReason json.RawMessage)
 	c.set("object", rawString("chat.completion.chunk"))
 	c.set("choices", appendArray(nil, []json.RawMessage{choice.bytes()}))
 	return s.emit(c.bytes())
+}
+
+func (s *streamTurn) emit(chunk []byte) error {
+	s.dirty = true
+	return s.out.Emit(chunk)
+}
+
+func (s *streamTurn) flush() error {
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.out.Flush()
 }
 
 // emptyDelta reports a delta with nothing for the client: no members, or only null and "".

@@ -344,3 +344,32 @@ func TestStreamClientLeaves(t *testing.T) {
 		t.Fatal("the upstream request was not cancelled")
 	}
 }
+
+// TestStreamFlushesWhenWaiting: an event reaches the client before the proxy waits for the
+// upstream's next one (the upstream holds its second chunk until the client has the first).
+func TestStreamFlushesWhenWaiting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	gotFirst := make(chan struct{})
+	chunks := upstreamtest.ContentChunks("chatcmpl-f", "one", "two")
+	e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+		upstreamtest.StreamRaw(upstreamtest.Events(chunks[:2]...))(w, r)
+		select {
+		case <-gotFirst:
+		case <-time.After(10 * time.Second):
+			return
+		}
+		upstreamtest.WriteRaw(w, upstreamtest.Events(chunks[2:]...)...)
+		upstreamtest.WriteRaw(w, "data: [DONE]\n\n")
+	})
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "f"}, `{"model":"m","stream":true,"messages":[]}`)
+	rd := bufio.NewReader(resp.Body)
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, `"content":"one"`)
+	close(gotFirst)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	tr := checkStream(t, line+string(rest))
+	require.Equal(t, "onetwo", tr.content)
+}

@@ -4,6 +4,7 @@
 package upstreamtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,6 +91,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reply = s.Fallback
 	}
 	s.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body)) // the reply may read it again
 	if reply == nil {
 		s.t.Errorf("upstreamtest: unscripted request %s %s", r.Method, r.URL.Path)
 		http.Error(w, `{"error":{"message":"unscripted"}}`, http.StatusInternalServerError)
