@@ -382,14 +382,15 @@ func TestUpstreamErrors(t *testing.T) {
 	t.Run("ErrorAfterToolsKeepsTheirWrites", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)
+		boom := upstreamtest.JSON(500, `{"error":{"message":"boom"}}`)
 		e.up.Script(reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Kept"}]}`})),
-			upstreamtest.JSON(500, `{"error":{"message":"boom"}}`))
+			boom, boom, boom, boom) // the round after the tools, and its three retries
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
 		require.Equal(t, 500, resp.StatusCode)
 		require.Equal(t, `{"error":{"message":"boom"}}`, readBody(t, resp))
 		e.up.Script(reply(cmpl("ok")))
 		e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
-		require.Contains(t, messages(e.upstreamRequest(2))[0]["content"], "#1 [soft] Kept")
+		require.Contains(t, messages(e.upstreamRequest(5))[0]["content"], "#1 [soft] Kept")
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
@@ -483,4 +484,63 @@ func TestPassThroughFlushesEvents(t *testing.T) {
 	rest, err := io.ReadAll(rd)
 	require.NoError(t, err)
 	require.Equal(t, "\ndata: two\n\ndata: [DONE]\n\n", string(rest))
+}
+
+// TestRetryAfterTools: a round that follows executed tools is retried when the upstream fails
+// in a way that may pass; the client gets its answer and the tools ran once.
+func TestRetryAfterTools(t *testing.T) {
+	t.Parallel()
+	th := map[string]string{"X-Thread-Id": "r"}
+
+	t.Run("NonStreamed", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		e.up.Script(reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Once"}]}`})),
+			upstreamtest.JSON(503, `{"error":{"message":"overloaded"}}`),
+			upstreamtest.JSON(429, `{"error":{"message":"slow down"}}`),
+			func(w http.ResponseWriter, r *http.Request) { // cut off mid-body
+				w.Header().Set("Content-Length", "1000")
+				_, _ = io.WriteString(w, `{"id":`)
+			},
+			reply(cmpl("Recorded.")))
+		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
+		body := readBody(t, resp)
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Contains(t, body, "Recorded.")
+		require.Equal(t, "2", resp.Header.Get("X-Workspace-Rounds"), "a retried round is one round")
+		require.Len(t, e.workspace("r").Preferences, 1)
+		require.Len(t, e.up.Requests(), 5)
+		require.Equal(t, e.up.Requests()[1].Body, e.up.Requests()[4].Body, "the same round, sent again")
+	})
+
+	t.Run("Streamed", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		e.up.Script(upstreamtest.Stream(upstreamtest.ToolCallChunks("chatcmpl-r", 5, call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Once"}]}`})...),
+			upstreamtest.StreamNoDone(upstreamtest.ContentChunks("chatcmpl-x", "lost")[0]), // ends early, before any content
+			upstreamtest.Stream(upstreamtest.ContentChunks("chatcmpl-y", "Recorded.")...))
+		tr := checkStream(t, streamBody(t, e.post("/v1/chat/completions", th, `{"stream":true,"messages":[]}`)))
+		require.Equal(t, "Recorded.", tr.content)
+		require.Len(t, e.workspace("r").Preferences, 1)
+	})
+
+	t.Run("NotAfterPartOfTheRoundWentOut", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		e.up.Script(upstreamtest.Stream(upstreamtest.ToolCallChunks("chatcmpl-r", 5, call{ID: "a", Name: "list_preferences", Arguments: `{}`})...),
+			upstreamtest.StreamNoDone(upstreamtest.ContentChunks("chatcmpl-x", "half")[:2]...))
+		body := streamBody(t, e.post("/v1/chat/completions", th, `{"stream":true,"messages":[]}`))
+		require.Contains(t, body, `"content":"half"`)
+		require.Contains(t, body, `"code":"upstream_invalid_response"`)
+		require.Len(t, e.up.Requests(), 2)
+	})
+
+	t.Run("NotTheFirstRound", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		e.up.Script(upstreamtest.JSON(503, `{"error":{"message":"overloaded"}}`))
+		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
+		require.Equal(t, 503, resp.StatusCode)
+		require.Len(t, e.up.Requests(), 1)
+	})
 }

@@ -59,6 +59,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		Metrics:         NewMetrics(reg),
 		Instructions:    "INSTR",
 		UpstreamTimeout: 10 * time.Second,
+		RetryBackoff:    time.Millisecond,
 	}
 	for _, c := range configure {
 		c(&opts)

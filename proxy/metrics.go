@@ -21,6 +21,7 @@ type Metrics struct {
 	httpDuration     *prometheus.HistogramVec
 	upstreamRequests *prometheus.CounterVec
 	upstreamDuration prometheus.Histogram
+	upstreamRetries  prometheus.Counter
 	toolCalls        *prometheus.CounterVec
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
@@ -46,6 +47,9 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "wsproxy_upstream_request_duration_seconds", Help: "Time from sending an upstream request to the end of its response body.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}),
+		upstreamRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_upstream_retries_total", Help: "Upstream rounds retried after the turn's tools ran.",
+		}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_tool_calls_total", Help: "Workspace tool calls run, by tool and outcome (ok, error).",
 		}, []string{"tool", "outcome"}),
@@ -63,7 +67,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.toolCalls,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
 		m.lockedSkips, m.toolRounds, m.tokens, m.inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, name := range tools.Names {
@@ -108,6 +112,12 @@ func (m *Metrics) observeUpstream(code string, d time.Duration) {
 	}
 	m.upstreamRequests.WithLabelValues(code).Inc()
 	m.upstreamDuration.Observe(d.Seconds())
+}
+
+func (m *Metrics) upstreamRetry() {
+	if m != nil {
+		m.upstreamRetries.Inc()
+	}
 }
 
 func (m *Metrics) toolCall(name string, ok bool, lockedSkips int) {

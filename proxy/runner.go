@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	mathrand "math/rand/v2"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -37,8 +39,14 @@ type Runner struct {
 	MaxToolRounds int
 	// Metrics, when set, counts tool calls, locked skips, tool rounds and tokens.
 	Metrics *Metrics
-	// Logger, when set, logs tool failures the model sees; nil logs nothing.
+	// Logger, when set, logs tool failures the model sees and retries; nil logs nothing.
 	Logger *slog.Logger
+	// Retries bounds the retries of a round that follows executed tools; zero means
+	// DefaultRetries, negative none.
+	Retries int
+	// RetryBackoff is the first wait before a retry (doubling after); zero means
+	// DefaultRetryBackoff.
+	RetryBackoff time.Duration
 }
 
 // Turn is one chat request of a thread, ready to run: its request already carries the
@@ -86,17 +94,15 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
-		resp, err := t.Upstream.ChatCompletion(ctx, t.Request.Body(!final))
+		body := t.Request.Body(!final)
+		var raw []byte
+		var header http.Header
+		err := r.retry(ctx, n, func() (err error) {
+			raw, header, err = fetch(ctx, t.Upstream, body)
+			return err
+		})
 		if err != nil {
 			return nil, err
-		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
-		resp.Body.Close()
-		if err != nil {
-			return nil, classifyTransportError(ctx, err)
-		}
-		if len(raw) > maxResponseBody {
-			return nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
 		}
 		c, err := parseCompletion(raw)
 		if err != nil {
@@ -113,7 +119,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 				mine = append(mine, call)
 			}
 		}
-		reply := &Reply{Header: resp.Header, Rounds: n}
+		reply := &Reply{Header: header, Rounds: n}
 		switch {
 		case final && len(mine) > 0:
 			// The model called a workspace tool it was not offered: only the client's calls count.
@@ -139,6 +145,95 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 		t.Request.Append(c.round.messages(results)...)
 		toolRounds++
 	}
+}
+
+// fetch makes one non-streamed upstream call and reads its body.
+func fetch(ctx context.Context, up Upstream, body []byte) ([]byte, http.Header, error) {
+	resp, err := up.ChatCompletion(ctx, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	if err != nil {
+		return nil, nil, classifyTransportError(ctx, err)
+	}
+	if len(raw) > maxResponseBody {
+		return nil, nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+	}
+	return raw, resp.Header, nil
+}
+
+// Retries of a round that follows executed tools.
+const (
+	DefaultRetries      = 3
+	DefaultRetryBackoff = 250 * time.Millisecond
+	maxRetryAfter       = 10 * time.Second
+)
+
+// retry runs call, and runs it again after a failure that may pass (the upstream overloaded,
+// unreachable, or cut off) when the round follows executed tools (n > 1): the turn's writes are
+// done, so the proxy retries rather than make the client re-run the turn. Waits double from
+// RetryBackoff, with jitter, or follow the upstream's Retry-After up to 10 s.
+func (r *Runner) retry(ctx context.Context, n int, call func() error) error {
+	retries := r.Retries
+	if retries == 0 {
+		retries = DefaultRetries
+	}
+	base := r.RetryBackoff
+	if base <= 0 {
+		base = DefaultRetryBackoff
+	}
+	for attempt := 0; ; attempt++ {
+		err := call()
+		if err == nil || n == 1 || attempt >= retries || !retryable(err) {
+			return err
+		}
+		wait := time.Duration(float64(base<<attempt) * (0.8 + 0.4*mathrand.Float64()))
+		var ue *UpstreamError
+		if errors.As(err, &ue) {
+			if secs, perr := strconv.Atoi(ue.Header.Get("Retry-After")); perr == nil && secs > 0 {
+				wait = max(wait, min(time.Duration(secs)*time.Second, maxRetryAfter))
+			}
+		}
+		r.Metrics.upstreamRetry()
+		if r.Logger != nil {
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "retrying an upstream round after tools ran", slog.Int("round", n),
+				slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.Any("err", err))
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return err
+		case <-timer.C:
+		}
+	}
+}
+
+// noRetry marks an error the runner must not retry (a stream that already sent part of a round).
+type noRetry struct{ error }
+
+func (e noRetry) Unwrap() error { return e.error }
+
+// retryable reports failures that a second try may not meet: an overloaded or failing upstream
+// (429, 5xx), one that could not be reached or cut the response off. A timeout is not retried
+// (it already waited UPSTREAM_TIMEOUT), nor anything the client or the proxy caused.
+func retryable(err error) bool {
+	var nr noRetry
+	if errors.As(err, &nr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ue *UpstreamError
+	if errors.As(err, &ue) {
+		switch ue.StatusCode {
+		case 429, 500, 502, 503, 504, 529:
+			return true
+		}
+		return false
+	}
+	var se *StreamError
+	return errors.As(err, &se) || errors.Is(err, ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
 // runTools runs the workspace's calls in order and returns their tool-message contents. Only a

@@ -47,6 +47,9 @@ type Options struct {
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
 	MaxToolRounds int
+	// Retries and RetryBackoff: see Runner.
+	Retries      int
+	RetryBackoff time.Duration
 	// MaxRequestBytes caps a request body (413 over it). Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
 	// Instructions stand before the block in the system prompt. Empty means
@@ -94,7 +97,8 @@ func NewServer(opts Options) *Server {
 	s := &Server{
 		opts:     opts,
 		log:      opts.Logger,
-		runner:   &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger},
+		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
+			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		chatURL:  upstreamURL(opts.UpstreamURL, "/chat/completions", "").String(),
 		maxBytes: opts.MaxRequestBytes,

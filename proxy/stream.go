@@ -39,8 +39,16 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) 
 	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
-		s.rd = streamRound{byIndex: map[int]*callAcc{}}
-		if err := s.round(ctx, t, !final); err != nil {
+		body := t.Request.Body(!final)
+		err := r.retry(ctx, n, func() error {
+			s.rd = streamRound{byIndex: map[int]*callAcc{}}
+			err := s.round(ctx, t, body)
+			if err != nil && s.rd.emitted {
+				return noRetry{err} // the client has part of this round: a retry would repeat it
+			}
+			return err
+		})
+		if err != nil {
 			return n, err
 		}
 		r.Metrics.addTokens(s.rd.usage)
@@ -110,6 +118,7 @@ type streamRound struct {
 	finishChunk        object
 	usage              json.RawMessage
 	done               bool // [DONE] seen
+	emitted            bool // the client got part of this round
 }
 
 // callAcc accumulates one tool call's deltas.
@@ -122,8 +131,8 @@ type callAcc struct {
 }
 
 // round streams one upstream call to its end.
-func (s *streamTurn) round(ctx context.Context, t *Turn, withTools bool) error {
-	resp, err := t.Upstream.ChatCompletion(ctx, t.Request.Body(withTools))
+func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
+	resp, err := t.Upstream.ChatCompletion(ctx, body)
 	if err != nil {
 		return err
 	}
@@ -260,6 +269,7 @@ func (s *streamTurn) send(c, choice, delta object, finishReason json.RawMessage)
 
 func (s *streamTurn) emit(chunk []byte) error {
 	s.dirty = true
+	s.rd.emitted = true
 	return s.out.Emit(chunk)
 }
 
