@@ -50,7 +50,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	up := upstreamtest.New(t)
 	u, err := url.Parse(up.URL)
 	require.NoError(t, err)
-	store := tools.NewStore(pool, tools.Limits{})
+	store := tools.NewStore(pool, tools.Options{})
 	reg := prometheus.NewRegistry()
 	opts := Options{
 		Store:           store,

@@ -100,6 +100,9 @@ func toError(err error) *Error {
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: "the upstream could not be reached", Err: err}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_invalid_response", Message: "the upstream's response was not understood", Err: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
+			Message: "the workspace store (Postgres) did not answer in time; the request was not run", Err: err}
 	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request", Message: "the client closed the request", Err: err}
 	case db.Unavailable(err):

@@ -67,7 +67,7 @@ func longStream(n, size int, tail ...string) func() io.Reader {
 // maxRoundText of it.
 func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	t.Parallel()
-	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Limits{})
+	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
 	ws := store.Workspace("long")
 	turn, err := ws.StartTurn(context.Background())
 	require.NoError(t, err)

@@ -56,6 +56,8 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 // error envelope and writes nothing but its record; the returned error is only for failures of
 // the store itself (Postgres unavailable, the context cancelled).
 func (w *Workspace) Run(ctx context.Context, c Call) (Result, error) {
+	ctx, cancel := w.store.bound(ctx)
+	defer cancel()
 	args, reasoning, err := parseArguments(c.Arguments)
 	if err != nil {
 		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)

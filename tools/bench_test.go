@@ -25,7 +25,7 @@ func BenchmarkRenderBlock(b *testing.B) {
 
 // BenchmarkStartTurn: the one round trip of a turn (load, snapshot, bump) on a workspace of 10.
 func BenchmarkStartTurn(b *testing.B) {
-	store := NewStore(dbtest.NewPool(b, nil), Limits{})
+	store := NewStore(dbtest.NewPool(b, nil), Options{})
 	ws := store.Workspace("bench")
 	ctx := context.Background()
 	for i := range 10 {
@@ -43,7 +43,7 @@ func BenchmarkStartTurn(b *testing.B) {
 
 // BenchmarkToolCall: one update_preferences call (lock, list, update, record) on a workspace of 10.
 func BenchmarkToolCall(b *testing.B) {
-	store := NewStore(dbtest.NewPool(b, nil), Limits{})
+	store := NewStore(dbtest.NewPool(b, nil), Options{})
 	ws := store.Workspace("bench")
 	ctx := context.Background()
 	turn, err := ws.StartTurn(ctx)

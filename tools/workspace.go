@@ -94,14 +94,27 @@ func (e *DuplicateError) Error() string {
 
 // Store holds every thread's workspace in Postgres.
 type Store struct {
-	pool   *pgxpool.Pool
-	q      *db.Queries
-	limits Limits
+	pool    *pgxpool.Pool
+	q       *db.Queries
+	limits  Limits
+	timeout time.Duration
 }
 
-// NewStore returns a store on pool. Zero fields of limits take their DefaultLimits value.
-func NewStore(pool *pgxpool.Pool, limits Limits) *Store {
-	d := DefaultLimits()
+// Options configure a Store.
+type Options struct {
+	// Limits; zero fields take their DefaultLimits value.
+	Limits Limits
+	// Timeout bounds each workspace operation: the wait for a pooled connection (all busy: the
+	// operation waits, then fails) and its statements. Zero means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// DefaultTimeout is a workspace operation's default time bound.
+const DefaultTimeout = 10 * time.Second
+
+// NewStore returns a store on pool.
+func NewStore(pool *pgxpool.Pool, opts Options) *Store {
+	limits, d := opts.Limits, DefaultLimits()
 	if limits.TitleMax <= 0 {
 		limits.TitleMax = d.TitleMax
 	}
@@ -114,7 +127,15 @@ func NewStore(pool *pgxpool.Pool, limits Limits) *Store {
 	if limits.PreferencesMax <= 0 {
 		limits.PreferencesMax = d.PreferencesMax
 	}
-	return &Store{pool: pool, q: db.New(), limits: limits}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout}
+}
+
+// bound gives one workspace operation its time bound.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // Ping reports whether Postgres answers.
@@ -159,6 +180,8 @@ type snapshotPreference struct {
 // StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
 // next turn number and snapshots the workspace under it.
 func (w *Workspace) StartTurn(ctx context.Context) (Turn, error) {
+	ctx, cancel := w.store.bound(ctx)
+	defer cancel()
 	row, err := w.store.q.ThreadTurnStart(ctx, w.store.pool, w.threadID)
 	if err != nil {
 		return Turn{}, fmt.Errorf("start turn: %w", err)

@@ -33,7 +33,7 @@ func setup(t *testing.T) *fixture {
 
 func setupOn(t *testing.T, pool *pgxpool.Pool, limits Limits) *fixture {
 	t.Helper()
-	store := NewStore(pool, limits)
+	store := NewStore(pool, Options{Limits: limits})
 	ws := store.Workspace("t1")
 	turn, err := ws.StartTurn(context.Background())
 	require.NoError(t, err)
@@ -433,7 +433,7 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 func TestUserPath(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t, nil)
-	store := NewStore(pool, Limits{})
+	store := NewStore(pool, Options{})
 	ctx := context.Background()
 	ws := store.Workspace("user-made")
 
@@ -501,7 +501,7 @@ func TestUserPath(t *testing.T) {
 func TestThreadsPagination(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t, nil)
-	store := NewStore(pool, Limits{})
+	store := NewStore(pool, Options{})
 	ctx := context.Background()
 	for i := range 5 {
 		_, err := store.Workspace(fmt.Sprintf("t%d", i)).StartTurn(ctx)

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // Config is wsproxy's configuration: each field an environment variable and a flag; a flag
 // wins over its variable.
 type Config struct {
 	DatabaseURL     string
+	DatabaseTimeout time.Duration
 	UpstreamBaseURL string // "demo" starts the built-in demo model
 	UpstreamAPIKey  string
 	ListenAddr      string
@@ -33,6 +35,7 @@ type Config struct {
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	return Config{
+		DatabaseTimeout: tools.DefaultTimeout,
 		UpstreamBaseURL: "https://api.openai.com/v1",
 		ListenAddr:      ":8080",
 		MaxToolRounds:   proxy.DefaultMaxToolRounds,
@@ -53,6 +56,7 @@ type setting struct {
 func (c *Config) settings() []setting {
 	return []setting{
 		{"DATABASE_URL", "database-url", "Postgres URL (required)", (*stringValue)(&c.DatabaseURL)},
+		{"DATABASE_TIMEOUT", "database-timeout", "longest a workspace operation may wait for a connection and run (also the statement_timeout)", (*durationValue)(&c.DatabaseTimeout)},
 		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on", (*stringValue)(&c.ListenAddr)},
@@ -95,6 +99,9 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
 		}
+	}
+	if c.DatabaseTimeout <= 0 {
+		return fmt.Errorf("DATABASE_TIMEOUT: %s must be positive", c.DatabaseTimeout)
 	}
 	if c.ListenAddr == "" {
 		return errors.New("LISTEN_ADDR must not be empty")

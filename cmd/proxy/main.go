@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -94,8 +95,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}()
 
-	m.pool, err = pgxpool.New(ctx, m.Config.DatabaseURL)
+	poolConfig, err := pgxpool.ParseConfig(m.Config.DatabaseURL)
 	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if _, set := poolConfig.ConnConfig.RuntimeParams["statement_timeout"]; !set {
+		poolConfig.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(m.Config.DatabaseTimeout.Milliseconds(), 10)
+	}
+	if m.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	migrateCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -123,7 +130,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	reg := prometheus.NewRegistry()
 	srv := proxy.NewServer(proxy.Options{
-		Store:           tools.NewStore(m.pool, tools.Limits{}),
+		Store:           tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
 		UpstreamURL:     upstreamURL,
 		UpstreamAPIKey:  m.Config.UpstreamAPIKey,
 		UpstreamTimeout: m.Config.UpstreamTimeout,

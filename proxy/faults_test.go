@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// TestPostgresGoesAway: while Postgres is unreachable, thread turns and admin calls get 503 at
+// once and pass-through keeps working; when it is back the pool recovers, and the turns that
+// failed left nothing behind.
+func TestPostgresGoesAway(t *testing.T) {
+	t.Parallel()
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	e := setupWithPool(t, pool)
+	th := map[string]string{"X-Thread-Id": "away"}
+	e.up.Fallback = reply(cmpl("ok"))
+
+	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
+	fault.Cut()
+	for range 3 {
+		start := time.Now()
+		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+		require.Less(t, time.Since(start), 5*time.Second, "fails fast, no hang")
+	}
+	e.admin("GET", "/admin/v1/threads/away", nil, http.StatusServiceUnavailable, nil)
+	e.admin("POST", "/admin/v1/threads/away/preferences", map[string]any{"title": "x"}, http.StatusServiceUnavailable, nil)
+	r, err := http.Get(e.srv.URL + "/readyz")
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+	require.Equal(t, 200, e.post("/v1/chat/completions", nil, `{"messages":[]}`).StatusCode, "pass-through needs no database")
+
+	fault.Restore()
+	require.Eventually(t, func() bool {
+		return e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode == 200
+	}, 10*time.Second, 50*time.Millisecond)
+	var snaps page[tools.Snapshot]
+	e.admin("GET", "/admin/v1/threads/away/snapshots", nil, 200, &snaps)
+	require.Len(t, snaps.Data, 2, "the refused turns took no turn number")
+	require.Equal(t, []int{1, 2}, []int{snaps.Data[0].Turn, snaps.Data[1].Turn})
+}
+
+// TestPostgresRestartsMidTurn: Postgres goes away between the model's reply and the proxy's tool
+// calls: the turn ends with 503 (or an error event once streaming), and nothing of the calls is
+// written.
+func TestPostgresRestartsMidTurn(t *testing.T) {
+	t.Parallel()
+	for _, stream := range []bool{false, true} {
+		t.Run(map[bool]string{false: "NonStreamed", true: "Streamed"}[stream], func(t *testing.T) {
+			t.Parallel()
+			pool, fault := dbtest.NewFaultPool(t, nil)
+			e := setupWithPool(t, pool)
+			calls := []call{
+				{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},
+				{ID: "b", Name: "set_objective", Arguments: `{"text":"x"}`},
+			}
+			e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+				fault.Cut()
+				if stream {
+					upstreamtest.Stream(upstreamtest.Join(upstreamtest.ContentChunks("c", "Noting.")[:2], upstreamtest.ToolCallChunks("c", 8, calls...)[1:])...)(w, r)
+				} else {
+					reply(cmpl("", calls...))(w, r)
+				}
+			})
+			body := `{"messages":[]}`
+			if stream {
+				body = `{"stream":true,"messages":[]}`
+			}
+			resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "mid"}, body)
+			got := readBody(t, resp)
+			if stream {
+				require.Equal(t, 200, resp.StatusCode)
+				require.Contains(t, got, `"content":"Noting."`)
+				require.True(t, strings.HasSuffix(got, "\n\n") && strings.Contains(got, `"code":"workspace_unavailable"`), got)
+				require.NotContains(t, got, "[DONE]")
+			} else {
+				require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, got)
+			}
+			fault.Restore()
+			require.Eventually(t, func() bool { return e.store.Ping(context.Background()) == nil }, 10*time.Second, 50*time.Millisecond)
+			d := e.workspace("mid")
+			require.Empty(t, d.Preferences)
+			require.Nil(t, d.Objective)
+			var calls2 page[tools.ToolCallRecord]
+			e.admin("GET", "/admin/v1/threads/mid/tool-calls", nil, 200, &calls2)
+			require.Empty(t, calls2.Data)
+		})
+	}
+}
+
+// TestPoolExhausted: with every connection busy, a turn waits up to the store's timeout, then
+// gets a clear 503.
+func TestPoolExhausted(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
+	e := setupWithPool(t, pool, func(o *Options) { o.Store = tools.NewStore(pool, tools.Options{Timeout: 300 * time.Millisecond}) })
+	e.up.Fallback = reply(cmpl("ok"))
+	held, err := pool.Acquire(context.Background())
+	require.NoError(t, err)
+	start := time.Now()
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "busy"}, `{"messages":[]}`)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	msg := requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")["message"]
+	require.Contains(t, msg, "in time")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "it waited for a connection")
+	held.Release()
+	require.Equal(t, 200, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "busy"}, `{"messages":[]}`).StatusCode)
+}
+
+// TestStatementTimeout: a statement stuck behind a lock is cancelled by statement_timeout; the
+// turn gets 503 and the thread is untouched.
+func TestStatementTimeout(t *testing.T) {
+	t.Parallel()
+	pool, _ := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["statement_timeout"] = "200" })
+	e := setupWithPool(t, pool)
+	e.up.Fallback = reply(cmpl("ok"))
+	th := map[string]string{"X-Thread-Id": "stuck"}
+	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
+
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	_, err = tx.Exec(context.Background(), `SET LOCAL statement_timeout = 0`)
+	require.NoError(t, err)
+	_, err = tx.Exec(context.Background(), `SELECT 1 FROM threads WHERE id = 'stuck' FOR UPDATE`)
+	require.NoError(t, err)
+	resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+	require.NoError(t, tx.Rollback(context.Background()))
+
+	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
+	var snaps page[tools.Snapshot]
+	e.admin("GET", "/admin/v1/threads/stuck/snapshots", nil, 200, &snaps)
+	require.Len(t, snaps.Data, 2)
+}
