@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	mathrand "math/rand/v2"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"

@@ -95,8 +95,8 @@ func NewServer(opts Options) *Server {
 	}
 	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Observe: opts.Metrics.observeUpstream}
 	s := &Server{
-		opts:     opts,
-		log:      opts.Logger,
+		opts: opts,
+		log:  opts.Logger,
 		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},

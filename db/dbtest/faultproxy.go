@@ -126,4 +126,3 @@ func (p *FaultProxy) close() {
 	p.Cut()
 	p.wg.Wait()
 }
-
