@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -129,10 +130,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return nil
 }
 
+// adminThreadIDPattern is a stored thread id: a thread id, namespaced (client~thread) when client
+// keys are on.
+var adminThreadIDPattern = regexp.MustCompile(`^(?:[A-Za-z0-9._-]{1,64}~)?[A-Za-z0-9._:@-]{1,128}$`)
+
 // workspaceOf is the workspace of the path's thread.
 func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	id := r.PathValue("thread")
-	if !threadIDPattern.MatchString(id) {
+	if !adminThreadIDPattern.MatchString(id) {
 		return nil, badRequest("invalid_thread_id", "thread", "a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
 	return s.opts.Store.Workspace(id), nil

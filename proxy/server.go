@@ -43,6 +43,9 @@ type Options struct {
 	UpstreamTimeout time.Duration
 	// Transport carries the upstream requests. Nil means a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// ClientKeys, when set, are required on every /v1 request and namespace threads per client;
+	// UpstreamAPIKey must then be set (clients' keys are wsproxy's, not the upstream's).
+	ClientKeys *ClientKeys
 	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
@@ -207,6 +210,10 @@ func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.clientOf(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	if _, err := threadOf(r); err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -250,6 +257,11 @@ func restOfPath(path string) string {
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	client, err := s.clientOf(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	thread, err := threadOf(r)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -273,7 +285,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, body) // legacy functions: no workspace, no turn
 		return
 	}
-	ws := s.opts.Store.Workspace(thread)
+	ws := s.opts.Store.Workspace(storedThread(client, thread))
 	turn, err := ws.StartTurn(r.Context())
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -287,7 +299,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: outboundHeader(r.Header, s.opts.UpstreamAPIKey)},
 	}
 	if req.Stream {
-		s.stream(w, r, t)
+		s.stream(w, r, t, thread)
 		return
 	}
 	reply, err := s.runner.Run(r.Context(), t)
@@ -306,8 +318,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 // stream serves a streamed turn. The status and headers go out with the first chunk, so a
 // failure before it gets a plain error response; after it, one error event ends the stream.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn) {
-	out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: t.Workspace.ThreadID()}
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread string) {
+	out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread}
 	_, err := s.runner.Stream(r.Context(), t, out)
 	if err == nil {
 		if err := out.write([]byte("data: [DONE]\n\n")); err != nil {

@@ -18,6 +18,7 @@ import (
 // Thread is a thread as the admin listing shows it.
 type Thread struct {
 	ID              string    `json:"id"`
+	Client          string    `json:"client,omitempty"` // with client keys: whose thread it is
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
 	Turns           int       `json:"turns"`
@@ -28,6 +29,7 @@ type Thread struct {
 // Detail is one thread's whole workspace, with the block as it would be injected now.
 type Detail struct {
 	ID          string       `json:"id"`
+	Client      string       `json:"client,omitempty"`
 	Objective   *Objective   `json:"objective"`
 	Preferences []Preference `json:"preferences"`
 	Block       string       `json:"block"`
@@ -91,7 +93,7 @@ func (s *Store) Threads(ctx context.Context, after string, limit int) ([]Thread,
 	out := make([]Thread, len(rows))
 	for i, r := range rows {
 		out[i] = Thread{
-			ID: r.ID, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
+			ID: r.ID, Client: ClientOf(r.ID), CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
 			Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
 		}
 		if r.Objective.Valid {
@@ -128,7 +130,7 @@ func (w *Workspace) Get(ctx context.Context) (Detail, error) {
 	if err != nil {
 		return Detail{}, err
 	}
-	d.ID = w.threadID
+	d.ID, d.Client = w.threadID, ClientOf(w.threadID)
 	var objective string
 	if d.Objective != nil {
 		objective = d.Objective.Text

@@ -21,6 +21,22 @@ import (
 // ErrNotFound: the thread or preference does not exist.
 var ErrNotFound = db.ErrNotFound
 
+// namespaceSep joins a client and its thread in a stored thread id (client~thread). Thread ids
+// cannot contain it, so namespaces never overlap.
+const namespaceSep = "~"
+
+// Namespaced is the stored id of a client's thread.
+func Namespaced(client, thread string) string { return client + namespaceSep + thread }
+
+// ClientOf is the client of a stored thread id ("" for a thread without one).
+func ClientOf(id string) string {
+	client, _, ok := strings.Cut(id, namespaceSep)
+	if !ok {
+		return ""
+	}
+	return client
+}
+
 // Preference kinds.
 const (
 	Hard = "hard"

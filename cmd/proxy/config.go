@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ type Config struct {
 	UpstreamAPIKey  string
 	ListenAddr      string
 	AdminToken      string
+	ClientKeys      string // name=key pairs, or @file
 	MaxToolRounds   int
 	MaxRequestBytes int64
 	UpstreamTimeout time.Duration
@@ -60,6 +62,7 @@ func (c *Config) settings() []setting {
 		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on", (*stringValue)(&c.ListenAddr)},
+		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it)", (*int64Value)(&c.MaxRequestBytes)},
@@ -103,6 +106,9 @@ func (c Config) Validate() error {
 	if c.DatabaseTimeout <= 0 {
 		return fmt.Errorf("DATABASE_TIMEOUT: %s must be positive", c.DatabaseTimeout)
 	}
+	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
+		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
+	}
 	if c.ListenAddr == "" {
 		return errors.New("LISTEN_ADDR must not be empty")
 	}
@@ -133,6 +139,26 @@ func parseLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("LOG_LEVEL: %q is not debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// clientKeys reads CLIENT_KEYS (nil when unset).
+func (c Config) clientKeys() (*proxy.ClientKeys, error) {
+	spec := c.ClientKeys
+	if spec == "" {
+		return nil, nil
+	}
+	if path, ok := strings.CutPrefix(spec, "@"); ok {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("CLIENT_KEYS: %w", err)
+		}
+		spec = string(b)
+	}
+	keys, err := proxy.ParseClientKeys(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CLIENT_KEYS: %w", err)
+	}
+	return keys, nil
 }
 
 // logger builds the configured logger on w.

@@ -84,6 +84,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := m.Config.Validate(); err != nil {
 		return err
 	}
+	clientKeys, err := m.Config.clientKeys()
+	if err != nil {
+		return err
+	}
 	out := m.LogOutput
 	if out == nil {
 		out = os.Stderr
@@ -135,6 +139,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		UpstreamAPIKey:  m.Config.UpstreamAPIKey,
 		UpstreamTimeout: m.Config.UpstreamTimeout,
 		AdminToken:      m.AdminToken,
+		ClientKeys:      clientKeys,
 		MaxToolRounds:   m.Config.MaxToolRounds,
 		MaxRequestBytes: m.Config.MaxRequestBytes,
 		Metrics:         proxy.NewMetrics(reg),

@@ -261,6 +261,8 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "MAX_REQUEST_BYTES": "10"}, "MAX_REQUEST_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"DATABASE_URL": "x", "LOG_FORMAT": "xml"}, "LOG_FORMAT"},
+		{map[string]string{"DATABASE_URL": "x", "CLIENT_KEYS": "a=sk-1"}, "CLIENT_KEYS needs UPSTREAM_API_KEY"},
+		{map[string]string{"DATABASE_URL": "x", "DATABASE_TIMEOUT": "0s"}, "DATABASE_TIMEOUT"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// ClientKeys are the API keys of wsproxy's own clients (CLIENT_KEYS). When set, every /v1
+// request needs one; each client's threads live in a namespace of their own, so no client can
+// read or change another's workspace.
+type ClientKeys struct {
+	// byHash maps the SHA-256 of a key to its client: a lookup that reveals nothing of the keys
+	// through its timing, and no key kept in memory in the clear.
+	byHash map[[32]byte]string
+}
+
+var clientNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ParseClientKeys reads `name=key` pairs separated by commas or new lines (blank lines and lines
+// starting with # are skipped). Names are 1-64 characters of A-Z a-z 0-9 . _ -; a name may have
+// several keys (to rotate them), a key one name.
+func ParseClientKeys(spec string) (*ClientKeys, error) {
+	k := &ClientKeys{byHash: map[[32]byte]string{}}
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(spec, ",", "\n")))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, key, ok := strings.Cut(line, "=")
+		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		if !ok || key == "" {
+			return nil, fmt.Errorf("entry %d: want name=key", n) // never echo what might be a key
+		}
+		if !clientNamePattern.MatchString(name) {
+			return nil, fmt.Errorf("entry %d: the client name must be 1-64 characters of A-Z a-z 0-9 . _ -", n)
+		}
+		h := sha256.Sum256([]byte(key))
+		if _, dup := k.byHash[h]; dup {
+			return nil, fmt.Errorf("entry %d (%s): the key is given twice", n, name)
+		}
+		k.byHash[h] = name
+	}
+	if len(k.byHash) == 0 {
+		return nil, fmt.Errorf("no name=key entry")
+	}
+	return k, nil
+}
+
+// client returns the client whose key the request carries (Authorization: Bearer <key>).
+func (k *ClientKeys) client(r *http.Request) (string, bool) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || key == "" {
+		return "", false
+	}
+	name, ok := k.byHash[sha256.Sum256([]byte(key))]
+	return name, ok
+}
+
+var errClientKey = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
+
+// clientOf authenticates a /v1 request and returns its client ("" when client keys are off).
+func (s *Server) clientOf(r *http.Request) (string, error) {
+	if s.opts.ClientKeys == nil {
+		return "", nil
+	}
+	name, ok := s.opts.ClientKeys.client(r)
+	if !ok {
+		return "", errClientKey
+	}
+	return name, nil
+}
+
+// storedThread is the thread's id in the store: namespaced by client when there are clients.
+func storedThread(client, thread string) string {
+	if client == "" {
+		return thread
+	}
+	return tools.Namespaced(client, thread)
+}

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+
+	goopenai "github.com/sashabaranov/go-openai"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+func TestParseClientKeys(t *testing.T) {
+	t.Parallel()
+	k, err := ParseClientKeys("alice=sk-alice-1, bob = sk-bob\n# comment\n\nalice=sk-alice-2")
+	require.NoError(t, err)
+	for key, want := range map[string]string{"sk-alice-1": "alice", "sk-alice-2": "alice", "sk-bob": "bob"} {
+		r, _ := http.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		got, ok := k.client(r)
+		require.True(t, ok)
+		require.Equal(t, want, got)
+	}
+	for _, bad := range []string{"", "alice", "alice=", "al ice=k", "a=k,b=k", "=k"} {
+		_, err := ParseClientKeys(bad)
+		require.Error(t, err, bad)
+		if bad == "a=k,b=k" {
+			require.NotContains(t, err.Error(), "=k")
+		}
+	}
+}
+
+// TestClientIsolation: with client keys, each client's threads are its own, the upstream gets the
+// upstream key, and no key shows in an error, a log line or a metric.
+func TestClientIsolation(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	logs := &lockedBuffer{}
+	e := setup(t, func(o *Options) {
+		o.ClientKeys = keys
+		o.UpstreamAPIKey = "sk-upstream"
+		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+
+	as := func(key string) *goopenai.Client {
+		cfg := goopenai.DefaultConfig(key)
+		cfg.BaseURL = e.srv.URL + "/threads/t1/v1"
+		return goopenai.NewClientWithConfig(cfg)
+	}
+	req := goopenai.ChatCompletionRequest{Model: "m", Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: "x"}}}
+
+	e.up.Script(reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Alice's secret"}]}`})), reply(cmpl("ok")))
+	resp, err := as("sk-alice-secret").CreateChatCompletion(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, "t1", resp.Header().Get("X-Thread-Id"), "the client sees its own thread id")
+
+	// Bob's "t1" is another thread: empty, and his tools cannot reach Alice's.
+	e.up.Script(reply(cmpl("", call{ID: "b", Name: "remove_preferences", Arguments: `{"indices":[1]}`})), reply(cmpl("ok")))
+	_, err = as("sk-bob-secret").CreateChatCompletion(context.Background(), req)
+	require.NoError(t, err)
+	bobFirst := messages(e.upstreamRequest(2))
+	require.Contains(t, bobFirst[0]["content"], "Preferences: (none yet)")
+	bobTool := messages(e.upstreamRequest(3))
+	require.Contains(t, bobTool[len(bobTool)-1]["content"], "no matching preferences found")
+	require.Equal(t, "Alice's secret", e.workspace(tools.Namespaced("alice", "t1")).Preferences[0].Title)
+
+	for _, r := range e.up.Requests() {
+		require.Equal(t, "Bearer sk-upstream", r.Header.Get("Authorization"))
+	}
+
+	// No key, or a wrong one: 401, the key nowhere in the answer; pass-through too.
+	for _, key := range []string{"", "sk-wrong-secret"} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/models"} {
+			h := map[string]string{"X-Thread-Id": "t1"}
+			if key != "" {
+				h["Authorization"] = "Bearer " + key
+			}
+			resp := e.post(path, h, `{"messages":[]}`)
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			body := readBody(t, resp)
+			requireErrorBody(t, body, "invalid_request_error", "invalid_api_key")
+			require.NotContains(t, body, "secret")
+		}
+	}
+
+	// The admin REST shows whose thread each is.
+	var threads page[tools.Thread]
+	e.admin("GET", "/admin/v1/threads", nil, 200, &threads)
+	require.Len(t, threads.Data, 2)
+	clients := map[string]string{}
+	for _, th := range threads.Data {
+		clients[th.Client] = th.ID
+	}
+	require.Equal(t, map[string]string{"alice": "alice~t1", "bob": "bob~t1"}, clients)
+	var d tools.Detail
+	e.admin("GET", "/admin/v1/threads/alice~t1", nil, 200, &d)
+	require.Equal(t, "alice", d.Client)
+
+	require.NotContains(t, scrape(t, e), "secret")
+	require.NotContains(t, logs.String(), "secret")
+}
+
+// lockedBuffer is a log sink the server's goroutines can share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
