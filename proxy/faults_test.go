@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -144,4 +145,46 @@ func TestStatementTimeout(t *testing.T) {
 	var snaps page[tools.Snapshot]
 	e.admin("GET", "/admin/v1/threads/stuck/snapshots", nil, 200, &snaps)
 	require.Len(t, snaps.Data, 2)
+}
+
+// TestUpstreamResetMidStream: the upstream's connection dies after part of the stream: the
+// client gets what came, then an error event.
+func TestUpstreamResetMidStream(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+		upstreamtest.StreamRaw(upstreamtest.Events(upstreamtest.ContentChunks("c", "part")[:2]...))(w, r)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	body := streamBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "reset"}, `{"stream":true,"messages":[]}`))
+	require.Contains(t, body, `"content":"part"`)
+	require.Contains(t, body, `"code":"upstream_unreachable"`)
+	require.NotContains(t, body, "[DONE]")
+}
+
+// TestStreamSlowReader: a client that reads slowly gets the whole stream, intact.
+func TestStreamSlowReader(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	pieces := make([]string, 3000)
+	for i := range pieces {
+		pieces[i] = strings.Repeat("x", 99) + "."
+	}
+	e.up.Script(upstreamtest.Stream(upstreamtest.ContentChunks("c", pieces...)...))
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "slow"}, `{"stream":true,"messages":[]}`)
+	var got bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		got.Write(buf[:n])
+		if err != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	tr := checkStream(t, got.String())
+	require.Equal(t, strings.Repeat(strings.Repeat("x", 99)+".", 3000), tr.content)
 }

@@ -99,15 +99,15 @@ func splitArray(b []byte) ([]json.RawMessage, error) {
 
 var errNotArray = errors.New("not a JSON array")
 
+// unquoteKey decodes a member name as encoding/json does (invalid UTF-8 becomes U+FFFD).
 func unquoteKey(q []byte) (string, error) {
-	for _, c := range q[1 : len(q)-1] {
-		if c == '\\' {
-			var s string
-			err := json.Unmarshal(q, &s)
-			return s, err
-		}
+	inner := q[1 : len(q)-1]
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		return string(inner), nil
 	}
-	return string(q[1 : len(q)-1]), nil
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
 }
 
 func skipSpace(b []byte, i int) int {

@@ -222,3 +222,20 @@ func TestSplitArray(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+func TestHostileBodies(t *testing.T) {
+	t.Parallel()
+	deep := `{"messages":[],"x":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
+	_, err := ParseChatRequest([]byte(deep))
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "invalid_json", e.Code)
+
+	// Invalid UTF-8 in the system prompt: the injected message is valid JSON with U+FFFD.
+	c, err := ParseChatRequest([]byte("{\"messages\":[{\"role\":\"system\",\"content\":\"bad \xff\"}]}"))
+	require.NoError(t, err)
+	c.InjectWorkspace("W")
+	body := c.Body(false)
+	require.True(t, json.Valid(body))
+	require.Equal(t, "bad \uFFFD\n\nW", decode(t, body)["messages"].([]any)[0].(map[string]any)["content"])
+}

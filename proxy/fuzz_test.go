@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+)
+
+// decodeNumbers decodes JSON keeping numbers as written.
+func decodeNumbers(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// FuzzRewrite: whatever the body, the rewrite either refuses it with a 400 or produces valid
+// JSON in which every field the proxy does not own is unchanged.
+func FuzzRewrite(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"top_k":4}`))
+	f.Add([]byte(`{"messages":[{"role":"developer","content":[{"type":"text","text":"a"}]}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"}`))
+	f.Add([]byte(`{"messages":[],"n":1,"stream":true,"stream_options":{"include_usage":true},"x":{"y":[1,2,{"z":null}]}}`))
+	f.Add([]byte(`{"messages":[{"role":"system","content":null}],"\u006dodel":"\ud83d\ude00","a":"\u0000"}`))
+	f.Add([]byte(`{"messages":[{"role":"system","content":"bad \xff utf8"}],"k":1e400}`))
+	f.Add([]byte(`{"messages":[1,"x",null,[]],"tools":[null,1,{"function":{"name":7}}]}`))
+	f.Add([]byte(`{"a":1,"a":2,"messages":[]}`))
+	f.Add([]byte(` [ ] `))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := ParseChatRequest(body)
+		if err != nil {
+			var e *Error
+			if !asError(err, &e) || e.Status != 400 {
+				t.Fatalf("refusal is not a 400: %v", err)
+			}
+			return
+		}
+		if req.Legacy {
+			return
+		}
+		req.InjectWorkspace("INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>")
+		for _, with := range []bool{true, false} {
+			out := req.Body(with)
+			if !json.Valid(out) {
+				t.Fatalf("rewritten body is not JSON: %q", out)
+			}
+			orig, err1 := parseObject(body)
+			got, err2 := parseObject(out)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("parse: %v %v", err1, err2)
+			}
+			for i, k := range orig.keys {
+				switch k {
+				case "messages", "tools", "tool_choice", "parallel_tool_calls":
+					continue
+				}
+				a, _ := decodeNumbers(orig.vals[i])
+				b, _ := decodeNumbers(got.get(k))
+				if !reflect.DeepEqual(a, b) {
+					t.Fatalf("field %s changed: %s -> %s", k, orig.vals[i], got.get(k))
+				}
+			}
+			var msgs []json.RawMessage
+			if err := json.Unmarshal(got.get("messages"), &msgs); err != nil || len(msgs) < len(req.messages) {
+				t.Fatalf("messages: %v", err)
+			}
+		}
+	})
+}
+
+func asError(err error, target **Error) bool {
+	e, ok := err.(*Error)
+	*target = e
+	return ok
+}
+
+// FuzzSplit: on valid JSON, parseObject and splitArray agree with encoding/json.
+func FuzzSplit(f *testing.F) {
+	f.Add([]byte(`{"a":[1,{"b":"]}"}],"c\"d":"e\\\\"}`))
+	f.Add([]byte(`[ 1 , "x" , [ ] , { } , null , true , -0.5e3 ]`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) == nil && m != nil {
+			o, err := parseObject(b)
+			if err != nil {
+				t.Fatalf("parseObject refused an object: %v", err)
+			}
+			for k, v := range m {
+				if !bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace(o.get(k))) && !json.Valid(o.get(k)) {
+					t.Fatalf("member %q: %s vs %s", k, v, o.get(k))
+				}
+			}
+		}
+		var a []json.RawMessage
+		if json.Unmarshal(b, &a) == nil && a != nil {
+			got, err := splitArray(b)
+			if err != nil || len(got) != len(a) {
+				t.Fatalf("splitArray: %v, %d elements, want %d", err, len(got), len(a))
+			}
+			for i := range a {
+				if !bytes.Equal(bytes.TrimSpace(a[i]), got[i]) {
+					t.Fatalf("element %d: %s vs %s", i, a[i], got[i])
+				}
+			}
+		}
+	})
+}
+
+// FuzzSSE: any upstream stream is read to its end without a panic, and whatever chunk it holds
+// either is refused or becomes valid JSON for the client.
+func FuzzSSE(f *testing.F) {
+	f.Add("data: " + upstreamtest.Chunk("c", `{"role":"assistant","content":"hi"}`, "") + "\n\ndata: [DONE]\n\n")
+	f.Add("data: " + upstreamtest.Chunk("c", `{"tool_calls":[{"index":0,"id":"x","function":{"name":"get_weather","arguments":"{"}}]}`, "") + "\n\n")
+	f.Add("data: " + upstreamtest.Chunk("c", `{"tool_calls":[{"function":{"name":"set_objective","arguments":"{}"}}]}`, "tool_calls") + "\n\n")
+	f.Add(": comment\r\ndata: {\"choices\":[]}\r\n\r\ndata:{\"error\":{}}\n\n")
+	f.Add("data: a\ndata: b\n\nevent: x\n\ndata: {\"choices\":null,\"usage\":{\"prompt_tokens\":1}}")
+	f.Fuzz(func(t *testing.T, stream string) {
+		req, _ := ParseChatRequest([]byte(`{"messages":[],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`))
+		s := &streamTurn{out: emitFunc(func(c []byte) error {
+			if !json.Valid(c) {
+				t.Fatalf("emitted chunk is not JSON: %q", c)
+			}
+			return nil
+		})}
+		s.rd = streamRound{byIndex: map[int]*callAcc{}}
+		r := NewSSEReader(strings.NewReader(stream))
+		for range 10000 {
+			data, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return
+			}
+			if string(data) == "[DONE]" {
+				break
+			}
+			if err := s.chunk(req, data); err != nil {
+				return
+			}
+		}
+		_ = s.finish(false)
+	})
+}
