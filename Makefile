@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated run build bench bench-load
+.PHONY: test vet generate check-generated run build bench bench-load soak
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster).
@@ -38,3 +38,10 @@ bench:
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)'
+
+## soak: ten minutes of mixed traffic against wsproxy with injected upstream and Postgres
+## faults; fails unless every recorded preference is stored exactly once and memory and
+## goroutines come back (SOAK_FLAGS="-d 1m" for a shorter run).
+soak: build
+	$(GO) build -o bin/load ./cmd/load
+	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load soak -wsproxy bin/wsproxy $(SOAK_FLAGS)'

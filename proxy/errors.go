@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/tools"
@@ -30,6 +31,19 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// log logs a failure that is the proxy's or a dependency's (5xx): an upstream's at Warn (the
+// proxy did its part), the rest at Error. A client's mistakes are not logged.
+func (e *Error) log(ctx context.Context, log *slog.Logger, msg string, attrs ...slog.Attr) {
+	if e.Status < 500 {
+		return
+	}
+	level := slog.LevelError
+	if strings.HasPrefix(e.Code, "upstream_") {
+		level = slog.LevelWarn
+	}
+	log.LogAttrs(ctx, level, msg, append(attrs, slog.Int("status", e.Status), slog.String("code", e.Code), slog.Any("err", e.Err))...)
+}
 
 func badRequest(code, param, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
@@ -132,10 +146,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		return
 	}
 	e := toError(err)
-	if e.Status >= 500 {
-		log.LogAttrs(r.Context(), slog.LevelError, "request failed", slog.String("path", r.URL.Path),
-			slog.Int("status", e.Status), slog.String("code", e.Code), slog.Any("err", err))
-	}
+	e.log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
 	if e.Status == 499 {
 		return // nobody is listening
 	}

@@ -341,10 +341,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread 
 		if e.Status == 499 {
 			return
 		}
-		if e.Status >= 500 {
-			s.log.LogAttrs(r.Context(), slog.LevelError, "stream failed", slog.String("thread", t.Workspace.ThreadID()),
-				slog.Int("status", e.Status), slog.Any("err", err))
-		}
+		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID()))
 		event = e.body()
 	}
 	_ = out.write(appendSSE(nil, event))

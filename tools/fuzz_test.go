@@ -22,7 +22,7 @@ func FuzzToolArguments(f *testing.F) {
 	f.Add(uint8(2), `{"updates":[{"index":"1"}]}`)
 	f.Add(uint8(3), `{"indices":[1,1,2,1e9,-1]}`)
 	f.Add(uint8(3), `{"indices":[[[[[[[[[[1]]]]]]]]]]}`)
-	f.Add(uint8(4), `{"text":"` + strings.Repeat("é", 1000) + `"}`)
+	f.Add(uint8(4), `{"text":"`+strings.Repeat("é", 1000)+`"}`)
 	f.Add(uint8(4), `not json`)
 	store := NewStore(dbtest.NewPool(f, nil), Options{Limits: Limits{PreferencesMax: 20}})
 	ws := store.Workspace("fuzz")

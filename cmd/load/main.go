@@ -10,6 +10,9 @@
 //	    a bare httputil.ReverseProxy, the baseline a proxy is compared with.
 //	load suite -wsproxy BIN [-d 5s] [-rounds 3]
 //	    all of the above against each other, interleaved over rounds (needs DATABASE_URL).
+//	load soak -wsproxy BIN [-d 10m] [-c 16]
+//	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
+//	    of memory and of goroutines (needs DATABASE_URL).
 package main
 
 import (
@@ -19,7 +22,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load run|upstream|bareproxy|suite [flags]")
+		fmt.Fprintln(os.Stderr, "usage: load run|upstream|bareproxy|suite|soak [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -32,6 +35,8 @@ func main() {
 		err = bareProxyCmd(os.Args[2:])
 	case "suite":
 		err = suiteCmd(os.Args[2:])
+	case "soak":
+		err = soakCmd(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown subcommand %q", os.Args[1])
 	}

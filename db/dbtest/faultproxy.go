@@ -27,13 +27,10 @@ type FaultProxy struct {
 	closeListening sync.Once
 }
 
-// NewFaultPool returns a pool on a fresh, migrated schema whose connections go through a
-// FaultProxy. Both are closed when the test ends.
-func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, *FaultProxy) {
-	t.Helper()
-	_, cfg := Schema(t)
+// NewFaultProxy listens on a loopback port and forwards to the Postgres at host (a host name, or
+// a socket folder when it starts with /) and port.
+func NewFaultProxy(host string, port uint16) (*FaultProxy, error) {
 	p := &FaultProxy{conns: map[net.Conn]struct{}{}}
-	host, port := cfg.ConnConfig.Host, cfg.ConnConfig.Port
 	if strings.HasPrefix(host, "/") {
 		p.network, p.addr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
 	} else {
@@ -41,17 +38,31 @@ func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool,
 	}
 	var err error
 	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-		t.Fatalf("fault proxy: %v", err)
+		return nil, fmt.Errorf("fault proxy: %w", err)
 	}
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.close)
+	return p, nil
+}
+
+// Port is the loopback port the proxy listens on.
+func (p *FaultProxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// NewFaultPool returns a pool on a fresh, migrated schema whose connections go through a
+// FaultProxy. Both are closed when the test ends.
+func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, *FaultProxy) {
+	t.Helper()
+	_, cfg := Schema(t)
+	p, err := NewFaultProxy(cfg.ConnConfig.Host, cfg.ConnConfig.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
 
 	cfg.ConnConfig.Host = "127.0.0.1"
-	cfg.ConnConfig.Port = uint16(p.ln.Addr().(*net.TCPAddr).Port)
+	cfg.ConnConfig.Port = uint16(p.Port())
 	cfg.ConnConfig.Fallbacks = nil
 	cfg.ConnConfig.TLSConfig = nil
-	cfg.ConnConfig.ConnectTimeout = 0
 	if configure != nil {
 		configure(cfg)
 	}
@@ -121,7 +132,8 @@ func (p *FaultProxy) Restore() {
 	p.down = false
 }
 
-func (p *FaultProxy) close() {
+// Close stops the proxy and drops its connections.
+func (p *FaultProxy) Close() {
 	p.closeListening.Do(func() { _ = p.ln.Close() })
 	p.Cut()
 	p.wg.Wait()
