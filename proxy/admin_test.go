@@ -132,6 +132,7 @@ func keys(m map[string]any) []string {
 func TestAdminPagination(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
+	e.up.Fallback = reply(cmpl("ok"))
 	for i := range 5 {
 		e.up.Script(reply(cmpl("ok")), reply(cmpl("", call{ID: "x", Name: "list_preferences", Arguments: "{}"})), reply(cmpl("ok")))
 		th := map[string]string{"X-Thread-Id": fmt.Sprintf("p%d", i)}
@@ -152,6 +153,14 @@ func TestAdminPagination(t *testing.T) {
 		after = pg.Data[len(pg.Data)-1]["id"].(string)
 	}
 	require.Equal(t, []string{"p4", "p3", "p2", "p1", "p0"}, got)
+
+	var rawSnaps page[map[string]any]
+	e.admin("POST", "/admin/v1/threads/p4/preferences", map[string]any{"title": "Kept"}, 201, nil)
+	e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "p4"}, `{"messages":[]}`)
+	e.admin("GET", "/admin/v1/threads/p4/snapshots", nil, 200, &rawSnaps)
+	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences"}, keys(rawSnaps.Data[2]))
+	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked"},
+		keys(rawSnaps.Data[2]["preferences"].([]any)[0].(map[string]any)))
 
 	var snaps page[tools.Snapshot]
 	e.admin("GET", "/admin/v1/threads/p0/snapshots?limit=1", nil, 200, &snaps)

@@ -37,20 +37,10 @@ type Detail struct {
 
 // Snapshot is the workspace as it stood at the start of a turn.
 type Snapshot struct {
-	Turn        int                  `json:"turn"`
-	CreatedAt   time.Time            `json:"created_at"`
-	Objective   *string              `json:"objective"`
-	Preferences []SnapshotPreference `json:"preferences"`
-}
-
-// SnapshotPreference is a preference as a snapshot recorded it.
-type SnapshotPreference struct {
-	ID       int64  `json:"id"`
-	Index    int    `json:"index"`
-	Title    string `json:"title"`
-	Subtitle string `json:"subtitle"`
-	Kind     string `json:"kind"`
-	Locked   bool   `json:"locked"`
+	Turn        int          `json:"turn"`
+	CreatedAt   time.Time    `json:"created_at"`
+	Objective   *string      `json:"objective"`
+	Preferences []Preference `json:"preferences"` // without times
 }
 
 // ToolCallRecord is one recorded tool call.
@@ -321,11 +311,7 @@ func (w *Workspace) Snapshots(ctx context.Context, after, limit int) ([]Snapshot
 		if err != nil {
 			return nil, err
 		}
-		sp := make([]SnapshotPreference, len(prefs))
-		for j, p := range prefs {
-			sp[j] = SnapshotPreference{ID: p.ID, Index: p.Index, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}
-		}
-		out[i] = Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: sp}
+		out[i] = Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: prefs}
 		if r.Objective.Valid {
 			out[i].Objective = &r.Objective.String
 		}

@@ -50,6 +50,7 @@ const (
 )
 
 // Preference is one item of a thread's list. Index is its 1-based position in creation order.
+// Snapshots keep no times: there they are zero, and left out of the JSON.
 type Preference struct {
 	ID        int64     `json:"id"`
 	Index     int       `json:"index"`
@@ -57,8 +58,8 @@ type Preference struct {
 	Subtitle  string    `json:"subtitle"`
 	Kind      string    `json:"kind"`
 	Locked    bool      `json:"locked"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
 // Objective is the thread's one objective.
@@ -184,15 +185,6 @@ type Turn struct {
 // Block renders the turn's workspace block.
 func (t Turn) Block() string { return RenderBlock(t.Objective, t.Preferences) }
 
-// snapshotPreference is a preference as workspace snapshots store it.
-type snapshotPreference struct {
-	ID       int64  `json:"id"`
-	Title    string `json:"title"`
-	Subtitle string `json:"subtitle"`
-	Kind     string `json:"kind"`
-	Locked   bool   `json:"locked"`
-}
-
 // StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
 // next turn number and snapshots the workspace under it.
 func (w *Workspace) StartTurn(ctx context.Context) (Turn, error) {
@@ -209,14 +201,15 @@ func (w *Workspace) StartTurn(ctx context.Context) (Turn, error) {
 	return Turn{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs}, nil
 }
 
+// decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,
+// kind, locked, in list order).
 func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
-	var sp []snapshotPreference
-	if err := json.Unmarshal(b, &sp); err != nil {
+	var prefs []Preference
+	if err := json.Unmarshal(b, &prefs); err != nil {
 		return nil, fmt.Errorf("decode snapshot preferences: %w", err)
 	}
-	prefs := make([]Preference, len(sp))
-	for i, p := range sp {
-		prefs[i] = Preference{ID: p.ID, Index: i + 1, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}
+	for i := range prefs {
+		prefs[i].Index = i + 1
 	}
 	return prefs, nil
 }

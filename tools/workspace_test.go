@@ -353,7 +353,7 @@ func TestTurns(t *testing.T) {
 	require.Nil(t, snaps[0].Objective)
 	require.Empty(t, snaps[0].Preferences)
 	require.Equal(t, "Plan a trip", *snaps[1].Objective)
-	require.Equal(t, []SnapshotPreference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true}}, snaps[1].Preferences)
+	require.Equal(t, []Preference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true}}, snaps[1].Preferences)
 	page, err := f.ws.Snapshots(ctx, 2, 50)
 	require.NoError(t, err)
 	require.Len(t, page, 1)
