@@ -151,3 +151,18 @@ func FuzzSSE(f *testing.F) {
 		_ = s.finish(false)
 	})
 }
+
+// FuzzValidJSON: validJSON agrees with encoding/json.Valid.
+func FuzzValidJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, ` {"a" : [1, -0.5e+3, true, false, null, "x\u00e9\n"] } `, `{"a":}`, `[1,]`, `01`, `-`, `1.`, `1e`,
+		`"\x01"`, `"\u12G4"`, `"\/"`, `{"a":1}x`, `[[[[]]]]`, "\"\xff\"", `tru`, `nul`, `{"a" 1}`, `{,}`, `[1 2]`, ``, ` `} {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
+	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := validJSON(b), json.Valid(b); got != want {
+			t.Fatalf("validJSON(%q) = %v, encoding/json says %v", b, got, want)
+		}
+	})
+}

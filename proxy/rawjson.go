@@ -102,12 +102,66 @@ var errNotArray = errors.New("not a JSON array")
 // unquoteKey decodes a member name as encoding/json does (invalid UTF-8 becomes U+FFFD).
 func unquoteKey(q []byte) (string, error) {
 	inner := q[1 : len(q)-1]
+	if k, ok := commonKey(inner); ok {
+		return k, nil
+	}
 	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner), nil
 	}
 	var s string
 	err := json.Unmarshal(q, &s)
 	return s, err
+}
+
+// commonKey returns the member names of chat requests and chunks without allocating.
+func commonKey(b []byte) (string, bool) {
+	switch string(b) { // the compiler compares without converting
+	case "id":
+		return "id", true
+	case "object":
+		return "object", true
+	case "created":
+		return "created", true
+	case "model":
+		return "model", true
+	case "choices":
+		return "choices", true
+	case "index":
+		return "index", true
+	case "delta":
+		return "delta", true
+	case "role":
+		return "role", true
+	case "content":
+		return "content", true
+	case "finish_reason":
+		return "finish_reason", true
+	case "logprobs":
+		return "logprobs", true
+	case "usage":
+		return "usage", true
+	case "system_fingerprint":
+		return "system_fingerprint", true
+	case "tool_calls":
+		return "tool_calls", true
+	case "function":
+		return "function", true
+	case "name":
+		return "name", true
+	case "arguments":
+		return "arguments", true
+	case "type":
+		return "type", true
+	case "messages":
+		return "messages", true
+	case "message":
+		return "message", true
+	case "tools":
+		return "tools", true
+	case "stream":
+		return "stream", true
+	}
+	return "", false
 }
 
 func skipSpace(b []byte, i int) int {

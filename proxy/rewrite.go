@@ -26,7 +26,7 @@ type ChatRequest struct {
 
 // ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	if !json.Valid(body) {
+	if !validJSON(body) {
 		return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
 	}
 	fields, err := parseObject(body)

@@ -302,7 +302,7 @@ type completion struct {
 
 func parseCompletion(raw []byte) (*completion, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return nil, bad("the body is not JSON")
 	}
 	c := &completion{}

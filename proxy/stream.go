@@ -167,7 +167,7 @@ func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
 
 // chunk handles one upstream chunk: it keeps what the round needs and emits what the client gets.
 func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
-	if !json.Valid(data) {
+	if !validJSON(data) {
 		return fmt.Errorf("%w: a chunk is not JSON", ErrUpstreamProtocol)
 	}
 	c, err := parseObject(data)
@@ -182,7 +182,8 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 			s.id = id
 		}
 	}
-	if c.has("usage") {
+	hadUsage := c.has("usage")
+	if hadUsage {
 		s.rd.usage = append([]byte(nil), c.get("usage")...) // kept past the reader's buffer
 		c.set("usage", json.RawMessage("null"))
 	}
@@ -213,6 +214,7 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 			return fmt.Errorf("%w: a delta is not an object", ErrUpstreamProtocol)
 		}
 	}
+	hadRole := delta.index("role") >= 0
 	delta.del("role") // one role delta, added to the first chunk the client gets
 	if v, ok := stringValue(delta.get("content")); ok {
 		s.rd.keep(&s.rd.content, v)
@@ -234,7 +236,16 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	if emptyDelta(delta) && !choice.has("logprobs") {
 		return nil
 	}
+	if s.emitted && !hadRole && !hadUsage && fr == "" && !choice.has("finish_reason") && delta.index("tool_calls") < 0 &&
+		len(choices) == 1 && s.sameID(c.get("id")) && string(c.get("object")) == `"chat.completion.chunk"` {
+		return s.emit(data) // the common content chunk: nothing to change, its bytes go out as they came
+	}
 	return s.send(c, choice, delta, json.RawMessage("null"))
+}
+
+// sameID reports whether a chunk's raw id is the turn's.
+func (s *streamTurn) sameID(raw json.RawMessage) bool {
+	return len(raw) == len(s.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == s.id
 }
 
 // keep appends text to what the round keeps, up to maxRoundText.

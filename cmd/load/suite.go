@@ -80,6 +80,7 @@ func suiteCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	pids := map[string]int{} // wsproxy address -> pid, for CPU accounting
 	startProxy := func(upstream string) (string, *exec.Cmd, error) {
 		addr, err := freeAddr()
 		if err != nil {
@@ -93,6 +94,7 @@ func suiteCmd(args []string) error {
 			return "", nil, err
 		}
 		procs = append(procs, cmd)
+		pids[addr] = cmd.Process.Pid
 		return addr, cmd, waitReady("http://" + addr + "/readyz")
 	}
 	ws, _, err := startProxy(up)
@@ -123,13 +125,19 @@ func suiteCmd(args []string) error {
 	}
 	concurrency := []int{1, 32}
 	results := map[string][]Result{}
+	cpu := map[string][]cpuCost{} // at 32 clients
 	key := func(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
 	fmt.Printf("%d rounds of %d scenarios x %v clients, %s each, %d-byte requests\n", *rounds, len(scenarios), concurrency, *d, *size)
 	for r := 1; r <= *rounds; r++ {
 		for _, s := range scenarios {
 			for _, c := range concurrency {
+				pid := pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chat)]
+				before := sampleCPU(pid)
 				res := Load{URL: s.url, Clients: c, Duration: *d, Stream: s.stream, ThreadPrefix: s.thread, Body: requestBody(*size, s.stream)}.Run(context.Background())
 				results[key(s, c)] = append(results[key(s, c)], res)
+				if c == 32 && res.Requests > 0 {
+					cpu[s.name] = append(cpu[s.name], sampleCPU(pid).since(before, res.Requests))
+				}
 				fmt.Printf("round %d  %-32s c=%-2d %s\n", r, s.name, c, res)
 			}
 		}
@@ -146,6 +154,15 @@ func suiteCmd(args []string) error {
 		b32 := med(bareS[s.stream], 32)
 		fmt.Printf("%-32s %10s %12s %12s %12.0f %13.1f%% %11.1f%%\n", s.name, dur(m1.P50), dur(m1.P50-d1.P50), dur(m1.TTFB50),
 			m32.RPS, 100*m32.RPS/d32.RPS, 100*m32.RPS/b32.RPS)
+	}
+
+	fmt.Printf("\nCPU per request at 32 clients (medians; the whole machine has 2 cores)\n")
+	fmt.Printf("%-32s %14s %14s\n", "scenario", "wsproxy", "postgres")
+	for _, s := range scenarios {
+		if c := cpu[s.name]; len(c) > 0 && pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chat)] != 0 {
+			m := medianCPU(c)
+			fmt.Printf("%-32s %14s %14s\n", s.name, dur(m.proxy), dur(m.postgres))
+		}
 	}
 
 	pass, bareN, turn := scenarios[2], scenarios[1], scenarios[3]
@@ -288,4 +305,58 @@ func peakRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// cpuSample is the CPU time used so far by one wsproxy process and by every postgres process.
+type cpuSample struct{ proxy, postgres time.Duration }
+
+// cpuCost is CPU time per request.
+type cpuCost struct{ proxy, postgres time.Duration }
+
+func (s cpuSample) since(before cpuSample, requests int) cpuCost {
+	return cpuCost{proxy: (s.proxy - before.proxy) / time.Duration(requests), postgres: (s.postgres - before.postgres) / time.Duration(requests)}
+}
+
+func medianCPU(cs []cpuCost) cpuCost {
+	p := make([]time.Duration, len(cs))
+	g := make([]time.Duration, len(cs))
+	for i, c := range cs {
+		p[i], g[i] = c.proxy, c.postgres
+	}
+	slices.Sort(p)
+	slices.Sort(g)
+	return cpuCost{p[len(p)/2], g[len(g)/2]}
+}
+
+// sampleCPU reads utime+stime from /proc (clock ticks of 10 ms on Linux).
+func sampleCPU(pid int) cpuSample {
+	var s cpuSample
+	if pid != 0 {
+		s.proxy = procCPU(strconv.Itoa(pid))
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
+			s.postgres += procCPU(e.Name())
+		}
+	}
+	return s
+}
+
+func procCPU(pid string) time.Duration {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
