@@ -80,7 +80,7 @@ func suiteCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	pids := map[string]int{} // wsproxy address -> pid, for CPU accounting
+	pids := map[string]int{bare: procs[len(procs)-1].Process.Pid} // proxy address -> pid, for CPU accounting
 	startProxy := func(upstream string) (string, *exec.Cmd, error) {
 		addr, err := freeAddr()
 		if err != nil {
@@ -157,7 +157,7 @@ func suiteCmd(args []string) error {
 	}
 
 	fmt.Printf("\nCPU per request at 32 clients (medians; the whole machine has 2 cores)\n")
-	fmt.Printf("%-32s %14s %14s\n", "scenario", "wsproxy", "postgres")
+	fmt.Printf("%-32s %14s %14s\n", "scenario", "proxy", "postgres")
 	for _, s := range scenarios {
 		if c := cpu[s.name]; len(c) > 0 && pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chat)] != 0 {
 			m := medianCPU(c)
