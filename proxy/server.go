@@ -208,17 +208,22 @@ func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
+// inbound reads what every /v1 request brings: its client (with client keys), the thread it
+// names ("" for none) and its body.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (client, thread string, body []byte, err error) {
+	if client, err = s.clientOf(r); err != nil {
+		return "", "", nil, err
+	}
+	if thread, err = threadOf(r); err != nil {
+		return "", "", nil, err
+	}
+	body, err = s.readBody(w, r)
+	return client, thread, body, err
+}
+
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.clientOf(r); err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	if _, err := threadOf(r); err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	body, err := s.readBody(w, r)
+	_, _, body, err := s.inbound(w, r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -257,17 +262,7 @@ func restOfPath(path string) string {
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	client, err := s.clientOf(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	thread, err := threadOf(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	body, err := s.readBody(w, r)
+	client, thread, body, err := s.inbound(w, r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
