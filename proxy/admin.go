@@ -143,13 +143,31 @@ func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	return s.opts.Store.Workspace(id), nil
 }
 
-// preferenceID is the path's {id}; an id that is not a number names no preference.
-func preferenceID(r *http.Request) (int64, error) {
+// preferenceOf is the workspace of the path's thread and the path's preference {id}; an id that
+// is not a number names no preference.
+func (s *Server) preferenceOf(r *http.Request) (*tools.Workspace, int64, error) {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return nil, 0, err
+	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
-		return 0, tools.ErrNotFound
+		return nil, 0, tools.ErrNotFound
 	}
-	return id, nil
+	return ws, id, nil
+}
+
+// historyOf is the workspace of the path's thread and the page asked of its history:
+// ?limit= and the integer cursor ?after=.
+func (s *Server) historyOf(r *http.Request) (ws *tools.Workspace, limit int, after int64, err error) {
+	if ws, err = s.workspaceOf(r); err != nil {
+		return nil, 0, 0, err
+	}
+	if limit, err = limitOf(r); err != nil {
+		return nil, 0, 0, err
+	}
+	after, err = afterInt(r)
+	return ws, limit, after, err
 }
 
 // decodeBody decodes a JSON request body strictly: unknown fields are refused.
@@ -256,11 +274,7 @@ func (s *Server) adminAddPreference(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) error {
-	ws, err := s.workspaceOf(r)
-	if err != nil {
-		return err
-	}
-	id, err := preferenceID(r)
+	ws, id, err := s.preferenceOf(r)
 	if err != nil {
 		return err
 	}
@@ -281,11 +295,7 @@ func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) e
 }
 
 func (s *Server) adminDeletePreference(w http.ResponseWriter, r *http.Request) error {
-	ws, err := s.workspaceOf(r)
-	if err != nil {
-		return err
-	}
-	id, err := preferenceID(r)
+	ws, id, err := s.preferenceOf(r)
 	if err != nil {
 		return err
 	}
@@ -297,15 +307,7 @@ func (s *Server) adminDeletePreference(w http.ResponseWriter, r *http.Request) e
 }
 
 func (s *Server) adminSnapshots(w http.ResponseWriter, r *http.Request) error {
-	ws, err := s.workspaceOf(r)
-	if err != nil {
-		return err
-	}
-	limit, err := limitOf(r)
-	if err != nil {
-		return err
-	}
-	after, err := afterInt(r)
+	ws, limit, after, err := s.historyOf(r)
 	if err != nil {
 		return err
 	}
@@ -313,15 +315,7 @@ func (s *Server) adminSnapshots(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) adminToolCalls(w http.ResponseWriter, r *http.Request) error {
-	ws, err := s.workspaceOf(r)
-	if err != nil {
-		return err
-	}
-	limit, err := limitOf(r)
-	if err != nil {
-		return err
-	}
-	after, err := afterInt(r)
+	ws, limit, after, err := s.historyOf(r)
 	if err != nil {
 		return err
 	}
