@@ -614,3 +614,20 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n))
 	require.Equal(t, 1, n)
 }
+
+// TestOversizedArguments: a model's megabytes of arguments get an error envelope, nothing is
+// written but the call's record, and nested or broken arguments are recorded as sent.
+func TestOversizedArguments(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	huge := strings.Repeat("x", 2<<20)
+	msg := f.fails(t, AddPreferences, `{"items":[{"title":"`+huge+`"}]}`)
+	require.Contains(t, msg, "items[0].title: must be at most 200 characters")
+	require.Contains(t, f.fails(t, SetObjective, `{"text":"`+huge+`"}`), "text: must be at most 1000 characters")
+	require.Contains(t, f.fails(t, RemovePreferences, `{"indices":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}`), "an index must be an integer")
+	require.Empty(t, f.list(t))
+	calls, err := f.ws.ToolCalls(context.Background(), 0, 10)
+	require.NoError(t, err)
+	require.Len(t, calls, 3)
+	require.Greater(t, len(calls[0].Arguments), 2<<20, "recorded as sent")
+}
