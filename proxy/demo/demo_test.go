@@ -1,0 +1,84 @@
+package demo
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func chatRequest(t *testing.T, system, user string, tools ...string) request {
+	t.Helper()
+	var r request
+	msgs := []map[string]string{}
+	if system != "" {
+		msgs = append(msgs, map[string]string{"role": "system", "content": system})
+	}
+	msgs = append(msgs, map[string]string{"role": "user", "content": user})
+	var toolDefs []map[string]any
+	for _, name := range tools {
+		toolDefs = append(toolDefs, map[string]any{"type": "function", "function": map[string]any{"name": name}})
+	}
+	b, _ := json.Marshal(map[string]any{"messages": msgs, "tools": toolDefs})
+	require.NoError(t, json.Unmarshal(b, &r))
+	return r
+}
+
+var all = []string{"add_preferences", "list_preferences", "update_preferences", "remove_preferences", "set_objective"}
+
+const block = "<workspace>\nObjective: (none yet)\nPreferences:\n#1 [hard] By train\n#2 [soft] Small hotels (locked)\n</workspace>"
+
+func TestThink(t *testing.T) {
+	t.Parallel()
+	m := &model{}
+	tests := []struct {
+		name, user string
+		want       []string // tool calls, name=arguments
+	}{
+		{"Preferences", "I prefer small hotels. It must be by train!", []string{
+			`add_preferences={"action_and_reasoning":"The user stated preferences to record.","items":[{"kind":"soft","title":"Small hotels"},{"kind":"hard","title":"By train"}]}`}},
+		{"Goal", "My goal is to plan a trip to Lisbon.", []string{
+			`set_objective={"action_and_reasoning":"The user stated their goal.","text":"Plan a trip to Lisbon"}`}},
+		{"Forget", "Forget the hotels one.", []string{
+			`remove_preferences={"action_and_reasoning":"The user asked to drop the hotels preference.","indices":[2]}`}},
+		{"ForgetUnknown", "Forget the planes one.", nil},
+		{"List", "What are my preferences?", []string{
+			`list_preferences={"action_and_reasoning":"The user asked to see their preferences."}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rp := m.think(chatRequest(t, "Be nice.\n\n"+block, tt.user, all...))
+			var got []string
+			for _, c := range rp.calls {
+				got = append(got, c.Name+"="+c.Arguments)
+			}
+			require.Equal(t, tt.want, got)
+			if tt.want == nil {
+				require.True(t, strings.HasPrefix(rp.content, Prefix))
+				require.Contains(t, rp.content, "2 preference(s)")
+			}
+		})
+	}
+}
+
+func TestThinkWithoutTools(t *testing.T) {
+	t.Parallel()
+	// Not offered (no thread, or the last round): the demo answers instead of calling.
+	rp := (&model{}).think(chatRequest(t, "", "I prefer tea."))
+	require.Empty(t, rp.calls)
+	require.Contains(t, rp.content, "no workspace")
+	require.True(t, strings.HasPrefix(rp.content, Prefix))
+}
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	var msgs []message
+	b, _ := json.Marshal([]map[string]string{
+		{"role": "user", "content": "x"},
+		{"role": "tool", "content": `{"ok":true,"result":"recorded 1 preference"}`},
+		{"role": "tool", "content": `{"ok":false,"error":"text: must not be empty"}`},
+	})
+	require.NoError(t, json.Unmarshal(b, &msgs))
+	require.Equal(t, "Workspace updated — recorded 1 preference\nerror: text: must not be empty", summarize(msgs))
+}
