@@ -3,14 +3,7 @@ package proxy
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		// Idle keep-alive connections of the test clients' transports.
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { dbtest.VerifyNoLeaks(m) }

@@ -3,9 +3,7 @@ package tools
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
-}
+func TestMain(m *testing.M) { dbtest.VerifyNoLeaks(m) }

@@ -16,20 +16,13 @@ import (
 
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/demo"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-	)
-}
+func TestMain(m *testing.M) { dbtest.VerifyNoLeaks(m) }
 
 // syncBuffer is a log sink safe for the server's goroutines.
 type syncBuffer struct {
