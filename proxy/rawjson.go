@@ -21,11 +21,17 @@ var errNotObject = errors.New("not a JSON object")
 // parseObject splits a JSON object into its members. b must be valid JSON (checked by the
 // caller with json.Valid, or produced by a JSON encoder); the members alias b.
 func parseObject(b []byte) (object, error) {
+	return parseObjectInto(object{keys: make([]string, 0, 8), vals: make([]json.RawMessage, 0, 8)}, b)
+}
+
+// parseObjectInto is parseObject reusing o's member lists (a stream parses thousands of chunks
+// with one set of them).
+func parseObjectInto(o object, b []byte) (object, error) {
+	o.keys, o.vals = o.keys[:0], o.vals[:0]
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return object{}, errNotObject
 	}
-	o := object{keys: make([]string, 0, 8), vals: make([]json.RawMessage, 0, 8)}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return o, nil

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -104,7 +105,9 @@ type streamTurn struct {
 	emitted      bool   // the role delta went out
 	usage        usageSum
 	last         object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
-	rd           streamRound
+	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
+	scratch struct{ chunk, choice, delta object }
+	rd      streamRound
 }
 
 // streamRound is what one round keeps: only what the next round needs.
@@ -170,10 +173,11 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	if !validJSON(data) {
 		return fmt.Errorf("%w: a chunk is not JSON", ErrUpstreamProtocol)
 	}
-	c, err := parseObject(data)
+	c, err := parseObjectInto(s.scratch.chunk, data)
 	if err != nil {
 		return fmt.Errorf("%w: a chunk is not a JSON object", ErrUpstreamProtocol)
 	}
+	s.scratch.chunk = c
 	if c.has("error") {
 		return &StreamError{Data: append([]byte(nil), data...)}
 	}
@@ -196,10 +200,11 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	if len(choices) == 0 {
 		return nil // nothing for the client (a usage-only chunk, Azure's prompt filter results)
 	}
-	choice, err := parseObject(choices[0])
+	choice, err := parseObjectInto(s.scratch.choice, choices[0])
 	if err != nil {
 		return fmt.Errorf("%w: a choice is not an object", ErrUpstreamProtocol)
 	}
+	s.scratch.choice = choice
 	fr, _ := stringValue(choice.get("finish_reason"))
 	if fr != "" {
 		s.rd.finish = fr
@@ -210,18 +215,15 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	}
 	delta := object{}
 	if d := choice.get("delta"); d != nil && string(d) != "null" {
-		if delta, err = parseObject(d); err != nil {
+		if delta, err = parseObjectInto(s.scratch.delta, d); err != nil {
 			return fmt.Errorf("%w: a delta is not an object", ErrUpstreamProtocol)
 		}
+		s.scratch.delta = delta
 	}
 	hadRole := delta.index("role") >= 0
 	delta.del("role") // one role delta, added to the first chunk the client gets
-	if v, ok := stringValue(delta.get("content")); ok {
-		s.rd.keep(&s.rd.content, v)
-	}
-	if v, ok := stringValue(delta.get("reasoning_content")); ok {
-		s.rd.keep(&s.rd.reasoning, v)
-	}
+	s.rd.keep(&s.rd.content, delta.get("content"))
+	s.rd.keep(&s.rd.reasoning, delta.get("reasoning_content"))
 	if tcs := delta.get("tool_calls"); tcs != nil {
 		items, err := s.rd.toolCalls(req, tcs)
 		if err != nil {
@@ -248,13 +250,23 @@ func (s *streamTurn) sameID(raw json.RawMessage) bool {
 	return len(raw) == len(s.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == s.id
 }
 
-// keep appends text to what the round keeps, up to maxRoundText.
-func (rd *streamRound) keep(b *strings.Builder, text string) {
-	if b.Len()+len(text) > maxRoundText {
+// keep appends the text of a raw JSON string to what the round keeps, up to maxRoundText;
+// anything but a string is ignored.
+func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return
+	}
+	if b.Len()+len(raw)-2 > maxRoundText {
 		rd.truncated = true
 		return
 	}
-	b.WriteString(text)
+	if bytes.IndexByte(raw, '\\') < 0 {
+		b.Write(raw[1 : len(raw)-1]) // no escapes: the bytes are the text
+		return
+	}
+	if text, ok := stringValue(raw); ok {
+		b.WriteString(text)
+	}
 }
 
 // send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and

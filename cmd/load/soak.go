@@ -443,7 +443,7 @@ func soakCmd(args []string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	defer stop(cmd)
 	if err := waitReady("http://" + addr + "/readyz"); err != nil {
 		return err
 	}

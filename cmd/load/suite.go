@@ -45,8 +45,7 @@ func suiteCmd(args []string) error {
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(os.Interrupt)
-			_ = p.Wait()
+			stop(p)
 		}
 	}()
 	start := func(env []string, name string, args ...string) (string, error) {
@@ -359,4 +358,17 @@ func procCPU(pid string) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// stop interrupts a process and waits for it, killing it if it has not exited in 10 s.
+func stop(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
 }
