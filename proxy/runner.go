@@ -120,17 +120,13 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 			}
 		}
 		reply := &Reply{Header: header, Rounds: n}
-		switch {
-		case final && len(mine) > 0:
-			// The model called a workspace tool it was not offered: only the client's calls count.
-			reply.Body = c.answer(theirs, n > 1, &usage)
+		if len(mine) == 0 && n == 1 {
+			reply.Body = raw // untouched: the proxy is invisible
 			return reply, nil
-		case len(mine) == 0:
-			if n == 1 {
-				reply.Body = raw // untouched: the proxy is invisible
-			} else {
-				reply.Body = c.answer(theirs, true, &usage)
-			}
+		}
+		if len(mine) == 0 || final {
+			// In the last round a call to a workspace tool, not offered there, does not count.
+			reply.Body = c.answer(theirs, n > 1, &usage)
 			return reply, nil
 		}
 		results, err := r.runTools(ctx, t, n, mine)

@@ -56,17 +56,15 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) 
 		s.usage.add(s.rd.usage)
 
 		var mine []toolCall
-		clientCalls := false
 		for _, c := range s.rd.calls {
-			if c.client {
-				clientCalls = true
-			} else {
+			if !c.client {
 				if c.id == "" {
 					c.id = newCallID() // some servers send none
 				}
 				mine = append(mine, toolCall{ID: c.id, Name: c.name, Arguments: c.args.String()})
 			}
 		}
+		clientCalls := s.rd.clientCalls > 0
 		if final || len(mine) == 0 {
 			return n, s.finish(clientCalls)
 		}

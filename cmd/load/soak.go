@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -432,21 +431,12 @@ func soakCmd(args []string) error {
 		return err
 	}
 	go func() { _ = http.ListenAndServe(upAddr, up) }()
-	addr, err := freeAddr()
+	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
+		"ADMIN_TOKEN=soak", "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(*bin)
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
-		"LISTEN_ADDR="+addr, "ADMIN_TOKEN=soak", "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
 	defer stop(cmd)
-	if err := waitReady("http://" + addr + "/readyz"); err != nil {
-		return err
-	}
 	tgt := soakTarget{baseURL: "http://" + addr, adminToken: "soak", cutEvery: 20 * time.Second, cutDB: func(d time.Duration) {
 		fault.Cut()
 		time.Sleep(d)

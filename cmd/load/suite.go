@@ -81,20 +81,14 @@ func suiteCmd(args []string) error {
 	}
 	pids := map[string]int{bare: procs[len(procs)-1].Process.Pid} // proxy address -> pid, for CPU accounting
 	startProxy := func(upstream string) (string, *exec.Cmd, error) {
-		addr, err := freeAddr()
+		addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
+			"ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
 		if err != nil {
-			return "", nil, err
-		}
-		cmd := exec.Command(*bin)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
-			"LISTEN_ADDR="+addr, "ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
 			return "", nil, err
 		}
 		procs = append(procs, cmd)
 		pids[addr] = cmd.Process.Pid
-		return addr, cmd, waitReady("http://" + addr + "/readyz")
+		return addr, cmd, nil
 	}
 	ws, _, err := startProxy(up)
 	if err != nil {
@@ -358,6 +352,26 @@ func procCPU(pid string) time.Duration {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// startWsproxy starts the wsproxy binary on a free loopback port, with env added to this
+// process's environment, and waits until it is ready. The caller stops it.
+func startWsproxy(bin string, env ...string) (string, *exec.Cmd, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(append(os.Environ(), "LISTEN_ADDR="+addr), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	if err := waitReady("http://" + addr + "/readyz"); err != nil {
+		stop(cmd)
+		return "", nil, err
+	}
+	return addr, cmd, nil
 }
 
 // stop interrupts a process and waits for it, killing it if it has not exited in 10 s.
