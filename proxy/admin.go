@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -122,7 +123,7 @@ func list[T any](w http.ResponseWriter, limit int, fetch func(n int) ([]T, error
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	b, err := marshalNoEscape(v)
+	b, err := rawjson.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode response: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -59,14 +60,14 @@ func BenchmarkSSEDecode(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(chunk)))
 	var out []byte
-	s := &streamTurn{out: emitFunc(func(c []byte) error { out = appendSSE(out[:0], c); return nil })}
+	s := &streamTurn{out: emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil })}
 	s.rd = streamRound{byIndex: map[int]*callAcc{}}
-	r := NewSSEReader(stream)
+	r := sse.NewReader(stream)
 	for b.Loop() {
 		data, err := r.Next()
 		if err == io.EOF {
 			stream.Reset(strings.Repeat(chunk, 1024))
-			r = NewSSEReader(stream)
+			r = sse.NewReader(stream)
 			s.rd = streamRound{byIndex: map[int]*callAcc{}}
 			continue
 		}
@@ -82,7 +83,7 @@ func BenchmarkSSEEncode(b *testing.B) {
 	b.ReportAllocs()
 	var out []byte
 	for b.Loop() {
-		out = appendSSE(out[:0], chunk)
+		out = sse.AppendEvent(out[:0], chunk)
 	}
 }
 

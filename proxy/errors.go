@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -88,7 +89,7 @@ func (e *Error) body() []byte {
 	if e.Code != "" {
 		b.Error.Code = &e.Code
 	}
-	out, _ := marshalNoEscape(b)
+	out, _ := rawjson.Marshal(b)
 	return out
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -49,24 +51,24 @@ func FuzzRewrite(f *testing.F) {
 			if !json.Valid(out) {
 				t.Fatalf("rewritten body is not JSON: %q", out)
 			}
-			orig, err1 := parseObject(body)
-			got, err2 := parseObject(out)
+			orig, err1 := rawjson.Parse(body)
+			got, err2 := rawjson.Parse(out)
 			if err1 != nil || err2 != nil {
 				t.Fatalf("parse: %v %v", err1, err2)
 			}
-			for i, k := range orig.keys {
+			for i, k := range orig.Keys {
 				switch k {
 				case "messages", "tools", "tool_choice", "parallel_tool_calls":
 					continue
 				}
-				a, _ := decodeNumbers(orig.vals[i])
-				b, _ := decodeNumbers(got.get(k))
+				a, _ := decodeNumbers(orig.Vals[i])
+				b, _ := decodeNumbers(got.Get(k))
 				if !reflect.DeepEqual(a, b) {
-					t.Fatalf("field %s changed: %s -> %s", k, orig.vals[i], got.get(k))
+					t.Fatalf("field %s changed: %s -> %s", k, orig.Vals[i], got.Get(k))
 				}
 			}
 			var msgs []json.RawMessage
-			if err := json.Unmarshal(got.get("messages"), &msgs); err != nil || len(msgs) < len(req.messages) {
+			if err := json.Unmarshal(got.Get("messages"), &msgs); err != nil || len(msgs) < len(req.messages) {
 				t.Fatalf("messages: %v", err)
 			}
 		}
@@ -77,42 +79,6 @@ func asError(err error, target **Error) bool {
 	e, ok := err.(*Error)
 	*target = e
 	return ok
-}
-
-// FuzzSplit: on valid JSON, parseObject and splitArray agree with encoding/json.
-func FuzzSplit(f *testing.F) {
-	f.Add([]byte(`{"a":[1,{"b":"]}"}],"c\"d":"e\\\\"}`))
-	f.Add([]byte(`[ 1 , "x" , [ ] , { } , null , true , -0.5e3 ]`))
-	f.Add([]byte(`{}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if !json.Valid(b) {
-			return
-		}
-		var m map[string]json.RawMessage
-		if json.Unmarshal(b, &m) == nil && m != nil {
-			o, err := parseObject(b)
-			if err != nil {
-				t.Fatalf("parseObject refused an object: %v", err)
-			}
-			for k, v := range m {
-				if !bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace(o.get(k))) && !json.Valid(o.get(k)) {
-					t.Fatalf("member %q: %s vs %s", k, v, o.get(k))
-				}
-			}
-		}
-		var a []json.RawMessage
-		if json.Unmarshal(b, &a) == nil && a != nil {
-			got, err := splitArray(b)
-			if err != nil || len(got) != len(a) {
-				t.Fatalf("splitArray: %v, %d elements, want %d", err, len(got), len(a))
-			}
-			for i := range a {
-				if !bytes.Equal(bytes.TrimSpace(a[i]), got[i]) {
-					t.Fatalf("element %d: %s vs %s", i, a[i], got[i])
-				}
-			}
-		}
-	})
 }
 
 // FuzzSSE: any upstream stream is read to its end without a panic, and whatever chunk it holds
@@ -132,7 +98,7 @@ func FuzzSSE(f *testing.F) {
 			return nil
 		})}
 		s.rd = streamRound{byIndex: map[int]*callAcc{}}
-		r := NewSSEReader(strings.NewReader(stream))
+		r := sse.NewReader(strings.NewReader(stream))
 		for range 10000 {
 			data, err := r.Next()
 			if err == io.EOF {
@@ -149,20 +115,5 @@ func FuzzSSE(f *testing.F) {
 			}
 		}
 		_ = s.finish(false)
-	})
-}
-
-// FuzzValidJSON: validJSON agrees with encoding/json.Valid.
-func FuzzValidJSON(f *testing.F) {
-	for _, s := range []string{`{}`, `[]`, ` {"a" : [1, -0.5e+3, true, false, null, "x\u00e9\n"] } `, `{"a":}`, `[1,]`, `01`, `-`, `1.`, `1e`,
-		`"\x01"`, `"\u12G4"`, `"\/"`, `{"a":1}x`, `[[[[]]]]`, "\"\xff\"", `tru`, `nul`, `{"a" 1}`, `{,}`, `[1 2]`, ``, ` `} {
-		f.Add([]byte(s))
-	}
-	f.Add([]byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)))
-	f.Add([]byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if got, want := validJSON(b), json.Valid(b); got != want {
-			t.Fatalf("validJSON(%q) = %v, encoding/json says %v", b, got, want)
-		}
 	})
 }

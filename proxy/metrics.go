@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -148,12 +149,12 @@ func (m *Metrics) addTokens(usage json.RawMessage) {
 	if m == nil || len(usage) == 0 || string(usage) == "null" {
 		return
 	}
-	u, err := parseObject(usage)
+	u, err := rawjson.Parse(usage)
 	if err != nil {
 		return
 	}
 	for _, kind := range []string{"prompt", "completion"} {
-		if n, err := strconv.ParseFloat(string(u.get(kind+"_tokens")), 64); err == nil && n > 0 {
+		if n, err := strconv.ParseFloat(string(u.Get(kind+"_tokens")), 64); err == nil && n > 0 {
 			m.tokens.WithLabelValues(kind).Add(n)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -11,7 +12,7 @@ import (
 // proxy touches `messages` and `tools` (and drops `tool_choice` and `parallel_tool_calls` when
 // a round has no tools left); every other field reaches the upstream with its exact bytes.
 type ChatRequest struct {
-	fields   object
+	fields   rawjson.Object
 	messages []json.RawMessage
 	// clientTools are the client's own tools, as received; clientNames their names.
 	clientTools []json.RawMessage
@@ -26,27 +27,27 @@ type ChatRequest struct {
 
 // ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	if !validJSON(body) {
-		return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
-	}
-	fields, err := parseObject(body)
+	fields, err := rawjson.Parse(body) // checks the whole body as it goes
 	if err != nil {
+		if !rawjson.Valid(body) {
+			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
+		}
 		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
 	}
 	c := &ChatRequest{fields: fields}
-	msgs := fields.get("messages")
+	msgs := fields.Get("messages")
 	if msgs == nil {
 		return nil, badRequest("missing_required_parameter", "messages", "messages is required")
 	}
-	if c.messages, err = splitArray(msgs); err != nil {
+	if c.messages, err = rawjson.Split(msgs); err != nil {
 		return nil, badRequest("invalid_type", "messages", "messages must be an array")
 	}
-	if fields.has("functions") || fields.has("function_call") {
+	if fields.Has("functions") || fields.Has("function_call") {
 		c.Legacy = true
 		return c, nil
 	}
-	if t := fields.get("tools"); t != nil && string(t) != "null" {
-		if c.clientTools, err = splitArray(t); err != nil {
+	if t := fields.Get("tools"); t != nil && string(t) != "null" {
+		if c.clientTools, err = rawjson.Split(t); err != nil {
 			return nil, badRequest("invalid_type", "tools", "tools must be an array")
 		}
 	}
@@ -62,16 +63,16 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			}
 		}
 	}
-	if n := fields.get("n"); n != nil && string(n) != "null" {
+	if n := fields.Get("n"); n != nil && string(n) != "null" {
 		var v float64
 		if json.Unmarshal(n, &v) != nil || v > 1 {
 			return nil, badRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
 		}
 	}
-	if s := fields.get("stream"); s != nil {
+	if s := fields.Get("stream"); s != nil {
 		_ = json.Unmarshal(s, &c.Stream)
 	}
-	if so := fields.get("stream_options"); c.Stream && so != nil {
+	if so := fields.Get("stream_options"); c.Stream && so != nil {
 		var opts struct {
 			IncludeUsage bool `json:"include_usage"`
 		}
@@ -84,15 +85,15 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 // toolName is the name of a tool definition's function (or custom) part; "" when there is
 // none (a tool the proxy cannot read is the upstream's to refuse).
 func toolName(def json.RawMessage, part string) string {
-	o, err := parseObject(def)
+	o, err := rawjson.Parse(def)
 	if err != nil {
 		return ""
 	}
-	p, err := parseObject(o.get(part))
+	p, err := rawjson.Parse(o.Get(part))
 	if err != nil {
 		return ""
 	}
-	name, _ := stringValue(p.get("name"))
+	name, _ := rawjson.Unquote(p.Get("name"))
 	return name
 }
 
@@ -104,39 +105,39 @@ func (c *ChatRequest) IsClientTool(name string) bool { return c.clientNames[name
 // when its content is an array of parts), else as a new first system message.
 func (c *ChatRequest) InjectWorkspace(text string) {
 	if len(c.messages) > 0 {
-		if first, err := parseObject(c.messages[0]); err == nil {
-			role, _ := stringValue(first.get("role"))
+		if first, err := rawjson.Parse(c.messages[0]); err == nil {
+			role, _ := rawjson.Unquote(first.Get("role"))
 			if role == "system" || role == "developer" {
 				c.messages[0] = appendToContent(first, text)
 				return
 			}
 		}
 	}
-	msg := object{}
-	msg.set("role", rawString("system"))
-	msg.set("content", rawString(text))
-	c.messages = append([]json.RawMessage{msg.bytes()}, c.messages...)
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("system"))
+	msg.Set("content", rawjson.String(text))
+	c.messages = append([]json.RawMessage{msg.Bytes()}, c.messages...)
 }
 
-func appendToContent(msg object, text string) json.RawMessage {
-	content := msg.get("content")
+func appendToContent(msg rawjson.Object, text string) json.RawMessage {
+	content := msg.Get("content")
 	switch {
 	case len(content) > 0 && content[0] == '"':
-		s, _ := stringValue(content)
+		s, _ := rawjson.Unquote(content)
 		if strings.TrimSpace(s) != "" {
 			s += "\n\n"
 		}
-		msg.set("content", rawString(s+text))
+		msg.Set("content", rawjson.String(s+text))
 	case len(content) > 0 && content[0] == '[':
-		parts, _ := splitArray(content)
-		part := object{}
-		part.set("type", rawString("text"))
-		part.set("text", rawString(text))
-		msg.set("content", appendArray(nil, append(parts, part.bytes())))
+		parts, _ := rawjson.Split(content)
+		part := rawjson.Object{}
+		part.Set("type", rawjson.String("text"))
+		part.Set("text", rawjson.String(text))
+		msg.Set("content", rawjson.AppendArray(nil, append(parts, part.Bytes())))
 	default: // null or missing
-		msg.set("content", rawString(text))
+		msg.Set("content", rawjson.String(text))
 	}
-	return msg.bytes()
+	return msg.Bytes()
 }
 
 // Append adds messages (an assistant message and its tool results) to the conversation.
@@ -151,7 +152,7 @@ func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
 	if withWorkspaceTools {
 		toolList = append(toolList[:len(toolList):len(toolList)], tools.Definitions...)
 	}
-	size := c.fields.size() + 64 - len(c.fields.get("messages")) - len(c.fields.get("tools"))
+	size := c.fields.Size() + 64 - len(c.fields.Get("messages")) - len(c.fields.Get("tools"))
 	for _, m := range c.messages {
 		size += len(m) + 1
 	}
@@ -164,34 +165,34 @@ func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
 		if len(buf) > 1 {
 			buf = append(buf, ',')
 		}
-		buf = appendString(buf, key)
+		buf = rawjson.AppendString(buf, key)
 		buf = append(buf, ':')
 	}
 	hasTools := false
-	for i, k := range c.fields.keys {
+	for i, k := range c.fields.Keys {
 		switch k {
 		case "messages":
 			member(k)
-			buf = appendArray(buf, c.messages)
+			buf = rawjson.AppendArray(buf, c.messages)
 		case "tools":
 			hasTools = true
 			if len(toolList) > 0 {
 				member(k)
-				buf = appendArray(buf, toolList)
+				buf = rawjson.AppendArray(buf, toolList)
 			}
 		case "tool_choice", "parallel_tool_calls":
 			if len(toolList) > 0 {
 				member(k)
-				buf = append(buf, c.fields.vals[i]...)
+				buf = append(buf, c.fields.Vals[i]...)
 			}
 		default:
 			member(k)
-			buf = append(buf, c.fields.vals[i]...)
+			buf = append(buf, c.fields.Vals[i]...)
 		}
 	}
 	if !hasTools && len(toolList) > 0 {
 		member("tools")
-		buf = appendArray(buf, toolList)
+		buf = rawjson.AppendArray(buf, toolList)
 	}
 	return append(buf, '}')
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -131,23 +132,23 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	c, err := ParseChatRequest([]byte(in))
 	require.NoError(t, err)
 	c.InjectWorkspace("W")
-	out, err := parseObject(c.Body(true))
+	out, err := rawjson.Parse(c.Body(true))
 	require.NoError(t, err)
-	orig, err := parseObject([]byte(in))
+	orig, err := rawjson.Parse([]byte(in))
 	require.NoError(t, err)
-	require.Equal(t, orig.keys, out.keys, "same fields, same order")
-	for i, k := range orig.keys {
+	require.Equal(t, orig.Keys, out.Keys, "same fields, same order")
+	for i, k := range orig.Keys {
 		switch k {
 		case "messages", "tools":
 			continue
 		}
-		require.Equal(t, string(orig.vals[i]), string(out.get(k)), "field %s", k)
+		require.Equal(t, string(orig.Vals[i]), string(out.Get(k)), "field %s", k)
 	}
 	// Tools: the client's first, then the proxy's five.
 	var toolList []struct {
 		Function struct{ Name string } `json:"function"`
 	}
-	require.NoError(t, json.Unmarshal(out.get("tools"), &toolList))
+	require.NoError(t, json.Unmarshal(out.Get("tools"), &toolList))
 	var names []string
 	for _, tl := range toolList {
 		names = append(names, tl.Function.Name)
@@ -157,10 +158,10 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	require.False(t, c.IsClientTool("set_objective"))
 
 	// Without the proxy's tools the client's stay, and so does tool_choice.
-	out, err = parseObject(c.Body(false))
+	out, err = rawjson.Parse(c.Body(false))
 	require.NoError(t, err)
-	require.JSONEq(t, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`, string(out.get("tools")))
-	require.Equal(t, `"auto"`, string(out.get("tool_choice")))
+	require.JSONEq(t, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`, string(out.Get("tools")))
+	require.Equal(t, `"auto"`, string(out.Get("tool_choice")))
 }
 
 func TestBodyWithoutAnyTools(t *testing.T) {
@@ -178,49 +179,6 @@ func TestBodyWithoutAnyTools(t *testing.T) {
 	c, err = ParseChatRequest([]byte(`{"messages":[]}`))
 	require.NoError(t, err)
 	require.NotContains(t, decode(t, c.Body(false)), "tools")
-}
-
-func TestParseObject(t *testing.T) {
-	t.Parallel()
-	o, err := parseObject([]byte(` { "a" : 1 , "b\"c":"x}y", "d":[{"e":"]"}], "e":true,"f":null,"a":2 } `))
-	require.NoError(t, err)
-	require.Equal(t, []string{"a", `b"c`, "d", "e", "f"}, o.keys)
-	require.Equal(t, "2", string(o.get("a")), "a repeated key: the last value wins")
-	require.Equal(t, `"x}y"`, string(o.get(`b"c`)))
-	require.Equal(t, `[{"e":"]"}]`, string(o.get("d")))
-	require.False(t, o.has("f"))
-	require.True(t, json.Valid(o.bytes()))
-	for _, bad := range []string{``, `[]`, `"s"`, `{"a"}`, `{"a":1,}`, `{"a":1`} {
-		_, err := parseObject([]byte(bad))
-		require.Error(t, err, bad)
-	}
-}
-
-func TestAppendString(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{"", "plain", `q"uo\te`, "line\nbreak\r\ttab", "\x00\x01\x1f", "é — ü ✓ 🙂", "bad \xff utf8", "<workspace> & </workspace>", "\u2028"} {
-		got := appendString(nil, s)
-		require.True(t, json.Valid(got), "%q -> %s", s, got)
-		var back string
-		require.NoError(t, json.Unmarshal(got, &back))
-		want := strings.ToValidUTF8(s, "\uFFFD")
-		require.Equal(t, want, back)
-	}
-	require.Equal(t, `"a<b>&c"`, string(appendString(nil, "a<b>&c")), "no HTML escaping")
-}
-
-func TestSplitArray(t *testing.T) {
-	t.Parallel()
-	got, err := splitArray([]byte(` [ 1 , "a,]" , {"b":[2,3]}, [], null ] `))
-	require.NoError(t, err)
-	require.Equal(t, []json.RawMessage{json.RawMessage(`1`), json.RawMessage(`"a,]"`), json.RawMessage(`{"b":[2,3]}`), json.RawMessage(`[]`), json.RawMessage(`null`)}, got)
-	got, err = splitArray([]byte(`[]`))
-	require.NoError(t, err)
-	require.Empty(t, got)
-	for _, bad := range []string{``, `{}`, `null`, `[1,`, `[1 2]`} {
-		_, err := splitArray([]byte(bad))
-		require.Error(t, err, bad)
-	}
 }
 
 func TestHostileBodies(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -108,8 +109,8 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 		if err != nil {
 			return nil, err
 		}
-		usage.add(c.top.get("usage"))
-		r.Metrics.addTokens(c.top.get("usage"))
+		usage.add(c.top.Get("usage"))
+		r.Metrics.addTokens(c.top.Get("usage"))
 
 		var mine, theirs []toolCall
 		for _, call := range c.round.calls {
@@ -253,74 +254,71 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 
 // messages are the assistant message of a round and one tool message per call.
 func (rd *round) messages(results []string) []json.RawMessage {
-	msg := object{}
-	msg.set("role", rawString("assistant"))
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("assistant"))
 	content := rd.content
 	if len(content) == 0 {
 		content = json.RawMessage("null")
 	}
-	msg.set("content", content)
+	msg.Set("content", content)
 	calls := make([]json.RawMessage, len(rd.calls))
 	for i, c := range rd.calls {
-		fn := object{}
-		fn.set("name", rawString(c.Name))
-		fn.set("arguments", rawString(c.Arguments))
-		tc := object{}
-		tc.set("id", rawString(c.ID))
-		tc.set("type", rawString("function"))
-		tc.set("function", fn.bytes())
-		calls[i] = tc.bytes()
+		fn := rawjson.Object{}
+		fn.Set("name", rawjson.String(c.Name))
+		fn.Set("arguments", rawjson.String(c.Arguments))
+		tc := rawjson.Object{}
+		tc.Set("id", rawjson.String(c.ID))
+		tc.Set("type", rawjson.String("function"))
+		tc.Set("function", fn.Bytes())
+		calls[i] = tc.Bytes()
 	}
-	msg.set("tool_calls", appendArray(nil, calls))
+	msg.Set("tool_calls", rawjson.AppendArray(nil, calls))
 	if len(rd.reasoning) > 0 {
 		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
-		msg.set("reasoning_content", rd.reasoning)
+		msg.Set("reasoning_content", rd.reasoning)
 	}
-	out := []json.RawMessage{msg.bytes()}
+	out := []json.RawMessage{msg.Bytes()}
 	for i, c := range rd.calls {
-		tm := object{}
-		tm.set("role", rawString("tool"))
-		tm.set("tool_call_id", rawString(c.ID))
-		tm.set("content", rawString(results[i]))
-		out = append(out, tm.bytes())
+		tm := rawjson.Object{}
+		tm.Set("role", rawjson.String("tool"))
+		tm.Set("tool_call_id", rawjson.String(c.ID))
+		tm.Set("content", rawjson.String(results[i]))
+		out = append(out, tm.Bytes())
 	}
 	return out
 }
 
 // completion is a parsed non-streamed response.
 type completion struct {
-	top     object
+	top     rawjson.Object
 	choices []json.RawMessage
-	choice  object // choices[0]
-	message object
+	choice  rawjson.Object // choices[0]
+	message rawjson.Object
 	round   round
 }
 
 func parseCompletion(raw []byte) (*completion, error) {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
-	if !validJSON(raw) {
-		return nil, bad("the body is not JSON")
-	}
 	c := &completion{}
 	var err error
-	if c.top, err = parseObject(raw); err != nil {
+	if c.top, err = rawjson.Parse(raw); err != nil {
 		return nil, bad("the body is not a JSON object")
 	}
-	if c.choices, err = splitArray(c.top.get("choices")); err != nil || len(c.choices) == 0 {
+	if c.choices, err = rawjson.Split(c.top.Get("choices")); err != nil || len(c.choices) == 0 {
 		return nil, bad("no choices")
 	}
-	if c.choice, err = parseObject(c.choices[0]); err != nil {
+	if c.choice, err = rawjson.Parse(c.choices[0]); err != nil {
 		return nil, bad("a choice is not an object")
 	}
-	if c.message, err = parseObject(c.choice.get("message")); err != nil {
+	if c.message, err = rawjson.Parse(c.choice.Get("message")); err != nil {
 		return nil, bad("a choice has no message")
 	}
-	c.round.content = c.message.get("content")
-	if c.message.has("reasoning_content") {
-		c.round.reasoning = c.message.get("reasoning_content")
+	c.round.content = c.message.Get("content")
+	if c.message.Has("reasoning_content") {
+		c.round.reasoning = c.message.Get("reasoning_content")
 	}
-	if tcs := c.message.get("tool_calls"); tcs != nil && string(tcs) != "null" {
-		raws, err := splitArray(tcs)
+	if tcs := c.message.Get("tool_calls"); tcs != nil && string(tcs) != "null" {
+		raws, err := rawjson.Split(tcs)
 		if err != nil {
 			return nil, bad("tool_calls is not an array")
 		}
@@ -350,24 +348,24 @@ func parseCompletion(raw []byte) (*completion, error) {
 func (c *completion) answer(clientCalls []toolCall, sumUsage bool, usage *usageSum) []byte {
 	if len(c.round.calls) != len(clientCalls) {
 		if len(clientCalls) == 0 {
-			c.message.del("tool_calls")
-			c.choice.set("finish_reason", rawString("stop"))
+			c.message.Del("tool_calls")
+			c.choice.Set("finish_reason", rawjson.String("stop"))
 		} else {
 			raws := make([]json.RawMessage, len(clientCalls))
 			for i, tc := range clientCalls {
 				raws[i] = tc.Raw
 			}
-			c.message.set("tool_calls", appendArray(nil, raws))
-			c.choice.set("finish_reason", rawString("tool_calls"))
+			c.message.Set("tool_calls", rawjson.AppendArray(nil, raws))
+			c.choice.Set("finish_reason", rawjson.String("tool_calls"))
 		}
-		c.choice.set("message", c.message.bytes())
-		choices := append([]json.RawMessage{c.choice.bytes()}, c.choices[1:]...)
-		c.top.set("choices", appendArray(nil, choices))
+		c.choice.Set("message", c.message.Bytes())
+		choices := append([]json.RawMessage{c.choice.Bytes()}, c.choices[1:]...)
+		c.top.Set("choices", rawjson.AppendArray(nil, choices))
 	}
 	if sumUsage && !usage.empty() {
-		c.top.set("usage", usage.json())
+		c.top.Set("usage", usage.json())
 	}
-	return c.top.bytes()
+	return c.top.Bytes()
 }
 
 // usageSum adds up the usage objects of a turn's rounds: every number, nested ones
@@ -394,7 +392,7 @@ func (u *usageSum) json() json.RawMessage {
 			sumInto(sum, m)
 		}
 	}
-	b, _ := marshalNoEscape(sum)
+	b, _ := rawjson.Marshal(sum)
 	return b
 }
 

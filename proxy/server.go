@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -339,7 +340,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread 
 		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID()))
 		event = e.body()
 	}
-	_ = out.write(appendSSE(nil, event))
+	_ = out.write(sse.AppendEvent(nil, event))
 }
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response.
@@ -361,7 +362,7 @@ func (o *sseWriter) Emit(chunk []byte) error {
 		o.w.WriteHeader(http.StatusOK)
 		o.started = true
 	}
-	o.buf = appendSSE(o.buf[:0], chunk)
+	o.buf = sse.AppendEvent(o.buf[:0], chunk)
 	_, err := o.w.Write(o.buf)
 	return err
 }

@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
 // Emitter is the client of a streamed turn.
@@ -84,10 +87,10 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) 
 		}
 		rd := round{calls: mine, content: json.RawMessage("null")}
 		if s.rd.content.Len() > 0 {
-			rd.content = rawString(s.rd.content.String())
+			rd.content = rawjson.String(s.rd.content.String())
 		}
 		if s.rd.reasoning.Len() > 0 {
-			rd.reasoning = rawString(s.rd.reasoning.String())
+			rd.reasoning = rawjson.String(s.rd.reasoning.String())
 		}
 		t.Request.Append(rd.messages(results)...)
 		toolRounds++
@@ -102,9 +105,9 @@ type streamTurn struct {
 	id           string // the first id the upstream gave (or one made up)
 	emitted      bool   // the role delta went out
 	usage        usageSum
-	last         object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
+	last         rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
-	scratch struct{ chunk, choice, delta object }
+	scratch struct{ chunk, choice, delta rawjson.Object }
 	rd      streamRound
 }
 
@@ -116,7 +119,7 @@ type streamRound struct {
 	byIndex            map[int]*callAcc
 	clientCalls        int
 	finish             string
-	finishChunk        object
+	finishChunk        rawjson.Object
 	usage              json.RawMessage
 	done               bool // [DONE] seen
 	emitted            bool // the client got part of this round
@@ -138,7 +141,7 @@ func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
 		return err
 	}
 	defer resp.Body.Close()
-	sse := NewSSEReader(resp.Body)
+	sse := sse.NewReader(resp.Body)
 	for {
 		if s.dirty && !sse.EventBuffered() {
 			if err := s.flush(); err != nil {
@@ -168,76 +171,73 @@ func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
 
 // chunk handles one upstream chunk: it keeps what the round needs and emits what the client gets.
 func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
-	if !validJSON(data) {
-		return fmt.Errorf("%w: a chunk is not JSON", ErrUpstreamProtocol)
-	}
-	c, err := parseObjectInto(s.scratch.chunk, data)
+	c, err := rawjson.ParseInto(s.scratch.chunk, data)
 	if err != nil {
 		return fmt.Errorf("%w: a chunk is not a JSON object", ErrUpstreamProtocol)
 	}
 	s.scratch.chunk = c
-	if c.has("error") {
+	if c.Has("error") {
 		return &StreamError{Data: append([]byte(nil), data...)}
 	}
 	if s.id == "" {
-		if id, _ := stringValue(c.get("id")); id != "" {
+		if id, _ := rawjson.Unquote(c.Get("id")); id != "" {
 			s.id = id
 		}
 	}
-	hadUsage := c.has("usage")
+	hadUsage := c.Has("usage")
 	if hadUsage {
-		s.rd.usage = append([]byte(nil), c.get("usage")...) // kept past the reader's buffer
-		c.set("usage", json.RawMessage("null"))
+		s.rd.usage = append([]byte(nil), c.Get("usage")...) // kept past the reader's buffer
+		c.Set("usage", json.RawMessage("null"))
 	}
 	var choices []json.RawMessage
-	if v := c.get("choices"); v != nil && string(v) != "null" {
-		if choices, err = splitArray(v); err != nil {
+	if v := c.Get("choices"); v != nil && string(v) != "null" {
+		if choices, err = rawjson.Split(v); err != nil {
 			return fmt.Errorf("%w: choices is not an array", ErrUpstreamProtocol)
 		}
 	}
 	if len(choices) == 0 {
 		return nil // nothing for the client (a usage-only chunk, Azure's prompt filter results)
 	}
-	choice, err := parseObjectInto(s.scratch.choice, choices[0])
+	choice, err := rawjson.ParseInto(s.scratch.choice, choices[0])
 	if err != nil {
 		return fmt.Errorf("%w: a choice is not an object", ErrUpstreamProtocol)
 	}
 	s.scratch.choice = choice
-	fr, _ := stringValue(choice.get("finish_reason"))
+	fr, _ := rawjson.Unquote(choice.Get("finish_reason"))
 	if fr != "" {
 		s.rd.finish = fr
 	}
-	if fr != "" || s.last.keys == nil {
+	if fr != "" || s.last.Keys == nil {
 		// The template of the finish chunk: data is the reader's buffer, so keep a copy.
-		s.last = c.own()
+		s.last = c.Own()
 	}
-	delta := object{}
-	if d := choice.get("delta"); d != nil && string(d) != "null" {
-		if delta, err = parseObjectInto(s.scratch.delta, d); err != nil {
+	delta := rawjson.Object{}
+	if d := choice.Get("delta"); d != nil && string(d) != "null" {
+		if delta, err = rawjson.ParseInto(s.scratch.delta, d); err != nil {
 			return fmt.Errorf("%w: a delta is not an object", ErrUpstreamProtocol)
 		}
 		s.scratch.delta = delta
 	}
-	hadRole := delta.index("role") >= 0
-	delta.del("role") // one role delta, added to the first chunk the client gets
-	s.rd.keep(&s.rd.content, delta.get("content"))
-	s.rd.keep(&s.rd.reasoning, delta.get("reasoning_content"))
-	if tcs := delta.get("tool_calls"); tcs != nil {
+	hadRole := delta.Index("role") >= 0
+	delta.Del("role") // one role delta, added to the first chunk the client gets
+	s.rd.keep(&s.rd.content, delta.Get("content"))
+	s.rd.keep(&s.rd.reasoning, delta.Get("reasoning_content"))
+	if tcs := delta.Get("tool_calls"); tcs != nil {
 		items, err := s.rd.toolCalls(req, tcs)
 		if err != nil {
 			return err
 		}
 		if len(items) == 0 {
-			delta.del("tool_calls")
+			delta.Del("tool_calls")
 		} else {
-			delta.set("tool_calls", appendArray(nil, items))
+			delta.Set("tool_calls", rawjson.AppendArray(nil, items))
 		}
 	}
-	if emptyDelta(delta) && !choice.has("logprobs") {
+	if emptyDelta(delta) && !choice.Has("logprobs") {
 		return nil
 	}
-	if s.emitted && !hadRole && !hadUsage && fr == "" && !choice.has("finish_reason") && delta.index("tool_calls") < 0 &&
-		len(choices) == 1 && s.sameID(c.get("id")) && string(c.get("object")) == `"chat.completion.chunk"` {
+	if s.emitted && !hadRole && !hadUsage && fr == "" && !choice.Has("finish_reason") && delta.Index("tool_calls") < 0 &&
+		len(choices) == 1 && s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"` {
 		return s.emit(data) // the common content chunk: nothing to change, its bytes go out as they came
 	}
 	return s.send(c, choice, delta, json.RawMessage("null"))
@@ -262,30 +262,30 @@ func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
 		b.Write(raw[1 : len(raw)-1]) // no escapes: the bytes are the text
 		return
 	}
-	if text, ok := stringValue(raw); ok {
+	if text, ok := rawjson.Unquote(raw); ok {
 		b.WriteString(text)
 	}
 }
 
 // send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and
 // the role delta when it is the first the client gets.
-func (s *streamTurn) send(c, choice, delta object, finishReason json.RawMessage) error {
+func (s *streamTurn) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
 	if !s.emitted {
-		d := object{keys: []string{"role"}, vals: []json.RawMessage{rawString("assistant")}}
-		d.keys = append(d.keys, delta.keys...)
-		d.vals = append(d.vals, delta.vals...)
+		d := rawjson.Object{Keys: []string{"role"}, Vals: []json.RawMessage{rawjson.String("assistant")}}
+		d.Keys = append(d.Keys, delta.Keys...)
+		d.Vals = append(d.Vals, delta.Vals...)
 		delta = d
 		s.emitted = true
 	}
 	if s.id == "" {
 		s.id = "chatcmpl-" + randomHex(12)
 	}
-	choice.set("delta", delta.bytes())
-	choice.set("finish_reason", finishReason)
-	c.set("id", rawString(s.id))
-	c.set("object", rawString("chat.completion.chunk"))
-	c.set("choices", appendArray(nil, []json.RawMessage{choice.bytes()}))
-	return s.emit(c.bytes())
+	choice.Set("delta", delta.Bytes())
+	choice.Set("finish_reason", finishReason)
+	c.Set("id", rawjson.String(s.id))
+	c.Set("object", rawjson.String("chat.completion.chunk"))
+	c.Set("choices", rawjson.AppendArray(nil, []json.RawMessage{choice.Bytes()}))
+	return s.emit(c.Bytes())
 }
 
 func (s *streamTurn) emit(chunk []byte) error {
@@ -303,8 +303,8 @@ func (s *streamTurn) flush() error {
 }
 
 // emptyDelta reports a delta with nothing for the client: no members, or only null and "".
-func emptyDelta(d object) bool {
-	for _, v := range d.vals {
+func emptyDelta(d rawjson.Object) bool {
+	for _, v := range d.Vals {
 		if s := string(v); s != "null" && s != `""` {
 			return false
 		}
@@ -316,7 +316,7 @@ func emptyDelta(d object) bool {
 // calls, re-indexed from 0. Items without an index (some servers omit it) continue the last call
 // unless they bring a new id.
 func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.RawMessage, error) {
-	items, err := splitArray(raw)
+	items, err := rawjson.Split(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%w: tool_calls is not an array", ErrUpstreamProtocol)
 	}
@@ -373,12 +373,12 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.
 			out = append(out, clientCallItem(acc))
 			acc.args.Reset() // the client has it; the proxy does not run client calls
 		case acc.client:
-			o, err := parseObject(item)
+			o, err := rawjson.Parse(item)
 			if err != nil {
 				return nil, fmt.Errorf("%w: a tool call delta is not an object", ErrUpstreamProtocol)
 			}
-			o.set("index", rawInt(acc.clientIndex))
-			out = append(out, o.bytes())
+			o.Set("index", rawjson.Int(acc.clientIndex))
+			out = append(out, o.Bytes())
 		default:
 			acc.args.WriteString(d.Function.Arguments)
 		}
@@ -387,19 +387,19 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.
 }
 
 func clientCallItem(acc *callAcc) json.RawMessage {
-	fn := object{}
-	fn.set("name", rawString(acc.name))
-	fn.set("arguments", rawString(acc.args.String()))
-	o := object{}
-	o.set("index", json.RawMessage(strconv.Itoa(acc.clientIndex)))
-	o.set("id", rawString(acc.id))
+	fn := rawjson.Object{}
+	fn.Set("name", rawjson.String(acc.name))
+	fn.Set("arguments", rawjson.String(acc.args.String()))
+	o := rawjson.Object{}
+	o.Set("index", json.RawMessage(strconv.Itoa(acc.clientIndex)))
+	o.Set("id", rawjson.String(acc.id))
 	typ := acc.typ
 	if typ == "" {
 		typ = "function"
 	}
-	o.set("type", rawString(typ))
-	o.set("function", fn.bytes())
-	return o.bytes()
+	o.Set("type", rawjson.String(typ))
+	o.Set("function", fn.Bytes())
+	return o.Bytes()
 }
 
 // finish ends the turn: the finish chunk (finish_reason "tool_calls" when the client has calls
@@ -412,28 +412,28 @@ func (s *streamTurn) finish(clientCalls bool) error {
 	case reason == "" || reason == "tool_calls" || reason == "function_call":
 		reason = "stop" // the only calls were the workspace's
 	}
-	c := s.last.clone()
-	if c.keys == nil {
-		c.set("id", rawString(s.id))
-		c.set("object", rawString("chat.completion.chunk"))
+	c := s.last.Clone()
+	if c.Keys == nil {
+		c.Set("id", rawjson.String(s.id))
+		c.Set("object", rawjson.String("chat.completion.chunk"))
 	}
-	choice := object{}
-	if choices := c.get("choices"); choices != nil {
-		if list, err := splitArray(choices); err == nil && len(list) > 0 {
-			choice, _ = parseObject(list[0])
+	choice := rawjson.Object{}
+	if choices := c.Get("choices"); choices != nil {
+		if list, err := rawjson.Split(choices); err == nil && len(list) > 0 {
+			choice, _ = rawjson.Parse(list[0])
 		}
 	}
-	choice.set("index", json.RawMessage("0"))
-	if choice.get("logprobs") != nil {
-		choice.set("logprobs", json.RawMessage("null")) // they went out with their content
+	choice.Set("index", json.RawMessage("0"))
+	if choice.Get("logprobs") != nil {
+		choice.Set("logprobs", json.RawMessage("null")) // they went out with their content
 	}
-	if err := s.send(c, choice, object{}, rawString(reason)); err != nil {
+	if err := s.send(c, choice, rawjson.Object{}, rawjson.String(reason)); err != nil {
 		return err
 	}
 	if s.includeUsage && !s.usage.empty() {
-		c.set("choices", json.RawMessage("[]"))
-		c.set("usage", s.usage.json())
-		return s.emit(c.bytes())
+		c.Set("choices", json.RawMessage("[]"))
+		c.Set("usage", s.usage.json())
+		return s.emit(c.Bytes())
 	}
 	return nil
 }

@@ -1,25 +1,31 @@
-package proxy
+package rawjson
 
-// maxJSONDepth is encoding/json's nesting limit, kept so both validators agree.
-const maxJSONDepth = 10000
+// maxDepth is encoding/json's nesting limit, kept so that Valid agrees with encoding/json.Valid.
+const maxDepth = 10000
 
-// validJSON reports whether data is one valid JSON value, exactly as encoding/json.Valid does
+// Valid reports whether data is one valid JSON value, exactly as encoding/json.Valid does
 // (strings are not checked for valid UTF-8 there either), in one pass without allocating for
-// depths up to 64. It is the check every body and chunk goes through (FuzzValidJSON compares
-// the two).
-func validJSON(data []byte) bool {
+// depths up to 64. FuzzValid compares the two.
+func Valid(data []byte) bool {
+	end := scanValue(data, skipSpace(data, 0))
+	return end >= 0 && skipSpace(data, end) == len(data)
+}
+
+// scanValue is the package's one scanner: it checks the JSON value starting at data[i] and
+// returns the index just past it, or -1 when it is not valid JSON. Containers are scanned
+// iteratively (no recursion), up to maxDepth levels.
+func scanValue(data []byte, i int) int {
 	var buf [64]byte
 	closers := buf[:0] // the closing bracket each open container expects
-	i := skipSpace(data, 0)
 	for {
 		// A value starts at i.
 		if i >= len(data) {
-			return false
+			return -1
 		}
 		switch c := data[i]; {
 		case c == '{' || c == '[':
-			if len(closers) >= maxJSONDepth {
-				return false
+			if len(closers) >= maxDepth {
+				return -1
 			}
 			i = skipSpace(data, i+1)
 			if c == '{' {
@@ -28,7 +34,7 @@ func validJSON(data []byte) bool {
 					break
 				}
 				if i = scanMember(data, i); i < 0 {
-					return false
+					return -1
 				}
 				closers = append(closers, '}')
 			} else {
@@ -41,35 +47,35 @@ func validJSON(data []byte) bool {
 			continue
 		case c == '"':
 			if i = scanString(data, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == '-' || (c >= '0' && c <= '9'):
 			if i = scanNumber(data, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == 't':
 			if i = scanLiteral(data, i, "true"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'f':
 			if i = scanLiteral(data, i, "false"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'n':
 			if i = scanLiteral(data, i, "null"); i < 0 {
-				return false
+				return -1
 			}
 		default:
-			return false
+			return -1
 		}
 		// A value ended: close containers, or find the next value.
 		for {
-			i = skipSpace(data, i)
 			if len(closers) == 0 {
-				return i == len(data)
+				return i
 			}
+			i = skipSpace(data, i)
 			if i >= len(data) {
-				return false
+				return -1
 			}
 			top := closers[len(closers)-1]
 			if data[i] == top {
@@ -78,12 +84,12 @@ func validJSON(data []byte) bool {
 				continue
 			}
 			if data[i] != ',' {
-				return false
+				return -1
 			}
 			i = skipSpace(data, i+1)
 			if top == '}' {
 				if i = scanMember(data, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			break
@@ -184,4 +190,11 @@ func scanLiteral(data []byte, i int, lit string) int {
 		return -1
 	}
 	return i + len(lit)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }

@@ -1,4 +1,7 @@
-package proxy
+// Package sse reads and writes server-sent events as OpenAI-compatible servers send them:
+// `data:` lines (several in one event joined by "\n"), events ending at a blank line, comment
+// lines (`: keep-alive`) and other fields skipped; written as `data: …\n\n`.
+package sse
 
 import (
 	"bufio"
@@ -8,32 +11,31 @@ import (
 	"io"
 )
 
-// SSE limits: what a reader accepts before it calls the stream broken.
+// Limits: what a Reader accepts before it calls the stream broken.
 const (
-	maxSSEEvent      = 8 << 20 // one event's data (a whole tool call may come in one chunk)
-	maxSSEJunkLines  = 300     // lines in a row that carry no data (comments, other fields)
-	sseReaderBufSize = 32 << 10
+	MaxEvent      = 8 << 20 // one event's data (a whole tool call may come in one chunk)
+	MaxJunkLines  = 300     // lines in a row that carry no data (comments, other fields)
+	readerBufSize = 32 << 10
 )
 
-var errSSETooLarge = errors.New("server-sent event too large")
+// ErrInvalid is what a Reader returns, wrapped, for a stream that breaks its limits.
+var ErrInvalid = errors.New("invalid event stream")
 
-// SSEReader reads the data of server-sent events, as OpenAI-compatible servers send them: `data:`
-// lines (several in one event are joined by "\n"), events ending at a blank line, comment lines
-// (`: keep-alive`) and other fields skipped.
-type SSEReader struct {
+// Reader reads the data of server-sent events.
+type Reader struct {
 	r    *bufio.Reader
 	data []byte
 	line []byte
 }
 
-// NewSSEReader reads events from r.
-func NewSSEReader(r io.Reader) *SSEReader {
-	return &SSEReader{r: bufio.NewReaderSize(r, sseReaderBufSize)}
+// NewReader reads events from r.
+func NewReader(r io.Reader) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, readerBufSize)}
 }
 
 // Next returns the data of the next event; the slice is valid until the next call. It returns
 // io.EOF at the end of the stream (a last event without its blank line still counts).
-func (s *SSEReader) Next() ([]byte, error) {
+func (s *Reader) Next() ([]byte, error) {
 	s.data = s.data[:0]
 	hasData := false
 	junk := 0
@@ -53,8 +55,8 @@ func (s *SSEReader) Next() ([]byte, error) {
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
 		if string(field) != "data" {
-			if junk++; junk > maxSSEJunkLines {
-				return nil, fmt.Errorf("%w: %d lines in a row without data", ErrUpstreamProtocol, junk)
+			if junk++; junk > MaxJunkLines {
+				return nil, fmt.Errorf("%w: %d lines in a row without data", ErrInvalid, junk)
 			}
 			continue
 		}
@@ -63,8 +65,8 @@ func (s *SSEReader) Next() ([]byte, error) {
 		if hasData {
 			s.data = append(s.data, '\n')
 		}
-		if len(s.data)+len(value) > maxSSEEvent {
-			return nil, fmt.Errorf("%w: %w", ErrUpstreamProtocol, errSSETooLarge)
+		if len(s.data)+len(value) > MaxEvent {
+			return nil, fmt.Errorf("%w: an event over %d bytes", ErrInvalid, MaxEvent)
 		}
 		s.data = append(s.data, value...)
 		hasData = true
@@ -73,19 +75,19 @@ func (s *SSEReader) Next() ([]byte, error) {
 
 // EventBuffered reports whether a whole further event is already buffered, so that Next will not
 // wait for the network.
-func (s *SSEReader) EventBuffered() bool {
+func (s *Reader) EventBuffered() bool {
 	b, _ := s.r.Peek(s.r.Buffered())
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
 }
 
-// readLine returns the next line without its end (\n, \r\n or \r\n-less at EOF).
-func (s *SSEReader) readLine() ([]byte, error) {
+// readLine returns the next line without its end (\n, \r\n, or nothing at EOF).
+func (s *Reader) readLine() ([]byte, error) {
 	s.line = s.line[:0]
 	for {
 		frag, err := s.r.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			if len(s.line)+len(frag) > maxSSEEvent {
-				return nil, fmt.Errorf("%w: %w", ErrUpstreamProtocol, errSSETooLarge)
+			if len(s.line)+len(frag) > MaxEvent {
+				return nil, fmt.Errorf("%w: a line over %d bytes", ErrInvalid, MaxEvent)
 			}
 			s.line = append(s.line, frag...)
 			continue
@@ -106,8 +108,8 @@ func (s *SSEReader) readLine() ([]byte, error) {
 	}
 }
 
-// appendSSE appends one event carrying data.
-func appendSSE(buf, data []byte) []byte {
+// AppendEvent appends one event carrying data (which must hold no line break).
+func AppendEvent(buf, data []byte) []byte {
 	buf = append(buf, "data: "...)
 	buf = append(buf, data...)
 	return append(buf, "\n\n"...)
