@@ -82,7 +82,7 @@ func BenchmarkMembers(b *testing.B) {
 		b.Run(in.name+"/jsontext", func(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			b.ReportAllocs()
-			dec := jsontext.NewDecoder(nil)
+			dec := jsontext.NewDecoder(bytes.NewReader(nil))
 			var o Object
 			for b.Loop() {
 				dec.Reset(bytes.NewReader(in.data))
@@ -95,11 +95,11 @@ func BenchmarkMembers(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					o.Keys = append(o.Keys, k.String())
 					v, err := dec.ReadValue()
 					if err != nil {
 						b.Fatal(err)
 					}
-					o.Keys = append(o.Keys, k.String())
 					o.Vals = append(o.Vals, json.RawMessage(v))
 				}
 			}
