@@ -60,8 +60,7 @@ func BenchmarkSSEDecode(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(chunk)))
 	var out []byte
-	s := &streamTurn{out: emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil })}
-	s.rd = streamRound{byIndex: map[int]*callAcc{}}
+	s := newChatSSE(req, nil, emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil }))
 	r := sse.NewReader(stream)
 	for b.Loop() {
 		data, err := r.Next()
@@ -71,7 +70,7 @@ func BenchmarkSSEDecode(b *testing.B) {
 			s.rd = streamRound{byIndex: map[int]*callAcc{}}
 			continue
 		}
-		if err := s.chunk(req, data); err != nil {
+		if err := s.chunk(data); err != nil {
 			b.Fatal(err)
 		}
 	}

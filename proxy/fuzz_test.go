@@ -91,13 +91,12 @@ func FuzzSSE(f *testing.F) {
 	f.Add("data: a\ndata: b\n\nevent: x\n\ndata: {\"choices\":null,\"usage\":{\"prompt_tokens\":1}}")
 	f.Fuzz(func(t *testing.T, stream string) {
 		req, _ := ParseChatRequest([]byte(`{"messages":[],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`))
-		s := &streamTurn{out: emitFunc(func(c []byte) error {
+		s := newChatSSE(req, nil, emitFunc(func(c []byte) error {
 			if !json.Valid(c) {
 				t.Fatalf("emitted chunk is not JSON: %q", c)
 			}
 			return nil
-		})}
-		s.rd = streamRound{byIndex: map[int]*callAcc{}}
+		}))
 		r := sse.NewReader(strings.NewReader(stream))
 		for range 10000 {
 			data, err := r.Next()
@@ -110,10 +109,10 @@ func FuzzSSE(f *testing.F) {
 			if string(data) == "[DONE]" {
 				break
 			}
-			if err := s.chunk(req, data); err != nil {
+			if err := s.chunk(data); err != nil {
 				return
 			}
 		}
-		_ = s.finish(false)
+		_ = s.finish(nil, &usageSum{}, 1)
 	})
 }

@@ -140,8 +140,41 @@ func appendToContent(msg rawjson.Object, text string) json.RawMessage {
 	return msg.Bytes()
 }
 
-// Append adds messages (an assistant message and its tool results) to the conversation.
-func (c *ChatRequest) Append(msgs ...json.RawMessage) { c.messages = append(c.messages, msgs...) }
+// appendRound adds a tool round to the conversation: the assistant message of the reply
+// (content, reasoning_content when the upstream sent one, and the workspace's calls) and one
+// tool message per call with its result.
+func (c *ChatRequest) appendRound(content, reasoning json.RawMessage, calls []toolCall, results []string) {
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("assistant"))
+	if len(content) == 0 {
+		content = json.RawMessage("null")
+	}
+	msg.Set("content", content)
+	items := make([]json.RawMessage, len(calls))
+	for i, call := range calls {
+		fn := rawjson.Object{}
+		fn.Set("name", rawjson.String(call.Name))
+		fn.Set("arguments", rawjson.String(call.Arguments))
+		tc := rawjson.Object{}
+		tc.Set("id", rawjson.String(call.ID))
+		tc.Set("type", rawjson.String("function"))
+		tc.Set("function", fn.Bytes())
+		items[i] = tc.Bytes()
+	}
+	msg.Set("tool_calls", rawjson.AppendArray(nil, items))
+	if len(reasoning) > 0 {
+		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
+		msg.Set("reasoning_content", reasoning)
+	}
+	c.messages = append(c.messages, msg.Bytes())
+	for i, call := range calls {
+		tm := rawjson.Object{}
+		tm.Set("role", rawjson.String("tool"))
+		tm.Set("tool_call_id", rawjson.String(call.ID))
+		tm.Set("content", rawjson.String(results[i]))
+		c.messages = append(c.messages, tm.Bytes())
+	}
+}
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
 // tools, followed by the proxy's when withWorkspaceTools. Members keep their order; without any

@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	mathrand "math/rand/v2"
 	"net/http"
@@ -22,9 +20,6 @@ import (
 // DefaultMaxToolRounds is how many tool rounds a turn may make before its last upstream call,
 // which goes without the workspace tools.
 const DefaultMaxToolRounds = 8
-
-// maxResponseBody caps a non-streamed upstream response.
-const maxResponseBody = 64 << 20
 
 // maxRoundText caps the assistant content (and reasoning) a streamed round keeps for the next
 // round. The client gets all of it as it arrives; only a round that ends in workspace tool calls
@@ -78,87 +73,94 @@ type toolCall struct {
 	ID        string
 	Name      string
 	Arguments string
+	Client    bool            // one of the client's tools: the client runs it
 	Raw       json.RawMessage // as the upstream sent it (non-streamed replies)
 }
 
-// round is what the loop keeps of one upstream reply.
-type round struct {
-	content   json.RawMessage // the assistant's content (a JSON string or null)
-	reasoning json.RawMessage // reasoning_content, when the upstream sent one
-	calls     []toolCall
+// dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
+// server-sent events (chatSSE). The loop (Runner.run) is the same for every dialect: it asks
+// for the next round's request, has the dialect fetch and decode the reply, runs the workspace's
+// calls, has the dialect extend the request with them, and has it finish the turn. A new wire
+// format (the Responses API) is a new dialect, never a new loop.
+type dialect interface {
+	// request is the upstream body of the next round, with or without the workspace tools.
+	request(withWorkspaceTools bool) []byte
+	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
+	// client's marked), and its usage. An error after part of the round reached the client is
+	// wrapped in noRetry.
+	fetch(ctx context.Context, body []byte) (calls []toolCall, usage json.RawMessage, err error)
+	// pause is called before the loop waits for the workspace's tools: a stream sends what it
+	// holds.
+	pause() error
+	// extend appends the last reply and the results of the workspace's calls to the request.
+	extend(calls []toolCall, results []string)
+	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
+	// with the usage of every round.
+	finish(clientCalls []toolCall, usage *usageSum, rounds int) error
 }
 
 // Run runs a non-streamed turn.
 func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
+	d := &chatJSON{req: t.Request, up: t.Upstream}
+	n, err := r.run(ctx, t, d)
+	if err != nil {
+		return nil, err
+	}
+	return &Reply{Body: d.body, Header: d.header, Rounds: n}, nil
+}
+
+// Stream runs a streamed turn (SPEC §7), emitting the chunks the client gets to out. It returns
+// the upstream calls made.
+func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) {
+	d := newChatSSE(t.Request, t.Upstream, out)
+	d.log, d.thread = r.Logger, t.Workspace.ThreadID()
+	return r.run(ctx, t, d)
+}
+
+// run is the loop of a turn (SPEC §6), whatever its dialect. It returns the upstream calls made.
+func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
 	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
-		body := t.Request.Body(!final)
-		var raw []byte
-		var header http.Header
+		body := d.request(!final)
+		var calls []toolCall
+		var roundUsage json.RawMessage
 		err := r.retry(ctx, n, func() (err error) {
-			raw, header, err = fetch(ctx, t.Upstream, body)
+			calls, roundUsage, err = d.fetch(ctx, body)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return n, err
 		}
-		c, err := parseCompletion(raw)
-		if err != nil {
-			return nil, err
-		}
-		usage.add(c.top.Get("usage"))
-		r.Metrics.addTokens(c.top.Get("usage"))
-
+		usage.add(roundUsage)
+		r.Metrics.addTokens(roundUsage)
 		var mine, theirs []toolCall
-		for _, call := range c.round.calls {
-			if t.Request.IsClientTool(call.Name) {
-				theirs = append(theirs, call)
+		for _, c := range calls {
+			if c.Client {
+				theirs = append(theirs, c)
 			} else {
-				mine = append(mine, call)
+				mine = append(mine, c)
 			}
 		}
-		reply := &Reply{Header: header, Rounds: n}
-		if len(mine) == 0 && n == 1 {
-			reply.Body = raw // untouched: the proxy is invisible
-			return reply, nil
-		}
-		if len(mine) == 0 || final {
+		if final || len(mine) == 0 {
 			// In the last round a call to a workspace tool, not offered there, does not count.
-			reply.Body = c.answer(theirs, n > 1, &usage)
-			return reply, nil
+			return n, d.finish(theirs, &usage, n)
+		}
+		if err := d.pause(); err != nil {
+			return n, err
 		}
 		results, err := r.runTools(ctx, t, n, mine)
 		if err != nil {
-			return nil, err
+			return n, err
 		}
 		if len(theirs) > 0 {
-			reply.Body = c.answer(theirs, n > 1, &usage)
-			return reply, nil
+			return n, d.finish(theirs, &usage, n)
 		}
-		c.round.calls = mine
-		t.Request.Append(c.round.messages(results)...)
+		d.extend(mine, results)
 		toolRounds++
 	}
-}
-
-// fetch makes one non-streamed upstream call and reads its body.
-func fetch(ctx context.Context, up Upstream, body []byte) ([]byte, http.Header, error) {
-	resp, err := up.ChatCompletion(ctx, body)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
-	if err != nil {
-		return nil, nil, classifyTransportError(ctx, err)
-	}
-	if len(raw) > maxResponseBody {
-		return nil, nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
-	}
-	return raw, resp.Header, nil
 }
 
 // Retries of a round that follows executed tools.
@@ -250,122 +252,6 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 		out[i] = res.Content
 	}
 	return out, nil
-}
-
-// messages are the assistant message of a round and one tool message per call.
-func (rd *round) messages(results []string) []json.RawMessage {
-	msg := rawjson.Object{}
-	msg.Set("role", rawjson.String("assistant"))
-	content := rd.content
-	if len(content) == 0 {
-		content = json.RawMessage("null")
-	}
-	msg.Set("content", content)
-	calls := make([]json.RawMessage, len(rd.calls))
-	for i, c := range rd.calls {
-		fn := rawjson.Object{}
-		fn.Set("name", rawjson.String(c.Name))
-		fn.Set("arguments", rawjson.String(c.Arguments))
-		tc := rawjson.Object{}
-		tc.Set("id", rawjson.String(c.ID))
-		tc.Set("type", rawjson.String("function"))
-		tc.Set("function", fn.Bytes())
-		calls[i] = tc.Bytes()
-	}
-	msg.Set("tool_calls", rawjson.AppendArray(nil, calls))
-	if len(rd.reasoning) > 0 {
-		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
-		msg.Set("reasoning_content", rd.reasoning)
-	}
-	out := []json.RawMessage{msg.Bytes()}
-	for i, c := range rd.calls {
-		tm := rawjson.Object{}
-		tm.Set("role", rawjson.String("tool"))
-		tm.Set("tool_call_id", rawjson.String(c.ID))
-		tm.Set("content", rawjson.String(results[i]))
-		out = append(out, tm.Bytes())
-	}
-	return out
-}
-
-// completion is a parsed non-streamed response.
-type completion struct {
-	top     rawjson.Object
-	choices []json.RawMessage
-	choice  rawjson.Object // choices[0]
-	message rawjson.Object
-	round   round
-}
-
-func parseCompletion(raw []byte) (*completion, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
-	c := &completion{}
-	var err error
-	if c.top, err = rawjson.Parse(raw); err != nil {
-		return nil, bad("the body is not a JSON object")
-	}
-	if c.choices, err = rawjson.Split(c.top.Get("choices")); err != nil || len(c.choices) == 0 {
-		return nil, bad("no choices")
-	}
-	if c.choice, err = rawjson.Parse(c.choices[0]); err != nil {
-		return nil, bad("a choice is not an object")
-	}
-	if c.message, err = rawjson.Parse(c.choice.Get("message")); err != nil {
-		return nil, bad("a choice has no message")
-	}
-	c.round.content = c.message.Get("content")
-	if c.message.Has("reasoning_content") {
-		c.round.reasoning = c.message.Get("reasoning_content")
-	}
-	if tcs := c.message.Get("tool_calls"); tcs != nil && string(tcs) != "null" {
-		raws, err := rawjson.Split(tcs)
-		if err != nil {
-			return nil, bad("tool_calls is not an array")
-		}
-		for _, tc := range raws {
-			var d struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(tc, &d); err != nil {
-				return nil, bad("a tool call is not understood")
-			}
-			if d.ID == "" {
-				d.ID = newCallID()
-			}
-			c.round.calls = append(c.round.calls, toolCall{ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments, Raw: tc})
-		}
-	}
-	return c, nil
-}
-
-// answer is the response the client gets when the turn ends with this completion: the
-// message's tool calls cut down to the client's (finish_reason "tool_calls" when any remain,
-// else "stop" if the model had only called workspace tools), and the usage summed over rounds.
-func (c *completion) answer(clientCalls []toolCall, sumUsage bool, usage *usageSum) []byte {
-	if len(c.round.calls) != len(clientCalls) {
-		if len(clientCalls) == 0 {
-			c.message.Del("tool_calls")
-			c.choice.Set("finish_reason", rawjson.String("stop"))
-		} else {
-			raws := make([]json.RawMessage, len(clientCalls))
-			for i, tc := range clientCalls {
-				raws[i] = tc.Raw
-			}
-			c.message.Set("tool_calls", rawjson.AppendArray(nil, raws))
-			c.choice.Set("finish_reason", rawjson.String("tool_calls"))
-		}
-		c.choice.Set("message", c.message.Bytes())
-		choices := append([]json.RawMessage{c.choice.Bytes()}, c.choices[1:]...)
-		c.top.Set("choices", rawjson.AppendArray(nil, choices))
-	}
-	if sumUsage && !usage.empty() {
-		c.top.Set("usage", usage.json())
-	}
-	return c.top.Bytes()
 }
 
 // usageSum adds up the usage objects of a turn's rounds: every number, nested ones

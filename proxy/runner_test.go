@@ -33,7 +33,7 @@ type fakeUpstream struct {
 	sizes  []int
 }
 
-func (f *fakeUpstream) ChatCompletion(_ context.Context, body []byte) (*UpstreamResponse, error) {
+func (f *fakeUpstream) Post(_ context.Context, body []byte) (*UpstreamResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sizes = append(f.sizes, len(body))
@@ -128,4 +128,76 @@ func TestOfficialClientNonStreamed(t *testing.T) {
 		toolNames(e.upstreamRequest(1)))
 	require.Equal(t, fmt.Sprint("Be terse.\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>"),
 		messages(e.upstreamRequest(0))[0]["content"])
+}
+
+// TestRunnerLoopWithoutHTTP drives the one loop through both chat dialects with a fake upstream
+// (no HTTP): a workspace call, then the answer. Both run the tool once, send its result back in
+// round 2, and answer with the usage of both rounds.
+func TestRunnerLoopWithoutHTTP(t *testing.T) {
+	t.Parallel()
+	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
+	call := call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Test the loop","action_and_reasoning":"goal"}`}
+	stream := func(chunks ...string) func() io.Reader {
+		return func() io.Reader { return strings.NewReader(strings.Join(upstreamtest.Events(append(chunks, "[DONE]")...), "")) }
+	}
+	body := func(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
+	for _, streamed := range []bool{false, true} {
+		t.Run(fmt.Sprint("streamed=", streamed), func(t *testing.T) {
+			t.Parallel()
+			ws := store.Workspace(fmt.Sprint("loop-", streamed))
+			turn, err := ws.StartTurn(context.Background())
+			require.NoError(t, err)
+			up := &fakeUpstream{bodies: []func() io.Reader{body(cmpl("", call)), body(cmpl("Done."))}}
+			if streamed {
+				up.bodies = []func() io.Reader{
+					stream(append(upstreamtest.ToolCallChunks("s", 7, call), upstreamtest.UsageChunk("s", 10, 5))...),
+					stream(append(upstreamtest.ContentChunks("s", "Do", "ne."), upstreamtest.UsageChunk("s", 10, 5))...),
+				}
+			}
+			req, err := ParseChatRequest([]byte(fmt.Sprintf(`{"model":"m","stream":%t,"stream_options":{"include_usage":%t},"messages":[{"role":"user","content":"go"}]}`, streamed, streamed)))
+			require.NoError(t, err)
+			tt := &Turn{Request: req, Workspace: ws, Number: turn.Number, Upstream: up}
+			var answer string
+			var usage map[string]any
+			if streamed {
+				rounds, err := (&Runner{}).Stream(context.Background(), tt, emitFunc(func(chunk []byte) error {
+					var c struct {
+						Choices []struct {
+							Delta struct{ Content string } `json:"delta"`
+						} `json:"choices"`
+						Usage map[string]any `json:"usage"`
+					}
+					require.NoError(t, json.Unmarshal(chunk, &c))
+					if len(c.Choices) > 0 {
+						answer += c.Choices[0].Delta.Content
+					}
+					if c.Usage != nil {
+						usage = c.Usage
+					}
+					return nil
+				}))
+				require.NoError(t, err)
+				require.Equal(t, 2, rounds)
+			} else {
+				reply, err := (&Runner{}).Run(context.Background(), tt)
+				require.NoError(t, err)
+				require.Equal(t, 2, reply.Rounds)
+				var c struct {
+					Choices []struct {
+						Message struct{ Content string } `json:"message"`
+					} `json:"choices"`
+					Usage map[string]any `json:"usage"`
+				}
+				require.NoError(t, json.Unmarshal(reply.Body, &c))
+				answer, usage = c.Choices[0].Message.Content, c.Usage
+			}
+			require.Equal(t, "Done.", answer)
+			require.EqualValues(t, 20, usage["prompt_tokens"], "usage is the sum of both rounds")
+			d, err := ws.Get(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, "Test the loop", d.Objective.Text)
+			require.Len(t, up.sizes, 2)
+			require.Greater(t, up.sizes[1], up.sizes[0], "round 2 carries round 1's call and its result")
+		})
+	}
 }

@@ -12,15 +12,18 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
-// Upstream sends one chat completion request of a turn. It is all the loop knows of the model
-// server, so a fake upstream makes the loop testable without HTTP.
+// Upstream sends one round of a turn to the model server's endpoint of the turn (such as
+// …/chat/completions). It is all the loop knows of the model server, so a fake upstream makes
+// the loop testable without HTTP.
 type Upstream interface {
-	// ChatCompletion posts body to the upstream's /chat/completions. A non-2xx answer is an
-	// *UpstreamError (its body read and kept); failing to reach the upstream wraps
-	// ErrUpstreamUnreachable or ErrUpstreamTimeout. The caller closes the response body.
-	ChatCompletion(ctx context.Context, body []byte) (*UpstreamResponse, error)
+	// Post posts body. A non-2xx answer is an *UpstreamError (its body read and kept); failing
+	// to reach the upstream wraps ErrUpstreamUnreachable or ErrUpstreamTimeout. The caller
+	// closes the response body.
+	Post(ctx context.Context, body []byte) (*UpstreamResponse, error)
 }
 
 // UpstreamResponse is a 2xx answer of the upstream.
@@ -40,7 +43,7 @@ type clientUpstream struct {
 	header http.Header
 }
 
-func (u *clientUpstream) ChatCompletion(ctx context.Context, body []byte) (*UpstreamResponse, error) {
+func (u *clientUpstream) Post(ctx context.Context, body []byte) (*UpstreamResponse, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
@@ -72,6 +75,15 @@ func classifyTransportError(ctx context.Context, err error) error {
 		return fmt.Errorf("upstream: %w", context.Cause(ctx))
 	}
 	return fmt.Errorf("%w: %w", ErrUpstreamUnreachable, err)
+}
+
+// readError classifies a failure to read an upstream's response body: a stream that breaks the
+// event format is the upstream's protocol error; the rest is a transport failure.
+func readError(ctx context.Context, err error) error {
+	if errors.Is(err, sse.ErrInvalid) {
+		return fmt.Errorf("%w: %w", ErrUpstreamProtocol, err)
+	}
+	return classifyTransportError(ctx, err)
 }
 
 // upstreamURL joins the upstream base URL (…/v1) and the part of the path after the client's /v1.

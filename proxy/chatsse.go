@@ -33,82 +33,64 @@ func (e *StreamError) Error() string {
 	return "upstream stream error: " + truncate(string(e.Data), 200)
 }
 
-// Stream runs a streamed turn (SPEC §7). Content is emitted as it arrives, in every round; the
-// workspace tool calls are never emitted, the client's are, re-indexed from 0. The client gets
-// one role delta at the start, one finish_reason at the end, and every chunk carries the first
-// id the upstream gave. It returns the upstream calls made.
-func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) {
-	s := &streamTurn{out: out, includeUsage: t.Request.IncludeUsage}
-	toolRounds := 0
-	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
-	for n := 1; ; n++ {
-		final := toolRounds >= r.maxToolRounds()
-		body := t.Request.Body(!final)
-		err := r.retry(ctx, n, func() error {
-			s.rd = streamRound{byIndex: map[int]*callAcc{}}
-			err := s.round(ctx, t, body)
-			if err != nil && s.rd.emitted {
-				return noRetry{err} // the client has part of this round: a retry would repeat it
-			}
-			return err
-		})
-		if err != nil {
-			return n, err
-		}
-		r.Metrics.addTokens(s.rd.usage)
-		s.usage.add(s.rd.usage)
-
-		var mine []toolCall
-		for _, c := range s.rd.calls {
-			if !c.client {
-				if c.id == "" {
-					c.id = newCallID() // some servers send none
-				}
-				mine = append(mine, toolCall{ID: c.id, Name: c.name, Arguments: c.args.String()})
-			}
-		}
-		clientCalls := s.rd.clientCalls > 0
-		if final || len(mine) == 0 {
-			return n, s.finish(clientCalls)
-		}
-		if err := s.flush(); err != nil {
-			return n, err
-		}
-		results, err := r.runTools(ctx, t, n, mine)
-		if err != nil {
-			return n, err
-		}
-		if clientCalls {
-			return n, s.finish(true)
-		}
-		if s.rd.truncated && r.Logger != nil {
-			r.Logger.LogAttrs(ctx, slog.LevelWarn, "round text over the cap sent back truncated",
-				slog.String("thread", t.Workspace.ThreadID()), slog.Int("cap", maxRoundText))
-		}
-		rd := round{calls: mine, content: json.RawMessage("null")}
-		if s.rd.content.Len() > 0 {
-			rd.content = rawjson.String(s.rd.content.String())
-		}
-		if s.rd.reasoning.Len() > 0 {
-			rd.reasoning = rawjson.String(s.rd.reasoning.String())
-		}
-		t.Request.Append(rd.messages(results)...)
-		toolRounds++
-	}
-}
-
-// streamTurn is what a streamed turn keeps across rounds.
-type streamTurn struct {
+// chatSSE is the dialect of a streamed chat completions turn (SPEC §7): content is emitted
+// as it arrives, in every round; the workspace's tool calls are never emitted, the client's are,
+// re-indexed from 0. The client gets one role delta at the start, one finish_reason at the end,
+// and every chunk carries the first id the upstream gave.
+type chatSSE struct {
+	req          *ChatRequest
+	up           Upstream
 	out          Emitter
+	log          *slog.Logger // nil logs nothing
+	thread       string
 	dirty        bool // written, not flushed
 	includeUsage bool
-	id           string // the first id the upstream gave (or one made up)
-	emitted      bool   // the role delta went out
-	usage        usageSum
+	id           string         // the first id the upstream gave (or one made up)
+	emitted      bool           // the role delta went out
 	last         rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
 	rd      streamRound
+}
+
+func newChatSSE(req *ChatRequest, up Upstream, out Emitter) *chatSSE {
+	return &chatSSE{req: req, up: up, out: out, includeUsage: req.IncludeUsage, rd: streamRound{byIndex: map[int]*callAcc{}}}
+}
+
+func (s *chatSSE) request(withWorkspaceTools bool) []byte { return s.req.Body(withWorkspaceTools) }
+
+func (s *chatSSE) fetch(ctx context.Context, body []byte) ([]toolCall, json.RawMessage, error) {
+	s.rd = streamRound{byIndex: map[int]*callAcc{}}
+	if err := s.round(ctx, body); err != nil {
+		if s.rd.emitted {
+			return nil, nil, noRetry{err} // the client has part of this round: a retry would repeat it
+		}
+		return nil, nil, err
+	}
+	calls := make([]toolCall, len(s.rd.calls))
+	for i, c := range s.rd.calls {
+		if c.id == "" {
+			c.id = newCallID() // some servers send none
+		}
+		calls[i] = toolCall{ID: c.id, Name: c.name, Arguments: c.args.String(), Client: c.client}
+	}
+	return calls, s.rd.usage, nil
+}
+
+func (s *chatSSE) pause() error { return s.flush() }
+
+func (s *chatSSE) extend(calls []toolCall, results []string) {
+	if s.rd.truncated && s.log != nil {
+		s.log.Warn("round text over the cap sent back truncated", slog.String("thread", s.thread), slog.Int("cap", maxRoundText))
+	}
+	var content, reasoning json.RawMessage
+	if s.rd.content.Len() > 0 {
+		content = rawjson.String(s.rd.content.String())
+	}
+	if s.rd.reasoning.Len() > 0 {
+		reasoning = rawjson.String(s.rd.reasoning.String())
+	}
+	s.req.appendRound(content, reasoning, calls, results)
 }
 
 // streamRound is what one round keeps: only what the next round needs.
@@ -135,31 +117,31 @@ type callAcc struct {
 }
 
 // round streams one upstream call to its end.
-func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
-	resp, err := t.Upstream.ChatCompletion(ctx, body)
+func (s *chatSSE) round(ctx context.Context, body []byte) error {
+	resp, err := s.up.Post(ctx, body)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	sse := sse.NewReader(resp.Body)
+	events := sse.NewReader(resp.Body)
 	for {
-		if s.dirty && !sse.EventBuffered() {
+		if s.dirty && !events.EventBuffered() {
 			if err := s.flush(); err != nil {
 				return err
 			}
 		}
-		data, err := sse.Next()
+		data, err := events.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return classifyTransportError(ctx, err)
+			return readError(ctx, err)
 		}
 		if string(data) == "[DONE]" {
 			s.rd.done = true
 			break
 		}
-		if err := s.chunk(t.Request, data); err != nil {
+		if err := s.chunk(data); err != nil {
 			return err
 		}
 	}
@@ -170,7 +152,7 @@ func (s *streamTurn) round(ctx context.Context, t *Turn, body []byte) error {
 }
 
 // chunk handles one upstream chunk: it keeps what the round needs and emits what the client gets.
-func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
+func (s *chatSSE) chunk(data []byte) error {
 	c, err := rawjson.ParseInto(s.scratch.chunk, data)
 	if err != nil {
 		return fmt.Errorf("%w: a chunk is not a JSON object", ErrUpstreamProtocol)
@@ -223,7 +205,7 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 	s.rd.keep(&s.rd.content, delta.Get("content"))
 	s.rd.keep(&s.rd.reasoning, delta.Get("reasoning_content"))
 	if tcs := delta.Get("tool_calls"); tcs != nil {
-		items, err := s.rd.toolCalls(req, tcs)
+		items, err := s.rd.toolCalls(s.req, tcs)
 		if err != nil {
 			return err
 		}
@@ -244,7 +226,7 @@ func (s *streamTurn) chunk(req *ChatRequest, data []byte) error {
 }
 
 // sameID reports whether a chunk's raw id is the turn's.
-func (s *streamTurn) sameID(raw json.RawMessage) bool {
+func (s *chatSSE) sameID(raw json.RawMessage) bool {
 	return len(raw) == len(s.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == s.id
 }
 
@@ -269,7 +251,7 @@ func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
 
 // send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and
 // the role delta when it is the first the client gets.
-func (s *streamTurn) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
+func (s *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
 	if !s.emitted {
 		d := rawjson.Object{Keys: []string{"role"}, Vals: []json.RawMessage{rawjson.String("assistant")}}
 		d.Keys = append(d.Keys, delta.Keys...)
@@ -288,13 +270,13 @@ func (s *streamTurn) send(c, choice, delta rawjson.Object, finishReason json.Raw
 	return s.emit(c.Bytes())
 }
 
-func (s *streamTurn) emit(chunk []byte) error {
+func (s *chatSSE) emit(chunk []byte) error {
 	s.dirty = true
 	s.rd.emitted = true
 	return s.out.Emit(chunk)
 }
 
-func (s *streamTurn) flush() error {
+func (s *chatSSE) flush() error {
 	if !s.dirty {
 		return nil
 	}
@@ -404,10 +386,10 @@ func clientCallItem(acc *callAcc) json.RawMessage {
 
 // finish ends the turn: the finish chunk (finish_reason "tool_calls" when the client has calls
 // to run), then the summed usage when the client asked for it.
-func (s *streamTurn) finish(clientCalls bool) error {
+func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	reason := s.rd.finish
 	switch {
-	case clientCalls:
+	case len(clientCalls) > 0:
 		reason = "tool_calls"
 	case reason == "" || reason == "tool_calls" || reason == "function_call":
 		reason = "stop" // the only calls were the workspace's
@@ -430,9 +412,9 @@ func (s *streamTurn) finish(clientCalls bool) error {
 	if err := s.send(c, choice, rawjson.Object{}, rawjson.String(reason)); err != nil {
 		return err
 	}
-	if s.includeUsage && !s.usage.empty() {
+	if s.includeUsage && !usage.empty() {
 		c.Set("choices", json.RawMessage("[]"))
-		c.Set("usage", s.usage.json())
+		c.Set("usage", usage.json())
 		return s.emit(c.Bytes())
 	}
 	return nil
