@@ -138,7 +138,9 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
 	call := call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Test the loop","action_and_reasoning":"goal"}`}
 	stream := func(chunks ...string) func() io.Reader {
-		return func() io.Reader { return strings.NewReader(strings.Join(upstreamtest.Events(append(chunks, "[DONE]")...), "")) }
+		return func() io.Reader {
+			return strings.NewReader(strings.Join(upstreamtest.Events(append(chunks, "[DONE]")...), ""))
+		}
 	}
 	body := func(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
 	for _, streamed := range []bool{false, true} {
