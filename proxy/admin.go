@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -131,15 +130,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return nil
 }
 
-// adminThreadIDPattern is a stored thread id: a thread id, namespaced (client~thread) when client
-// keys are on.
-var adminThreadIDPattern = regexp.MustCompile(`^(?:[A-Za-z0-9._-]{1,64}~)?[A-Za-z0-9._:@-]{1,128}$`)
-
-// workspaceOf is the workspace of the path's thread.
+// workspaceOf is the workspace of the path's thread, named in its stored form (client~thread for
+// a client's thread).
 func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
-	id := r.PathValue("thread")
-	if !adminThreadIDPattern.MatchString(id) {
-		return nil, badRequest("invalid_thread_id", "thread", "a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+	id, err := tools.ParseThreadID(r.PathValue("thread"))
+	if err != nil {
+		return nil, badRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
 	}
 	return s.opts.Store.Workspace(id), nil
 }

@@ -114,7 +114,7 @@ func BenchmarkTurn(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				thread := fmt.Sprintf("bench-%d", clients.Add(1))
-				if _, err := e.store.Workspace(thread).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+				if _, err := e.store.Workspace(tools.ThreadID{Name: thread}).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
 					b.Error(err)
 					return
 				}

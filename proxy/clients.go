@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/tools"
@@ -19,8 +18,6 @@ type ClientKeys struct {
 	// through its timing, and no key kept in memory in the clear.
 	byHash map[[32]byte]string
 }
-
-var clientNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // ParseClientKeys reads `name=key` pairs separated by commas or new lines (blank lines and lines
 // starting with # are skipped). Names are 1-64 characters of A-Z a-z 0-9 . _ -; a name may have
@@ -38,7 +35,7 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 		if !ok || key == "" {
 			return nil, fmt.Errorf("entry %d: want name=key", n) // never echo what might be a key
 		}
-		if !clientNamePattern.MatchString(name) {
+		if !tools.ValidClientName(name) {
 			return nil, fmt.Errorf("entry %d: the client name must be 1-64 characters of A-Z a-z 0-9 . _ -", n)
 		}
 		h := sha256.Sum256([]byte(key))
@@ -76,12 +73,4 @@ func (s *Server) clientOf(r *http.Request) (string, error) {
 		return "", errClientKey
 	}
 	return name, nil
-}
-
-// storedThread is the thread's id in the store: namespaced by client when there are clients.
-func storedThread(client, thread string) string {
-	if client == "" {
-		return thread
-	}
-	return tools.Namespaced(client, thread)
 }

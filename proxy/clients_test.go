@@ -67,7 +67,7 @@ func TestClientIsolation(t *testing.T) {
 	require.Contains(t, bobFirst[0]["content"], "Preferences: (none yet)")
 	bobTool := messages(e.upstreamRequest(3))
 	require.Contains(t, bobTool[len(bobTool)-1]["content"], "no matching preferences found")
-	require.Equal(t, "Alice's secret", e.workspace(tools.Namespaced("alice", "t1")).Preferences[0].Title)
+	require.Equal(t, "Alice's secret", e.workspace("alice~t1").Preferences[0].Title)
 
 	for _, r := range e.up.Requests() {
 		require.Equal(t, "Bearer sk-upstream", r.Header.Get("Authorization"))

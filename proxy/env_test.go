@@ -133,9 +133,12 @@ func (e *env) admin(method, path string, body any, wantStatus int, out any) {
 	}
 }
 
+// workspace reads a thread's workspace, named in its stored form (client~thread for a client's).
 func (e *env) workspace(thread string) tools.Detail {
 	e.t.Helper()
-	d, err := e.store.Workspace(thread).Get(context.Background())
+	id, err := tools.ParseThreadID(thread)
+	require.NoError(e.t, err)
+	d, err := e.store.Workspace(id).Get(context.Background())
 	require.NoError(e.t, err)
 	return d
 }

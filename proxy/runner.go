@@ -113,7 +113,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
 // the upstream calls made.
 func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) {
 	d := newChatSSE(t.Request, t.Upstream, out)
-	d.log, d.thread = r.Logger, t.Workspace.ThreadID()
+	d.log, d.thread = r.Logger, t.Workspace.ThreadID().String()
 	return r.run(ctx, t, d)
 }
 
@@ -246,7 +246,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 		}
 		r.Metrics.toolCall(call.Name, res.OK, res.LockedSkips)
 		if !res.OK && r.Logger != nil {
-			r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID()),
+			r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID().String()),
 				slog.String("tool", call.Name), slog.String("result", res.Content))
 		}
 		out[i] = res.Content

@@ -68,7 +68,7 @@ func longStream(n, size int, tail ...string) func() io.Reader {
 func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	t.Parallel()
 	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
-	ws := store.Workspace("long")
+	ws := store.Workspace(tools.ThreadID{Name: "long"})
 	turn, err := ws.StartTurn(context.Background())
 	require.NoError(t, err)
 	const n, size = 4096, 4096
@@ -146,7 +146,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		t.Run(fmt.Sprint("streamed=", streamed), func(t *testing.T) {
 			t.Parallel()
-			ws := store.Workspace(fmt.Sprint("loop-", streamed))
+			ws := store.Workspace(tools.ThreadID{Name: fmt.Sprint("loop-", streamed)})
 			turn, err := ws.StartTurn(context.Background())
 			require.NoError(t, err)
 			up := &fakeUpstream{bodies: []func() io.Reader{body(cmpl("", call)), body(cmpl("Done."))}}

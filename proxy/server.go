@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,23 +151,28 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-var threadIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
-
-// threadOf returns the thread a request names ("" for none): the X-Thread-Id header or the path.
-func threadOf(r *http.Request) (string, error) {
-	header := r.Header.Get(threadHeader)
-	path := r.PathValue("thread")
-	if header != "" && path != "" && header != path {
-		return "", badRequest("thread_mismatch", threadHeader, "the %s header and the path name different threads", threadHeader)
+// threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
+// request's client ("" without client keys). ok is false when it names none. Empty headers
+// count as absent; two that differ, or a header and a path that differ, are a thread_mismatch.
+func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
+	name := r.PathValue("thread")
+	for _, h := range r.Header.Values(threadHeader) {
+		switch {
+		case h == "":
+		case name == "":
+			name = h
+		case h != name:
+			return tools.ThreadID{}, false, badRequest("thread_mismatch", threadHeader,
+				"the %s headers and the path name different threads", threadHeader)
+		}
 	}
-	id := path
-	if id == "" {
-		id = header
+	if name == "" {
+		return tools.ThreadID{}, false, nil
 	}
-	if id != "" && !threadIDPattern.MatchString(id) {
-		return "", badRequest("invalid_thread_id", threadHeader, "a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+	if id, err = tools.NewThreadID(client, name); err != nil {
+		return tools.ThreadID{}, false, badRequest("invalid_thread_id", threadHeader, "%s", err.Error())
 	}
-	return id, nil
+	return id, true, nil
 }
 
 // readBody reads the whole request body, at most MaxRequestBytes of it. The body is read exactly
@@ -209,17 +213,18 @@ func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// inbound reads what every /v1 request brings: its client (with client keys), the thread it
-// names ("" for none) and its body.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (client, thread string, body []byte, err error) {
-	if client, err = s.clientOf(r); err != nil {
-		return "", "", nil, err
+// inbound reads what every /v1 request brings: the thread it names (ok false for none), for
+// its client when there are client keys, and its body.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, ok bool, body []byte, err error) {
+	client, err := s.clientOf(r)
+	if err != nil {
+		return thread, false, nil, err
 	}
-	if thread, err = threadOf(r); err != nil {
-		return "", "", nil, err
+	if thread, ok, err = threadOf(r, client); err != nil {
+		return thread, false, nil, err
 	}
 	body, err = s.readBody(w, r)
-	return client, thread, body, err
+	return thread, ok, body, err
 }
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
@@ -263,12 +268,12 @@ func restOfPath(path string) string {
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	client, thread, body, err := s.inbound(w, r)
+	thread, ok, body, err := s.inbound(w, r)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	if thread == "" {
+	if !ok {
 		s.forward(w, r, body) // no thread: the proxy is invisible
 		return
 	}
@@ -281,7 +286,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, body) // legacy functions: no workspace, no turn
 		return
 	}
-	ws := s.opts.Store.Workspace(storedThread(client, thread))
+	ws := s.opts.Store.Workspace(thread)
 	turn, err := ws.StartTurn(r.Context())
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -295,7 +300,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: outboundHeader(r.Header, s.opts.UpstreamAPIKey)},
 	}
 	if req.Stream {
-		s.stream(w, r, t, thread)
+		s.stream(w, r, t, thread.Name)
 		return
 	}
 	reply, err := s.runner.Run(r.Context(), t)
@@ -306,7 +311,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	copyHeader(h, responseHeader(reply.Header))
 	h.Set("Content-Type", "application/json")
-	h.Set(threadHeader, thread)
+	h.Set(threadHeader, thread.Name)
 	h.Set("X-Workspace-Rounds", strconv.Itoa(reply.Rounds))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(reply.Body)
@@ -331,13 +336,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread 
 	var event []byte
 	if errors.As(err, &se) {
 		event = se.Data
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error inside a stream", slog.String("thread", t.Workspace.ThreadID()))
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error inside a stream", slog.String("thread", t.Workspace.ThreadID().String()))
 	} else {
 		e := toError(err)
 		if e.Status == 499 {
 			return
 		}
-		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID()))
+		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
 		event = e.body()
 	}
 	_ = out.write(sse.AppendEvent(nil, event))

@@ -26,7 +26,7 @@ func BenchmarkRenderBlock(b *testing.B) {
 // BenchmarkStartTurn: the one round trip of a turn (load, snapshot, bump) on a workspace of 10.
 func BenchmarkStartTurn(b *testing.B) {
 	store := NewStore(dbtest.NewPool(b, nil), Options{})
-	ws := store.Workspace("bench")
+	ws := store.Workspace(ThreadID{Name: "bench"})
 	ctx := context.Background()
 	for i := range 10 {
 		if _, err := ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("P%d", i)}); err != nil {
@@ -44,7 +44,7 @@ func BenchmarkStartTurn(b *testing.B) {
 // BenchmarkToolCall: one update_preferences call (lock, list, update, record) on a workspace of 10.
 func BenchmarkToolCall(b *testing.B) {
 	store := NewStore(dbtest.NewPool(b, nil), Options{})
-	ws := store.Workspace("bench")
+	ws := store.Workspace(ThreadID{Name: "bench"})
 	ctx := context.Background()
 	turn, err := ws.StartTurn(ctx)
 	if err != nil {

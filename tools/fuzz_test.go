@@ -25,7 +25,7 @@ func FuzzToolArguments(f *testing.F) {
 	f.Add(uint8(4), `{"text":"`+strings.Repeat("é", 1000)+`"}`)
 	f.Add(uint8(4), `not json`)
 	store := NewStore(dbtest.NewPool(f, nil), Options{Limits: Limits{PreferencesMax: 20}})
-	ws := store.Workspace("fuzz")
+	ws := store.Workspace(ThreadID{Name: "fuzz"})
 	ctx := context.Background()
 	turn, err := ws.StartTurn(ctx)
 	if err != nil {

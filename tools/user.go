@@ -82,8 +82,9 @@ func (s *Store) Threads(ctx context.Context, after string, limit int) ([]Thread,
 	}
 	out := make([]Thread, len(rows))
 	for i, r := range rows {
+		id, _ := ParseThreadID(r.ID) // every stored id was checked when the thread was made
 		out[i] = Thread{
-			ID: r.ID, Client: ClientOf(r.ID), CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
+			ID: r.ID, Client: id.Client, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
 			Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
 		}
 		if r.Objective.Valid {
@@ -120,7 +121,7 @@ func (w *Workspace) Get(ctx context.Context) (Detail, error) {
 	if err != nil {
 		return Detail{}, err
 	}
-	d.ID, d.Client = w.threadID, ClientOf(w.threadID)
+	d.ID, d.Client = w.threadID, w.id.Client
 	var objective string
 	if d.Objective != nil {
 		objective = d.Objective.Text

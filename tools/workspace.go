@@ -21,22 +21,6 @@ import (
 // ErrNotFound: the thread or preference does not exist.
 var ErrNotFound = db.ErrNotFound
 
-// namespaceSep joins a client and its thread in a stored thread id (client~thread). Thread ids
-// cannot contain it, so namespaces never overlap.
-const namespaceSep = "~"
-
-// Namespaced is the stored id of a client's thread.
-func Namespaced(client, thread string) string { return client + namespaceSep + thread }
-
-// ClientOf is the client of a stored thread id ("" for a thread without one).
-func ClientOf(id string) string {
-	client, _, ok := strings.Cut(id, namespaceSep)
-	if !ok {
-		return ""
-	}
-	return client
-}
-
 // Preference kinds.
 const (
 	Hard = "hard"
@@ -160,45 +144,46 @@ func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // Workspace returns the workspace of one thread. It does not touch the database; the thread is
 // created by its first turn (or the first user edit).
-func (s *Store) Workspace(threadID string) *Workspace {
-	return &Workspace{store: s, threadID: threadID}
+func (s *Store) Workspace(id ThreadID) *Workspace {
+	return &Workspace{store: s, id: id, threadID: id.String()}
 }
 
 // Workspace is one thread's workspace. Every write locks the thread's row first, so agent and
 // user edits of one thread are serialized and indices resolve against one consistent list.
 type Workspace struct {
 	store    *Store
-	threadID string
+	id       ThreadID
+	threadID string // id's stored form, the key of every row
 }
 
 // ThreadID is the thread the workspace belongs to.
-func (w *Workspace) ThreadID() string { return w.threadID }
+func (w *Workspace) ThreadID() ThreadID { return w.id }
 
-// Turn is the start of one chat turn: its number and the workspace as it stood, which is what
-// the turn's snapshot recorded.
-type Turn struct {
+// TurnStart is the start of one chat turn: its number and the workspace as it stood, which is
+// what the turn's snapshot recorded.
+type TurnStart struct {
 	Number      int
 	Objective   string // "" when none yet
 	Preferences []Preference
 }
 
 // Block renders the turn's workspace block.
-func (t Turn) Block() string { return RenderBlock(t.Objective, t.Preferences) }
+func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences) }
 
 // StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
 // next turn number and snapshots the workspace under it.
-func (w *Workspace) StartTurn(ctx context.Context) (Turn, error) {
+func (w *Workspace) StartTurn(ctx context.Context) (TurnStart, error) {
 	ctx, cancel := w.store.bound(ctx)
 	defer cancel()
 	row, err := w.store.q.ThreadTurnStart(ctx, w.store.pool, w.threadID)
 	if err != nil {
-		return Turn{}, fmt.Errorf("start turn: %w", err)
+		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}
 	prefs, err := decodeSnapshotPreferences(row.Preferences)
 	if err != nil {
-		return Turn{}, err
+		return TurnStart{}, err
 	}
-	return Turn{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs}, nil
+	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,

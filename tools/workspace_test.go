@@ -21,7 +21,7 @@ type fixture struct {
 	pool  *pgxpool.Pool
 	store *Store
 	ws    *Workspace
-	turn  Turn
+	turn  TurnStart
 }
 
 // setup gives a test a store on a fresh schema and a thread whose first turn has started.
@@ -34,7 +34,7 @@ func setup(t *testing.T) *fixture {
 func setupOn(t *testing.T, pool *pgxpool.Pool, limits Limits) *fixture {
 	t.Helper()
 	store := NewStore(pool, Options{Limits: limits})
-	ws := store.Workspace("t1")
+	ws := store.Workspace(ThreadID{Name: "t1"})
 	turn, err := ws.StartTurn(context.Background())
 	require.NoError(t, err)
 	return &fixture{pool: pool, store: store, ws: ws, turn: turn}
@@ -435,7 +435,7 @@ func TestUserPath(t *testing.T) {
 	pool := dbtest.NewPool(t, nil)
 	store := NewStore(pool, Options{})
 	ctx := context.Background()
-	ws := store.Workspace("user-made")
+	ws := store.Workspace(ThreadID{Name: "user-made"})
 
 	_, err := ws.Get(ctx)
 	require.ErrorIs(t, err, ErrNotFound)
@@ -504,10 +504,10 @@ func TestThreadsPagination(t *testing.T) {
 	store := NewStore(pool, Options{})
 	ctx := context.Background()
 	for i := range 5 {
-		_, err := store.Workspace(fmt.Sprintf("t%d", i)).StartTurn(ctx)
+		_, err := store.Workspace(ThreadID{Name: fmt.Sprintf("t%d", i)}).StartTurn(ctx)
 		require.NoError(t, err)
 	}
-	_, err := store.Workspace("t2").StartTurn(ctx) // t2 is now the most recent
+	_, err := store.Workspace(ThreadID{Name: "t2"}).StartTurn(ctx) // t2 is now the most recent
 	require.NoError(t, err)
 
 	var got []string

@@ -1,0 +1,64 @@
+package tools
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+)
+
+// ThreadID names a thread: the id its client gave it and, with client keys, the client it
+// belongs to. It is the one place that knows what a thread id may hold and how a client's
+// threads are kept apart in the store (client~thread: thread ids cannot contain '~', so client
+// namespaces never overlap).
+type ThreadID struct {
+	Client string // "" for a thread without a client
+	Name   string // the id the client gave
+}
+
+// Errors of the parsers: the id or the client name breaks its pattern.
+var (
+	ErrInvalidThreadID = errors.New("a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+	ErrInvalidClient   = errors.New("a client name is 1-64 characters of A-Z a-z 0-9 . _ -")
+)
+
+const namespaceSep = "~"
+
+var (
+	threadNamePattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
+	clientNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+)
+
+// NewThreadID checks a thread id as a client names it (a header or a path), for the client
+// ("" for none).
+func NewThreadID(client, name string) (ThreadID, error) {
+	if !threadNamePattern.MatchString(name) {
+		return ThreadID{}, ErrInvalidThreadID
+	}
+	if client != "" && !ValidClientName(client) {
+		return ThreadID{}, ErrInvalidClient
+	}
+	return ThreadID{Client: client, Name: name}, nil
+}
+
+// ParseThreadID reads the stored form of a thread id (what the admin REST names): the id, or
+// client~id for a client's thread.
+func ParseThreadID(stored string) (ThreadID, error) {
+	client, name, ok := strings.Cut(stored, namespaceSep)
+	if !ok {
+		client, name = "", stored
+	} else if client == "" {
+		return ThreadID{}, ErrInvalidClient
+	}
+	return NewThreadID(client, name)
+}
+
+// ValidClientName reports whether name may name a client.
+func ValidClientName(name string) bool { return clientNamePattern.MatchString(name) }
+
+// String is the stored form: the id, or client~id.
+func (t ThreadID) String() string {
+	if t.Client == "" {
+		return t.Name
+	}
+	return t.Client + namespaceSep + t.Name
+}
