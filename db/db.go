@@ -8,9 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // ErrNotFound is returned in place of pgx.ErrNoRows, so callers need not import pgx to branch on it.
@@ -30,41 +34,58 @@ type TxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// WithTx runs fn in a transaction and commits when fn returns nil. The rollback after a failure
-// runs under context.WithoutCancel, so a cancelled request still releases its locks at once
-// instead of leaving the connection's cleanup to the pool.
-func WithTx(ctx context.Context, b TxBeginner, fn func(tx pgx.Tx) error) error {
+// WithTx runs fn in a transaction and commits when fn returns nil. The transaction is rolled
+// back when fn fails or panics (the panic goes on), under context.WithoutCancel, so a cancelled
+// request still releases its locks at once instead of leaving the connection's cleanup to the
+// pool.
+func WithTx(ctx context.Context, b TxBeginner, fn func(tx pgx.Tx) error) (err error) {
 	tx, err := b.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
+	committed = true // a failed commit ends the transaction too
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
 
-// Unavailable reports whether err means Postgres could not be reached or did not answer (as
-// opposed to a statement it refused): the cases the proxy answers with 503.
+// Unavailable reports whether err means Postgres is unavailable: it could not be reached, it
+// refused or dropped the connection, it is starting, shutting down or out of resources, it did
+// not answer in time (a deadline, or the statement_timeout that DATABASE_TIMEOUT sets), or the
+// pool is closed. Those are the failures a client may retry later (503); any other error (a
+// statement Postgres refused, a bug) is not.
 func Unavailable(err error) bool {
-	if err == nil {
-		return false
-	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		// Class 08: connection exception; 57P01-57P03: admin shutdown, crash shutdown, cannot
-		// connect now; 53300: too many connections; 57014: statement timeout.
-		switch {
-		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03",
-			pgErr.Code == "53300", pgErr.Code == "57014":
+		switch code := pgErr.Code; {
+		case strings.HasPrefix(code, "08"), // connection exception
+			strings.HasPrefix(code, "53"),  // insufficient resources: too many connections, out of memory, disk full
+			strings.HasPrefix(code, "57P"), // admin or crash shutdown, cannot connect now, database dropped
+			strings.HasPrefix(code, "58"),  // system error (I/O)
+			code == "57014":                // query canceled: statement_timeout
 			return true
 		}
-		return false
+		var ce *pgconn.ConnectError
+		return errors.As(err, &ce) // a connection refused with an SQLSTATE, such as 55000
 	}
-	return !errors.Is(err, ErrNotFound) && !errors.Is(err, context.Canceled)
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) ||
+		errors.As(err, &ne) ||
+		errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, puddle.ErrClosedPool) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		pgconn.Timeout(err) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, io.EOF)
 }

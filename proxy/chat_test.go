@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -449,8 +450,11 @@ func TestErrorMapping(t *testing.T) {
 		{tools.ErrNotFound, 404, "not_found"},
 		{&tools.ValidationError{Field: "title", Message: "x"}, 400, "invalid_value"},
 		{&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}, 409, "duplicate_preference"},
-		{context.Canceled, 499, "client_closed_request"},
-		{errors.New("dial tcp: connection refused"), 503, "workspace_unavailable"},
+		{context.Canceled, StatusClientClosedRequest, "client_closed_request"},
+		{fmt.Errorf("%w: %w", tools.ErrUnavailable, errors.New("dial tcp: connection refused")), 503, "workspace_unavailable"},
+		{fmt.Errorf("%w: %w", tools.ErrUnavailable, context.DeadlineExceeded), 503, "workspace_unavailable"},
+		{errors.New("boom"), 500, "internal_error"},
+		{fmt.Errorf("encode response: %w", errors.New("json: unsupported value")), 500, "internal_error"},
 	}
 	for _, tt := range tests {
 		e := toError(tt.err)

@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
+
+// StatusClientClosedRequest is nginx's status for a request whose client went away before the
+// answer: it is never sent, only logged and counted.
+const StatusClientClosedRequest = 499
 
 // Error is an error the proxy itself answers with, in OpenAI's shape:
 // {"error":{"message","type","param","code"}}.
@@ -115,14 +118,14 @@ func toError(err error) *Error {
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: "the upstream could not be reached", Err: err}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_invalid_response", Message: "the upstream's response was not understood", Err: err}
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, tools.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
 			Message: "the workspace store (Postgres) did not answer in time; the request was not run", Err: err}
-	case errors.Is(err, context.Canceled):
-		return &Error{Status: 499, Type: "invalid_request_error", Code: "client_closed_request", Message: "the client closed the request", Err: err}
-	case db.Unavailable(err):
+	case errors.Is(err, tools.ErrUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
 			Message: "the workspace store (Postgres) is unavailable; the request was not run", Err: err}
+	case errors.Is(err, context.Canceled):
+		return &Error{Status: StatusClientClosedRequest, Type: "invalid_request_error", Code: "client_closed_request", Message: "the client closed the request", Err: err}
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
 }
@@ -148,7 +151,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	}
 	e := toError(err)
 	e.log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
-	if e.Status == 499 {
+	if e.Status == StatusClientClosedRequest {
 		return // nobody is listening
 	}
 	writeJSONBytes(w, e.Status, e.body())

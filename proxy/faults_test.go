@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
@@ -187,4 +188,67 @@ func TestStreamSlowReader(t *testing.T) {
 	}
 	tr := checkStream(t, got.String())
 	require.Equal(t, strings.Repeat(strings.Repeat("x", 99)+".", 3000), tr.content)
+}
+
+// TestPostgresRefusesConnections: a Postgres that refuses connections with an SQLSTATE — the
+// database does not allow connections (55000), too many connections for the role (53300) —
+// gives 503 on thread turns and on every admin call that needs it, never 500.
+func TestPostgresRefusesConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, dbtest.URL(t))
+	require.NoError(t, err)
+	defer admin.Close()
+	name := "wsp_refuse_" + strings.ToLower(randomHex(4))
+	_, err = admin.Exec(ctx, "CREATE ROLE "+name+" LOGIN")
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" OWNER "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+name)
+	})
+	cfg, err := pgxpool.ParseConfig(dbtest.URL(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.User, cfg.ConnConfig.Database = name, name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.NoError(t, db.Migrate(ctx, pool))
+	e := setupWithPool(t, pool)
+	e.up.Fallback = reply(cmpl("ok"))
+	th := map[string]string{"X-Thread-Id": "refused"}
+	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
+
+	for _, refuse := range []struct{ name, on, off string }{
+		{"55000", "ALTER DATABASE " + name + " ALLOW_CONNECTIONS false", "ALTER DATABASE " + name + " ALLOW_CONNECTIONS true"},
+		{"53300", "ALTER ROLE " + name + " CONNECTION LIMIT 0", "ALTER ROLE " + name + " CONNECTION LIMIT -1"},
+	} {
+		_, err := admin.Exec(ctx, refuse.on)
+		require.NoError(t, err)
+		pool.Reset() // the next operation connects anew, and is refused
+		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, refuse.name)
+		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+		for _, rt := range adminRouteTable {
+			if !strings.Contains(rt.path, "{thread}") && rt.path != "/admin/v1/threads" {
+				continue // the OpenAPI document needs no database
+			}
+			path := strings.NewReplacer("{thread}", "refused", "{id}", "1").Replace(rt.path)
+			var body any
+			switch rt.method {
+			case "PUT":
+				body = map[string]any{"text": "x"}
+			case "POST":
+				body = map[string]any{"title": "x"}
+			case "PATCH":
+				body = map[string]any{"locked": true}
+			}
+			e.admin(rt.method, path, body, http.StatusServiceUnavailable, nil)
+		}
+		_, err = admin.Exec(ctx, refuse.off)
+		require.NoError(t, err)
+		pool.Reset()
+		require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode, refuse.name)
+	}
 }

@@ -339,7 +339,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread 
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error inside a stream", slog.String("thread", t.Workspace.ThreadID().String()))
 	} else {
 		e := toError(err)
-		if e.Status == 499 {
+		if e.Status == StatusClientClosedRequest {
 			return
 		}
 		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))

@@ -55,9 +55,9 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 // refuses (arguments that are not JSON, break the schema or a limit; an unknown tool) gives an
 // error envelope and writes nothing but its record; the returned error is only for failures of
 // the store itself (Postgres unavailable, the context cancelled).
-func (w *Workspace) Run(ctx context.Context, c Call) (Result, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	args, reasoning, err := parseArguments(c.Arguments)
 	if err != nil {
 		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)

@@ -73,9 +73,9 @@ type PreferencePatch struct {
 }
 
 // Threads lists threads, most recently updated first, after the thread named by after.
-func (s *Store) Threads(ctx context.Context, after string, limit int) ([]Thread, error) {
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+func (s *Store) Threads(ctx context.Context, after string, limit int) (_ []Thread, err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
 	rows, err := s.q.ThreadList(ctx, s.pool, db.ThreadListParams{After: after, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list threads: %w", err)
@@ -95,11 +95,11 @@ func (s *Store) Threads(ctx context.Context, after string, limit int) ([]Thread,
 }
 
 // Get returns the thread's workspace. ErrNotFound when the thread does not exist.
-func (w *Workspace) Get(ctx context.Context) (Detail, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	var d Detail
-	err := db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
 		if _, err := w.store.q.ThreadGet(ctx, tx, w.threadID); err != nil {
 			return db.NotFound(err)
 		}
@@ -131,9 +131,9 @@ func (w *Workspace) Get(ctx context.Context) (Detail, error) {
 }
 
 // Delete erases the thread and everything of it. ErrNotFound when it does not exist.
-func (w *Workspace) Delete(ctx context.Context) error {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) Delete(ctx context.Context) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	n, err := w.store.q.ThreadDelete(ctx, w.store.pool, w.threadID)
 	if err != nil {
 		return fmt.Errorf("delete thread: %w", err)
@@ -145,10 +145,10 @@ func (w *Workspace) Delete(ctx context.Context) error {
 }
 
 // SetObjective sets the objective as the user, creating the thread when new.
-func (w *Workspace) SetObjective(ctx context.Context, text string) (Objective, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
-	text, err := w.store.checkObjective("text", text)
+func (w *Workspace) SetObjective(ctx context.Context, text string) (_ Objective, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	text, err = w.store.checkObjective("text", text)
 	if err != nil {
 		return Objective{}, err
 	}
@@ -171,9 +171,9 @@ func (w *Workspace) SetObjective(ctx context.Context, text string) (Objective, e
 
 // AddPreference adds a preference as the user, creating the thread when new. A title already
 // recorded gives a *DuplicateError; a full list or a broken limit a *ValidationError.
-func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (Preference, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (_ Preference, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	p, err := w.store.checkInput(in)
 	if err != nil {
 		return Preference{}, err
@@ -219,11 +219,11 @@ func (s *Store) checkInput(in PreferenceInput) (Preference, error) {
 
 // UpdatePreference edits a preference by its stable id as the user, locked or not; this is
 // where items are locked and unlocked. ErrNotFound when the thread or the id does not exist.
-func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch PreferencePatch) (Preference, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch PreferencePatch) (_ Preference, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	var out Preference
-	err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
+	err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
 		i := indexOf(list, id)
 		if i < 0 {
 			return ErrNotFound
@@ -264,9 +264,9 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 }
 
 // DeletePreference deletes a preference by its stable id as the user, locked or not.
-func (w *Workspace) DeletePreference(ctx context.Context, id int64) error {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) DeletePreference(ctx context.Context, id int64) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	return w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
 		if indexOf(list, id) < 0 {
 			return ErrNotFound
@@ -294,9 +294,9 @@ func (w *Workspace) exists(ctx context.Context) error {
 }
 
 // Snapshots lists the thread's snapshots, oldest first, after turn after.
-func (w *Workspace) Snapshots(ctx context.Context, after, limit int) ([]Snapshot, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) Snapshots(ctx context.Context, after, limit int) (_ []Snapshot, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	if err := w.exists(ctx); err != nil {
 		return nil, err
 	}
@@ -321,9 +321,9 @@ func (w *Workspace) Snapshots(ctx context.Context, after, limit int) ([]Snapshot
 }
 
 // ToolCalls lists the thread's recorded tool calls, oldest first, after id after.
-func (w *Workspace) ToolCalls(ctx context.Context, after int64, limit int) ([]ToolCallRecord, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) ToolCalls(ctx context.Context, after int64, limit int) (_ []ToolCallRecord, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	if err := w.exists(ctx); err != nil {
 		return nil, err
 	}

@@ -134,13 +134,30 @@ func NewStore(pool *pgxpool.Pool, opts Options) *Store {
 	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout}
 }
 
-// bound gives one workspace operation its time bound.
-func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.timeout)
+// ErrUnavailable marks the failures of an operation that are Postgres's, not the operation's:
+// Postgres unreachable, refusing or dropping connections, starting or shutting down, or not
+// answering within the operation's time bound. The operation may succeed later.
+var ErrUnavailable = errors.New("the workspace store (Postgres) is unavailable")
+
+// op begins one workspace operation: ctx bounded by the store's timeout, and done, which the
+// operation defers with its error to release the bound and mark a failure of Postgres itself
+// with ErrUnavailable.
+func (s *Store) op(ctx context.Context) (context.Context, func(*error)) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return ctx, func(err *error) {
+		cancel()
+		if *err != nil && !errors.Is(*err, ErrUnavailable) && db.Unavailable(*err) {
+			*err = fmt.Errorf("%w: %w", ErrUnavailable, *err)
+		}
+	}
 }
 
 // Ping reports whether Postgres answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+func (s *Store) Ping(ctx context.Context) (err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
+	return s.pool.Ping(ctx)
+}
 
 // Workspace returns the workspace of one thread. It does not touch the database; the thread is
 // created by its first turn (or the first user edit).
@@ -172,9 +189,9 @@ func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preference
 
 // StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
 // next turn number and snapshots the workspace under it.
-func (w *Workspace) StartTurn(ctx context.Context) (TurnStart, error) {
-	ctx, cancel := w.store.bound(ctx)
-	defer cancel()
+func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
 	row, err := w.store.q.ThreadTurnStart(ctx, w.store.pool, w.threadID)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
