@@ -218,11 +218,18 @@ func (s *chatSSE) chunk(data []byte) error {
 	if emptyDelta(delta) && !choice.Has("logprobs") {
 		return nil
 	}
-	if s.emitted && !hadRole && !hadUsage && fr == "" && !choice.Has("finish_reason") && delta.Index("tool_calls") < 0 &&
-		len(choices) == 1 && s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"` {
+	if !hadRole && !hadUsage && len(choices) == 1 && s.asIs(c, choice, delta) {
 		return s.emit(data) // the common content chunk: nothing to change, its bytes go out as they came
 	}
 	return s.send(c, choice, delta, json.RawMessage("null"))
+}
+
+// asIs reports whether a chunk of one choice, from which nothing was taken out (no role delta,
+// no usage), can go to the client as it came: the role delta already went out, and it carries
+// no finish_reason and no tool calls to rewrite, the turn's id and the chunk object type.
+func (s *chatSSE) asIs(c, choice, delta rawjson.Object) bool {
+	return s.emitted && !choice.Has("finish_reason") && delta.Index("tool_calls") < 0 &&
+		s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"`
 }
 
 // sameID reports whether a chunk's raw id is the turn's.

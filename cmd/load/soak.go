@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/db/dbfault"
 )
 
 // soakUpstream is a model for the soak: a turn's first call records the user's message as a
@@ -414,7 +414,7 @@ func soakCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	fault, err := dbtest.NewFaultProxy(pgCfg.Host, pgCfg.Port)
+	fault, err := dbfault.New(pgCfg.Host, pgCfg.Port)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/db/dbfault"
 )
 
 // Options tune NewPool. The zero value is a pool of default size without a tracer.
@@ -118,4 +119,33 @@ func NewPool(t testing.TB, opts *Options) *pgxpool.Pool {
 		t.Fatalf("migrate: %v", err)
 	}
 	return pool
+}
+
+// NewFaultPool returns a pool on a fresh, migrated schema whose connections go through a
+// dbfault.Proxy. Both are closed when the test ends.
+func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, *dbfault.Proxy) {
+	t.Helper()
+	_, cfg := Schema(t)
+	p, err := dbfault.New(cfg.ConnConfig.Host, cfg.ConnConfig.Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+
+	cfg.ConnConfig.Host = "127.0.0.1"
+	cfg.ConnConfig.Port = uint16(p.Port())
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.TLSConfig = nil
+	if configure != nil {
+		configure(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect through the fault proxy: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	if err := db.Migrate(context.Background(), pool); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return pool, p
 }

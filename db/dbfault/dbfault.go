@@ -1,23 +1,19 @@
-package dbtest
+// Package dbfault is a TCP proxy in front of Postgres that cuts its connections on demand, as
+// if the server restarted or went away: for the fault tests and the soak of the load tool.
+package dbfault
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/wsproxy/wsproxy/db"
 )
 
-// FaultProxy is a TCP proxy in front of the test database that a test cuts, as if Postgres
+// Proxy is a TCP proxy in front of the test database that a test cuts, as if Postgres
 // restarted or went away, and restores.
-type FaultProxy struct {
+type Proxy struct {
 	ln             net.Listener
 	network, addr  string
 	mu             sync.Mutex
@@ -27,10 +23,10 @@ type FaultProxy struct {
 	closeListening sync.Once
 }
 
-// NewFaultProxy listens on a loopback port and forwards to the Postgres at host (a host name, or
+// New listens on a loopback port and forwards to the Postgres at host (a host name, or
 // a socket folder when it starts with /) and port.
-func NewFaultProxy(host string, port uint16) (*FaultProxy, error) {
-	p := &FaultProxy{conns: map[net.Conn]struct{}{}}
+func New(host string, port uint16) (*Proxy, error) {
+	p := &Proxy{conns: map[net.Conn]struct{}{}}
 	if strings.HasPrefix(host, "/") {
 		p.network, p.addr = "unix", fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
 	} else {
@@ -46,38 +42,9 @@ func NewFaultProxy(host string, port uint16) (*FaultProxy, error) {
 }
 
 // Port is the loopback port the proxy listens on.
-func (p *FaultProxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
-// NewFaultPool returns a pool on a fresh, migrated schema whose connections go through a
-// FaultProxy. Both are closed when the test ends.
-func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool, *FaultProxy) {
-	t.Helper()
-	_, cfg := Schema(t)
-	p, err := NewFaultProxy(cfg.ConnConfig.Host, cfg.ConnConfig.Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-
-	cfg.ConnConfig.Host = "127.0.0.1"
-	cfg.ConnConfig.Port = uint16(p.Port())
-	cfg.ConnConfig.Fallbacks = nil
-	cfg.ConnConfig.TLSConfig = nil
-	if configure != nil {
-		configure(cfg)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("connect through the fault proxy: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	if err := db.Migrate(context.Background(), pool); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return pool, p
-}
-
-func (p *FaultProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -104,7 +71,7 @@ func (p *FaultProxy) accept() {
 	}
 }
 
-func (p *FaultProxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
 	_, _ = io.Copy(dst, src)
 	_ = dst.Close()
@@ -116,7 +83,7 @@ func (p *FaultProxy) pipe(dst, src net.Conn) {
 }
 
 // Cut drops every open connection and refuses new ones until Restore.
-func (p *FaultProxy) Cut() {
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = true
@@ -126,14 +93,14 @@ func (p *FaultProxy) Cut() {
 }
 
 // Restore lets connections through again.
-func (p *FaultProxy) Restore() {
+func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = false
 }
 
 // Close stops the proxy and drops its connections.
-func (p *FaultProxy) Close() {
+func (p *Proxy) Close() {
 	p.closeListening.Do(func() { _ = p.ln.Close() })
 	p.Cut()
 	p.wg.Wait()
