@@ -1,0 +1,144 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// Call is one tool call the model made in a turn.
+type Call struct {
+	Turn      int
+	Round     int
+	Name      string
+	Arguments string // as the model sent them
+}
+
+// Result is what a call gives back to the model.
+type Result struct {
+	OK bool
+	// Content is the tool message's content: the envelope {"ok":true,"result":…} or
+	// {"ok":false,"error":…}.
+	Content string
+	// LockedSkips counts the locked preferences the call named and left alone.
+	LockedSkips int
+}
+
+// Envelope is the JSON a tool message carries.
+type Envelope struct {
+	OK     bool   `json:"ok"`
+	Result string `json:"result,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (e Envelope) encode() string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(e) // a struct of strings always encodes
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// errThreadGone: the thread was deleted (through the admin REST) while its turn ran.
+var errThreadGone = errors.New("this thread's workspace was deleted; nothing was recorded")
+
+// Run runs one tool call against the thread and records it with its reasoning. A call the tool
+// refuses (arguments that are not JSON, break the schema or a limit; an unknown tool) gives an
+// error envelope and writes nothing but its record; the returned error is only for failures of
+// the store itself (Postgres unavailable, the context cancelled).
+func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	args, reasoning, err := parseArguments(c.Arguments)
+	if err != nil {
+		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)
+	}
+	// One round trip to begin, lock the thread and read its list; one for the tool's statement
+	// (none for list_preferences); one to record the call and commit.
+	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThread, w.threadID)
+	if errors.Is(err, db.ErrNotFound) {
+		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	defer tx.Rollback(ctx)
+	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, fromRows(tx.Preferences))
+	if err != nil {
+		// A refused call has written nothing: every check runs before the tool's statement.
+		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	}
+	env := Envelope{OK: true, Result: out.text}
+	if err := tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, w.record(c, reasoning, env)) }); err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	return Result{OK: true, Content: env.encode(), LockedSkips: out.lockedSkips}, nil
+}
+
+// refuse answers a call the tool refused with an error envelope and records it (committing tx
+// when the call ran in one). An error that is not a refusal (the store failed) is returned.
+func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning string, err error, tx *db.LockedTx) (Result, error) {
+	var ve *ValidationError
+	var de *DuplicateError
+	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	env := Envelope{Error: err.Error()}
+	arg := w.record(c, reasoning, env)
+	if tx != nil {
+		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })
+	} else {
+		err = w.store.q.ToolCallInsert(ctx, q, arg)
+	}
+	if isForeignKeyViolation(err) {
+		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	return Result{Content: env.encode()}, nil
+}
+
+type toolOutput struct {
+	text        string
+	lockedSkips int
+}
+
+var errUnknownTool = errors.New("unknown tool")
+
+func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
+	switch name {
+	case AddPreferences:
+		return w.addPreferences(ctx, tx, args, nextID, list)
+	case ListPreferences:
+		return toolOutput{text: listText(list)}, nil
+	case UpdatePreferences:
+		return w.updatePreferences(ctx, tx, args, list)
+	case RemovePreferences:
+		return w.removePreferences(ctx, tx, args, list)
+	case SetObjective:
+		return w.setObjective(ctx, tx, args)
+	}
+	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
+}
+
+// record is the record of a call and the envelope it returned.
+func (w *Workspace) record(c Call, reasoning string, env Envelope) db.ToolCallInsertParams {
+	return db.ToolCallInsertParams{
+		ThreadID:           w.threadID,
+		Turn:               int32(c.Turn),
+		Round:              int32(c.Round),
+		Tool:               c.Name,
+		Arguments:          argumentsJSON(c.Arguments),
+		ActionAndReasoning: storableText(reasoning),
+		Ok:                 env.OK,
+		Result:             []byte(env.encode()),
+	}
+}

@@ -1,0 +1,259 @@
+package tools
+
+// The planning of the tools' calls: pure functions of the call's arguments and the thread's list
+// as it stands, which decide what a call changes and what its result says. The SQL that carries
+// a plan out is in agent.go.
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+func listText(list []Preference) string {
+	if len(list) == 0 {
+		return "no preferences recorded yet"
+	}
+	lines := make([]string, len(list))
+	for i, p := range list {
+		lines[i] = PreferenceLine(i+1, p)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// targets sorts a call's indices into the preferences they name (in the order given, each once),
+// the locked ones among them and those out of range.
+type targets struct {
+	open       []Preference
+	locked     []Preference
+	outOfRange []int
+}
+
+func resolve(list []Preference, indices []int) targets {
+	var t targets
+	seen := make(map[int]bool, len(indices))
+	for _, i := range indices {
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		switch {
+		case i > len(list):
+			t.outOfRange = append(t.outOfRange, i)
+		case list[i-1].Locked:
+			t.locked = append(t.locked, list[i-1])
+		default:
+			t.open = append(t.open, list[i-1])
+		}
+	}
+	return t
+}
+
+// applied moves the open targets the statement did not touch (the SQL found them locked) to the
+// locked ones: the statement, not the check before it, has the last word.
+func (t *targets) applied(ids []int64) {
+	done := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		done[id] = true
+	}
+	open := t.open[:0]
+	for _, p := range t.open {
+		if done[p.ID] {
+			open = append(open, p)
+		} else {
+			p.Locked = true
+			t.locked = append(t.locked, p)
+		}
+	}
+	t.open = open
+}
+
+// summary renders the result of an update or remove: one part per item done, then the locked
+// ones, then those out of range.
+func (t targets) summary(verb string) string {
+	var parts []string
+	for _, p := range t.open {
+		parts = append(parts, verb+" "+ref(p))
+	}
+	if len(t.open) == 0 && len(t.locked) == 0 {
+		parts = append(parts, "no matching preferences found")
+	}
+	if len(t.locked) > 0 {
+		refs := make([]string, len(t.locked))
+		for i, p := range t.locked {
+			refs[i] = ref(p)
+		}
+		parts = append(parts, "locked, ask the user to unlock first: "+strings.Join(refs, ", "))
+	}
+	if len(t.outOfRange) > 0 {
+		refs := make([]string, len(t.outOfRange))
+		for i, n := range t.outOfRange {
+			refs[i] = "#" + strconv.Itoa(n)
+		}
+		parts = append(parts, "out of range: "+strings.Join(refs, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ref names a preference in a summary: #N "title".
+func ref(p Preference) string {
+	return "#" + strconv.Itoa(p.Index) + ` "` + oneLine(p.Title) + `"`
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// planAdd decides what add_preferences records: the new preferences (with provisional ids from
+// nextID) and the titles already recorded, or the error the call is refused with.
+func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (fresh []Preference, dups []string, err error) {
+	var a struct {
+		Items *[]struct {
+			Title    *string `json:"title"`
+			Subtitle *string `json:"subtitle"`
+			Kind     *string `json:"kind"`
+		} `json:"items"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, nil, err
+	}
+	if a.Items == nil {
+		return nil, nil, invalid("items", "is required")
+	}
+	if len(*a.Items) == 0 {
+		return nil, nil, invalid("items", "must hold at least one preference")
+	}
+	all := list
+	for i, it := range *a.Items {
+		field := fmt.Sprintf("items[%d]", i)
+		if it.Title == nil {
+			return nil, nil, invalid(field+".title", "is required")
+		}
+		title, err := s.checkTitle(field+".title", *it.Title)
+		if err != nil {
+			return nil, nil, err
+		}
+		p := Preference{Title: title, Kind: Soft}
+		if it.Subtitle != nil {
+			if p.Subtitle, err = s.checkSubtitle(field+".subtitle", *it.Subtitle); err != nil {
+				return nil, nil, err
+			}
+		}
+		if it.Kind != nil {
+			if p.Kind, err = checkKind(field+".kind", *it.Kind); err != nil {
+				return nil, nil, err
+			}
+		}
+		if existing, ok := findTitle(all, title, -1); ok {
+			dups = append(dups, ref(existing))
+			continue
+		}
+		p.ID = nextID + int64(len(fresh)) // provisional, for findTitle within the batch
+		p.Index = len(all) + 1
+		fresh = append(fresh, p)
+		all = append(all[:len(all):len(all)], p)
+	}
+	if max := s.limits.PreferencesMax; len(all) > max {
+		return nil, nil, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
+			max, len(list), len(fresh))
+	}
+	return fresh, dups, nil
+}
+
+// planUpdate decides what update_preferences changes: the targets of the call, the open ones
+// carrying their new values, or the error the call is refused with (nothing is then updated).
+func (s *Store) planUpdate(args json.RawMessage, list []Preference) (targets, error) {
+	var a struct {
+		Updates *[]struct {
+			Index    *index  `json:"index"`
+			Title    *string `json:"title"`
+			Subtitle *string `json:"subtitle"`
+			Kind     *string `json:"kind"`
+		} `json:"updates"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return targets{}, err
+	}
+	if a.Updates == nil {
+		return targets{}, invalid("updates", "is required")
+	}
+	if len(*a.Updates) == 0 {
+		return targets{}, invalid("updates", "must hold at least one edit")
+	}
+	// Validate every edit, then merge edits of one index (later fields win).
+	type edit struct{ title, subtitle, kind *string }
+	edits := make(map[int]*edit)
+	var indices []int
+	for i, u := range *a.Updates {
+		field := fmt.Sprintf("updates[%d]", i)
+		if u.Index == nil {
+			return targets{}, invalid(field+".index", "is required")
+		}
+		n := int(*u.Index)
+		e := edits[n]
+		if e == nil {
+			e = &edit{}
+			edits[n] = e
+			indices = append(indices, n)
+		}
+		if u.Title != nil {
+			v, err := s.checkTitle(field+".title", *u.Title)
+			if err != nil {
+				return targets{}, err
+			}
+			e.title = &v
+		}
+		if u.Subtitle != nil {
+			v, err := s.checkSubtitle(field+".subtitle", *u.Subtitle)
+			if err != nil {
+				return targets{}, err
+			}
+			e.subtitle = &v
+		}
+		if u.Kind != nil {
+			v, err := checkKind(field+".kind", *u.Kind)
+			if err != nil {
+				return targets{}, err
+			}
+			e.kind = &v
+		}
+	}
+	t := resolve(list, indices)
+	// The list as it would read afterwards, to refuse an edit that duplicates a title.
+	after := append([]Preference(nil), list...)
+	for i, p := range t.open {
+		e := edits[p.Index]
+		if e.title != nil {
+			p.Title = *e.title
+		}
+		if e.subtitle != nil {
+			p.Subtitle = *e.subtitle
+		}
+		if e.kind != nil {
+			p.Kind = *e.kind
+		}
+		t.open[i] = p
+		after[p.Index-1] = p
+	}
+	for _, p := range t.open {
+		if edits[p.Index].title == nil {
+			continue
+		}
+		if other, ok := findTitle(after, p.Title, p.ID); ok {
+			return targets{}, invalid("updates", "#%d would have the title of #%d %q; nothing was updated",
+				p.Index, other.Index, oneLine(other.Title))
+		}
+	}
+	return t, nil
+}

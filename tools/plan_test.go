@@ -1,0 +1,61 @@
+package tools
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPlanUpdate(t *testing.T) {
+	t.Parallel()
+	s := NewStore(nil, Options{})
+	list := []Preference{
+		{ID: 1, Index: 1, Title: "Formal tone", Kind: Soft},
+		{ID: 4, Index: 2, Title: "No jargon", Kind: Hard, Locked: true},
+		{ID: 7, Index: 3, Title: "Short paragraphs", Kind: Soft},
+	}
+	for _, tt := range []struct {
+		name, args, summary, err string
+	}{
+		{"OneEdit", `{"updates":[{"index":1,"title":"Academic tone"}]}`, `updated #1 "Academic tone"`, ""},
+		{"EditsOfOneIndexMerge", `{"updates":[{"index":3,"kind":"hard"},{"index":3,"subtitle":"3 lines"}]}`, `updated #3 "Short paragraphs"`, ""},
+		{"LockedAndOutOfRange", `{"updates":[{"index":2,"title":"x"},{"index":9}]}`,
+			`locked, ask the user to unlock first: #2 "No jargon"; out of range: #9`, ""},
+		{"DuplicateTitle", `{"updates":[{"index":1,"title":"short PARAGRAPHS"}]}`, "", `#1 would have the title of #3 "Short paragraphs"`},
+		{"SwapIsNotADuplicate", `{"updates":[{"index":1,"title":"Short paragraphs"},{"index":3,"title":"Formal tone"}]}`,
+			`updated #1 "Short paragraphs"; updated #3 "Formal tone"`, ""},
+		{"Missing", `{}`, "", "updates: is required"},
+		{"BadKind", `{"updates":[{"index":1,"kind":"medium"}]}`, "", `updates[0].kind: must be "hard" or "soft"`},
+		{"BadIndex", `{"updates":[{"index":0}]}`, "", "an index must be an integer ≥ 1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := s.planUpdate([]byte(tt.args), list)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.summary, got.summary("updated"))
+		})
+	}
+	t.Run("NewValues", func(t *testing.T) {
+		got, err := s.planUpdate([]byte(`{"updates":[{"index":3,"kind":"hard"},{"index":3,"subtitle":"3 lines"}]}`), list)
+		require.NoError(t, err)
+		require.Equal(t, []Preference{{ID: 7, Index: 3, Title: "Short paragraphs", Subtitle: "3 lines", Kind: Hard}}, got.open)
+		require.Equal(t, "Short paragraphs", list[2].Title, "the list itself is not changed")
+		require.Empty(t, list[2].Subtitle)
+	})
+}
+
+func TestPlanAdd(t *testing.T) {
+	t.Parallel()
+	s := NewStore(nil, Options{Limits: Limits{PreferencesMax: 3}})
+	list := []Preference{{ID: 1, Index: 1, Title: "Formal tone", Kind: Soft}}
+	fresh, dups, err := s.planAdd([]byte(`{"items":[{"title":" formal  TONE "},{"title":"B","kind":"HARD"},{"title":"b"}]}`), 5, list)
+	require.NoError(t, err)
+	require.Equal(t, []Preference{{ID: 5, Index: 2, Title: "B", Kind: Hard}}, fresh)
+	require.Equal(t, []string{`#1 "Formal tone"`, `#2 "B"`}, dups)
+	_, _, err = s.planAdd([]byte(`{"items":[{"title":"C"},{"title":"D"},{"title":"E"}]}`), 5, list)
+	require.ErrorContains(t, err, "a thread holds at most 3 preferences: 1 recorded, 3 new; nothing was recorded")
+}
