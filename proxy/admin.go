@@ -169,7 +169,8 @@ func (s *Server) historyOf(r *http.Request) (ws *tools.Workspace, limit int, aft
 
 // decodeBody decodes a JSON request body strictly: unknown fields are refused.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := s.readBody(w, r)
+	body, release, err := s.readBody(w, r)
+	defer release()
 	if err != nil {
 		return err
 	}

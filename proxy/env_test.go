@@ -31,6 +31,7 @@ type env struct {
 	t     testing.TB
 	up    *upstreamtest.Server
 	srv   *httptest.Server
+	proxy *Server
 	pool  *pgxpool.Pool
 	store *tools.Store
 	reg   *prometheus.Registry
@@ -64,9 +65,10 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	for _, c := range configure {
 		c(&opts)
 	}
-	srv := httptest.NewServer(NewServer(opts))
+	p := NewServer(opts)
+	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
-	return &env{t: t, up: up, srv: srv, pool: pool, store: store, reg: reg, o: opts}
+	return &env{t: t, up: up, srv: srv, proxy: p, pool: pool, store: store, reg: reg, o: opts}
 }
 
 // goClient is go-openai pointed at the thread's path form of the base URL ("" for no thread).

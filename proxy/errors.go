@@ -24,7 +24,8 @@ type Error struct {
 	Code    string
 	Param   string
 	Message string
-	Err     error // the cause, logged; never shown to the client
+	Header  http.Header // added to the response (Retry-After, …)
+	Err     error       // the cause, logged; never shown to the client
 }
 
 func (e *Error) Error() string {
@@ -149,11 +150,15 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		writeJSONBytes(w, http.StatusBadGateway, se.Data)
 		return
 	}
+	if errors.Is(err, errAnswered) {
+		return
+	}
 	e := toError(err)
 	e.log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
 	if e.Status == StatusClientClosedRequest {
 		return // nobody is listening
 	}
+	copyHeader(w.Header(), e.Header)
 	writeJSONBytes(w, e.Status, e.body())
 }
 

@@ -55,6 +55,12 @@ type Options struct {
 	RetryBackoff time.Duration
 	// MaxRequestBytes caps a request body (413 over it). Zero means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// RequestReadTimeout bounds the time a request body may take to arrive (408 past it). Zero
+	// means DefaultRequestReadTimeout.
+	RequestReadTimeout time.Duration
+	// MaxBufferedBytes bounds the request bodies held in memory across all requests at once (503
+	// with Retry-After past it). Zero means DefaultMaxBufferedBytes.
+	MaxBufferedBytes int64
 	// Instructions stand before the block in the system prompt. Empty means
 	// tools.DefaultInstructions.
 	Instructions string
@@ -74,6 +80,7 @@ type Server struct {
 	chatURL  string
 	handler  http.Handler
 	maxBytes int64
+	budget   bodyBudget
 }
 
 // NewServer returns a server with its routes.
@@ -83,6 +90,12 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.RequestReadTimeout <= 0 {
+		opts.RequestReadTimeout = DefaultRequestReadTimeout
+	}
+	if opts.MaxBufferedBytes <= 0 {
+		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if opts.Instructions == "" {
 		opts.Instructions = tools.DefaultInstructions
@@ -106,6 +119,7 @@ func NewServer(opts Options) *Server {
 		chatURL:  upstreamURL(opts.UpstreamURL, "/chat/completions", "").String(),
 		maxBytes: opts.MaxRequestBytes,
 	}
+	s.budget.max = opts.MaxBufferedBytes
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:    s.rewritePassThrough,
 		Transport:  transport,
@@ -175,26 +189,6 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 	return id, true, nil
 }
 
-// readBody reads the whole request body, at most MaxRequestBytes of it. The body is read exactly
-// once, before anything is sent upstream (a re-read after the server closed it could cut a
-// streamed response short: golang/go#40747).
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	tooLarge := &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-		Message: "the request body is over " + strconv.FormatInt(s.maxBytes, 10) + " bytes"}
-	if r.ContentLength > s.maxBytes {
-		return nil, tooLarge
-	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, s.maxBytes), r.ContentLength)
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return nil, tooLarge
-	}
-	if err != nil {
-		return nil, badRequest("invalid_body", "", "the request body could not be read")
-	}
-	return body, nil
-}
-
 // copyBuffers recycles the 32 KB buffers ReverseProxy copies response bodies with.
 type copyBuffers struct{}
 
@@ -203,33 +197,26 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
-// readAll reads r to its end into a buffer sized by the Content-Length when there is one.
-func readAll(r io.Reader, contentLength int64) ([]byte, error) {
-	if contentLength <= 0 {
-		return io.ReadAll(r)
-	}
-	buf := bytes.NewBuffer(make([]byte, 0, contentLength+1)) // +1: reading EOF needs no growth
-	_, err := buf.ReadFrom(r)
-	return buf.Bytes(), err
-}
-
 // inbound reads what every /v1 request brings: the thread it names (ok false for none), for
-// its client when there are client keys, and its body.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, ok bool, body []byte, err error) {
+// its client when there are client keys, and its body; the caller calls release when done with
+// the body.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
+	release = func() {}
 	client, err := s.clientOf(r)
 	if err != nil {
-		return thread, false, nil, err
+		return thread, false, nil, release, err
 	}
 	if thread, ok, err = threadOf(r, client); err != nil {
-		return thread, false, nil, err
+		return thread, false, nil, release, err
 	}
-	body, err = s.readBody(w, r)
-	return thread, ok, body, err
+	body, release, err = s.readBody(w, r)
+	return thread, ok, body, release, err
 }
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	_, _, body, err := s.inbound(w, r)
+	_, _, body, release, err := s.inbound(w, r)
+	defer release()
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
@@ -268,7 +255,8 @@ func restOfPath(path string) string {
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, ok, body, err := s.inbound(w, r)
+	thread, ok, body, release, err := s.inbound(w, r)
+	defer release()
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return

@@ -28,24 +28,29 @@ type Config struct {
 	ClientKeys      string // name=key pairs, or @file
 	MaxToolRounds   int
 	MaxRequestBytes int64
-	UpstreamTimeout time.Duration
-	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
+	// RequestReadTimeout bounds a request body's arrival; MaxBufferedBytes the bodies held at once.
+	RequestReadTimeout time.Duration
+	MaxBufferedBytes   int64
+	UpstreamTimeout    time.Duration
+	ShutdownTimeout    time.Duration
+	LogLevel           string
+	LogFormat          string
 }
 
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseTimeout: tools.DefaultTimeout,
-		UpstreamBaseURL: "https://api.openai.com/v1",
-		ListenAddr:      ":8080",
-		MaxToolRounds:   proxy.DefaultMaxToolRounds,
-		MaxRequestBytes: proxy.DefaultMaxRequestBytes,
-		UpstreamTimeout: proxy.DefaultUpstreamTimeout,
-		ShutdownTimeout: 30 * time.Second,
-		LogLevel:        "info",
-		LogFormat:       "text",
+		DatabaseTimeout:    tools.DefaultTimeout,
+		UpstreamBaseURL:    "https://api.openai.com/v1",
+		ListenAddr:         ":8080",
+		MaxToolRounds:      proxy.DefaultMaxToolRounds,
+		MaxRequestBytes:    proxy.DefaultMaxRequestBytes,
+		RequestReadTimeout: proxy.DefaultRequestReadTimeout,
+		MaxBufferedBytes:   proxy.DefaultMaxBufferedBytes,
+		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
+		ShutdownTimeout:    30 * time.Second,
+		LogLevel:           "info",
+		LogFormat:          "text",
 	}
 }
 
@@ -65,7 +70,9 @@ func (c *Config) settings() []setting {
 		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
-		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it)", (*int64Value)(&c.MaxRequestBytes)},
+		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
+		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
+		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
@@ -117,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)
+	}
+	if c.RequestReadTimeout <= 0 {
+		return fmt.Errorf("REQUEST_READ_TIMEOUT: %s must be positive", c.RequestReadTimeout)
+	}
+	if c.MaxBufferedBytes < c.MaxRequestBytes {
+		return fmt.Errorf("MAX_BUFFERED_BYTES: %d is below MAX_REQUEST_BYTES (%d)", c.MaxBufferedBytes, c.MaxRequestBytes)
 	}
 	if c.UpstreamTimeout <= 0 {
 		return fmt.Errorf("UPSTREAM_TIMEOUT: %s must be positive", c.UpstreamTimeout)
@@ -194,15 +207,26 @@ func (v *intValue) Set(s string) error {
 	return nil
 }
 
-type int64Value int64
+// byteSize is a number of bytes, written plain (8388608) or with a binary unit (8MiB, 256 MiB).
+type byteSize int64
 
-func (v *int64Value) String() string { return strconv.FormatInt(int64(*v), 10) }
-func (v *int64Value) Set(s string) error {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%q is not an integer", s)
+func (v *byteSize) String() string { return strconv.FormatInt(int64(*v), 10) }
+func (v *byteSize) Set(s string) error {
+	num, unit := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		n      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, unit = strings.TrimSpace(rest), u.n
+			break
+		}
 	}
-	*v = int64Value(n)
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/unit {
+		return fmt.Errorf("%q is not a size (bytes, or a number with KiB, MiB or GiB)", s)
+	}
+	*v = byteSize(n * unit)
 	return nil
 }
 

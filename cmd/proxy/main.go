@@ -134,16 +134,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	reg := prometheus.NewRegistry()
 	srv := proxy.NewServer(proxy.Options{
-		Store:           tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
-		UpstreamURL:     upstreamURL,
-		UpstreamAPIKey:  m.Config.UpstreamAPIKey,
-		UpstreamTimeout: m.Config.UpstreamTimeout,
-		AdminToken:      m.AdminToken,
-		ClientKeys:      clientKeys,
-		MaxToolRounds:   m.Config.MaxToolRounds,
-		MaxRequestBytes: m.Config.MaxRequestBytes,
-		Metrics:         proxy.NewMetrics(reg),
-		Logger:          m.log,
+		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
+		UpstreamURL:        upstreamURL,
+		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
+		UpstreamTimeout:    m.Config.UpstreamTimeout,
+		AdminToken:         m.AdminToken,
+		ClientKeys:         clientKeys,
+		MaxToolRounds:      m.Config.MaxToolRounds,
+		MaxRequestBytes:    m.Config.MaxRequestBytes,
+		RequestReadTimeout: m.Config.RequestReadTimeout,
+		MaxBufferedBytes:   m.Config.MaxBufferedBytes,
+		Metrics:            proxy.NewMetrics(reg),
+		Logger:             m.log,
 	})
 	ln, err := net.Listen("tcp", m.Config.ListenAddr)
 	if err != nil {
@@ -153,7 +155,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.server = &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+		// Bodies are bounded by REQUEST_READ_TIMEOUT (proxy.Server.readBody); an idle keep-alive
+		// connection is closed after this.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
