@@ -4,17 +4,31 @@
 #   scripts/pg.sh exec CMD...   run CMD with TEST_DATABASE_URL set: the one given
 #                               (TEST_DATABASE_URL or DATABASE_URL), else a throwaway cluster
 #                               that is removed when CMD exits
-#   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR and
+#   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR/pg and
 #                               print its URL on stdout
-#   scripts/pg.sh stop DIR      stop the cluster in DIR
+#   scripts/pg.sh stop DIR      stop the cluster of DIR
 #
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the "postgres" user
-# (created by Debian's packages) or "nobody".
+# (created by Debian's packages) or "nobody"; when that user cannot enter DIR (a folder under
+# /root, or made by mktemp -d), the cluster of DIR is kept in /var/lib/wsproxy/<checksum of
+# DIR's path>/pg instead, and pg.sh says so. As root on Debian or Ubuntu without PostgreSQL,
+# pg.sh installs it (apt-get install postgresql), saying so.
 set -euo pipefail
 
 die() { echo "pg.sh: $*" >&2; exit 1; }
 
 bindir() {
+  find_bindir && return
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "pg.sh: PostgreSQL's server binaries are missing; installing them (apt-get install postgresql)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; } >&2 \
+      || die "apt-get install postgresql failed"
+    find_bindir && return
+  fi
+  die "no PostgreSQL server binaries found (initdb, pg_ctl). Install them (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) or set DATABASE_URL."
+}
+
+find_bindir() {
   if command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; then
     pg_config --bindir; return
   fi
@@ -23,7 +37,7 @@ bindir() {
     [ -x "$d/initdb" ] && { echo "$d"; return; }
   done
   if command -v initdb >/dev/null 2>&1; then dirname "$(command -v initdb)"; return; fi
-  die "no PostgreSQL server binaries found (initdb, pg_ctl). Install them (Debian/Ubuntu: apt-get install postgresql; macOS: brew install postgresql) or set DATABASE_URL."
+  return 1
 }
 
 # owner: the user the cluster runs as.
@@ -74,6 +88,18 @@ sockdir() {
   echo "$d"
 }
 
+# datadir DIR: where the cluster of DIR lives: DIR/pg, or as root, when the cluster's owner
+# cannot enter DIR, a folder of /var/lib/wsproxy named by the checksum of DIR's path.
+datadir() {
+  local dir
+  dir=$(cd "$1" && pwd)
+  if [ "$(id -u)" = 0 ] && ! as "$(owner)" test -x "$dir"; then
+    echo "/var/lib/wsproxy/$(printf '%s' "$dir" | cksum | cut -d' ' -f1)/pg"
+    return
+  fi
+  echo "$dir/pg"
+}
+
 cmd=${1:-}; shift || true
 case "$cmd" in
   exec)
@@ -90,9 +116,10 @@ case "$cmd" in
     ;;
   start)
     [ $# -eq 1 ] || die "usage: pg.sh start DIR"
-    mkdir -p "$1"; data=$(cd "$1" && pwd)/pg
-    if [ "$(id -u)" = 0 ] && ! as "$(owner)" test -x "$(dirname "$data")"; then
-      die "$(owner) cannot reach $(dirname "$data"); set DATABASE_URL or choose a folder it can reach"
+    mkdir -p "$1"; data=$(datadir "$1")
+    if [ "$data" != "$(cd "$1" && pwd)/pg" ]; then
+      echo "pg.sh: $(owner) cannot enter $(cd "$1" && pwd); keeping its PostgreSQL cluster in $data" >&2
+      mkdir -p "$(dirname "$data")"; chmod 755 /var/lib/wsproxy "$(dirname "$data")"
     fi
     s=$(sockdir "$data")
     init_and_start "$data" "$s"
@@ -100,7 +127,7 @@ case "$cmd" in
     ;;
   stop)
     [ $# -eq 1 ] || die "usage: pg.sh stop DIR"
-    stop_cluster "$(cd "$1" && pwd)/pg"
+    stop_cluster "$(datadir "$1")"
     ;;
   *) die "usage: pg.sh exec CMD... | start DIR | stop DIR" ;;
 esac
