@@ -33,7 +33,7 @@ func chatBody(size int) []byte {
 }
 
 func BenchmarkRewrite(b *testing.B) {
-	block := tools.DefaultInstructions + "\n\n" + tools.RenderBlock("Write a review", []tools.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}})
+	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("Write a review", []tools.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}})
 	for _, size := range []int{1 << 10, 100 << 10} {
 		body := chatBody(size)
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
@@ -45,7 +45,7 @@ func BenchmarkRewrite(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				req.InjectWorkspace(block)
+				req.InjectWorkspace(block, PlaceTail)
 				_ = req.Body(true)
 			}
 		})

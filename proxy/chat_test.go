@@ -139,11 +139,12 @@ func TestTurnWithToolsGoOpenAI(t *testing.T) {
 	require.Equal(t, 30, resp.Usage.TotalTokens)
 	require.Equal(t, 4, resp.Usage.PromptTokensDetails.CachedTokens)
 
-	// Round 1: the block in the system prompt, the client's tool then the proxy's five.
+	// Round 1: the system prompt as the client sent it, the block after the user's message, the
+	// client's tool then the proxy's five.
 	r1 := e.upstreamRequest(0)
 	msgs := messages(r1)
-	require.Equal(t, "system", msgs[0]["role"])
-	require.Equal(t, "You are helpful.\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", msgs[0]["content"])
+	require.Equal(t, map[string]any{"role": "system", "content": "You are helpful."}, msgs[0])
+	require.Equal(t, "Formal tone please, short paragraphs.\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", msgs[1]["content"])
 	require.Equal(t, append([]string{"get_weather"}, tools.Names...), toolNames(r1))
 	// Round 2: the assistant's calls and one tool message per call, with the envelope.
 	msgs = messages(e.upstreamRequest(1))
@@ -174,7 +175,7 @@ func TestTurnWithToolsGoOpenAI(t *testing.T) {
 	})
 	require.NoError(t, err)
 	msgs = messages(e.upstreamRequest(2))
-	require.Equal(t, "INSTR\n\n"+d.Block, msgs[0]["content"])
+	require.Equal(t, "next\n\nINSTR\n\n"+d.Block, msgs[0]["content"])
 }
 
 // TestOneRoundIsByteIdentical: a turn the model answers at once returns the upstream's body

@@ -34,6 +34,10 @@ func FuzzRewrite(f *testing.F) {
 	f.Add([]byte(`{"a":1,"a":2,"messages":[]}`))
 	f.Add([]byte(` [ ] `))
 	f.Fuzz(func(t *testing.T, body []byte) {
+		placement := PlaceTail
+		if len(body)%2 == 0 {
+			placement = PlaceSystem
+		}
 		req, err := ParseChatRequest(body)
 		if err != nil {
 			var e *Error
@@ -45,7 +49,7 @@ func FuzzRewrite(f *testing.F) {
 		if req.Legacy {
 			return
 		}
-		req.InjectWorkspace("INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>")
+		req.InjectWorkspace("INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", placement)
 		for _, with := range []bool{true, false} {
 			out := req.Body(with)
 			if !json.Valid(out) {
@@ -68,8 +72,8 @@ func FuzzRewrite(f *testing.F) {
 				}
 			}
 			var msgs []json.RawMessage
-			if err := json.Unmarshal(got.Get("messages"), &msgs); err != nil || len(msgs) < len(req.messages) {
-				t.Fatalf("messages: %v", err)
+			if err := json.Unmarshal(got.Get("messages"), &msgs); err != nil || len(msgs) < req.n || len(msgs) > req.n+1 {
+				t.Fatalf("messages: %v: %d, the client sent %d", err, len(msgs), req.n)
 			}
 		}
 	})

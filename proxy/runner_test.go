@@ -126,8 +126,9 @@ func TestOfficialClientNonStreamed(t *testing.T) {
 	require.Equal(t, "Know the weather", e.workspace("official").Objective.Text)
 	require.Equal(t, []string{"get_weather", "add_preferences", "list_preferences", "update_preferences", "remove_preferences", "set_objective"},
 		toolNames(e.upstreamRequest(1)))
-	require.Equal(t, fmt.Sprint("Be terse.\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>"),
-		messages(e.upstreamRequest(0))[0]["content"])
+	require.Equal(t, "Be terse.", messages(e.upstreamRequest(0))[0]["content"])
+	require.Equal(t, "Weather in Oslo?\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>",
+		messages(e.upstreamRequest(0))[1]["content"])
 }
 
 // TestRunnerLoopWithoutHTTP drives the one loop through both chat dialects with a fake upstream

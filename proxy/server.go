@@ -26,8 +26,12 @@ const (
 	DefaultUpstreamTimeout = 10 * time.Minute
 )
 
-// threadHeader names a thread on /v1/chat/completions.
-const threadHeader = "X-Thread-Id"
+// Headers of the proxy's own: a thread on /v1 routes, and a request's placement (SPEC §3.1).
+// Neither is forwarded.
+const (
+	threadHeader    = "X-Thread-Id"
+	placementHeader = "X-Workspace-Placement"
+)
 
 // Options configure a Server. Zero values take the defaults their comments state.
 type Options struct {
@@ -61,8 +65,11 @@ type Options struct {
 	// MaxBufferedBytes bounds the request bodies held in memory across all requests at once (503
 	// with Retry-After past it). Zero means DefaultMaxBufferedBytes.
 	MaxBufferedBytes int64
-	// Instructions stand before the block in the system prompt. Empty means
-	// tools.DefaultInstructions.
+	// Placement is where the workspace goes in a request (SPEC §3.1); a request's
+	// X-Workspace-Placement header wins. Empty means PlaceTail.
+	Placement Placement
+	// Instructions stand before the block, whatever the placement. Empty means
+	// tools.TailInstructions with PlaceTail and tools.SystemInstructions with PlaceSystem.
 	Instructions string
 	// Metrics, when set, are recorded; nil records none and serves no /metrics.
 	Metrics *Metrics
@@ -97,8 +104,8 @@ func NewServer(opts Options) *Server {
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
-	if opts.Instructions == "" {
-		opts.Instructions = tools.DefaultInstructions
+	if opts.Placement == "" {
+		opts.Placement = PlaceTail
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -163,6 +170,31 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ready"}`))
+}
+
+// placementOf is the request's placement: its X-Workspace-Placement header, else the
+// configured one.
+func (s *Server) placementOf(r *http.Request) (Placement, error) {
+	h := r.Header.Get(placementHeader)
+	if h == "" {
+		return s.opts.Placement, nil
+	}
+	p, err := ParsePlacement(h)
+	if err != nil {
+		return "", badRequest("invalid_placement", placementHeader, "%s: %s", placementHeader, err.Error())
+	}
+	return p, nil
+}
+
+// instructions is the text that stands before the block.
+func (s *Server) instructions(p Placement) string {
+	switch {
+	case s.opts.Instructions != "":
+		return s.opts.Instructions
+	case p == PlaceSystem:
+		return tools.SystemInstructions
+	}
+	return tools.TailInstructions
 }
 
 // threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
@@ -265,6 +297,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, body) // no thread: the proxy is invisible
 		return
 	}
+	placement, err := s.placementOf(r)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	req, err := ParseChatRequest(body)
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -280,7 +317,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	req.InjectWorkspace(s.opts.Instructions + "\n\n" + turn.Block())
+	req.InjectWorkspace(s.instructions(placement)+"\n\n"+turn.Block(), placement)
 	t := &Turn{
 		Request:   req,
 		Workspace: ws,

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wsproxy/wsproxy/db/dbfault"
+	"github.com/wsproxy/wsproxy/proxy/demo"
 )
 
 // soakUpstream is a model for the soak: a turn's first call records the user's message as a
@@ -100,7 +101,7 @@ func (u *soakUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			for i := len(req.Messages) - 1; i >= 0; i-- {
 				if req.Messages[i].Role == "user" {
 					u.mu.Lock()
-					u.reported[req.Messages[i].Content] = true
+					u.reported[demo.ClientText(req.Messages[i].Content)] = true
 					u.mu.Unlock()
 					break
 				}
@@ -108,7 +109,7 @@ func (u *soakUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		content = "Noted: " + env.Result
 	} else {
-		title := last.Content
+		title := demo.ClientText(last.Content)
 		a, _ := json.Marshal(map[string]any{"items": []map[string]string{{"title": title}}, "action_and_reasoning": "soak"})
 		calls = []map[string]any{{"id": "call_soak", "type": "function", "function": map[string]any{"name": "add_preferences", "arguments": string(a)}}}
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	RequestReadTimeout time.Duration
 	MaxBufferedBytes   int64
 	UpstreamTimeout    time.Duration
+	// WorkspacePlacement is where the workspace goes in a request: tail or system.
+	WorkspacePlacement string
 	ShutdownTimeout    time.Duration
 	LogLevel           string
 	LogFormat          string
@@ -73,6 +75,7 @@ func (c *Config) settings() []setting {
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
+		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt, as before)", (*stringValue)(&c.WorkspacePlacement)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
@@ -136,6 +139,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)
+	}
+	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
+		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

@@ -132,6 +132,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
 
+	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement) // checked by Validate
+	m.log.Info("workspace placement", slog.String("placement", string(placement)),
+		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
 	srv := proxy.NewServer(proxy.Options{
 		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),

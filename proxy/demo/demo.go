@@ -190,7 +190,7 @@ var (
 	listRe       = regexp.MustCompile(`(?i)(what are my preferences|list (?:my )?preferences|show (?:me )?(?:my )?(?:preferences|workspace))`)
 	blockLineRe  = regexp.MustCompile(`(?m)^#(\d+) \[(hard|soft)\] (.+?)(?: — .*?)?(?: \(locked\))?$`)
 	objectiveRe  = regexp.MustCompile(`(?m)^Objective: (.*)$`)
-	workspaceRe  = regexp.MustCompile(`(?s)<workspace>.*</workspace>`)
+	workspaceRe  = regexp.MustCompile(`(?s)<workspace>.*?</workspace>`)
 	toolEnvelope = regexp.MustCompile(`^\{"ok":`)
 )
 
@@ -200,9 +200,11 @@ func (d *model) think(req request) reply {
 	for _, t := range req.Tools {
 		offered[t.Function.Name] = true
 	}
+	// The workspace block: the latest one of the request (wsproxy appends it to the last user
+	// or tool message, or to the system prompt).
 	block := ""
-	if len(req.Messages) > 0 && (req.Messages[0].Role == "system" || req.Messages[0].Role == "developer") {
-		block = workspaceRe.FindString(req.Messages[0].text())
+	for i := len(req.Messages) - 1; i >= 0 && block == ""; i-- {
+		block = workspaceRe.FindString(req.Messages[i].text())
 	}
 	last := len(req.Messages) - 1
 	if last >= 0 && req.Messages[last].Role == "tool" {
@@ -211,7 +213,7 @@ func (d *model) think(req request) reply {
 	userText := ""
 	for i := last; i >= 0; i-- {
 		if req.Messages[i].Role == "user" {
-			userText = req.Messages[i].text()
+			userText = ClientText(req.Messages[i].text())
 			break
 		}
 	}
@@ -252,6 +254,20 @@ func (d *model) think(req request) reply {
 		return reply{calls: calls}
 	}
 	return reply{content: Prefix + describe(block)}
+}
+
+// ClientText is a message's text without what wsproxy appended to it (the instruction text and
+// the block, placement tail): what the client wrote. Fake models of the tests use it too.
+func ClientText(s string) string {
+	i := strings.Index(s, "<workspace>")
+	if i < 0 {
+		return s
+	}
+	s = strings.TrimRight(s[:i], "\n")
+	if j := strings.LastIndex(s, "\n\n"); j >= 0 {
+		return s[:j]
+	}
+	return ""
 }
 
 // findIndex finds the preference of the block whose title mentions what.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/demo"
 )
 
 // Request is one request the upstream received.
@@ -252,7 +254,7 @@ func Join(lists ...[]string) []string {
 	return out
 }
 
-// LastUserMessage is the content of the last user message of a chat request body.
+// LastUserMessage is the client's text of the last user message of a chat request body.
 func LastUserMessage(body []byte) string {
 	var req struct {
 		Messages []struct {
@@ -265,7 +267,7 @@ func LastUserMessage(body []byte) string {
 		if req.Messages[i].Role == "user" {
 			var s string
 			if json.Unmarshal(req.Messages[i].Content, &s) == nil {
-				return s
+				return demo.ClientText(s)
 			}
 			return strings.TrimSpace(string(req.Messages[i].Content))
 		}

@@ -88,10 +88,10 @@ func end(b []byte, i int, err error) error {
 	return nil
 }
 
-// Each calls fn for every element of the JSON array b, in order, with its index and its raw
-// value (aliasing b), without allocating; it stops at fn's first error and returns it. Anything
+// Each calls fn for every element of the JSON array b, in order, with its index and where it
+// lies (b[start:end]), without allocating; it stops at fn's first error and returns it. Anything
 // but one valid JSON array is ErrNotArray.
-func Each(b []byte, fn func(i int, elem []byte) error) error {
+func Each(b []byte, fn func(i, start, end int) error) error {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return ErrNotArray
@@ -105,7 +105,7 @@ func Each(b []byte, fn func(i int, elem []byte) error) error {
 		if vend < 0 {
 			return ErrNotArray
 		}
-		if err := fn(n, b[i:vend:vend]); err != nil {
+		if err := fn(n, i, vend); err != nil {
 			return err
 		}
 		i = skipSpace(b, vend)
@@ -127,8 +127,8 @@ func Each(b []byte, fn func(i int, elem []byte) error) error {
 // small numbers (choices, tool calls); a client's arrays are walked with Each.
 func Split(b []byte) ([]json.RawMessage, error) {
 	out := make([]json.RawMessage, 0, 4)
-	err := Each(b, func(_ int, elem []byte) error {
-		out = append(out, elem)
+	err := Each(b, func(_, start, end int) error {
+		out = append(out, b[start:end:end])
 		return nil
 	})
 	if err != nil {

@@ -58,7 +58,7 @@ func TestSplitAndEach(t *testing.T) {
 	}
 	stop := errors.New("stop")
 	seen := 0
-	err = Each([]byte(`[1,2,3]`), func(i int, elem []byte) error {
+	err = Each([]byte(`[1,2,3]`), func(i, _, _ int) error {
 		seen++
 		if i == 1 {
 			return stop
@@ -73,7 +73,7 @@ func TestEachDoesNotAllocate(t *testing.T) {
 	b := []byte(`[` + strings.Repeat(`{"role":"user","content":"x"},0,`, 1000) + `null]`)
 	n := 0
 	allocs := testing.AllocsPerRun(10, func() {
-		_ = Each(b, func(int, []byte) error { n++; return nil })
+		_ = Each(b, func(int, int, int) error { n++; return nil })
 	})
 	require.Zero(t, allocs)
 }
