@@ -168,3 +168,26 @@ func BenchmarkPassThrough(b *testing.B) {
 	defer bare.Close()
 	b.Run("bare", func(b *testing.B) { run(b, bare.URL+"/v1/chat/completions") })
 }
+
+// BenchmarkHostileBodies: the rewrite of 8 MiB bodies of the hostile shapes (a security probe's),
+// as a thread turn does it: parse, inject, the upstream body. B/op over the body's size is the
+// memory a shape costs; a refused shape costs its parse.
+func BenchmarkHostileBodies(b *testing.B) {
+	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("", nil)
+	for _, hb := range upstreamtest.HostileBodies(8 << 20) {
+		b.Run(hb.Name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(hb.Body)))
+			var allocated uint64
+			for b.Loop() {
+				req, err := ParseChatRequest(hb.Body)
+				if err != nil {
+					continue // refused: a 400 naming the index
+				}
+				req.InjectWorkspace(block, PlaceTail)
+				allocated += uint64(req.Body(true).Len())
+				_ = req.IsClientTool("get_weather")
+			}
+		})
+	}
+}

@@ -25,9 +25,9 @@ type chatJSON struct {
 	raw    []byte // the last round's body, as it came
 }
 
-func (d *chatJSON) request(withWorkspaceTools bool) []byte { return d.req.Body(withWorkspaceTools) }
+func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *chatJSON) fetch(ctx context.Context, body []byte) ([]toolCall, json.RawMessage, error) {
+func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, error) {
 	resp, err := d.up.Post(ctx, body)
 	if err != nil {
 		return nil, nil, err

@@ -57,9 +57,9 @@ func newChatSSE(req *ChatRequest, up Upstream, out Emitter) *chatSSE {
 	return &chatSSE{req: req, up: up, out: out, includeUsage: req.IncludeUsage, rd: streamRound{byIndex: map[int]*callAcc{}}}
 }
 
-func (s *chatSSE) request(withWorkspaceTools bool) []byte { return s.req.Body(withWorkspaceTools) }
+func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
 
-func (s *chatSSE) fetch(ctx context.Context, body []byte) ([]toolCall, json.RawMessage, error) {
+func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, error) {
 	s.rd = streamRound{byIndex: map[int]*callAcc{}}
 	if err := s.round(ctx, body); err != nil {
 		if s.rd.emitted {
@@ -117,7 +117,7 @@ type callAcc struct {
 }
 
 // round streams one upstream call to its end.
-func (s *chatSSE) round(ctx context.Context, body []byte) error {
+func (s *chatSSE) round(ctx context.Context, body Payload) error {
 	resp, err := s.up.Post(ctx, body)
 	if err != nil {
 		return err

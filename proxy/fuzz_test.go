@@ -51,7 +51,7 @@ func FuzzRewrite(f *testing.F) {
 		}
 		req.InjectWorkspace("INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", placement)
 		for _, with := range []bool{true, false} {
-			out := req.Body(with)
+			out := req.Body(with).Bytes()
 			if !json.Valid(out) {
 				t.Fatalf("rewritten body is not JSON: %q", out)
 			}

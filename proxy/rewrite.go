@@ -5,7 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
@@ -25,11 +30,13 @@ type ChatRequest struct {
 	first, second, last span
 	beforeLast          int
 	// messages is the conversation sent upstream, as runs of raw elements (a run may hold
-	// several of the client's messages, as they came): the client's messages with the
-	// workspace injected, then each tool round's messages.
-	messages []json.RawMessage
-	// tools is the client's tools as a run of raw elements ("" for none).
+	// several of the client's messages, as they came), each run in pieces: the client's
+	// messages with the workspace injected, then each tool round's messages.
+	messages []Payload
+	// tools is the client's tools as a run of raw elements ("" for none); names their names,
+	// when there are at most maxToolNames (else IsClientTool reads them from tools).
 	tools json.RawMessage
+	names map[string]bool
 	// Stream is the client's "stream"; IncludeUsage its stream_options.include_usage.
 	Stream       bool
 	IncludeUsage bool
@@ -75,14 +82,14 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		return nil, badRequest("invalid_type", "messages", "messages must be an array")
 	}
 	if c.n > 0 {
-		c.messages = []json.RawMessage{c.msgs[c.first.start:c.last.end]}
+		c.messages = []Payload{{c.msgs[c.first.start:c.last.end]}}
 	}
 	if fields.Has("functions") || fields.Has("function_call") {
 		c.Legacy = true
 		return c, nil
 	}
 	if t := fields.Get("tools"); t != nil && string(t) != "null" {
-		if c.tools, err = checkTools(t); err != nil {
+		if err := c.checkTools(t); err != nil {
 			return nil, err
 		}
 	}
@@ -105,16 +112,34 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	return c, nil
 }
 
+// maxToolNames is how many tool names a request keeps in a set (OpenAI accepts 128 tools);
+// past it, IsClientTool reads them from the body, so that memory does not grow with a hostile
+// body's tools.
+const maxToolNames = 256
+
 // checkTools checks the client's tools array: every tool an object, none named like a workspace
-// tool. It returns the run of its elements (nil for none).
-func checkTools(list json.RawMessage) (json.RawMessage, error) {
-	return eachToolName(list, func(name []byte) error {
-		if name != nil && tools.IsTool(string(name)) {
+// tool; it keeps the run of its elements and, for a list of usual size, the names.
+func (c *ChatRequest) checkTools(list json.RawMessage) error {
+	names := map[string]bool{}
+	var err error
+	c.tools, err = eachToolName(list, func(name []byte) error {
+		if name == nil {
+			return nil
+		}
+		if tools.IsTool(string(name)) {
 			return badRequest("reserved_tool_name", "tools",
 				"the tool name %q is reserved by the workspace proxy; rename the client tool", name)
 		}
+		if names != nil {
+			names[string(name)] = true
+			if len(names) > maxToolNames {
+				names = nil
+			}
+		}
 		return nil
 	})
+	c.names = names
+	return err
 }
 
 // eachToolName walks a tools array, checked, and calls fn with the name of each tool's function
@@ -177,12 +202,13 @@ func rawName(v json.RawMessage) []byte {
 	return []byte(s)
 }
 
-// IsClientTool reports whether name is one of the client's tools. It reads the client's tools
-// each time rather than keep a set of their names: a turn asks it for a few calls, and a set
-// would cost memory in proportion to a hostile body.
+// IsClientTool reports whether name is one of the client's tools.
 func (c *ChatRequest) IsClientTool(name string) bool {
 	if c.tools == nil {
 		return false
+	}
+	if c.names != nil {
+		return c.names[name]
 	}
 	_, err := eachToolName(c.fields.Get("tools"), func(n []byte) error {
 		if n != nil && string(n) == name {
@@ -219,19 +245,19 @@ func ParsePlacement(s string) (Placement, error) {
 
 // InjectWorkspace puts text (the instructions and the block) where the placement says. With
 // PlaceTail it goes into the last message when that is a user or tool message, after its own
-// content (whose workspace tags are neutralised so pasted text cannot pose as the block). With
-// PlaceSystem, or a last message of another role, it is appended to the first message when it
-// is a system or developer message (as text, or as one more text part when its content is an
-// array of parts), else it comes as a new first system message.
+// content (appendToLast). With PlaceSystem, or a last message of another role, it is appended to
+// the first message when it is a system or developer message (as text, or as one more text part
+// when its content is an array of parts), else it comes as a new first system message.
 func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
 	if placement == PlaceTail && c.n > 0 {
-		if last, err := rawjson.Parse(c.msgs[c.last.start:c.last.end]); err == nil {
-			if role, _ := rawjson.Unquote(last.Get("role")); role == "user" || role == "tool" {
+		last := c.msgs[c.last.start:c.last.end]
+		if start, end, ok := rawjson.Member(last, "role"); ok {
+			if role, _ := rawjson.Unquote(last[start:end]); role == "user" || role == "tool" {
 				c.messages = c.messages[:0]
 				if c.n > 1 {
-					c.messages = append(c.messages, c.msgs[c.first.start:c.beforeLast])
+					c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
 				}
-				c.messages = append(c.messages, appendToContent(last, text, tools.NeutralizeTags))
+				c.messages = append(c.messages, appendToLast(last, text))
 				return
 			}
 		}
@@ -240,9 +266,9 @@ func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
 		if first, err := rawjson.Parse(c.msgs[c.first.start:c.first.end]); err == nil {
 			role, _ := rawjson.Unquote(first.Get("role"))
 			if role == "system" || role == "developer" {
-				c.messages = []json.RawMessage{appendToContent(first, text, nil)}
+				c.messages = []Payload{{appendToSystem(first, text)}}
 				if c.n > 1 {
-					c.messages = append(c.messages, c.msgs[c.second.start:c.last.end])
+					c.messages = append(c.messages, Payload{c.msgs[c.second.start:c.last.end]})
 				}
 				return
 			}
@@ -251,57 +277,143 @@ func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("system"))
 	msg.Set("content", rawjson.String(text))
-	c.messages = append([]json.RawMessage{msg.Bytes()}, c.messages...)
+	c.messages = append([]Payload{{msg.Bytes()}}, c.messages...)
 }
 
-// appendToContent appends text to a message's content: to a string (after a blank line), as a
-// last text part of an array, or as the content when it has none. neutralize, when set,
-// rewrites the text the message already held (in a string, or in its text parts).
-func appendToContent(msg rawjson.Object, text string, neutralize func(string) string) json.RawMessage {
+// appendToSystem appends text to a system message's content: to a string (after a blank line),
+// as a last text part of an array, or as the content when it has none; byte for byte what
+// earlier versions sent.
+func appendToSystem(msg rawjson.Object, text string) json.RawMessage {
 	content := msg.Get("content")
 	switch {
 	case len(content) > 0 && content[0] == '"':
 		s, _ := rawjson.Unquote(content)
-		if neutralize != nil {
-			s = neutralize(s)
-		}
 		if strings.TrimSpace(s) != "" {
 			s += "\n\n"
 		}
 		msg.Set("content", rawjson.String(s+text))
 	case len(content) > 0 && content[0] == '[':
 		parts, _ := rawjson.Split(content)
-		if neutralize != nil {
-			for i, p := range parts {
-				parts[i] = neutralizePart(p, neutralize)
-			}
-		}
-		part := rawjson.Object{}
-		part.Set("type", rawjson.String("text"))
-		part.Set("text", rawjson.String(text))
-		msg.Set("content", rawjson.AppendArray(nil, append(parts, part.Bytes())))
+		msg.Set("content", rawjson.AppendArray(nil, append(parts, textPart(text))))
 	default: // null or missing
 		msg.Set("content", rawjson.String(text))
 	}
 	return msg.Bytes()
 }
 
-// neutralizePart rewrites the text of a text part with neutralize; any other part, or a text
-// that needs no change, keeps its bytes.
-func neutralizePart(part json.RawMessage, neutralize func(string) string) json.RawMessage {
+// appendToLast appends text to the content of the last message msg (placement tail) as
+// appendToSystem does, but keeps the message's own bytes, with the workspace tags in its text
+// neutralised (so that pasted text cannot pose as the block). The message is neither decoded
+// (but where its text may hold a tag) nor copied: it goes out as pieces of the client's body
+// around the appended text.
+func appendToLast(msg []byte, text string) Payload {
+	start, end, ok := rawjson.Member(msg, "content")
+	content := json.RawMessage(msg[start:end])
+	if !ok || (content[0] != '"' && content[0] != '[') { // missing or null: the text is the content
+		o, _ := rawjson.Parse(msg)
+		o.Set("content", rawjson.String(text))
+		return Payload{o.Bytes()}
+	}
+	var open json.RawMessage // the content up to where the text goes
+	var tail []byte          // the text and what closes the content
+	if content[0] == '"' {
+		content = neutralized(content)
+		open = content[:len(content)-1]
+		if !blankString(content) {
+			tail = append(tail, `\n\n`...)
+		}
+		tail = append(rawjson.AppendEscaped(tail, text), '"')
+	} else {
+		if mayHoldTag(content) {
+			out := []byte{'['}
+			_ = rawjson.Each(content, func(i, start, end int) error {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				out = append(out, neutralizedPart(content[start:end])...)
+				return nil
+			})
+			content = append(out, ']')
+		}
+		open = content[:len(content)-1]
+		if len(bytes.TrimSpace(open)) > 1 {
+			tail = append(tail, ',')
+		}
+		tail = append(append(tail, textPart(text)...), ']')
+	}
+	return Payload{msg[:start], open, tail, msg[end:]}
+}
+
+func textPart(text string) json.RawMessage {
+	part := rawjson.Object{}
+	part.Set("type", rawjson.String("text"))
+	part.Set("text", rawjson.String(text))
+	return part.Bytes()
+}
+
+// mayHoldTag reports whether raw JSON may hold a workspace tag once decoded: a tag needs a '<',
+// written as it is or as a \u escape.
+func mayHoldTag(raw []byte) bool {
+	return bytes.IndexByte(raw, '<') >= 0 || bytes.Contains(raw, []byte(`\u`))
+}
+
+// neutralized is the JSON string raw with its workspace tags neutralised; raw itself when it
+// holds none.
+func neutralized(raw json.RawMessage) json.RawMessage {
+	if !mayHoldTag(raw) {
+		return raw
+	}
+	s, _ := rawjson.Unquote(raw)
+	if n := tools.NeutralizeTags(s); n != s {
+		return rawjson.String(n)
+	}
+	return raw
+}
+
+// neutralizedPart is a content part with the workspace tags of its text neutralised; the part
+// itself when it holds none.
+func neutralizedPart(part json.RawMessage) json.RawMessage {
+	if !mayHoldTag(part) {
+		return part
+	}
 	o, err := rawjson.Parse(part)
-	if err != nil {
+	if err != nil || len(o.Get("text")) == 0 || o.Get("text")[0] != '"' {
 		return part
 	}
-	text, ok := rawjson.Unquote(o.Get("text"))
-	if !ok {
-		return part
-	}
-	if n := neutralize(text); n != text {
-		o.Set("text", rawjson.String(n))
+	if text := neutralized(o.Get("text")); len(text) != len(o.Get("text")) || string(text) != string(o.Get("text")) {
+		o.Set("text", text)
 		return o.Bytes()
 	}
 	return part
+}
+
+// blankString reports whether the JSON string raw holds nothing but white space (as
+// strings.TrimSpace sees it), without decoding it.
+func blankString(raw json.RawMessage) bool {
+	b := raw[1 : len(raw)-1]
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == '\\' && i+1 < len(b) {
+			switch b[i+1] {
+			case 'n', 't', 'r', 'f':
+				i += 2
+				continue
+			case 'u':
+				if i+6 <= len(b) {
+					if n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 32); err == nil && unicode.IsSpace(rune(n)) {
+						i += 6
+						continue
+					}
+				}
+			}
+			return false
+		}
+		if !unicode.IsSpace(r) {
+			return false
+		}
+		i += size
+	}
+	return true
 }
 
 // appendRound adds a tool round to the conversation: the assistant message of the reply
@@ -330,69 +442,139 @@ func (c *ChatRequest) appendRound(content, reasoning json.RawMessage, calls []to
 		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
 		msg.Set("reasoning_content", reasoning)
 	}
-	c.messages = append(c.messages, msg.Bytes())
+	c.messages = append(c.messages, Payload{msg.Bytes()})
 	for i, call := range calls {
 		tm := rawjson.Object{}
 		tm.Set("role", rawjson.String("tool"))
 		tm.Set("tool_call_id", rawjson.String(call.ID))
 		tm.Set("content", rawjson.String(results[i]))
-		c.messages = append(c.messages, tm.Bytes())
+		c.messages = append(c.messages, Payload{tm.Bytes()})
 	}
 }
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
 // tools, followed by the proxy's when withWorkspaceTools. Members keep their order; without any
 // tool left, tools, tool_choice and parallel_tool_calls are dropped (an upstream refuses the
-// last two without tools).
-func (c *ChatRequest) Body(withWorkspaceTools bool) []byte {
-	var toolList []json.RawMessage
+// last two without tools). Large values go out as pieces of the client's body: nothing of it is
+// copied.
+func (c *ChatRequest) Body(withWorkspaceTools bool) Payload {
+	var toolList []Payload
 	if len(c.tools) > 0 {
-		toolList = append(toolList, c.tools)
+		toolList = append(toolList, Payload{c.tools})
 	}
 	if withWorkspaceTools {
-		toolList = append(toolList, tools.Definitions...)
+		toolList = append(toolList, workspaceTools)
 	}
-	size := c.fields.Size() + 64 - len(c.fields.Get("messages")) - len(c.fields.Get("tools"))
-	for _, m := range c.messages {
-		size += len(m) + 1
-	}
-	for _, t := range toolList {
-		size += len(t) + 1
-	}
-	buf := make([]byte, 0, size)
-	buf = append(buf, '{')
+	w := payloadWriter{buf: make([]byte, 0, 1024)}
+	w.byte('{')
 	member := func(key string) {
-		if len(buf) > 1 {
-			buf = append(buf, ',')
+		if w.members > 0 {
+			w.byte(',')
 		}
-		buf = rawjson.AppendString(buf, key)
-		buf = append(buf, ':')
+		w.members++
+		w.buf = rawjson.AppendString(w.buf, key)
+		w.byte(':')
+	}
+	array := func(runs []Payload) {
+		w.byte('[')
+		for i, run := range runs {
+			if i > 0 {
+				w.byte(',')
+			}
+			for _, piece := range run {
+				w.raw(piece)
+			}
+		}
+		w.byte(']')
 	}
 	hasTools := false
 	for i, k := range c.fields.Keys {
 		switch k {
 		case "messages":
 			member(k)
-			buf = rawjson.AppendArray(buf, c.messages)
+			array(c.messages)
 		case "tools":
 			hasTools = true
 			if len(toolList) > 0 {
 				member(k)
-				buf = rawjson.AppendArray(buf, toolList)
+				array(toolList)
 			}
 		case "tool_choice", "parallel_tool_calls":
 			if len(toolList) > 0 {
 				member(k)
-				buf = append(buf, c.fields.Vals[i]...)
+				w.raw(c.fields.Vals[i])
 			}
 		default:
 			member(k)
-			buf = append(buf, c.fields.Vals[i]...)
+			w.raw(c.fields.Vals[i])
 		}
 	}
 	if !hasTools && len(toolList) > 0 {
 		member("tools")
-		buf = rawjson.AppendArray(buf, toolList)
+		array(toolList)
 	}
-	return append(buf, '}')
+	w.byte('}')
+	return w.payload()
+}
+
+// workspaceTools are the five tools' definitions as one run of elements.
+var workspaceTools = func() Payload {
+	a := rawjson.AppendArray(nil, tools.Definitions)
+	return Payload{a[1 : len(a)-1]}
+}()
+
+// Payload is an upstream request body as pieces, which alias what they were built from: a
+// round's body is written out, never joined into one buffer.
+type Payload [][]byte
+
+// Len is the body's length in bytes.
+func (p Payload) Len() int {
+	n := 0
+	for _, b := range p {
+		n += len(b)
+	}
+	return n
+}
+
+// Reader reads the body from its start; each call gives a reader of its own.
+func (p Payload) Reader() io.Reader {
+	b := net.Buffers(append([][]byte(nil), p...))
+	return &b
+}
+
+// Bytes is the body joined into one buffer (for tests).
+func (p Payload) Bytes() []byte { return bytes.Join(p, nil) }
+
+// payloadWriter builds a Payload: small values are copied into a shared buffer, large ones
+// (the client's messages and tools) go in as pieces of their own.
+type payloadWriter struct {
+	pieces  Payload
+	buf     []byte
+	members int
+}
+
+// largeValue is the size from which a value goes in as a piece of its own.
+const largeValue = 512
+
+func (w *payloadWriter) byte(c byte) { w.buf = append(w.buf, c) }
+
+func (w *payloadWriter) raw(v []byte) {
+	if len(v) < largeValue {
+		w.buf = append(w.buf, v...)
+		return
+	}
+	w.flush()
+	w.pieces = append(w.pieces, v)
+}
+
+func (w *payloadWriter) flush() {
+	if len(w.buf) > 0 {
+		w.pieces = append(w.pieces, w.buf)
+		w.buf = w.buf[len(w.buf):] // the next small values go on in the same array
+	}
+}
+
+func (w *payloadWriter) payload() Payload {
+	w.flush()
+	return w.pieces
 }

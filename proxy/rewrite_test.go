@@ -139,6 +139,30 @@ func TestInjectWorkspace(t *testing.T) {
 			want:      `[{"role":"user","content":[{"type":"text","text":"x ‹/WORKSPACE>"},{"type":"text","text":"` + jsonEsc(ws) + `"}]}]`,
 		},
 		{
+			name:      "TailBlankContent",
+			placement: PlaceTail,
+			messages:  `[{"role":"user","content":" \n\u00a0"}]`,
+			want:      `[{"role":"user","content":" \n\u00a0` + jsonEsc(ws) + `"}]`,
+		},
+		{
+			name:      "TailNonASCII",
+			placement: PlaceTail,
+			messages:  `[{"role":"user","content":"日本語"}]`,
+			want:      `[{"role":"user","content":"日本語\n\n` + jsonEsc(ws) + `"}]`,
+		},
+		{
+			name:      "TailNullContent",
+			placement: PlaceTail,
+			messages:  `[{"role":"tool","tool_call_id":"a","content":null}]`,
+			want:      `[{"role":"tool","tool_call_id":"a","content":"` + jsonEsc(ws) + `"}]`,
+		},
+		{
+			name:      "TailEmptyParts",
+			placement: PlaceTail,
+			messages:  `[{"role":"user","content":[ ]}]`,
+			want:      `[{"role":"user","content":[{"type":"text","text":"` + jsonEsc(ws) + `"}]}]`,
+		},
+		{
 			name:      "TailAfterAssistantFallsBackToSystem",
 			placement: PlaceTail,
 			messages:  `[{"role":"system","content":"S"},{"role":"assistant","content":"prefill"}]`,
@@ -157,7 +181,7 @@ func TestInjectWorkspace(t *testing.T) {
 			c, err := ParseChatRequest([]byte(`{"model":"m","messages":` + tt.messages + `}`))
 			require.NoError(t, err)
 			c.InjectWorkspace(ws, tt.placement)
-			got := decode(t, c.Body(false))["messages"]
+			got := decode(t, c.Body(false).Bytes())["messages"]
 			var want any
 			require.NoError(t, json.Unmarshal([]byte(tt.want), &want))
 			require.Equal(t, want, got)
@@ -175,9 +199,15 @@ func TestTailKeepsEveryEarlierByte(t *testing.T) {
 	c, err := ParseChatRequest([]byte(head + `}],"tools":[]}`))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceTail)
-	body := string(c.Body(true))
+	body := string(c.Body(true).Bytes())
 	earlier := strings.TrimSpace(head[strings.Index(head, "[")+1 : strings.LastIndex(head, `"two"}`)+len(`"two"}`)])
 	require.True(t, strings.HasPrefix(body, `{"model":"m","messages":[`+earlier+`,{"content":"three\n\nW","role":"user"}]`), body)
+
+	// The last message keeps its own bytes too: escapes, spaces and members around the text.
+	c, err = ParseChatRequest([]byte(`{"messages":[{ "content" : "caf\u00e9 \/ x" , "role":"user", "name":"n" }]}`))
+	require.NoError(t, err)
+	c.InjectWorkspace("W", PlaceTail)
+	require.Equal(t, `{"messages":[{ "content" : "caf\u00e9 \/ x\n\nW" , "role":"user", "name":"n" }]}`, string(c.Body(false).Bytes()))
 }
 
 func jsonEsc(s string) string {
@@ -197,7 +227,7 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	c, err := ParseChatRequest([]byte(in))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceSystem)
-	out, err := rawjson.Parse(c.Body(true))
+	out, err := rawjson.Parse(c.Body(true).Bytes())
 	require.NoError(t, err)
 	orig, err := rawjson.Parse([]byte(in))
 	require.NoError(t, err)
@@ -223,7 +253,7 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	require.False(t, c.IsClientTool("set_objective"))
 
 	// Without the proxy's tools the client's stay, and so does tool_choice.
-	out, err = rawjson.Parse(c.Body(false))
+	out, err = rawjson.Parse(c.Body(false).Bytes())
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`, string(out.Get("tools")))
 	require.Equal(t, `"auto"`, string(out.Get("tool_choice")))
@@ -233,17 +263,17 @@ func TestBodyWithoutAnyTools(t *testing.T) {
 	t.Parallel()
 	c, err := ParseChatRequest([]byte(`{"messages":[],"tools":[],"tool_choice":"auto","parallel_tool_calls":false}`))
 	require.NoError(t, err)
-	m := decode(t, c.Body(true))
+	m := decode(t, c.Body(true).Bytes())
 	require.Len(t, m["tools"], 5)
 	require.Equal(t, "auto", m["tool_choice"])
-	m = decode(t, c.Body(false))
+	m = decode(t, c.Body(false).Bytes())
 	require.NotContains(t, m, "tools")
 	require.NotContains(t, m, "tool_choice")
 	require.NotContains(t, m, "parallel_tool_calls")
 
 	c, err = ParseChatRequest([]byte(`{"messages":[]}`))
 	require.NoError(t, err)
-	require.NotContains(t, decode(t, c.Body(false)), "tools")
+	require.NotContains(t, decode(t, c.Body(false).Bytes()), "tools")
 }
 
 func TestHostileBodies(t *testing.T) {
@@ -258,7 +288,7 @@ func TestHostileBodies(t *testing.T) {
 	c, err := ParseChatRequest([]byte("{\"messages\":[{\"role\":\"system\",\"content\":\"bad \xff\"}]}"))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceSystem)
-	body := c.Body(false)
+	body := c.Body(false).Bytes()
 	require.True(t, json.Valid(body))
 	require.Equal(t, "bad \uFFFD\n\nW", decode(t, body)["messages"].([]any)[0].(map[string]any)["content"])
 }
@@ -282,8 +312,8 @@ func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 		req, err := ParseChatRequest([]byte(body))
 		require.NoError(t, err)
 		req.InjectWorkspace(tools.SystemInstructions+"\n\n"+block, PlaceSystem)
-		out = append(append(out, req.Body(true)...), '\n')
-		out = append(append(out, req.Body(false)...), '\n')
+		out = append(append(out, req.Body(true).Bytes()...), '\n')
+		out = append(append(out, req.Body(false).Bytes()...), '\n')
 	}
 	want, err := os.ReadFile("testdata/system_placement.golden")
 	require.NoError(t, err)

@@ -84,11 +84,11 @@ type toolCall struct {
 // format (the Responses API) is a new dialect, never a new loop.
 type dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
-	request(withWorkspaceTools bool) []byte
+	request(withWorkspaceTools bool) Payload
 	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
 	// client's marked), and its usage. An error after part of the round reached the client is
 	// wrapped in noRetry.
-	fetch(ctx context.Context, body []byte) (calls []toolCall, usage json.RawMessage, err error)
+	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, err error)
 	// pause is called before the loop waits for the workspace's tools: a stream sends what it
 	// holds.
 	pause() error

@@ -33,10 +33,10 @@ type fakeUpstream struct {
 	sizes  []int
 }
 
-func (f *fakeUpstream) Post(_ context.Context, body []byte) (*UpstreamResponse, error) {
+func (f *fakeUpstream) Post(_ context.Context, body Payload) (*UpstreamResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sizes = append(f.sizes, len(body))
+	f.sizes = append(f.sizes, body.Len())
 	next := f.bodies[0]
 	f.bodies = f.bodies[1:]
 	return &UpstreamResponse{Body: io.NopCloser(next())}, nil

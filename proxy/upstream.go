@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,7 +22,7 @@ type Upstream interface {
 	// Post posts body. A non-2xx answer is an *UpstreamError (its body read and kept); failing
 	// to reach the upstream wraps ErrUpstreamUnreachable or ErrUpstreamTimeout. The caller
 	// closes the response body.
-	Post(ctx context.Context, body []byte) (*UpstreamResponse, error)
+	Post(ctx context.Context, body Payload) (*UpstreamResponse, error)
 }
 
 // UpstreamResponse is a 2xx answer of the upstream.
@@ -43,11 +42,13 @@ type clientUpstream struct {
 	header http.Header
 }
 
-func (u *clientUpstream) Post(ctx context.Context, body []byte) (*UpstreamResponse, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, bytes.NewReader(body))
+func (u *clientUpstream) Post(ctx context.Context, body Payload) (*UpstreamResponse, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, body.Reader())
 	if err != nil {
 		return nil, fmt.Errorf("build upstream request: %w", err)
 	}
+	req.ContentLength = int64(body.Len())
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	req.Header = u.header.Clone()
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := u.client.Do(req)

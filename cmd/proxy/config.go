@@ -50,6 +50,7 @@ func DefaultConfig() Config {
 		RequestReadTimeout: proxy.DefaultRequestReadTimeout,
 		MaxBufferedBytes:   proxy.DefaultMaxBufferedBytes,
 		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
+		WorkspacePlacement: string(proxy.PlaceTail),
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",

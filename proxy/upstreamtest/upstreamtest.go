@@ -274,3 +274,37 @@ func LastUserMessage(body []byte) string {
 	}
 	return ""
 }
+
+// HostileBody is a chat request body of about size bytes shaped to make a proxy work hard: the
+// shapes a security probe used (millions of tiny elements where the API wants objects).
+type HostileBody struct {
+	Name string
+	Body []byte
+}
+
+// HostileBodies are the hostile shapes, each of about size bytes.
+func HostileBodies(size int) []HostileBody {
+	repeat := func(prefix, elem, suffix string) []byte {
+		n := (size - len(prefix) - len(suffix)) / (len(elem) + 1)
+		var b bytes.Buffer
+		b.Grow(size)
+		b.WriteString(prefix)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(elem)
+		}
+		b.WriteString(suffix)
+		return b.Bytes()
+	}
+	user := `{"role":"user","content":"x"}`
+	return []HostileBody{
+		{"ToolsOfZeros", repeat(`{"messages":[`+user+`],"tools":[`, "0", `]}`)},
+		{"MessagesOfZeros", repeat(`{"messages":[`+user+`,`, "0", `]}`)},
+		{"MessagesOfEmptyObjects", repeat(`{"messages":[`, "{}", `]}`)},
+		{"ToolsOfEmptyObjects", repeat(`{"messages":[`+user+`],"tools":[`, "{}", `]}`)},
+		{"ToolsWithNames", repeat(`{"messages":[`+user+`],"tools":[`, `{"function":{"name":"f"}}`, `]}`)},
+		{"OneLongMessage", []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("x", size-50) + `"}]}`)},
+	}
+}

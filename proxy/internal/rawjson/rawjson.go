@@ -80,6 +80,60 @@ func ParseInto(o Object, b []byte) (Object, error) {
 	return Object{}, ErrNotObject
 }
 
+// Member finds the member key of the JSON object b and returns where its value lies,
+// b[start:end]; ok is false when b has no such member or is not a valid object. A repeated key
+// gives its last value, as Parse does.
+func Member(b []byte, key string) (vstart, vend int, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return 0, 0, false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return 0, 0, false
+	}
+	for i < len(b) {
+		if b[i] != '"' {
+			return 0, 0, false
+		}
+		kend := scanString(b, i)
+		if kend < 0 {
+			return 0, 0, false
+		}
+		k, err := unquoteKey(b[i:kend])
+		if err != nil {
+			return 0, 0, false
+		}
+		i = skipSpace(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return 0, 0, false
+		}
+		i = skipSpace(b, i+1)
+		e := scanValue(b, i)
+		if e < 0 {
+			return 0, 0, false
+		}
+		if k == key {
+			vstart, vend, ok = i, e, true
+		}
+		i = skipSpace(b, e)
+		if i >= len(b) {
+			break
+		}
+		if b[i] == '}' {
+			if end(b, i+1, ErrNotObject) != nil {
+				return 0, 0, false
+			}
+			return vstart, vend, ok
+		}
+		if b[i] != ',' {
+			break
+		}
+		i = skipSpace(b, i+1)
+	}
+	return 0, 0, false
+}
+
 // end checks that only space follows a value ending at i.
 func end(b []byte, i int, err error) error {
 	if skipSpace(b, i) != len(b) {
@@ -294,8 +348,15 @@ func (o *Object) Size() int {
 // AppendString appends s as a JSON string, escaping what JSON requires (quotes, backslashes,
 // control characters) and nothing else; invalid UTF-8 becomes U+FFFD, as encoding/json does.
 func AppendString(buf []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	buf = append(buf, '"')
+	buf = AppendEscaped(buf, s)
+	return append(buf, '"')
+}
+
+// AppendEscaped appends s escaped as the inside of a JSON string (AppendString without the
+// quotes).
+func AppendEscaped(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -331,8 +392,7 @@ func AppendString(buf []byte, s string) []byte {
 		i++
 		start = i
 	}
-	buf = append(buf, s[start:]...)
-	return append(buf, '"')
+	return append(buf, s[start:]...)
 }
 
 // AppendArray appends a JSON array of raw values. A value may itself be several elements joined

@@ -130,3 +130,20 @@ func FuzzValid(f *testing.F) {
 		}
 	})
 }
+
+func TestMember(t *testing.T) {
+	t.Parallel()
+	b := []byte(` {"role":"user", "content" : "a\"b" ,"x":[1,{"content":2}],"role":"tool"} `)
+	start, end, ok := Member(b, "content")
+	require.True(t, ok)
+	require.Equal(t, `"a\"b"`, string(b[start:end]))
+	start, end, ok = Member(b, "role")
+	require.True(t, ok)
+	require.Equal(t, `"tool"`, string(b[start:end]), "the last of a repeated key, as Parse")
+	_, _, ok = Member(b, "missing")
+	require.False(t, ok)
+	for _, bad := range []string{``, `[]`, `{"content":1,}`, `{"content":1} x`, `{}`} {
+		_, _, ok := Member([]byte(bad), "content")
+		require.False(t, ok, bad)
+	}
+}
