@@ -63,10 +63,10 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 
 // adminAuth requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time.
 func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
-	want := []byte("Bearer " + s.opts.AdminToken)
+	want := []byte(s.opts.AdminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		got, _ := bearerToken(r)
+		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy admin"`)
 			writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 				Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN>"})

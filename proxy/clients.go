@@ -52,12 +52,23 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 
 // client returns the client whose key the request carries (Authorization: Bearer <key>).
 func (k *ClientKeys) client(r *http.Request) (string, bool) {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || key == "" {
+	key, ok := bearerToken(r)
+	if !ok {
 		return "", false
 	}
 	name, ok := k.byHash[sha256.Sum256([]byte(key))]
 	return name, ok
+}
+
+// bearerToken is the token of a request's `Authorization: Bearer <token>`; the scheme is
+// matched without regard to case (RFC 9110 §11.1).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return token, true
 }
 
 var errClientKey = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",

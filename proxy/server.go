@@ -50,6 +50,9 @@ type Options struct {
 	// ClientKeys, when set, are required on every /v1 request and namespace threads per client;
 	// UpstreamAPIKey must then be set (clients' keys are wsproxy's, not the upstream's).
 	ClientKeys *ClientKeys
+	// PassThroughRoutes are the routes forwarded as they are when ClientKeys is set (others:
+	// 403). Nil means DefaultPassThroughRoutes.
+	PassThroughRoutes *Routes
 	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
@@ -103,6 +106,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if opts.PassThroughRoutes == nil {
+		opts.PassThroughRoutes, _ = ParseRoutes(DefaultPassThroughRoutes)
 	}
 	if opts.Placement == "" {
 		opts.Placement = PlaceTail
@@ -247,6 +253,10 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.T
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
+	if err := s.passThroughAllowed(r); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	_, _, body, release, err := s.inbound(w, r)
 	defer release()
 	if err != nil {
@@ -267,15 +277,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
-	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.Path), pr.In.URL.RawQuery)
+	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
+	// any path with dot segments.
+	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
 	pr.Out.Host = ""
-	pr.Out.Header.Del(threadHeader)
-	if s.opts.UpstreamAPIKey != "" {
-		pr.Out.Header.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
-	}
+	s.stripHeaders(pr.Out.Header)
 }
 
-// restOfPath is the part of a client path after its /v1 (or /threads/{thread}/v1).
+// restOfPath is the part of a client path (escaped) after its /v1 (or /threads/{thread}/v1).
 func restOfPath(path string) string {
 	if rest, ok := strings.CutPrefix(path, "/threads/"); ok {
 		if i := strings.Index(rest, "/v1/"); i >= 0 {
@@ -283,6 +292,33 @@ func restOfPath(path string) string {
 		}
 	}
 	return strings.TrimPrefix(path, "/v1")
+}
+
+// passThroughAllowed checks a request that is about to be forwarded as it is. A path with a
+// segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
+// refused: an upstream that resolves dot segments would serve a path outside its base URL with
+// the operator's key. With client keys, only the routes PASSTHROUGH_ROUTES allows are forwarded.
+func (s *Server) passThroughAllowed(r *http.Request) error {
+	if _, err := s.clientOf(r); err != nil {
+		return err // who asks comes first: a client without a key learns nothing of the routes
+	}
+	escaped := r.URL.EscapedPath()
+	for _, seg := range strings.Split(escaped, "/") {
+		decoded, err := url.PathUnescape(seg)
+		if err != nil {
+			return badRequest("invalid_path", "", "the path is not a valid escaped URL path")
+		}
+		for _, part := range strings.FieldsFunc(decoded, func(r rune) bool { return r == '/' || r == '\\' }) {
+			if part == "." || part == ".." {
+				return badRequest("invalid_path", "", "the path has a dot segment (. or ..); it is not forwarded")
+			}
+		}
+	}
+	if s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, "/v1"+restOfPath(escaped)) {
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
+			Message: r.Method + " /v1" + restOfPath(escaped) + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
+	}
+	return nil
 }
 
 // chat serves POST /v1/chat/completions and its thread-path form.
@@ -294,6 +330,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
+		if err := s.passThroughAllowed(r); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
 		s.forward(w, r, body) // no thread: the proxy is invisible
 		return
 	}
@@ -322,7 +362,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Request:   req,
 		Workspace: ws,
 		Number:    turn.Number,
-		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: outboundHeader(r.Header, s.opts.UpstreamAPIKey)},
+		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header)},
 	}
 	if req.Stream {
 		s.stream(w, r, t, thread.Name)

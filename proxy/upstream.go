@@ -87,11 +87,13 @@ func readError(ctx context.Context, err error) error {
 	return classifyTransportError(ctx, err)
 }
 
-// upstreamURL joins the upstream base URL (…/v1) and the part of the path after the client's /v1.
+// upstreamURL joins the upstream base URL (…/v1) and the part of the path after the client's
+// /v1, as the client escaped it.
 func upstreamURL(base *url.URL, rest, rawQuery string) *url.URL {
 	u := *base
-	u.Path = strings.TrimSuffix(base.Path, "/") + "/" + strings.TrimPrefix(rest, "/")
-	u.RawPath = ""
+	raw := strings.TrimSuffix(base.EscapedPath(), "/") + "/" + strings.TrimPrefix(rest, "/")
+	u.Path, _ = url.PathUnescape(raw) // checked by passThroughAllowed
+	u.RawPath = raw
 	u.RawQuery = rawQuery
 	return &u
 }
@@ -104,18 +106,38 @@ var hopHeaders = []string{
 }
 
 // outboundHeader is the header of a rewritten upstream request: the client's, less hop-by-hop
-// headers, the proxy's own (X-Thread-Id) and those that described the original body; with the
-// upstream key when configured.
-func outboundHeader(in http.Header, apiKey string) http.Header {
+// headers, those that described the original body and those stripHeaders removes.
+func (s *Server) outboundHeader(in http.Header) http.Header {
 	h := in.Clone()
 	removeHopHeaders(h)
-	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host", threadHeader} {
+	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host"} {
 		h.Del(k)
 	}
-	if apiKey != "" {
-		h.Set("Authorization", "Bearer "+apiKey)
-	}
+	s.stripHeaders(h)
 	return h
+}
+
+// stripHeaders removes, from a request to the upstream (a thread turn's or a pass-through),
+// the proxy's own headers, those that tell of the client's network (Forwarded, X-Forwarded-*,
+// X-Real-IP), and sets the upstream key when there is one. With client keys it also removes
+// the headers by which a client could pick the operator's organization or project.
+func (s *Server) stripHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Forwarded-") {
+			delete(h, k)
+		}
+	}
+	for _, k := range []string{threadHeader, placementHeader, "Forwarded", "X-Real-Ip"} {
+		h.Del(k)
+	}
+	if s.opts.ClientKeys != nil {
+		for _, k := range []string{"Openai-Organization", "Openai-Project", "Api-Key"} {
+			h.Del(k)
+		}
+	}
+	if s.opts.UpstreamAPIKey != "" {
+		h.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
+	}
 }
 
 func removeHopHeaders(h http.Header) {

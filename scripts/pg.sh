@@ -73,9 +73,10 @@ init_and_start() {
 }
 
 stop_cluster() {
-  local data=$1
+  local data=$1 bin
   [ -f "$data/PG_VERSION" ] || return 0
-  as "$(owner)" "$(bindir)/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+  bin=$(find_bindir 2>/dev/null) || return 0
+  as "$(owner)" "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
 }
 
 url() { echo "postgres://postgres@/postgres?host=$1&sslmode=disable"; }

@@ -26,8 +26,10 @@ type Config struct {
 	ListenAddr      string
 	AdminToken      string
 	ClientKeys      string // name=key pairs, or @file
-	MaxToolRounds   int
-	MaxRequestBytes int64
+	// PassThroughRoutes are the routes forwarded as they are for clients with keys.
+	PassThroughRoutes string
+	MaxToolRounds     int
+	MaxRequestBytes   int64
 	// RequestReadTimeout bounds a request body's arrival; MaxBufferedBytes the bodies held at once.
 	RequestReadTimeout time.Duration
 	MaxBufferedBytes   int64
@@ -51,6 +53,7 @@ func DefaultConfig() Config {
 		MaxBufferedBytes:   proxy.DefaultMaxBufferedBytes,
 		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
 		WorkspacePlacement: string(proxy.PlaceTail),
+		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -71,6 +74,7 @@ func (c *Config) settings() []setting {
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
+		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
@@ -140,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)
+	}
+	if _, err := proxy.ParseRoutes(c.PassThroughRoutes); err != nil {
+		return fmt.Errorf("PASSTHROUGH_ROUTES: %w", err)
 	}
 	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
 		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)

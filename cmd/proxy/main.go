@@ -133,6 +133,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement) // checked by Validate
+	routes, _ := proxy.ParseRoutes(m.Config.PassThroughRoutes)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
@@ -143,6 +144,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		UpstreamTimeout:    m.Config.UpstreamTimeout,
 		AdminToken:         m.AdminToken,
 		ClientKeys:         clientKeys,
+		PassThroughRoutes:  routes,
+		Placement:          placement,
 		MaxToolRounds:      m.Config.MaxToolRounds,
 		MaxRequestBytes:    m.Config.MaxRequestBytes,
 		RequestReadTimeout: m.Config.RequestReadTimeout,

@@ -233,7 +233,9 @@ func TestShutdownFinishesStreams(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1"}
+	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1",
+		"MAX_BUFFERED_BYTES": "512 MiB", "MAX_REQUEST_BYTES": "16MiB", "REQUEST_READ_TIMEOUT": "5s", "WORKSPACE_PLACEMENT": "system",
+		"PASSTHROUGH_ROUTES": "GET /v1/models"}
 	c := DefaultConfig()
 	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
 	require.NoError(t, c.Validate())
@@ -241,6 +243,15 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, 3*time.Second, c.UpstreamTimeout)
 	require.Equal(t, ":2", c.ListenAddr, "a flag wins over its variable")
 	require.Equal(t, "https://api.openai.com/v1", c.UpstreamBaseURL)
+	require.Equal(t, int64(512<<20), c.MaxBufferedBytes)
+	require.Equal(t, int64(16<<20), c.MaxRequestBytes)
+	require.Equal(t, 5*time.Second, c.RequestReadTimeout)
+	require.Equal(t, "system", c.WorkspacePlacement)
+	require.Equal(t, "GET /v1/models", c.PassThroughRoutes)
+	d := DefaultConfig()
+	require.Equal(t, "tail", d.WorkspacePlacement)
+	require.Equal(t, int64(256<<20), d.MaxBufferedBytes)
+	require.Equal(t, 60*time.Second, d.RequestReadTimeout)
 
 	bad := []struct {
 		env  map[string]string
@@ -256,6 +267,11 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "LOG_FORMAT": "xml"}, "LOG_FORMAT"},
 		{map[string]string{"DATABASE_URL": "x", "CLIENT_KEYS": "a=sk-1"}, "CLIENT_KEYS needs UPSTREAM_API_KEY"},
 		{map[string]string{"DATABASE_URL": "x", "DATABASE_TIMEOUT": "0s"}, "DATABASE_TIMEOUT"},
+		{map[string]string{"DATABASE_URL": "x", "WORKSPACE_PLACEMENT": "middle"}, "WORKSPACE_PLACEMENT"},
+		{map[string]string{"DATABASE_URL": "x", "PASSTHROUGH_ROUTES": "/v1/files"}, "PASSTHROUGH_ROUTES"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "1MiB"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "lots"}, "MAX_BUFFERED_BYTES"},
+		{map[string]string{"DATABASE_URL": "x", "REQUEST_READ_TIMEOUT": "0s"}, "REQUEST_READ_TIMEOUT"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()
@@ -284,4 +300,39 @@ func TestRunRefusesAnUnreachableDatabase(t *testing.T) {
 	m.LogOutput = io.Discard
 	err := m.Run(context.Background())
 	require.ErrorContains(t, err, "migrate database")
+}
+
+// TestPlacementSetting: WORKSPACE_PLACEMENT reaches the proxy (tail by default, said at start).
+func TestPlacementSetting(t *testing.T) {
+	t.Parallel()
+	for _, placement := range []string{"", "system"} {
+		up := upstreamtest.New(t)
+		up.Fallback = upstreamtest.JSON(200, upstreamtest.Completion("ok"))
+		m, logs := MustRunMain(t, func(c *Config) {
+			c.UpstreamBaseURL = up.URL
+			if placement != "" {
+				c.WorkspacePlacement = placement
+			}
+		})
+		want := map[string]string{"": "tail", "system": "system"}[placement]
+		require.Contains(t, logs.String(), `msg="workspace placement" placement=`+want)
+		cfg := goopenai.DefaultConfig("any")
+		cfg.BaseURL = m.URL + "/threads/p/v1"
+		_, err := goopenai.NewClientWithConfig(cfg).CreateChatCompletion(context.Background(), goopenai.ChatCompletionRequest{
+			Model: "m", Messages: []goopenai.ChatCompletionMessage{{Role: "user", Content: "hi"}},
+		})
+		require.NoError(t, err)
+		var req struct {
+			Messages []struct{ Role, Content string } `json:"messages"`
+		}
+		require.NoError(t, json.Unmarshal(up.Requests()[0].Body, &req))
+		if want == "tail" {
+			require.Len(t, req.Messages, 1)
+			require.True(t, strings.HasPrefix(req.Messages[0].Content, "hi\n\n"), req.Messages[0].Content)
+		} else {
+			require.Len(t, req.Messages, 2)
+			require.Equal(t, "system", req.Messages[0].Role)
+			require.Equal(t, "hi", req.Messages[1].Content)
+		}
+	}
 }
