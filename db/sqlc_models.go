@@ -27,11 +27,14 @@ type Preference struct {
 }
 
 type Thread struct {
-	ID               string
-	CreatedAt        pgtype.Timestamptz
-	UpdatedAt        pgtype.Timestamptz
-	Turns            int32
-	NextPreferenceID int64
+	ID                 string
+	CreatedAt          pgtype.Timestamptz
+	UpdatedAt          pgtype.Timestamptz
+	Turns              int32
+	NextPreferenceID   int64
+	PromptTokens       int64
+	CachedPromptTokens int64
+	CompletionTokens   int64
 }
 
 type ToolCall struct {

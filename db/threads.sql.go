@@ -24,7 +24,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -36,6 +36,9 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.UpdatedAt,
 		&i.Turns,
 		&i.NextPreferenceID,
+		&i.PromptTokens,
+		&i.CachedPromptTokens,
+		&i.CompletionTokens,
 	)
 	return i, err
 }
@@ -166,4 +169,30 @@ func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (in
 	var next_preference_id int64
 	err := row.Scan(&next_preference_id)
 	return next_preference_id, err
+}
+
+const threadUsageAdd = `-- name: ThreadUsageAdd :exec
+UPDATE threads
+SET prompt_tokens = prompt_tokens + $1::bigint,
+    cached_prompt_tokens = cached_prompt_tokens + $2::bigint,
+    completion_tokens = completion_tokens + $3::bigint
+WHERE id = $4
+`
+
+type ThreadUsageAddParams struct {
+	PromptTokens       int64
+	CachedPromptTokens int64
+	CompletionTokens   int64
+	ID                 string
+}
+
+// Adds a turn's usage to its thread's totals.
+func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
+	_, err := db.Exec(ctx, threadUsageAdd,
+		arg.PromptTokens,
+		arg.CachedPromptTokens,
+		arg.CompletionTokens,
+		arg.ID,
+	)
+	return err
 }

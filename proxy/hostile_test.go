@@ -45,10 +45,10 @@ func TestPathEscapeRefused(t *testing.T) {
 	require.Empty(t, e.up.Requests(), "nothing reached the upstream")
 
 	for path, want := range map[string]string{
-		"/v1/files/a%2fb":              "/v1/files/a%2fb",
+		"/v1/files/a%2fb":               "/v1/files/a%2fb",
 		"/threads/t/v1/files/a%2Fb?x=1": "/v1/files/a%2Fb?x=1",
-		"/v1/models/gpt-4o":            "/v1/models/gpt-4o",
-		"/v1/files/a..b":               "/v1/files/a..b",
+		"/v1/models/gpt-4o":             "/v1/models/gpt-4o",
+		"/v1/files/a..b":                "/v1/files/a..b",
 	} {
 		resp, _ := e.do("GET", path, nil, "")
 		require.Equal(t, 200, resp.StatusCode, path)

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -27,6 +25,7 @@ type Metrics struct {
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
 	tokens           *prometheus.CounterVec
+	cachedTokens     prometheus.Counter
 	inflight         prometheus.Gauge
 }
 
@@ -64,12 +63,15 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion).",
 		}, []string{"kind"}),
+		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_cached_prompt_tokens_total", Help: "The part of the prompt tokens of thread turns the upstream served from its prompt cache.",
+		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.tokens, m.inflight,
+		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
@@ -144,20 +146,14 @@ func (m *Metrics) observeToolRounds(n int) {
 	}
 }
 
-// addTokens counts the prompt and completion tokens of one upstream usage object.
-func (m *Metrics) addTokens(usage json.RawMessage) {
-	if m == nil || len(usage) == 0 || string(usage) == "null" {
+// addTokens counts the tokens of one upstream round.
+func (m *Metrics) addTokens(u tools.Usage) {
+	if m == nil {
 		return
 	}
-	u, err := rawjson.Parse(usage)
-	if err != nil {
-		return
-	}
-	for _, kind := range []string{"prompt", "completion"} {
-		if n, err := strconv.ParseFloat(string(u.Get(kind+"_tokens")), 64); err == nil && n > 0 {
-			m.tokens.WithLabelValues(kind).Add(n)
-		}
-	}
+	m.tokens.WithLabelValues("prompt").Add(float64(u.PromptTokens))
+	m.tokens.WithLabelValues("completion").Add(float64(u.CompletionTokens))
+	m.cachedTokens.Add(float64(u.CachedPromptTokens))
 }
 
 // statusWriter remembers the status code written; it passes Flush and the rest through Unwrap

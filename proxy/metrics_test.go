@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -41,15 +42,21 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.lockedSkips.WithLabelValues("remove_preferences")))
 	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
 	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion")))
+	require.Equal(t, 6.0, testutil.ToFloat64(m.cachedTokens), "2 cached tokens in each of the three rounds")
 	require.Equal(t, 3.0, testutil.ToFloat64(m.upstreamRequests.WithLabelValues("200")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /v1/chat/completions", "200")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /threads/{thread}/v1/chat/completions", "200")))
+	// A request is counted when its handler returns, which may be just after the client has the
+	// whole answer (the turn's usage is added to its thread after it).
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /v1/chat/completions", "200")) == 1 &&
+			testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /threads/{thread}/v1/chat/completions", "200")) == 1
+	}, 5*time.Second, 10*time.Millisecond)
 
 	text := scrape(t, e)
 	for _, name := range []string{
 		"wsproxy_http_requests_total", "wsproxy_http_request_duration_seconds", "wsproxy_upstream_requests_total",
 		"wsproxy_upstream_request_duration_seconds", "wsproxy_tool_calls_total", "wsproxy_locked_skips_total",
-		"wsproxy_tool_rounds", "wsproxy_tokens_total", "wsproxy_inflight_requests", "go_goroutines", "process_cpu_seconds_total",
+		"wsproxy_tool_rounds", "wsproxy_tokens_total", "wsproxy_cached_prompt_tokens_total", "wsproxy_inflight_requests",
+		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		require.Contains(t, text, "# TYPE "+name+" ", name)
 	}

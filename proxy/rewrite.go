@@ -222,6 +222,31 @@ func (c *ChatRequest) IsClientTool(name string) bool {
 // errFound stops a walk that found what it looked for.
 var errFound = errors.New("found")
 
+// setDefault sets a top-level member the client did not send.
+func (c *ChatRequest) setDefault(key string, value json.RawMessage) {
+	if c.fields.Get(key) == nil {
+		c.fields.Set(key, value)
+	}
+}
+
+// askUsage has a streamed turn's upstream send its usage (stream_options.include_usage), which
+// the proxy counts; the client gets the usage chunk only when it asked for it (IncludeUsage).
+// Other members of stream_options keep their values.
+func (c *ChatRequest) askUsage() {
+	if !c.Stream || c.IncludeUsage {
+		return
+	}
+	opts, err := rawjson.Parse(c.fields.Get("stream_options"))
+	if err != nil { // absent, null, or not an object: the upstream's to refuse as it was
+		if v := c.fields.Get("stream_options"); v != nil && string(v) != "null" {
+			return
+		}
+		opts = rawjson.Object{}
+	}
+	opts.Set("include_usage", json.RawMessage("true"))
+	c.fields.Set("stream_options", opts.Bytes())
+}
+
 // Placement is where the workspace goes in a request (SPEC §3.1).
 type Placement string
 

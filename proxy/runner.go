@@ -52,6 +52,9 @@ type Turn struct {
 	Workspace *tools.Workspace
 	Number    int // the thread's turn number
 	Upstream  Upstream
+	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
+	// when it failed after some rounds).
+	Usage tools.Usage
 }
 
 // Reply is the answer of a non-streamed turn.
@@ -121,7 +124,10 @@ func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) 
 func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
-	defer func() { r.Metrics.observeToolRounds(toolRounds) }()
+	defer func() {
+		r.Metrics.observeToolRounds(toolRounds)
+		t.Usage = usage.tokens
+	}()
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
 		body := d.request(!final)
@@ -135,7 +141,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 			return n, err
 		}
 		usage.add(roundUsage)
-		r.Metrics.addTokens(roundUsage)
+		r.Metrics.addTokens(tokenCounts(roundUsage))
 		var mine, theirs []toolCall
 		for _, c := range calls {
 			if c.Client {
@@ -256,14 +262,45 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 
 // usageSum adds up the usage objects of a turn's rounds: every number, nested ones
 // (prompt_tokens_details, …) included; anything else keeps its last value. It keeps the raw
-// objects and sums them only when asked, so a turn of one round decodes nothing.
-type usageSum struct{ raws []json.RawMessage }
+// objects and sums them only when asked, so a turn of one round decodes nothing; the token
+// counts it sums as it goes.
+type usageSum struct {
+	raws   []json.RawMessage
+	tokens tools.Usage
+}
 
 // add keeps a round's usage; raw must stay unchanged until json is called.
 func (u *usageSum) add(raw json.RawMessage) {
 	if len(raw) > 0 && string(raw) != "null" {
 		u.raws = append(u.raws, raw)
+		u.tokens.Add(tokenCounts(raw))
 	}
+}
+
+// tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
+// prompt_tokens_details.cached_tokens and completion_tokens, or the Responses API's
+// input_tokens, input_tokens_details.cached_tokens and output_tokens.
+func tokenCounts(raw json.RawMessage) tools.Usage {
+	var u tools.Usage
+	o, err := rawjson.Parse(raw)
+	if err != nil {
+		return u
+	}
+	count := func(o rawjson.Object, key string) int64 {
+		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64)
+		return max(n, 0)
+	}
+	cached := func(details string) int64 {
+		d, err := rawjson.Parse(o.Get(details))
+		if err != nil {
+			return 0
+		}
+		return count(d, "cached_tokens")
+	}
+	u.PromptTokens = count(o, "prompt_tokens") + count(o, "input_tokens")
+	u.CompletionTokens = count(o, "completion_tokens") + count(o, "output_tokens")
+	u.CachedPromptTokens = cached("prompt_tokens_details") + cached("input_tokens_details")
+	return u
 }
 
 func (u *usageSum) empty() bool { return len(u.raws) == 0 }

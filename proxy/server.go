@@ -5,6 +5,8 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -24,6 +27,18 @@ import (
 const (
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultUpstreamTimeout = 10 * time.Minute
+	// DefaultUpstreamURL is OpenAI's API, the upstream when none is configured.
+	DefaultUpstreamURL = "https://api.openai.com/v1"
+)
+
+// Prompt cache key modes (PROMPT_CACHE_KEY, SPEC §3.1).
+const (
+	// PromptCacheKeyAuto sets the key on thread turns when the upstream is DefaultUpstreamURL.
+	PromptCacheKeyAuto = "auto"
+	// PromptCacheKeyThread sets the key on every thread turn whose client sent none.
+	PromptCacheKeyThread = "thread"
+	// PromptCacheKeyOff never sets it.
+	PromptCacheKeyOff = "off"
 )
 
 // Headers of the proxy's own: a thread on /v1 routes, and a request's placement (SPEC §3.1).
@@ -71,6 +86,9 @@ type Options struct {
 	// Placement is where the workspace goes in a request (SPEC §3.1); a request's
 	// X-Workspace-Placement header wins. Empty means PlaceTail.
 	Placement Placement
+	// PromptCacheKey is PromptCacheKeyAuto, PromptCacheKeyThread or PromptCacheKeyOff: whether a
+	// thread turn without a prompt_cache_key gets one derived from its thread. Empty means auto.
+	PromptCacheKey string
 	// Instructions stand before the block, whatever the placement. Empty means
 	// tools.TailInstructions with PlaceTail and tools.SystemInstructions with PlaceSystem.
 	Instructions string
@@ -91,6 +109,7 @@ type Server struct {
 	handler  http.Handler
 	maxBytes int64
 	budget   bodyBudget
+	cacheKey bool // set prompt_cache_key on thread turns
 }
 
 // NewServer returns a server with its routes.
@@ -133,6 +152,8 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.budget.max = opts.MaxBufferedBytes
+	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread ||
+		(opts.PromptCacheKey != PromptCacheKeyOff && strings.TrimSuffix(opts.UpstreamURL.String(), "/") == DefaultUpstreamURL)
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:    s.rewritePassThrough,
 		Transport:  transport,
@@ -358,12 +379,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.InjectWorkspace(s.instructions(placement)+"\n\n"+turn.Block(), placement)
+	req.askUsage()
+	if s.cacheKey {
+		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
+	}
 	t := &Turn{
 		Request:   req,
 		Workspace: ws,
 		Number:    turn.Number,
 		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header)},
 	}
+	defer s.addUsage(r, t) // after the answer has gone out
 	if req.Stream {
 		s.stream(w, r, t, thread.Name)
 		return
@@ -376,10 +402,30 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	copyHeader(h, responseHeader(reply.Header))
 	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(reply.Body)))
 	h.Set(threadHeader, thread.Name)
 	h.Set("X-Workspace-Rounds", strconv.Itoa(reply.Rounds))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(reply.Body)
+	_ = http.NewResponseController(w).Flush()
+}
+
+// addUsage adds a turn's usage to its thread's totals, once the client has its answer; a
+// failure costs the count, not the answer.
+func (s *Server) addUsage(r *http.Request, t *Turn) {
+	if t.Usage == (tools.Usage{}) {
+		return
+	}
+	if err := t.Workspace.AddUsage(context.WithoutCancel(r.Context()), t.Usage); err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "a turn's usage was not added to its thread", slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
+	}
+}
+
+// promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
+// the thread's id (SPEC §3.1).
+func promptCacheKey(thread tools.ThreadID) string {
+	sum := sha256.Sum256([]byte("wsproxy prompt_cache_key\n" + thread.String()))
+	return "wsp_" + hex.EncodeToString(sum[:16])
 }
 
 // stream serves a streamed turn. The status and headers go out with the first chunk, so a

@@ -51,3 +51,11 @@ LIMIT @max_rows;
 
 -- name: ThreadDelete :execrows
 DELETE FROM threads WHERE id = @id;
+
+-- name: ThreadUsageAdd :exec
+-- Adds a turn's usage to its thread's totals.
+UPDATE threads
+SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
+    cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,
+    completion_tokens = completion_tokens + @completion_tokens::bigint
+WHERE id = @id;

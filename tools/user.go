@@ -26,13 +26,30 @@ type Thread struct {
 	PreferenceCount int       `json:"preference_count"`
 }
 
-// Detail is one thread's whole workspace, with the block as it would be injected now.
+// Detail is one thread's whole workspace, with the block as it would be injected now and the
+// usage of its turns.
 type Detail struct {
 	ID          string       `json:"id"`
 	Client      string       `json:"client,omitempty"`
 	Objective   *Objective   `json:"objective"`
 	Preferences []Preference `json:"preferences"`
 	Block       string       `json:"block"`
+	Usage       Usage        `json:"usage"`
+}
+
+// Usage is what the upstream reported for a thread's turns: tokens of the prompts, the part of
+// them served from the upstream's prompt cache, and tokens of the answers.
+type Usage struct {
+	PromptTokens       int64 `json:"prompt_tokens"`
+	CachedPromptTokens int64 `json:"cached_prompt_tokens"`
+	CompletionTokens   int64 `json:"completion_tokens"`
+}
+
+// Add adds o to u.
+func (u *Usage) Add(o Usage) {
+	u.PromptTokens += o.PromptTokens
+	u.CachedPromptTokens += o.CachedPromptTokens
+	u.CompletionTokens += o.CompletionTokens
 }
 
 // Snapshot is the workspace as it stood at the start of a turn.
@@ -100,9 +117,11 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	defer done(&err)
 	var d Detail
 	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
-		if _, err := w.store.q.ThreadGet(ctx, tx, w.threadID); err != nil {
+		th, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
+		if err != nil {
 			return db.NotFound(err)
 		}
+		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens}
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
 		switch err = db.NotFound(err); err {
 		case nil:
@@ -128,6 +147,24 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	}
 	d.Block = RenderBlock(objective, d.Preferences)
 	return d, nil
+}
+
+// AddUsage adds a turn's usage to the thread's totals, in one round trip that does not wait for
+// the disk (SET LOCAL synchronous_commit = off): a crash may lose the last turns' counts, never
+// anything of the workspace.
+func (w *Workspace) AddUsage(ctx context.Context, u Usage) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL synchronous_commit = off")
+	db.QueueThreadUsageAdd(b, db.ThreadUsageAddParams{ID: w.threadID, PromptTokens: u.PromptTokens,
+		CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
+	b.Queue("COMMIT")
+	if err := w.store.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("add usage: %w", err)
+	}
+	return nil
 }
 
 // Delete erases the thread and everything of it. ErrNotFound when it does not exist.

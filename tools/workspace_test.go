@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -413,6 +414,8 @@ func TestToolCallRoundTrips(t *testing.T) {
 	}
 }
 
+// TestTurnStartIsOneRoundTrip: a turn costs two round trips: its start (one statement) and, once
+// the client has its answer, its usage (one batch that does not wait for the disk).
 func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
@@ -428,6 +431,13 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	require.Equal(t, int64(1), tracer.n.Load()-before)
 	require.Len(t, turn.Preferences, 2)
 	require.Equal(t, "x", turn.Objective)
+
+	before = tracer.n.Load()
+	require.NoError(t, f.ws.AddUsage(context.Background(), Usage{PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3}))
+	require.Equal(t, int64(1), tracer.n.Load()-before)
+	d, err := f.ws.Get(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, Usage{PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3}, d.Usage)
 }
 
 func TestUserPath(t *testing.T) {
@@ -612,7 +622,9 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	require.NoError(t, db.Migrate(context.Background(), pool))
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n))
-	require.Equal(t, 1, n)
+	files, err := filepath.Glob("../db/migration/*.sql")
+	require.NoError(t, err)
+	require.Equal(t, len(files), n, "each migration applied once")
 }
 
 // TestOversizedArguments: a model's megabytes of arguments get an error envelope, nothing is

@@ -1,0 +1,65 @@
+package db_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+// TestUpgradeFromFirstSchema: a database populated under the first schema (001) upgrades to the
+// current one with every row kept; what the later migrations add starts empty or at zero.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	first, err := os.ReadFile("migration/001_workspace.sql")
+	require.NoError(t, err)
+	for _, sql := range []string{
+		`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+		string(first),
+		`INSERT INTO schema_migrations (version) VALUES ('001_workspace')`,
+		`INSERT INTO threads (id, turns, next_preference_id) VALUES ('old', 3, 3)`,
+		`INSERT INTO objectives (thread_id, text, updated_by) VALUES ('old', 'An old goal', 'agent')`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true), ('old', 2, 'Short', 'soft', false)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences) VALUES ('old', 3, 'An old goal', '[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true}]')`,
+		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result) VALUES ('old', 3, 1, 'set_objective', '{"text":"An old goal"}', true, '{"ok":true,"result":"objective set: An old goal"}')`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int32(3), th.Turns)
+	require.Equal(t, int64(3), th.NextPreferenceID)
+	require.Zero(t, th.PromptTokens+th.CachedPromptTokens+th.CompletionTokens, "usage starts at zero")
+	prefs, err := q.PreferenceListByThread(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Len(t, prefs, 2)
+	require.True(t, prefs[0].Locked)
+	o, err := q.ObjectiveGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, "An old goal", o.Text)
+	calls, err := q.ToolCallListByThread(ctx, pool, db.ToolCallListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+	snaps, err := q.SnapshotListByThread(ctx, pool, db.SnapshotListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, snaps, 1)
+
+	// The upgraded database takes the current statements.
+	require.NoError(t, q.ThreadUsageAdd(ctx, pool, db.ThreadUsageAddParams{ID: "old", PromptTokens: 5, CachedPromptTokens: 1, CompletionTokens: 2}))
+	_, err = q.ThreadTurnStart(ctx, pool, "old")
+	require.NoError(t, err)
+}
