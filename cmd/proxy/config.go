@@ -36,16 +36,18 @@ type Config struct {
 	UpstreamTimeout    time.Duration
 	// WorkspacePlacement is where the workspace goes in a request: tail or system.
 	WorkspacePlacement string
-	ShutdownTimeout    time.Duration
-	LogLevel           string
-	LogFormat          string
+	// PromptCacheKey: auto, thread or off.
+	PromptCacheKey  string
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
 }
 
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	return Config{
 		DatabaseTimeout:    tools.DefaultTimeout,
-		UpstreamBaseURL:    "https://api.openai.com/v1",
+		UpstreamBaseURL:    proxy.DefaultUpstreamURL,
 		ListenAddr:         ":8080",
 		MaxToolRounds:      proxy.DefaultMaxToolRounds,
 		MaxRequestBytes:    proxy.DefaultMaxRequestBytes,
@@ -54,6 +56,7 @@ func DefaultConfig() Config {
 		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
 		WorkspacePlacement: string(proxy.PlaceTail),
 		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
+		PromptCacheKey:     proxy.PromptCacheKeyAuto,
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -81,6 +84,7 @@ func (c *Config) settings() []setting {
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt, as before)", (*stringValue)(&c.WorkspacePlacement)},
+		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
@@ -147,6 +151,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := proxy.ParseRoutes(c.PassThroughRoutes); err != nil {
 		return fmt.Errorf("PASSTHROUGH_ROUTES: %w", err)
+	}
+	switch c.PromptCacheKey {
+	case proxy.PromptCacheKeyAuto, proxy.PromptCacheKeyThread, proxy.PromptCacheKeyOff:
+	default:
+		return fmt.Errorf("PROMPT_CACHE_KEY: %q is not auto, thread or off", c.PromptCacheKey)
 	}
 	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
 		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)

@@ -146,6 +146,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ClientKeys:         clientKeys,
 		PassThroughRoutes:  routes,
 		Placement:          placement,
+		PromptCacheKey:     m.Config.PromptCacheKey,
 		MaxToolRounds:      m.Config.MaxToolRounds,
 		MaxRequestBytes:    m.Config.MaxRequestBytes,
 		RequestReadTimeout: m.Config.RequestReadTimeout,

@@ -250,6 +250,7 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, "GET /v1/models", c.PassThroughRoutes)
 	d := DefaultConfig()
 	require.Equal(t, "tail", d.WorkspacePlacement)
+	require.Equal(t, "auto", d.PromptCacheKey)
 	require.Equal(t, int64(256<<20), d.MaxBufferedBytes)
 	require.Equal(t, 60*time.Second, d.RequestReadTimeout)
 
@@ -268,6 +269,7 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "CLIENT_KEYS": "a=sk-1"}, "CLIENT_KEYS needs UPSTREAM_API_KEY"},
 		{map[string]string{"DATABASE_URL": "x", "DATABASE_TIMEOUT": "0s"}, "DATABASE_TIMEOUT"},
 		{map[string]string{"DATABASE_URL": "x", "WORKSPACE_PLACEMENT": "middle"}, "WORKSPACE_PLACEMENT"},
+		{map[string]string{"DATABASE_URL": "x", "PROMPT_CACHE_KEY": "always"}, "PROMPT_CACHE_KEY"},
 		{map[string]string{"DATABASE_URL": "x", "PASSTHROUGH_ROUTES": "/v1/files"}, "PASSTHROUGH_ROUTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "1MiB"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "lots"}, "MAX_BUFFERED_BYTES"},
