@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated run build bench bench-load soak
+.PHONY: test vet generate check-generated run build bench bench-load bench-cache soak
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster).
@@ -38,6 +38,13 @@ bench:
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)'
+
+## bench-cache: what each workspace placement costs a conversation's upstream prompt cache (two
+## scripted sessions, direct and through wsproxy with each placement); fails when a tail
+## target is missed.
+bench-cache: build
+	$(GO) build -o bin/load ./cmd/load
+	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load cache -wsproxy bin/wsproxy'
 
 ## soak: ten minutes of mixed traffic against wsproxy with injected upstream and Postgres
 ## faults; fails unless every recorded preference is stored exactly once and memory and

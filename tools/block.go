@@ -25,17 +25,12 @@ const SystemInstructions = `You have a persistent workspace for this conversatio
 	`Follow the preferences in your answers.`
 
 // TailInstructions is the text injected before the block in the last message (placement tail)
-// unless configured otherwise: it says the block is the system's, not the user's words, and
-// that only the latest block is current (earlier messages of the history carry outdated ones).
-const TailInstructions = `[The text from here to the end of this message was added by the system, not written by the ` +
-	`user.] You have a persistent workspace for this conversation, shown below between <workspace> tags: ` +
-	`the objective (your one-line understanding of what the user wants to achieve) and the user's ` +
-	`preferences (hard: must-haves; soft: preferences). Only the latest <workspace> block is current; ` +
-	`earlier ones in the conversation are outdated. Keep it current with your workspace tools: set the ` +
-	`objective on the first substantive turn and whenever your understanding changes; record every ` +
-	`preference the user states; edit or remove one only when the user asks. Items marked (locked) belong ` +
-	`to the user: you cannot change them, so ask the user to unlock one first. Follow the preferences in ` +
-	`your answers.`
+// unless configured otherwise. It is short, since it is part of every request's uncached tail,
+// and says that the block is the system's, not the user's words, and that only the latest block
+// is current (earlier messages of the history carry outdated ones). The tools' descriptions say
+// the rest.
+const TailInstructions = `[Added by the system, not the user: the user's workspace. Only the latest <workspace> block ` +
+	`is current; (locked) items are the user's.]`
 
 // RenderBlock renders the workspace block of SPEC §4. The bytes depend only on the objective and
 // the preferences: nothing time- or turn-dependent, so an unchanged workspace renders the same.

@@ -10,6 +10,10 @@
 //	    a bare httputil.ReverseProxy, the baseline a proxy is compared with.
 //	load suite -wsproxy BIN [-d 5s] [-rounds 3]
 //	    all of the above against each other, interleaved over rounds (needs DATABASE_URL).
+//	load cache -wsproxy BIN
+//	    what the workspace placement costs a conversation's prompt cache: two scripted sessions
+//	    straight to a cache-modelling upstream and through wsproxy with each placement (needs
+//	    DATABASE_URL); fails when a tail target is missed.
 //	load soak -wsproxy BIN [-d 10m] [-c 16]
 //	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
 //	    of memory and of goroutines (needs DATABASE_URL).
@@ -22,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: load run|upstream|bareproxy|suite|soak [flags]")
+		fmt.Fprintln(os.Stderr, "usage: load run|upstream|bareproxy|suite|cache|soak [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -35,6 +39,8 @@ func main() {
 		err = bareProxyCmd(os.Args[2:])
 	case "suite":
 		err = suiteCmd(os.Args[2:])
+	case "cache":
+		err = cacheCmd(os.Args[2:])
 	case "soak":
 		err = soakCmd(os.Args[2:])
 	default:
