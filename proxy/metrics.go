@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/wsproxy/wsproxy/tools"
 )
+
+var liveHeap = regexp.MustCompile(`^/gc/heap/live:bytes$`)
 
 // Metrics are wsproxy's Prometheus metrics (SPEC §9), registered on the registry given to
 // NewMetrics. A nil *Metrics records nothing.
@@ -72,7 +75,10 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
 		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
+		// compares: the heap in use also counts garbage not yet collected).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
 			m.toolCalls.WithLabelValues(name, outcome)
