@@ -60,6 +60,6 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 
 	// The upgraded database takes the current statements.
 	require.NoError(t, q.ThreadUsageAdd(ctx, pool, db.ThreadUsageAddParams{ID: "old", PromptTokens: 5, CachedPromptTokens: 1, CompletionTokens: 2}))
-	_, err = q.ThreadTurnStart(ctx, pool, "old")
+	_, err = db.StartTurn(ctx, pool, "old")
 	require.NoError(t, err)
 }

@@ -121,40 +121,16 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int6
 	return next_preference_id, err
 }
 
-const threadTurnStart = `-- name: ThreadTurnStart :one
-WITH t AS (
-    INSERT INTO threads AS th (id, turns) VALUES ($1, 1)
-    ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
-    RETURNING th.id, th.turns
-), o AS (
-    SELECT text FROM objectives WHERE thread_id = $1
-), p AS (
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'id', id, 'title', title, 'subtitle', subtitle, 'kind', kind, 'locked', locked)
-               ORDER BY id), '[]'::jsonb)::jsonb AS prefs
-    FROM preferences WHERE thread_id = $1
-), s AS (
-    INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences)
-    SELECT t.id, t.turns, (SELECT text FROM o), p.prefs FROM t, p
-    RETURNING turn, objective, preferences
-)
-SELECT turn, objective, preferences FROM s
+const threadTurnNext = `-- name: ThreadTurnNext :exec
+INSERT INTO threads AS th (id, turns) VALUES ($1, 1)
+ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
 `
 
-type ThreadTurnStartRow struct {
-	Turn        int32
-	Objective   pgtype.Text
-	Preferences []byte
-}
-
-// Starts a turn in one round trip: creates the thread on its first turn, takes the next turn
-// number, and snapshots the workspace as it stands under that number. All parts read the one
-// snapshot of the statement, so the returned workspace is the one recorded.
-func (q *Queries) ThreadTurnStart(ctx context.Context, db DBTX, id string) (ThreadTurnStartRow, error) {
-	row := db.QueryRow(ctx, threadTurnStart, id)
-	var i ThreadTurnStartRow
-	err := row.Scan(&i.Turn, &i.Objective, &i.Preferences)
-	return i, err
+// Takes a thread's next turn number, creating the thread on its first turn. The thread's row
+// stays locked until the transaction ends: no edit of its workspace can commit in between.
+func (q *Queries) ThreadTurnNext(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, threadTurnNext, id)
+	return err
 }
 
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one

@@ -309,6 +309,17 @@ func (s *Server) adminSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if v := r.URL.Query().Get("turn"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return badRequest("invalid_value", "turn", "turn must be a turn number (from 1)")
+		}
+		snap, err := ws.SnapshotForTurn(r.Context(), n)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusOK, snap)
+	}
 	return list(w, limit, func(n int) ([]tools.Snapshot, error) { return ws.Snapshots(r.Context(), int(min(after, 1<<31-1)), n) })
 }
 

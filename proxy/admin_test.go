@@ -159,17 +159,26 @@ func TestAdminPagination(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/p4/preferences", map[string]any{"title": "Kept"}, 201, nil)
 	e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "p4"}, `{"messages":[]}`)
 	e.admin("GET", "/admin/v1/threads/p4/snapshots", nil, 200, &rawSnaps)
-	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences"}, keys(rawSnaps.Data[2]))
+	// p4: turns 1 and 2 on an empty workspace (one snapshot), turn 3 after the user's addition.
+	require.Len(t, rawSnaps.Data, 2)
+	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences"}, keys(rawSnaps.Data[1]))
 	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked"},
-		keys(rawSnaps.Data[2]["preferences"].([]any)[0].(map[string]any)))
+		keys(rawSnaps.Data[1]["preferences"].([]any)[0].(map[string]any)))
 
 	var snaps page[tools.Snapshot]
-	e.admin("GET", "/admin/v1/threads/p0/snapshots?limit=1", nil, 200, &snaps)
+	e.admin("GET", "/admin/v1/threads/p4/snapshots?limit=1", nil, 200, &snaps)
 	require.True(t, snaps.HasMore)
 	require.Equal(t, 1, snaps.Data[0].Turn)
-	e.admin("GET", "/admin/v1/threads/p0/snapshots?after=1", nil, 200, &snaps)
+	e.admin("GET", "/admin/v1/threads/p4/snapshots?after=1", nil, 200, &snaps)
 	require.False(t, snaps.HasMore)
-	require.Equal(t, 2, snaps.Data[0].Turn)
+	require.Equal(t, 3, snaps.Data[0].Turn)
+	for turn, want := range map[string]int{"1": 1, "2": 1, "3": 3} {
+		var snap tools.Snapshot
+		e.admin("GET", "/admin/v1/threads/p4/snapshots?turn="+turn, nil, 200, &snap)
+		require.Equal(t, want, snap.Turn, "the snapshot of turn %s", turn)
+	}
+	e.admin("GET", "/admin/v1/threads/p4/snapshots?turn=4", nil, 404, nil)
+	e.admin("GET", "/admin/v1/threads/p4/snapshots?turn=0", nil, 400, nil)
 
 	var calls page[map[string]any]
 	e.admin("GET", "/admin/v1/threads/p0/tool-calls?limit=500", nil, 200, &calls)

@@ -77,11 +77,16 @@ func TestConcurrentTurns(t *testing.T) {
 	sort.Strings(titles)
 	require.Equal(t, want, titles, "every write exactly once")
 
+	// Turns 1..n, each with the workspace of the snapshot that applies to it: snapshots in turn
+	// order, each different from the one before (a turn that found no change stored none).
+	require.Equal(t, n, e.turns("one"))
 	var snaps page[tools.Snapshot]
 	e.admin("GET", "/admin/v1/threads/one/snapshots?limit=500", nil, 200, &snaps)
-	require.Len(t, snaps.Data, n)
-	for i, s := range snaps.Data {
-		require.Equal(t, i+1, s.Turn)
+	require.Equal(t, 1, snaps.Data[0].Turn)
+	for i := 1; i < len(snaps.Data); i++ {
+		require.Greater(t, snaps.Data[i].Turn, snaps.Data[i-1].Turn)
+		require.LessOrEqual(t, snaps.Data[i].Turn, n)
+		require.NotEqual(t, snaps.Data[i-1].Preferences, snaps.Data[i].Preferences)
 	}
 	for i := range n {
 		require.Len(t, e.workspace(fmt.Sprintf("many-%02d", i)).Preferences, 1)

@@ -145,6 +145,20 @@ func (e *env) workspace(thread string) tools.Detail {
 	return d
 }
 
+// turns is how many turns a thread has had (the admin listing's turns).
+func (e *env) turns(thread string) int {
+	e.t.Helper()
+	var threads page[tools.Thread]
+	e.admin("GET", "/admin/v1/threads?limit=500", nil, 200, &threads)
+	for _, th := range threads.Data {
+		if th.ID == thread {
+			return th.Turns
+		}
+	}
+	e.t.Fatalf("no thread %s", thread)
+	return 0
+}
+
 // upstreamMessages decodes the messages of the n-th upstream request.
 func (e *env) upstreamRequest(n int) map[string]any {
 	e.t.Helper()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
@@ -37,15 +36,16 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// log logs a failure that is the proxy's or a dependency's (5xx): an upstream's at Warn (the
-// proxy did its part), the rest at Error. A client's mistakes are not logged.
+// log logs a failure that is the proxy's or a dependency's (5xx): a bug (500) at Error, a
+// dependency that failed (the upstream, Postgres) or a proxy at its limits at Warn. A client's
+// mistakes are not logged.
 func (e *Error) log(ctx context.Context, log *slog.Logger, msg string, attrs ...slog.Attr) {
 	if e.Status < 500 {
 		return
 	}
-	level := slog.LevelError
-	if strings.HasPrefix(e.Code, "upstream_") {
-		level = slog.LevelWarn
+	level := slog.LevelWarn
+	if e.Status == http.StatusInternalServerError {
+		level = slog.LevelError
 	}
 	log.LogAttrs(ctx, level, msg, append(attrs, slog.Int("status", e.Status), slog.String("code", e.Code), slog.Any("err", e.Err))...)
 }

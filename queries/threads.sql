@@ -1,24 +1,8 @@
--- name: ThreadTurnStart :one
--- Starts a turn in one round trip: creates the thread on its first turn, takes the next turn
--- number, and snapshots the workspace as it stands under that number. All parts read the one
--- snapshot of the statement, so the returned workspace is the one recorded.
-WITH t AS (
-    INSERT INTO threads AS th (id, turns) VALUES (@id, 1)
-    ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
-    RETURNING th.id, th.turns
-), o AS (
-    SELECT text FROM objectives WHERE thread_id = @id
-), p AS (
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'id', id, 'title', title, 'subtitle', subtitle, 'kind', kind, 'locked', locked)
-               ORDER BY id), '[]'::jsonb)::jsonb AS prefs
-    FROM preferences WHERE thread_id = @id
-), s AS (
-    INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences)
-    SELECT t.id, t.turns, (SELECT text FROM o), p.prefs FROM t, p
-    RETURNING turn, objective, preferences
-)
-SELECT turn, objective, preferences FROM s;
+-- name: ThreadTurnNext :exec
+-- Takes a thread's next turn number, creating the thread on its first turn. The thread's row
+-- stays locked until the transaction ends: no edit of its workspace can commit in between.
+INSERT INTO threads AS th (id, turns) VALUES (@id, 1)
+ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now();
 
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's

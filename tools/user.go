@@ -52,7 +52,8 @@ func (u *Usage) Add(o Usage) {
 	u.CompletionTokens += o.CompletionTokens
 }
 
-// Snapshot is the workspace as it stood at the start of a turn.
+// Snapshot is the workspace as it stood at the start of a turn; it applies from that turn until
+// the next snapshot (a turn that found the workspace unchanged stores none).
 type Snapshot struct {
 	Turn        int          `json:"turn"`
 	CreatedAt   time.Time    `json:"created_at"`
@@ -345,16 +346,42 @@ func (w *Workspace) Snapshots(ctx context.Context, after, limit int) (_ []Snapsh
 	}
 	out := make([]Snapshot, len(rows))
 	for i, r := range rows {
-		prefs, err := decodeSnapshotPreferences(r.Preferences)
-		if err != nil {
+		if out[i], err = fromSnapshot(r); err != nil {
 			return nil, err
-		}
-		out[i] = Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: prefs}
-		if r.Objective.Valid {
-			out[i].Objective = &r.Objective.String
 		}
 	}
 	return out, nil
+}
+
+// SnapshotForTurn is the snapshot that applies to turn n: the latest stored at or before it.
+// ErrNotFound when the thread has none (or no turn n yet).
+func (w *Workspace) SnapshotForTurn(ctx context.Context, n int) (_ Snapshot, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	th, err := w.store.q.ThreadGet(ctx, w.store.pool, w.threadID)
+	if err != nil {
+		return Snapshot{}, db.NotFound(err)
+	}
+	if n < 1 || n > int(th.Turns) {
+		return Snapshot{}, ErrNotFound
+	}
+	r, err := w.store.q.SnapshotForTurn(ctx, w.store.pool, db.SnapshotForTurnParams{ThreadID: w.threadID, Turn: int32(n)})
+	if err != nil {
+		return Snapshot{}, db.NotFound(err)
+	}
+	return fromSnapshot(r)
+}
+
+func fromSnapshot(r db.WorkspaceSnapshot) (Snapshot, error) {
+	prefs, err := decodeSnapshotPreferences(r.Preferences)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: prefs}
+	if r.Objective.Valid {
+		s.Objective = &r.Objective.String
+	}
+	return s, nil
 }
 
 // ToolCalls lists the thread's recorded tool calls, oldest first, after id after.

@@ -187,12 +187,13 @@ type TurnStart struct {
 // Block renders the turn's workspace block.
 func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences) }
 
-// StartTurn begins a turn in one round trip: it creates the thread on its first turn, takes the
-// next turn number and snapshots the workspace under it.
+// StartTurn begins a turn in one round trip that does not wait for the disk (db.StartTurn): it
+// creates the thread on its first turn, takes the next turn number, and snapshots the workspace
+// under it when it changed since the last snapshot.
 func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	row, err := w.store.q.ThreadTurnStart(ctx, w.store.pool, w.threadID)
+	row, err := db.StartTurn(ctx, w.store.pool, w.threadID)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}

@@ -348,17 +348,28 @@ func TestTurns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, d.Block)
 
+	// Turn 3 found the workspace of turn 2: no new snapshot; turn 2's applies to it.
 	snaps, err := f.ws.Snapshots(ctx, 0, 50)
 	require.NoError(t, err)
-	require.Len(t, snaps, 3)
+	require.Len(t, snaps, 2)
 	require.Nil(t, snaps[0].Objective)
 	require.Empty(t, snaps[0].Preferences)
+	require.Equal(t, 2, snaps[1].Turn)
 	require.Equal(t, "Plan a trip", *snaps[1].Objective)
 	require.Equal(t, []Preference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true}}, snaps[1].Preferences)
-	page, err := f.ws.Snapshots(ctx, 2, 50)
+	page, err := f.ws.Snapshots(ctx, 1, 50)
 	require.NoError(t, err)
 	require.Len(t, page, 1)
-	require.Equal(t, 3, page[0].Turn)
+	require.Equal(t, 2, page[0].Turn)
+	for turn, want := range map[int]int{1: 1, 2: 2, 3: 2} {
+		snap, err := f.ws.SnapshotForTurn(ctx, turn)
+		require.NoError(t, err)
+		require.Equal(t, want, snap.Turn, "turn %d", turn)
+	}
+	for _, turn := range []int{0, 4} {
+		_, err := f.ws.SnapshotForTurn(ctx, turn)
+		require.ErrorIs(t, err, ErrNotFound)
+	}
 
 	threads, err := f.store.Threads(ctx, "", 50)
 	require.NoError(t, err)
