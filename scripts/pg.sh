@@ -5,8 +5,10 @@
 #                               (TEST_DATABASE_URL or DATABASE_URL), else a throwaway cluster
 #                               that is removed when CMD exits
 #   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR/pg and
-#                               print its URL on stdout
-#   scripts/pg.sh stop DIR      stop the cluster of DIR
+#                               print its URL on stdout (server options from PG_OPTS, if set)
+#   scripts/pg.sh stop DIR [MODE]
+#                               stop the cluster of DIR (pg_ctl's mode: fast, or immediate for a
+#                               crash)
 #
 # PostgreSQL refuses to run as root, so as root the cluster belongs to the "postgres" user
 # (created by Debian's packages) or "nobody"; when that user cannot enter DIR (a folder under
@@ -73,10 +75,10 @@ init_and_start() {
 }
 
 stop_cluster() {
-  local data=$1 bin
+  local data=$1 mode=${2:-fast} bin
   [ -f "$data/PG_VERSION" ] || return 0
   bin=$(find_bindir 2>/dev/null) || return 0
-  as "$(owner)" "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+  as "$(owner)" "$bin/pg_ctl" -D "$data" -m "$mode" -w stop >/dev/null 2>&1 || true
 }
 
 url() { echo "postgres://postgres@/postgres?host=$1&sslmode=disable"; }
@@ -123,12 +125,12 @@ case "$cmd" in
       mkdir -p "$(dirname "$data")"; chmod 755 /var/lib/wsproxy "$(dirname "$data")"
     fi
     s=$(sockdir "$data")
-    init_and_start "$data" "$s"
+    init_and_start "$data" "$s" "${PG_OPTS:-}"
     url "$s"
     ;;
   stop)
-    [ $# -eq 1 ] || die "usage: pg.sh stop DIR"
-    stop_cluster "$(datadir "$1")"
+    [ $# -ge 1 ] || die "usage: pg.sh stop DIR [fast|immediate]"
+    stop_cluster "$(datadir "$1")" "${2:-fast}"
     ;;
-  *) die "usage: pg.sh exec CMD... | start DIR | stop DIR" ;;
+  *) die "usage: pg.sh exec CMD... | start DIR | stop DIR [fast|immediate]" ;;
 esac
