@@ -22,7 +22,7 @@ import (
 // replicaModel is the model of the replicas test: "add X" records X, "remove N" removes #N;
 // after the tool's result it answers. Streamed requests get streams, with a pause in the middle
 // of the tool call (time for a replica to be told to stop), told on midStream.
-func replicaModel(midStream chan<- struct{}) http.HandlerFunc {
+func replicaModel(midStream chan<- struct{}) upstreamtest.Reply {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		var req struct {
