@@ -5,9 +5,14 @@ GO ?= go
 .PHONY: test vet generate check-generated run build bench bench-load bench-cache soak
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
-## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster).
+## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
+## PGBOUNCER_TESTS again through a PgBouncer in transaction mode.
 test: vet check-generated
-	scripts/pg.sh exec $(GO) test -race -count=1 ./...
+	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy ./cmd/proxy'
+
+## PGBOUNCER_TESTS: turns, tool calls, the admin REST, concurrency and replicas: what would meet
+## session state or prepared statements kept across transactions.
+PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd)$$
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

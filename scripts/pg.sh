@@ -6,6 +6,10 @@
 #                               that is removed when CMD exits
 #   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR/pg and
 #                               print its URL on stdout (server options from PG_OPTS, if set)
+#   scripts/pg.sh bouncer CMD...
+#                               inside `pg.sh exec`: run CMD with TEST_PGBOUNCER_URL set to a
+#                               PgBouncer in transaction mode in front of the throwaway cluster
+#                               (Debian's pgbouncer, installed when missing as root)
 #   scripts/pg.sh stop DIR [MODE]
 #                               stop the cluster of DIR (pg_ctl's mode: fast, or immediate for a
 #                               crash)
@@ -128,9 +132,45 @@ case "$cmd" in
     init_and_start "$data" "$s" "${PG_OPTS:-}"
     url "$s"
     ;;
+  bouncer)
+    [ $# -gt 0 ] && [ -n "${TEST_DATABASE_URL:-}" ] || die "usage: pg.sh exec scripts/pg.sh bouncer CMD..."
+    sock=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]host=\([^&]*\).*/\1/p')
+    port=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]port=\([0-9]*\).*/\1/p')
+    [ -n "$sock" ] || die "pg.sh bouncer needs the cluster of pg.sh exec (on a Unix socket)"
+    if ! command -v pgbouncer >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "pg.sh: pgbouncer is missing; installing it (apt-get install pgbouncer)" >&2
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; } >&2 || die "apt-get install pgbouncer failed"
+    fi
+    bouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+    [ -x "$bouncer" ] || die "pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer)"
+    dir=$(mktemp -d /tmp/wsproxy-bouncer.XXXXXX)
+    chmod 755 "$dir"
+    u=$(owner)
+    [ "$(id -u)" = 0 ] && chown "$u" "$dir"
+    cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=$sock port=${port:-5432} user=postgres
+[pgbouncer]
+listen_addr =
+unix_socket_dir = $dir
+listen_port = 6432
+auth_type = any
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+ignore_startup_parameters = statement_timeout,search_path,extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    as "$u" "$bouncer" -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
+    trap 'kill "$(cat "$dir/pgbouncer.pid" 2>/dev/null)" 2>/dev/null; rm -rf "$dir"' EXIT
+    for _ in $(seq 50); do [ -S "$dir/.s.PGSQL.6432" ] && break; sleep 0.1; done
+    echo "pg.sh: PgBouncer (transaction pooling) in $dir" >&2
+    TEST_PGBOUNCER_URL="postgres://postgres@/postgres?host=$dir&port=6432&sslmode=disable&default_query_exec_mode=cache_describe" "$@"
+    ;;
   stop)
     [ $# -ge 1 ] || die "usage: pg.sh stop DIR [fast|immediate]"
     stop_cluster "$(datadir "$1")" "${2:-fast}"
     ;;
-  *) die "usage: pg.sh exec CMD... | start DIR | stop DIR [fast|immediate]" ;;
+  *) die "usage: pg.sh exec CMD... | bouncer CMD... | start DIR | stop DIR [fast|immediate]" ;;
 esac

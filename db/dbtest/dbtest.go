@@ -58,7 +58,9 @@ func adminPool(t testing.TB) *pgxpool.Pool {
 }
 
 // Schema creates an empty schema for one test, dropped in t.Cleanup, and returns its name and a
-// pool config whose connections use it.
+// pool config whose connections use it. With TEST_PGBOUNCER_URL set (`pg.sh bouncer`), it
+// creates a database instead, reached through that PgBouncer in transaction mode, which passes
+// on no session settings (such as a search_path).
 func Schema(t testing.TB) (string, *pgxpool.Config) {
 	t.Helper()
 	ctx := context.Background()
@@ -66,6 +68,24 @@ func Schema(t testing.TB) (string, *pgxpool.Config) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	schema := "test_" + hex.EncodeToString(b[:])
+	if bouncer := os.Getenv("TEST_PGBOUNCER_URL"); bouncer != "" {
+		if _, err := a.Exec(ctx, "CREATE DATABASE "+schema); err != nil {
+			t.Fatalf("create database: %v", err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := a.Exec(ctx, "DROP DATABASE "+schema+" WITH (FORCE)"); err != nil {
+				t.Errorf("drop database: %v", err)
+			}
+		})
+		cfg, err := pgxpool.ParseConfig(bouncer)
+		if err != nil {
+			t.Fatalf("parse TEST_PGBOUNCER_URL: %v", err)
+		}
+		cfg.ConnConfig.Database = schema
+		return schema, cfg
+	}
 	if _, err := a.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
@@ -89,6 +109,14 @@ func Schema(t testing.TB) (string, *pgxpool.Config) {
 func SchemaURL(t testing.TB) string {
 	t.Helper()
 	schema, _ := Schema(t)
+	if bouncer := os.Getenv("TEST_PGBOUNCER_URL"); bouncer != "" {
+		u, err := url.Parse(bouncer)
+		if err != nil {
+			t.Fatalf("parse TEST_PGBOUNCER_URL: %v", err)
+		}
+		u.Path = "/" + schema
+		return u.String()
+	}
 	u, err := url.Parse(URL(t))
 	if err != nil {
 		t.Fatalf("parse test database URL: %v", err)
