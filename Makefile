@@ -39,10 +39,12 @@ bench:
 	scripts/pg.sh exec $(GO) test -run '^$$' -bench . -benchmem -count 6 ./proxy ./tools
 
 ## bench-load: the load comparison of BENCHMARKS.md: direct, a bare reverse proxy, and wsproxy
-## without a thread, with a thread, with a tool round, streamed and not; interleaved rounds.
+## without a thread, with a thread, with a tool round, streamed and not; interleaved rounds. Its
+## Postgres runs with the server's default durability (fsync on); a second cluster with fsync
+## off runs the thread turn again, for comparison.
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
-	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)'
+	PG_DURABLE=1 scripts/pg.sh exec sh -c 'DURABLE_URL=$$TEST_DATABASE_URL TEST_DATABASE_URL= PG_DURABLE= scripts/pg.sh exec sh -c "DATABASE_URL=\$$DURABLE_URL NOFSYNC_DATABASE_URL=\$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)"'
 
 ## bench-cache: what each workspace placement costs a conversation's upstream prompt cache (two
 ## scripted sessions, direct and through wsproxy with each placement); fails when a tail

@@ -3,7 +3,7 @@
 #
 #   scripts/pg.sh exec CMD...   run CMD with TEST_DATABASE_URL set: the one given
 #                               (TEST_DATABASE_URL or DATABASE_URL), else a throwaway cluster
-#                               that is removed when CMD exits
+#                               that is removed when CMD exits (fsync off, unless PG_DURABLE=1)
 #   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR/pg and
 #                               print its URL on stdout (server options from PG_OPTS, if set)
 #   scripts/pg.sh bouncer CMD...
@@ -116,8 +116,11 @@ case "$cmd" in
     tmp=$(mktemp -d /tmp/wsproxy-test.XXXXXX)
     chmod 755 "$tmp"
     trap 'stop_cluster "$tmp/data"; rm -rf "$tmp"' EXIT
-    # A throwaway cluster need not survive a crash: skip the disk flushes.
-    init_and_start "$tmp/data" "$tmp/run" "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    # A throwaway cluster need not survive a crash: skip the disk flushes (PG_DURABLE=1 keeps the
+    # server's defaults: fsync and synchronous_commit on, as users run it).
+    opts="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    [ "${PG_DURABLE:-}" = 1 ] && opts=""
+    init_and_start "$tmp/data" "$tmp/run" "$opts"
     echo "pg.sh: throwaway PostgreSQL cluster in $tmp" >&2
     TEST_DATABASE_URL=$(url "$tmp/run") "$@"
     ;;
