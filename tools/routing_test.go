@@ -1,0 +1,78 @@
+package tools
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+// recordingTracer keeps the text of every statement a pool runs.
+type recordingTracer struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (r *recordingTracer) add(sql string) {
+	r.mu.Lock()
+	r.sql = append(r.sql, sql)
+	r.mu.Unlock()
+}
+
+func (r *recordingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.add(d.SQL)
+	return ctx
+}
+func (r *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *recordingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (r *recordingTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) { r.add(d.SQL) }
+func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)        {}
+
+// keyedByThread: a statement names the thread it works on — a thread_id column, or the threads
+// row by its id — so that it can be routed to the one shard (Citus) or database holding it.
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]`)
+
+// TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage — and
+// fails when one of its statements does not name its thread (docs/scaling.md).
+func TestTurnStatementsAreRoutableByThread(t *testing.T) {
+	t.Parallel()
+	tracer := &recordingTracer{}
+	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
+	ws := NewStore(pool, Options{}).Workspace(ThreadID{Name: "routed"})
+	ctx := context.Background()
+	tracer.mu.Lock()
+	tracer.sql = nil // not the migration
+	tracer.mu.Unlock()
+	_, err := ws.StartTurn(ctx)
+	require.NoError(t, err)
+	for _, c := range []Call{
+		{Name: AddPreferences, Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},
+		{Name: ListPreferences, Arguments: `{}`},
+		{Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"A2"}]}`},
+		{Name: RemovePreferences, Arguments: `{"indices":[2]}`},
+		{Name: SetObjective, Arguments: `{"text":"Route it"}`},
+		{Name: AddPreferences, Arguments: `not json`},
+	} {
+		_, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: c.Name, Arguments: c.Arguments})
+		require.NoError(t, err)
+	}
+	require.NoError(t, ws.AddUsage(ctx, Usage{PromptTokens: 1}))
+	tracer.mu.Lock()
+	defer tracer.mu.Unlock()
+	require.NotEmpty(t, tracer.sql)
+	for _, sql := range tracer.sql {
+		switch strings.ToUpper(strings.Fields(sql)[0]) {
+		case "BEGIN", "COMMIT", "ROLLBACK", "SET":
+			continue
+		}
+		require.Regexp(t, keyedByThread, sql, "a turn's statement that does not name its thread")
+	}
+}
