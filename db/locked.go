@@ -93,11 +93,6 @@ func QueueToolCallInsert(b *pgx.Batch, arg ToolCallInsertParams) {
 	b.Queue(toolCallInsert, arg.ThreadID, arg.Turn, arg.Round, arg.Tool, arg.Arguments, arg.ActionAndReasoning, arg.Ok, arg.Result)
 }
 
-// QueueThreadUsageAdd queues ThreadUsageAdd, for a batch.
-func QueueThreadUsageAdd(b *pgx.Batch, arg ThreadUsageAddParams) {
-	b.Queue(threadUsageAdd, arg.PromptTokens, arg.CachedPromptTokens, arg.CompletionTokens, arg.ID)
-}
-
 // Rollback ends the transaction without its writes; it is a no-op after Commit. It runs under
 // context.WithoutCancel so a cancelled request still releases the thread's lock at once; a
 // connection it cannot roll back is closed rather than returned to the pool.

@@ -122,12 +122,14 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int6
 }
 
 const threadTurnNext = `-- name: ThreadTurnNext :exec
-INSERT INTO threads AS th (id, turns) VALUES ($1, 1)
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO threads AS th (id, turns) SELECT $1, 1 FROM async
 ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
 `
 
 // Takes a thread's next turn number, creating the thread on its first turn. The thread's row
-// stays locked until the transaction ends: no edit of its workspace can commit in between.
+// stays locked until the transaction ends: no edit of its workspace can commit in between. The
+// transaction commits without waiting for the disk (synchronous_commit off, for it alone).
 func (q *Queries) ThreadTurnNext(ctx context.Context, db DBTX, id string) error {
 	_, err := db.Exec(ctx, threadTurnNext, id)
 	return err
@@ -152,6 +154,7 @@ UPDATE threads
 SET prompt_tokens = prompt_tokens + $1::bigint,
     cached_prompt_tokens = cached_prompt_tokens + $2::bigint,
     completion_tokens = completion_tokens + $3::bigint
+FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE id = $4
 `
 
@@ -162,7 +165,8 @@ type ThreadUsageAddParams struct {
 	ID                 string
 }
 
-// Adds a turn's usage to its thread's totals.
+// Adds a turn's usage to its thread's totals, committing without waiting for the disk
+// (synchronous_commit off, for this statement's transaction alone).
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.PromptTokens,

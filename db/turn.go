@@ -15,22 +15,19 @@ type TurnStart struct {
 	Preferences []byte // the snapshot's jsonb
 }
 
-// StartTurn begins a turn in one round trip: BEGIN, ThreadTurnNext, SnapshotTake and COMMIT go
-// out as one pipeline. The transaction commits without waiting for the disk (SET LOCAL
-// synchronous_commit = off): a crash may lose a turn start, and with it only a turn number and
-// a snapshot of a workspace that the last stored one already holds; any later durable commit
-// of the thread (a tool call, an edit) flushes the WAL past it, so nothing durable can refer to
-// a lost turn.
+// StartTurn begins a turn in one round trip: ThreadTurnNext and SnapshotTake go out as one
+// pipeline, one implicit transaction. It commits without waiting for the disk (ThreadTurnNext
+// sets synchronous_commit off for it): a crash may lose a turn start, and with it only a turn
+// number and a snapshot of a workspace that the last stored one already holds; any later durable
+// commit of the thread (a tool call, an edit) flushes the WAL past it, so nothing durable can
+// refer to a lost turn.
 func StartTurn(ctx context.Context, pool *pgxpool.Pool, threadID string) (TurnStart, error) {
 	var t TurnStart
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
 	b.Queue(threadTurnNext, threadID)
 	b.Queue(snapshotTake, threadID).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&t.Turn, &t.Objective, &t.Preferences)
 	})
-	b.Queue("COMMIT")
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		return TurnStart{}, err
 	}

@@ -67,7 +67,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	}
 	p := NewServer(opts)
 	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() { srv.Close(); p.Wait() })
 	return &env{t: t, up: up, srv: srv, proxy: p, pool: pool, store: store, reg: reg, o: opts}
 }
 

@@ -110,6 +110,9 @@ type Server struct {
 	maxBytes int64
 	budget   bodyBudget
 	cacheKey bool // set prompt_cache_key on thread turns
+	// background is the work requests leave behind them (their turns' usage), which Wait waits
+	// for.
+	background sync.WaitGroup
 }
 
 // NewServer returns a server with its routes.
@@ -410,16 +413,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).Flush()
 }
 
-// addUsage adds a turn's usage to its thread's totals, once the client has its answer; a
-// failure costs the count, not the answer.
+// addUsage adds a turn's usage to its thread's totals in the background, once the client has
+// its answer (the next request on the connection does not wait for it); a failure costs the
+// count, not the answer.
 func (s *Server) addUsage(r *http.Request, t *Turn) {
 	if t.Usage == (tools.Usage{}) {
 		return
 	}
-	if err := t.Workspace.AddUsage(context.WithoutCancel(r.Context()), t.Usage); err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "a turn's usage was not added to its thread", slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
-	}
+	ctx := context.WithoutCancel(r.Context())
+	s.background.Go(func() {
+		if err := t.Workspace.AddUsage(ctx, t.Usage); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "a turn's usage was not added to its thread", slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
+		}
+	})
 }
+
+// Wait waits for the work that served requests left in the background (their turns' usage).
+// Call it after the HTTP server has shut down, before the store's pool closes.
+func (s *Server) Wait() { s.background.Wait() }
 
 // promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
 // the thread's id (SPEC §3.1).

@@ -1,7 +1,9 @@
 -- name: ThreadTurnNext :exec
 -- Takes a thread's next turn number, creating the thread on its first turn. The thread's row
--- stays locked until the transaction ends: no edit of its workspace can commit in between.
-INSERT INTO threads AS th (id, turns) VALUES (@id, 1)
+-- stays locked until the transaction ends: no edit of its workspace can commit in between. The
+-- transaction commits without waiting for the disk (synchronous_commit off, for it alone).
+WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
+INSERT INTO threads AS th (id, turns) SELECT @id, 1 FROM async
 ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now();
 
 -- name: ThreadLock :one
@@ -37,9 +39,11 @@ LIMIT @max_rows;
 DELETE FROM threads WHERE id = @id;
 
 -- name: ThreadUsageAdd :exec
--- Adds a turn's usage to its thread's totals.
+-- Adds a turn's usage to its thread's totals, committing without waiting for the disk
+-- (synchronous_commit off, for this statement's transaction alone).
 UPDATE threads
 SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
     cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,
     completion_tokens = completion_tokens + @completion_tokens::bigint
+FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE id = @id;

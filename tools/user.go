@@ -150,19 +150,13 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	return d, nil
 }
 
-// AddUsage adds a turn's usage to the thread's totals, in one round trip that does not wait for
-// the disk (SET LOCAL synchronous_commit = off): a crash may lose the last turns' counts, never
-// anything of the workspace.
+// AddUsage adds a turn's usage to the thread's totals, in one statement that does not wait for
+// the disk: a crash may lose the last turns' counts, never anything of the workspace.
 func (w *Workspace) AddUsage(ctx context.Context, u Usage) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue("SET LOCAL synchronous_commit = off")
-	db.QueueThreadUsageAdd(b, db.ThreadUsageAddParams{ID: w.threadID, PromptTokens: u.PromptTokens,
-		CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
-	b.Queue("COMMIT")
-	if err := w.store.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := w.store.q.ThreadUsageAdd(ctx, w.store.pool, db.ThreadUsageAddParams{ID: w.threadID, PromptTokens: u.PromptTokens,
+		CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens}); err != nil {
 		return fmt.Errorf("add usage: %w", err)
 	}
 	return nil

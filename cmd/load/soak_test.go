@@ -32,7 +32,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 	upSrv.Start()
 	t.Cleanup(upSrv.Close)
 	u, _ := url.Parse(upSrv.URL + "/v1")
-	var h http.Handler = proxy.NewServer(proxy.Options{
+	p := proxy.NewServer(proxy.Options{
 		Store:           tools.NewStore(pool, tools.Options{Timeout: 2 * time.Second}),
 		UpstreamURL:     u,
 		UpstreamTimeout: 300 * time.Millisecond,
@@ -40,6 +40,8 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 		AdminToken:      "soak",
 		Metrics:         proxy.NewMetrics(prometheus.NewRegistry()),
 	})
+	t.Cleanup(p.Wait) // after the server below has closed
+	var h http.Handler = p
 	if wrap != nil {
 		h = wrap(h)
 	}

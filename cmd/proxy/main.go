@@ -70,6 +70,7 @@ type Main struct {
 
 	log    *slog.Logger
 	pool   *pgxpool.Pool
+	proxy  *proxy.Server
 	server *http.Server
 	demo   *http.Server
 	served chan error
@@ -137,7 +138,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
-	srv := proxy.NewServer(proxy.Options{
+	m.proxy = proxy.NewServer(proxy.Options{
 		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
 		UpstreamURL:        upstreamURL,
 		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
@@ -160,7 +161,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.URL = "http://" + ln.Addr().String()
 	m.server = &http.Server{
-		Handler:           srv,
+		Handler:           m.proxy,
 		ReadHeaderTimeout: 30 * time.Second,
 		// Bodies are bounded by REQUEST_READ_TIMEOUT (proxy.Server.readBody); an idle keep-alive
 		// connection is closed after this.
@@ -201,6 +202,7 @@ func (m *Main) Close() error {
 			errs = append(errs, err)
 		}
 		m.server = nil
+		m.proxy.Wait() // the turns' usage, before the pool closes
 	}
 	if m.demo != nil {
 		errs = append(errs, m.demo.Close())
