@@ -33,8 +33,10 @@ func (r *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQue
 func (r *recordingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
-func (r *recordingTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) { r.add(d.SQL) }
-func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)        {}
+func (r *recordingTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.add(d.SQL)
+}
+func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, or the threads
 // row by its id — so that it can be routed to the one shard (Citus) or database holding it.
