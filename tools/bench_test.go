@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -65,4 +66,40 @@ func BenchmarkToolCall(b *testing.B) {
 			b.Fatal(err, res.Content)
 		}
 	}
+}
+
+// BenchmarkTurnOnDisk: what a turn adds on disk for a thread of 50 preferences that does not
+// change — table and index bytes of the thread and its snapshots, and WAL — reported per turn.
+func BenchmarkTurnOnDisk(b *testing.B) {
+	ctx := context.Background()
+	pool := dbtest.NewPool(b, nil)
+	ws := NewStore(pool, Options{}).Workspace(ThreadID{Name: "disk"})
+	items := make([]map[string]any, 50)
+	for i := range items {
+		items[i] = map[string]any{"title": fmt.Sprintf("Preference number %d", i), "subtitle": "with a subtitle of some length", "kind": "soft"}
+	}
+	args, _ := json.Marshal(map[string]any{"items": items})
+	if _, err := ws.StartTurn(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: string(args)}); err != nil {
+		b.Fatal(err)
+	}
+	size := func() (rel, wal int64) {
+		err := pool.QueryRow(ctx, `SELECT pg_total_relation_size('threads') + pg_total_relation_size('workspace_snapshots'),
+			pg_current_wal_insert_lsn() - '0/0'::pg_lsn`).Scan(&rel, &wal)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rel, wal
+	}
+	rel0, wal0 := size()
+	for b.Loop() {
+		if _, err := ws.StartTurn(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rel1, wal1 := size()
+	b.ReportMetric(float64(rel1-rel0)/float64(b.N), "table+index-B/turn")
+	b.ReportMetric(float64(wal1-wal0)/float64(b.N), "WAL-B/turn")
 }

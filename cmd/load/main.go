@@ -14,7 +14,7 @@
 //	    what the workspace placement costs a conversation's prompt cache: two scripted sessions
 //	    straight to a cache-modelling upstream and through wsproxy with each placement (needs
 //	    DATABASE_URL); fails when a tail target is missed.
-//	load soak -wsproxy BIN [-d 10m] [-c 16]
+//	load soak -wsproxy BIN [-d 10m] [-c 16] [-instances 1]
 //	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
 //	    of memory and of goroutines (needs DATABASE_URL).
 package main

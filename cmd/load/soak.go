@@ -142,9 +142,11 @@ func (u *soakUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
 }
 
-// soakTarget is the wsproxy under soak.
+// soakTarget is the wsproxy under soak: one instance, or several on one Postgres that the soak's
+// clients reach in turn (as a round-robin load balancer would).
 type soakTarget struct {
-	baseURL, adminToken string
+	baseURLs   []string
+	adminToken string
 	// cutDB, when set, cuts Postgres off for a moment (the soak's database fault) every cutEvery.
 	cutDB    func(d time.Duration)
 	cutEvery time.Duration
@@ -223,6 +225,7 @@ func (s soakSummary) problems() []string {
 // soakRun is one soak: its target, its clients and what they saw.
 type soakRun struct {
 	tgt     soakTarget
+	next    atomic.Uint64 // the round-robin over the target's instances
 	up      *soakUpstream
 	client  *http.Client
 	sum     soakSummary
@@ -265,8 +268,8 @@ func (s *soakRun) warmUp(workers int) {
 }
 
 // measure waits for the idle connections to close, then reads the target's goroutines and live
-// heap. For the baseline (want 0) it reads until two readings agree; after the load it reads
-// until the goroutines are want again, for up to goroutineWait.
+// heap (summed over its instances). For the baseline (want 0) it reads until two readings agree;
+// after the load it reads until the goroutines are want again, for up to goroutineWait.
 func (s *soakRun) measure(want float64) (goroutines, heap float64, err error) {
 	deadline := time.Now().Add(goroutineWait)
 	last := -1.0
@@ -276,11 +279,14 @@ func (s *soakRun) measure(want float64) (goroutines, heap float64, err error) {
 			s.tgt.settle()
 		}
 		time.Sleep(2 * upstreamIdle)
-		m, err := scrapeMetrics(s.client, s.tgt.baseURL)
-		if err != nil {
-			return 0, 0, err
+		goroutines, heap = 0, 0
+		for _, u := range s.tgt.baseURLs {
+			m, err := scrapeMetrics(s.client, u)
+			if err != nil {
+				return 0, 0, err
+			}
+			goroutines, heap = goroutines+m["go_goroutines"], heap+m["go_gc_heap_live_bytes"]
 		}
-		goroutines, heap = m["go_goroutines"], m["go_gc_heap_live_bytes"]
 		switch {
 		case want == 0 && goroutines == last, want != 0 && goroutines == want, time.Now().After(deadline):
 			return goroutines, heap, nil
@@ -304,8 +310,13 @@ func (s *soakRun) clientError(what string) {
 	s.mu.Unlock()
 }
 
+// instance is the base URL of the next instance, round-robin.
+func (s *soakRun) instance() string {
+	return s.tgt.baseURLs[s.next.Add(1)%uint64(len(s.tgt.baseURLs))]
+}
+
 func (s *soakRun) post(path string, header map[string]string, body string) (int, string) {
-	req, _ := http.NewRequest("POST", s.tgt.baseURL+path, strings.NewReader(body))
+	req, _ := http.NewRequest("POST", s.instance()+path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -435,7 +446,7 @@ func (s *soakRun) checkWrites() error {
 }
 
 func (s *soakRun) admin(method, path, body string) int {
-	req, _ := http.NewRequest(method, s.tgt.baseURL+path, strings.NewReader(body))
+	req, _ := http.NewRequest(method, s.instance()+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+s.tgt.adminToken)
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -447,7 +458,7 @@ func (s *soakRun) admin(method, path, body string) int {
 }
 
 func (s *soakRun) adminGet(path string) (int, []byte) {
-	req, _ := http.NewRequest("GET", s.tgt.baseURL+path, nil)
+	req, _ := http.NewRequest("GET", s.instance()+path, nil)
 	req.Header.Set("Authorization", "Bearer "+s.tgt.adminToken)
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -485,6 +496,7 @@ func soakCmd(args []string) error {
 	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
 	d := fs.Duration("d", 10*time.Minute, "duration")
 	workers := fs.Int("c", 16, "concurrent clients")
+	instances := fs.Int("instances", 1, "wsproxy instances on the one Postgres, reached round-robin")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -516,18 +528,21 @@ func soakCmd(args []string) error {
 	upSrv.Addr = upAddr
 	go func() { _ = upSrv.ListenAndServe() }()
 	defer upSrv.Close()
-	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
-		"ADMIN_TOKEN=soak", "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
-	if err != nil {
-		return err
-	}
-	defer stop(cmd)
-	tgt := soakTarget{baseURL: "http://" + addr, adminToken: "soak", cutEvery: 20 * time.Second, cutDB: func(d time.Duration) {
+	tgt := soakTarget{adminToken: "soak", cutEvery: 20 * time.Second, cutDB: func(d time.Duration) {
 		fault.Cut()
 		time.Sleep(d)
 		fault.Restore()
 	}}
-	fmt.Printf("soaking %s for %s with %d clients…\n", tgt.baseURL, *d, *workers)
+	for range *instances {
+		addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
+			"ADMIN_TOKEN=soak", "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
+		if err != nil {
+			return err
+		}
+		defer stop(cmd)
+		tgt.baseURLs = append(tgt.baseURLs, "http://"+addr)
+	}
+	fmt.Printf("soaking %v for %s with %d clients…\n", tgt.baseURLs, *d, *workers)
 	sum, err := soak(context.Background(), tgt, up, *d, *workers)
 	if err != nil {
 		return err

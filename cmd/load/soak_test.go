@@ -47,7 +47,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return soakTarget{baseURL: srv.URL, adminToken: "soak", cutEvery: 2 * time.Second, cutDB: cutFor(fault), settle: settleInProcess(pool)}, up
+	return soakTarget{baseURLs: []string{srv.URL}, adminToken: "soak", cutEvery: 2 * time.Second, cutDB: cutFor(fault), settle: settleInProcess(pool)}, up
 }
 
 func cutFor(fault *dbfault.Proxy) func(time.Duration) {
