@@ -13,6 +13,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
@@ -95,9 +100,21 @@ func BenchmarkTurn(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		replies [][]byte
-	}{{"NoToolCall", [][]byte{answer}}, {"OneToolRound", [][]byte{toolCall, answer}}} {
+		traced  bool
+	}{
+		{"NoToolCall", [][]byte{answer}, false}, {"OneToolRound", [][]byte{toolCall, answer}, false},
+		// With tracing on: every span sampled and exported (to a discarding exporter, in batches).
+		{"OneToolRoundTraced", [][]byte{toolCall, answer}, true},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
-			e := setup(b)
+			var e *env
+			if tc.traced {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				e = setupWithPool(b, dbtest.NewPool(b, &dbtest.Options{Tracer: db.NewTracer(tp)}), func(o *Options) { o.TracerProvider = tp })
+			} else {
+				e = setup(b)
+			}
 			e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				// A turn's first call gets the first reply, a call after tool results the last.

@@ -27,28 +27,34 @@ type chatJSON struct {
 
 func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, error) {
+func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	resp, err := d.up.Post(ctx, body)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, roundInfo{}, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	if err != nil {
-		return nil, nil, classifyTransportError(ctx, err)
+		return nil, nil, roundInfo{}, classifyTransportError(ctx, err)
 	}
 	if len(raw) > maxResponseBody {
-		return nil, nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+		return nil, nil, roundInfo{}, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
 	}
 	c, err := parseCompletion(raw)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, roundInfo{}, err
 	}
 	for i := range c.calls {
 		c.calls[i].Client = d.req.IsClientTool(c.calls[i].Name)
 	}
 	d.last, d.raw, d.header = c, raw, resp.Header
-	return c.calls, c.top.Get("usage"), nil
+	info := roundInfo{}
+	info.model, _ = rawjson.Unquote(c.top.Get("model"))
+	info.id, _ = rawjson.Unquote(c.top.Get("id"))
+	if fr, ok := rawjson.Unquote(c.choice.Get("finish_reason")); ok {
+		info.finishReasons = []string{fr}
+	}
+	return c.calls, c.top.Get("usage"), info, nil
 }
 
 func (d *chatJSON) pause() error { return nil }

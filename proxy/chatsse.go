@@ -46,6 +46,7 @@ type chatSSE struct {
 	dirty        bool // written, not flushed
 	includeUsage bool
 	id           string         // the first id the upstream gave (or one made up)
+	model        string         // the model the upstream named (for traces)
 	emitted      bool           // the role delta went out
 	last         rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
@@ -59,13 +60,13 @@ func newChatSSE(req *ChatRequest, up Upstream, out Emitter) *chatSSE {
 
 func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
 
-func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, error) {
+func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	s.rd = streamRound{byIndex: map[int]*callAcc{}}
 	if err := s.round(ctx, body); err != nil {
 		if s.rd.emitted {
-			return nil, nil, noRetry{err} // the client has part of this round: a retry would repeat it
+			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
 		}
-		return nil, nil, err
+		return nil, nil, roundInfo{}, err
 	}
 	calls := make([]toolCall, len(s.rd.calls))
 	for i, c := range s.rd.calls {
@@ -74,7 +75,11 @@ func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 		}
 		calls[i] = toolCall{ID: c.id, Name: c.name, Arguments: c.args.String(), Client: c.client}
 	}
-	return calls, s.rd.usage, nil
+	info := roundInfo{model: s.model, id: s.id}
+	if s.rd.finish != "" {
+		info.finishReasons = []string{s.rd.finish}
+	}
+	return calls, s.rd.usage, info, nil
 }
 
 func (s *chatSSE) pause() error { return s.flush() }
@@ -165,6 +170,9 @@ func (s *chatSSE) chunk(data []byte) error {
 		if id, _ := rawjson.Unquote(c.Get("id")); id != "" {
 			s.id = id
 		}
+	}
+	if s.model == "" {
+		s.model, _ = rawjson.Unquote(c.Get("model"))
 	}
 	hadUsage := c.Has("usage")
 	if hadUsage {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -89,9 +91,21 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	return m
 }
 
-// Handler serves the registry in the Prometheus text format.
+// Handler serves the registry: in the Prometheus text format, or in OpenMetrics, with the
+// latency histograms' exemplars (trace ids), when the scraper asks for it.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// observe records d on h, with the trace id of ctx's span as an exemplar when it is sampled.
+func observe(ctx context.Context, h prometheus.Observer, d time.Duration) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if eo, ok := h.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	h.Observe(d.Seconds())
 }
 
 // instrument counts a request by its route pattern (never its path: a thread id must not become
@@ -111,16 +125,16 @@ func (m *Metrics) instrument(next http.Handler) http.Handler {
 			route = "unmatched"
 		}
 		m.httpRequests.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
-		m.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		observe(r.Context(), m.httpDuration.WithLabelValues(route), time.Since(start))
 	})
 }
 
-func (m *Metrics) observeUpstream(code string, d time.Duration) {
+func (m *Metrics) observeUpstream(ctx context.Context, code string, d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.upstreamRequests.WithLabelValues(code).Inc()
-	m.upstreamDuration.Observe(d.Seconds())
+	observe(ctx, m.upstreamDuration, d)
 }
 
 func (m *Metrics) upstreamRetry() {

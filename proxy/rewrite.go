@@ -222,6 +222,12 @@ func (c *ChatRequest) IsClientTool(name string) bool {
 // errFound stops a walk that found what it looked for.
 var errFound = errors.New("found")
 
+// Model is the model the request names ("" when none).
+func (c *ChatRequest) Model() string {
+	m, _ := rawjson.Unquote(c.fields.Get("model"))
+	return m
+}
+
 // setDefault sets a top-level member the client did not send.
 func (c *ChatRequest) setDefault(key string, value json.RawMessage) {
 	if c.fields.Get(key) == nil {

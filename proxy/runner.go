@@ -43,6 +43,8 @@ type Runner struct {
 	// RetryBackoff is the first wait before a retry (doubling after); zero means
 	// DefaultRetryBackoff.
 	RetryBackoff time.Duration
+
+	tracing tracing // set by NewServer; the zero value traces nothing
 }
 
 // Turn is one chat request of a thread, ready to run: its request already carries the
@@ -50,7 +52,8 @@ type Runner struct {
 type Turn struct {
 	Request   *ChatRequest
 	Workspace *tools.Workspace
-	Number    int // the thread's turn number
+	Number    int    // the thread's turn number
+	Model     string // the model the request names
 	Upstream  Upstream
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
@@ -89,9 +92,9 @@ type dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
 	request(withWorkspaceTools bool) Payload
 	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
-	// client's marked), and its usage. An error after part of the round reached the client is
-	// wrapped in noRetry.
-	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, err error)
+	// client's marked), its usage, and what it says of itself (for traces). An error after part
+	// of the round reached the client is wrapped in noRetry.
+	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, info roundInfo, err error)
 	// pause is called before the loop waits for the workspace's tools: a stream sends what it
 	// holds.
 	pause() error
@@ -133,15 +136,21 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		body := d.request(!final)
 		var calls []toolCall
 		var roundUsage json.RawMessage
-		err := r.retry(ctx, n, func() (err error) {
-			calls, roundUsage, err = d.fetch(ctx, body)
+		var info roundInfo
+		rctx, span := r.tracing.roundSpan(ctx, t, n)
+		attempts := 0
+		err := r.retry(rctx, n, func() (err error) {
+			attempts++
+			calls, roundUsage, info, err = d.fetch(rctx, body)
 			return err
 		})
+		tokens := tokenCounts(roundUsage)
+		endRound(span, info, tokens, attempts-1, err)
 		if err != nil {
 			return n, err
 		}
 		usage.add(roundUsage)
-		r.Metrics.addTokens(tokenCounts(roundUsage))
+		r.Metrics.addTokens(tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {
 			if c.Client {
@@ -246,7 +255,9 @@ func retryable(err error) bool {
 func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall) ([]string, error) {
 	out := make([]string, len(calls))
 	for i, call := range calls {
-		res, err := t.Workspace.Run(ctx, tools.Call{Turn: t.Number, Round: n, Name: call.Name, Arguments: call.Arguments})
+		tctx, span := r.tracing.toolSpan(ctx, call)
+		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, Name: call.Name, Arguments: call.Arguments})
+		r.tracing.endTool(span, res, err)
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/tools"
@@ -94,6 +96,12 @@ type Options struct {
 	Instructions string
 	// Metrics, when set, are recorded; nil records none and serves no /metrics.
 	Metrics *Metrics
+	// TracerProvider, when set, traces requests, upstream rounds and tool calls (proxy/trace.go);
+	// nil traces nothing, at no cost.
+	TracerProvider trace.TracerProvider
+	// TraceContent records tool arguments and results on spans (off by default: they come from
+	// users' conversations).
+	TraceContent bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -107,6 +115,7 @@ type Server struct {
 	reverse  *httputil.ReverseProxy
 	chatURL  string
 	handler  http.Handler
+	tracing  tracing
 	maxBytes int64
 	budget   bodyBudget
 	cacheKey bool // set prompt_cache_key on thread turns
@@ -145,11 +154,13 @@ func NewServer(opts Options) *Server {
 		base = t
 	}
 	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Observe: opts.Metrics.observeUpstream}
+	tracing := newTracing(opts.TracerProvider, opts.TraceContent, opts.UpstreamURL)
 	s := &Server{
-		opts: opts,
-		log:  opts.Logger,
+		opts:    opts,
+		log:     opts.Logger,
+		tracing: tracing,
 		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
-			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff},
+			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		chatURL:  upstreamURL(opts.UpstreamURL, "/chat/completions", "").String(),
 		maxBytes: opts.MaxRequestBytes,
@@ -186,7 +197,7 @@ func NewServer(opts Options) *Server {
 		writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = opts.Metrics.instrument(mux)
+	s.handler = tracing.serverSpan(opts.Metrics.instrument(mux))
 	return s
 }
 
@@ -306,6 +317,7 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
 	pr.Out.Host = ""
 	s.stripHeaders(pr.Out.Header)
+	s.tracing.inject(pr.In.Context(), pr.Out.Header)
 }
 
 // restOfPath is the part of a client path (escaped) after its /v1 (or /threads/{thread}/v1).
@@ -390,7 +402,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Request:   req,
 		Workspace: ws,
 		Number:    turn.Number,
-		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header)},
+		Model:     req.Model(),
+		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header), tracing: s.tracing},
 	}
 	defer s.addUsage(r, t) // after the answer has gone out
 	if req.Stream {

@@ -37,9 +37,10 @@ const maxErrorBody = 1 << 20
 // clientUpstream is the HTTP upstream bound to one client request: it forwards the client's
 // headers (less hop-by-hop ones and those the proxy owns) with the configured key.
 type clientUpstream struct {
-	client *http.Client
-	url    string // …/chat/completions
-	header http.Header
+	client  *http.Client
+	url     string // …/chat/completions
+	header  http.Header
+	tracing tracing // the round's trace context goes upstream (traceparent)
 }
 
 func (u *clientUpstream) Post(ctx context.Context, body Payload) (*UpstreamResponse, error) {
@@ -51,6 +52,7 @@ func (u *clientUpstream) Post(ctx context.Context, body Payload) (*UpstreamRespo
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	req.Header = u.header.Clone()
 	req.Header.Set("Content-Type", "application/json")
+	u.tracing.inject(ctx, req.Header)
 	resp, err := u.client.Do(req)
 	if err != nil {
 		return nil, classifyTransportError(ctx, err)
@@ -177,9 +179,9 @@ func copyHeader(dst, src http.Header) {
 type timeoutTransport struct {
 	Base    http.RoundTripper
 	Timeout time.Duration
-	// Observe, when set, is called once per exchange with the status ("error" when no response
-	// came) and the time from sending to the end of the body.
-	Observe func(code string, d time.Duration)
+	// Observe, when set, is called once per exchange with the request's context, the status
+	// ("error" when no response came) and the time from sending to the end of the body.
+	Observe func(ctx context.Context, code string, d time.Duration)
 }
 
 func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -193,20 +195,20 @@ func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 			err = fmt.Errorf("%w (no response headers within %s)", ErrUpstreamTimeout, t.Timeout)
 		}
 		cancel(nil)
-		t.observe("error", start)
+		t.observe(req.Context(), "error", start)
 		return nil, err
 	}
 	timer.Reset(t.Timeout)
 	resp.Body = &idleBody{ReadCloser: resp.Body, ctx: ctx, timer: timer, timeout: t.Timeout, done: func() {
 		cancel(nil)
-		t.observe(strconv.Itoa(resp.StatusCode), start)
+		t.observe(req.Context(), strconv.Itoa(resp.StatusCode), start)
 	}}
 	return resp, nil
 }
 
-func (t *timeoutTransport) observe(code string, start time.Time) {
+func (t *timeoutTransport) observe(ctx context.Context, code string, start time.Time) {
 	if t.Observe != nil {
-		t.Observe(code, time.Since(start))
+		t.Observe(ctx, code, time.Since(start))
 	}
 }
 

@@ -18,11 +18,14 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy"
@@ -69,11 +72,20 @@ type Main struct {
 	AdminToken string
 
 	log    *slog.Logger
+	tp     *sdktrace.TracerProvider // nil when tracing is off
 	pool   *pgxpool.Pool
 	proxy  *proxy.Server
 	server *http.Server
 	demo   *http.Server
 	served chan error
+}
+
+// tracerProvider is the proxy's tracer provider: nil when tracing is off.
+func (m *Main) tracerProvider() trace.TracerProvider {
+	if m.tp == nil {
+		return nil
+	}
+	return m.tp
 }
 
 // NewMain returns a Main with the default configuration.
@@ -100,9 +112,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}()
 
+	if m.tp, err = newTracerProvider(ctx); err != nil {
+		return err
+	}
+	if m.tp != nil {
+		m.log.Info("tracing: exporting spans over OTLP", slog.String("semconv", proxy.SemconvVersion))
+	}
 	poolConfig, err := pgxpool.ParseConfig(m.Config.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if m.tp != nil {
+		poolConfig.ConnConfig.Tracer = db.NewTracer(m.tp)
 	}
 	if _, set := poolConfig.ConnConfig.RuntimeParams["statement_timeout"]; !set {
 		poolConfig.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(m.Config.DatabaseTimeout.Milliseconds(), 10)
@@ -153,6 +174,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		RequestReadTimeout: m.Config.RequestReadTimeout,
 		MaxBufferedBytes:   m.Config.MaxBufferedBytes,
 		Metrics:            proxy.NewMetrics(reg),
+		TracerProvider:     m.tracerProvider(),
+		TraceContent:       strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
 		Logger:             m.log,
 	})
 	ln, err := net.Listen("tcp", m.Config.ListenAddr)
@@ -211,6 +234,12 @@ func (m *Main) Close() error {
 	if m.pool != nil {
 		m.pool.Close()
 		m.pool = nil
+	}
+	if m.tp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, m.tp.Shutdown(ctx)) // the spans still buffered go out
+		cancel()
+		m.tp = nil
 	}
 	return errors.Join(errs...)
 }
