@@ -60,7 +60,9 @@ func (t *Tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQu
 }
 
 // TraceQueryEnd ends it.
-func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) { end(ctx, d.Err) }
+func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	end(ctx, d.Err)
+}
 
 // TraceBatchStart starts a pipeline's span.
 func (t *Tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
@@ -81,4 +83,6 @@ func (t *Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBa
 }
 
 // TraceBatchEnd ends the pipeline's span.
-func (t *Tracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) { end(ctx, d.Err) }
+func (t *Tracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	end(ctx, d.Err)
+}
