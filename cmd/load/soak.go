@@ -168,11 +168,16 @@ func newSoakServer(h http.Handler) *http.Server {
 }
 
 // The verdict on memory: goroutines come back exactly to their baseline once idle pools are
-// closed (a goroutine left per request never does); the live heap comes back within
-// heapSlack of its baseline (a slice that keeps every request grows past it in seconds).
+// closed (a goroutine left per request never does); the live heap does not keep what the
+// requests brought: it may grow by heapFloor whatever the traffic (a pool, a cache); past that,
+// by at most heapPerRequest per request served (a slice that keeps every body keeps kilobytes a
+// request, however few requests a short soak serves) and at most heapMax in all (a slow leak
+// adds up over a long soak).
 const (
-	goroutineWait = 20 * time.Second
-	heapSlack     = 8 << 20
+	goroutineWait  = 20 * time.Second
+	heapFloor      = 2 << 20
+	heapPerRequest = 4 << 10
+	heapMax        = 8 << 20
 )
 
 // soakSummary is what a soak found.
@@ -197,7 +202,8 @@ func (s soakSummary) String() string {
 	fmt.Fprintf(&b, "  preferences the loop reported recorded: %d; stored exactly once: %d; lost: %d; duplicated: %d\n",
 		s.Reported, s.StoredOnce, s.Lost, s.Duplicated)
 	fmt.Fprintf(&b, "  goroutines with idle connections closed: %.0f before, %.0f after (must be equal)\n", s.GoroutinesBefore, s.GoroutinesAfter)
-	fmt.Fprintf(&b, "  live heap: %.1f MB before, %.1f MB after (at most %d MB more)\n", s.HeapBefore/(1<<20), s.HeapAfter/(1<<20), heapSlack>>20)
+	fmt.Fprintf(&b, "  live heap: %.1f MB before, %.1f MB after, %.0f bytes a request (a leak: over %d MB and %d KB a request, or over %d MB)\n",
+		s.HeapBefore/(1<<20), s.HeapAfter/(1<<20), s.heapPerRequest(), heapFloor>>20, heapPerRequest>>10, heapMax>>20)
 	for _, p := range s.problems() {
 		fmt.Fprintf(&b, "  PROBLEM: %s\n", p)
 	}
@@ -216,10 +222,15 @@ func (s soakSummary) problems() []string {
 	if s.GoroutinesAfter != s.GoroutinesBefore {
 		out = append(out, fmt.Sprintf("goroutines did not come back: %.0f before, %.0f after", s.GoroutinesBefore, s.GoroutinesAfter))
 	}
-	if s.HeapAfter > s.HeapBefore+heapSlack {
-		out = append(out, fmt.Sprintf("the live heap grew by %.1f MB", (s.HeapAfter-s.HeapBefore)/(1<<20)))
+	if growth := s.HeapAfter - s.HeapBefore; growth > heapMax || (growth > heapFloor && s.heapPerRequest() > heapPerRequest) {
+		out = append(out, fmt.Sprintf("the live heap grew by %.1f MB, %.0f bytes a request", growth/(1<<20), s.heapPerRequest()))
 	}
 	return out
+}
+
+// heapPerRequest is the live heap's growth divided by the requests served.
+func (s soakSummary) heapPerRequest() float64 {
+	return (s.HeapAfter - s.HeapBefore) / float64(max(s.Turns+s.Pass+s.Admin, 1))
 }
 
 // soakRun is one soak: its target, its clients and what they saw.
