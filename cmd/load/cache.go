@@ -12,6 +12,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/wsproxy/wsproxy/proxy/demo"
 )
 
 // Prompt caching as OpenAI documents it: a request's prompt shares the longest prefix it can
@@ -49,22 +51,8 @@ type cacheMessage struct {
 	ToolCallID string          `json:"tool_call_id"`
 }
 
-// text is a message's content as text (the texts of its parts joined).
-func (m cacheMessage) text() string {
-	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(m.Content, &parts)
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String()
-}
+// text is a message's content as text.
+func (m cacheMessage) text() string { return demo.ContentText(m.Content) }
 
 // renderPrompt is the prompt as a chat template lays it out: each tool's definition, then each
 // message's role, text and tool calls, in order.

@@ -62,16 +62,20 @@ type request struct {
 	} `json:"stream_options"`
 }
 
-// text is a message's content as text (parts joined).
-func (m message) text() string {
+// text is a message's content as text.
+func (m message) text() string { return ContentText(m.Content) }
+
+// ContentText is a message's content as text: the string, or the texts of its parts, each
+// followed by a line break.
+func ContentText(content json.RawMessage) string {
 	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
+	if json.Unmarshal(content, &s) == nil {
 		return s
 	}
 	var parts []struct {
 		Text string `json:"text"`
 	}
-	_ = json.Unmarshal(m.Content, &parts)
+	_ = json.Unmarshal(content, &parts)
 	var b strings.Builder
 	for _, p := range parts {
 		b.WriteString(p.Text)
