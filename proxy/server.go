@@ -166,8 +166,7 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.budget.max = opts.MaxBufferedBytes
-	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread ||
-		(opts.PromptCacheKey != PromptCacheKeyOff && strings.TrimSuffix(opts.UpstreamURL.String(), "/") == DefaultUpstreamURL)
+	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:    s.rewritePassThrough,
 		Transport:  transport,
@@ -444,6 +443,9 @@ func (s *Server) addUsage(r *http.Request, t *Turn) {
 // Wait waits for the work that served requests left in the background (their turns' usage).
 // Call it after the HTTP server has shut down, before the store's pool closes.
 func (s *Server) Wait() { s.background.Wait() }
+
+// isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).
+func isOpenAI(u *url.URL) bool { return strings.TrimSuffix(u.String(), "/") == DefaultUpstreamURL }
 
 // promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
 // the thread's id (SPEC §3.1).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -41,7 +40,7 @@ type tracing struct {
 
 func newTracing(tp trace.TracerProvider, content bool, upstream *url.URL) tracing {
 	provider := upstream.Hostname()
-	if strings.TrimSuffix(upstream.String(), "/") == DefaultUpstreamURL {
+	if isOpenAI(upstream) {
 		provider = "openai"
 	}
 	if tp == nil {
