@@ -404,7 +404,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		Model:     req.Model(),
 		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header), tracing: s.tracing},
 	}
-	defer s.addUsage(r, t) // after the answer has gone out
+	defer s.addUsage(r, t) // in the background, once the turn has ended
 	if req.Stream {
 		s.stream(w, r, t, thread.Name)
 		return
@@ -422,12 +422,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Workspace-Rounds", strconv.Itoa(reply.Rounds))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(reply.Body)
-	_ = http.NewResponseController(w).Flush()
 }
 
-// addUsage adds a turn's usage to its thread's totals in the background, once the client has
-// its answer (the next request on the connection does not wait for it); a failure costs the
-// count, not the answer.
+// addUsage adds a turn's usage to its thread's totals in the background (neither the answer
+// nor the next request on the connection waits for it); a failure costs the count, not the
+// answer.
 func (s *Server) addUsage(r *http.Request, t *Turn) {
 	if t.Usage == (tools.Usage{}) {
 		return
