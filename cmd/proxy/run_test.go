@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"net"
 	"net/http"
 	"os"
@@ -54,8 +53,8 @@ func TestMakeRunFromAnyFolder(t *testing.T) {
 		env = append(env, kv)
 	}
 	cmd.Env = append(env, "LISTEN_ADDR="+addr)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{} // written by the command's goroutines while the test reads it
+	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
