@@ -38,111 +38,152 @@ func suiteCmd(args []string) error {
 	if dbURL == "" || fastURL == "" {
 		return errors.New("DATABASE_URL (a durable Postgres) and NOFSYNC_DATABASE_URL (one with fsync off) are required (make bench-load provides them)")
 	}
+	st := &suite{bin: *bin, dbURL: dbURL, pids: map[string]int{}}
+	defer st.stop()
+	scenarios, err := st.start(fastURL)
+	if err != nil {
+		return err
+	}
+	results, cpu := st.run(scenarios, *rounds, *d, *size)
+	st.report(scenarios, *rounds, results, cpu)
+	return st.memory(*size)
+}
+
+// chatPath is the route the suite loads.
+const chatPath = "/v1/chat/completions"
+
+// suite is one run of the load comparison: the processes it started and their addresses.
+type suite struct {
+	bin, dbURL string
+	procs      []*exec.Cmd
+	pids       map[string]int // a proxy's address -> its pid, for CPU accounting
+	up         string         // the fast fake upstream
+}
+
+func (st *suite) stop() {
+	for _, p := range st.procs {
+		stop(p)
+	}
+}
+
+// spawn starts this program with args and returns the address it listens on.
+func (st *suite) spawn(args ...string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", err
 	}
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			stop(p)
-		}
-	}()
-	start := func(env []string, name string, args ...string) (string, error) {
-		cmd := exec.Command(name, args...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return "", err
-		}
-		if err := cmd.Start(); err != nil {
-			return "", err
-		}
-		procs = append(procs, cmd)
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			return "", fmt.Errorf("%s: %w", name, err)
-		}
-		go func() { _, _ = io.Copy(io.Discard, out) }()
-		return strings.TrimSpace(strings.TrimPrefix(line, "listening on ")), nil
-	}
-	up, err := start(nil, self, "upstream")
+	cmd := exec.Command(self, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return "", err
 	}
-	toolUp, err := start(nil, self, "upstream", "-tool-round")
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	st.procs = append(st.procs, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		return err
+		return "", fmt.Errorf("%s: %w", args[0], err)
 	}
-	bare, err := start(nil, self, "bareproxy", "-target", "http://"+up)
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return strings.TrimSpace(strings.TrimPrefix(line, "listening on ")), nil
+}
+
+// proxy starts a wsproxy in front of upstream on dbURL.
+func (st *suite) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
+	addr, cmd, err := startWsproxy(st.bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
+		"ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	pids := map[string]int{bare: procs[len(procs)-1].Process.Pid} // proxy address -> pid, for CPU accounting
-	startProxy := func(upstream, dbURL string) (string, *exec.Cmd, error) {
-		addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
-			"ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
-		if err != nil {
-			return "", nil, err
-		}
-		procs = append(procs, cmd)
-		pids[addr] = cmd.Process.Pid
-		return addr, cmd, nil
+	st.procs = append(st.procs, cmd)
+	st.pids[addr] = cmd.Process.Pid
+	return addr, cmd, nil
+}
+
+// start starts the upstreams, the bare proxy and the wsproxies, and returns the scenarios.
+func (st *suite) start(fastURL string) ([]scenario, error) {
+	var err error
+	if st.up, err = st.spawn("upstream"); err != nil {
+		return nil, err
 	}
-	ws, _, err := startProxy(up, dbURL)
+	toolUp, err := st.spawn("upstream", "-tool-round")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	wsFast, _, err := startProxy(up, fastURL)
+	bare, err := st.spawn("bareproxy", "-target", "http://"+st.up)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	wsTool, _, err := startProxy(toolUp, dbURL)
+	st.pids[bare] = st.procs[len(st.procs)-1].Process.Pid
+	ws, _, err := st.proxy(st.up, st.dbURL)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	wsFast, _, err := st.proxy(st.up, fastURL)
+	if err != nil {
+		return nil, err
+	}
+	wsTool, _, err := st.proxy(toolUp, st.dbURL)
+	if err != nil {
+		return nil, err
 	}
 	for c := range 32 {
 		if err := seed("http://"+wsTool, fmt.Sprintf("tool-%d", c)); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return []scenario{
+		{"direct", "http://" + st.up + chatPath, "", false},
+		{"bare proxy", "http://" + bare + chatPath, "", false},
+		{"wsproxy pass-through", "http://" + ws + chatPath, "", false},
+		{"wsproxy thread turn", "http://" + ws + chatPath, "turn", false},
+		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false},
+		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false},
+		{"direct, streamed", "http://" + st.up + chatPath, "", true},
+		{"bare proxy, streamed", "http://" + bare + chatPath, "", true},
+		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true},
+		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true},
+	}, nil
+}
 
-	chat := "/v1/chat/completions"
-	scenarios := []scenario{
-		{"direct", "http://" + up + chat, "", false},
-		{"bare proxy", "http://" + bare + chat, "", false},
-		{"wsproxy pass-through", "http://" + ws + chat, "", false},
-		{"wsproxy thread turn", "http://" + ws + chat, "turn", false},
-		{"wsproxy thread turn, fsync off", "http://" + wsFast + chat, "turn", false},
-		{"wsproxy one tool round", "http://" + wsTool + chat, "tool", false},
-		{"direct, streamed", "http://" + up + chat, "", true},
-		{"bare proxy, streamed", "http://" + bare + chat, "", true},
-		{"wsproxy pass-through, streamed", "http://" + ws + chat, "", true},
-		{"wsproxy thread turn, streamed", "http://" + ws + chat, "turn", true},
-	}
-	concurrency := []int{1, 32}
+// suiteConcurrency are the client counts of every scenario.
+var suiteConcurrency = []int{1, 32}
+
+func resultKey(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
+
+// pid is the pid of a scenario's proxy (0 for the direct upstream).
+func (st *suite) pid(s scenario) int {
+	return st.pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chatPath)]
+}
+
+// run runs every scenario at every concurrency, interleaved over rounds; it returns the results
+// and the CPU per request at 32 clients.
+func (st *suite) run(scenarios []scenario, rounds int, d time.Duration, size int) (map[string][]Result, map[string][]cpuCost) {
 	results := map[string][]Result{}
-	cpu := map[string][]cpuCost{} // at 32 clients
-	key := func(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
-	fmt.Printf("%d rounds of %d scenarios x %v clients, %s each, %d-byte requests\n", *rounds, len(scenarios), concurrency, *d, *size)
-	for r := 1; r <= *rounds; r++ {
+	cpu := map[string][]cpuCost{}
+	fmt.Printf("%d rounds of %d scenarios x %v clients, %s each, %d-byte requests\n", rounds, len(scenarios), suiteConcurrency, d, size)
+	for r := 1; r <= rounds; r++ {
 		for _, s := range scenarios {
-			for _, c := range concurrency {
-				pid := pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chat)]
-				before := sampleCPU(pid)
-				res := Load{URL: s.url, Clients: c, Duration: *d, Stream: s.stream, ThreadPrefix: s.thread, Body: requestBody(*size, s.stream)}.Run(context.Background())
-				results[key(s, c)] = append(results[key(s, c)], res)
+			for _, c := range suiteConcurrency {
+				before := sampleCPU(st.pid(s))
+				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: requestBody(size, s.stream)}.Run(context.Background())
+				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
 				if c == 32 && res.Requests > 0 {
-					cpu[s.name] = append(cpu[s.name], sampleCPU(pid).since(before, res.Requests))
+					cpu[s.name] = append(cpu[s.name], sampleCPU(st.pid(s)).since(before, res.Requests))
 				}
 				fmt.Printf("round %d  %-32s c=%-2d %s\n", r, s.name, c, res)
 			}
 		}
 	}
+	return results, cpu
+}
 
-	med := func(s scenario, c int) Result { return median(results[key(s, c)]) }
-	fmt.Printf("\nMedians over %d rounds (ratios: to direct / to the bare proxy)\n", *rounds)
+// report prints the medians, the CPU per request and the targets.
+func (st *suite) report(scenarios []scenario, rounds int, results map[string][]Result, cpu map[string][]cpuCost) {
+	med := func(s scenario, c int) Result { return median(results[resultKey(s, c)]) }
+	fmt.Printf("\nMedians over %d rounds (ratios: to direct / to the bare proxy)\n", rounds)
 	fmt.Printf("%-32s %10s %12s %12s %12s %14s %12s\n", "scenario", "p50 c=1", "added p50", "ttfb50 c=1", "req/s c=32", "% of direct", "% of bare")
 	direct := map[bool]scenario{false: scenarios[0], true: scenarios[6]}
 	bareS := map[bool]scenario{false: scenarios[1], true: scenarios[7]}
@@ -157,7 +198,7 @@ func suiteCmd(args []string) error {
 	fmt.Printf("\nCPU per request at 32 clients (medians; the whole machine has 2 cores)\n")
 	fmt.Printf("%-32s %14s %14s\n", "scenario", "proxy", "postgres")
 	for _, s := range scenarios {
-		if c := cpu[s.name]; len(c) > 0 && pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chat)] != 0 {
+		if c := cpu[s.name]; len(c) > 0 && st.pid(s) != 0 {
 			m := medianCPU(c)
 			fmt.Printf("%-32s %14s %14s\n", s.name, dur(m.proxy), dur(m.postgres))
 		}
@@ -179,19 +220,21 @@ func suiteCmd(args []string) error {
 		fmt.Sprintf("%.0f vs %.0f req/s (%.1f%%)", med(turn, 32).RPS, med(turnFast, 32).RPS, 100*med(turn, 32).RPS/med(turnFast, 32).RPS))
 	check("a thread turn keeps at least 40% of pass-through throughput (c=32)", med(turn, 32).RPS >= 0.4*med(pass, 32).RPS,
 		fmt.Sprintf("%.1f%%", 100*med(turn, 32).RPS/med(pass, 32).RPS))
+}
 
-	// Memory: a fresh wsproxy, warmed up, then one 10 MB streamed thread turn.
-	memProxy, cmd, err := startProxy(up, dbURL)
+// memory measures a fresh wsproxy, warmed up, through one 10 MB streamed thread turn.
+func (st *suite) memory(size int) error {
+	memProxy, cmd, err := st.proxy(st.up, st.dbURL)
 	if err != nil {
 		return err
 	}
-	warm := Load{URL: "http://" + memProxy + chat, Clients: 2, Duration: time.Second, Stream: true, ThreadPrefix: "mem", Body: requestBody(*size, true)}
+	warm := Load{URL: "http://" + memProxy + chatPath, Clients: 2, Duration: time.Second, Stream: true, ThreadPrefix: "mem", Body: requestBody(size, true)}
 	warm.Run(context.Background())
 	before, err := peakRSS(cmd.Process.Pid)
 	if err != nil {
 		return err
 	}
-	big := Load{URL: "http://" + memProxy + chat, Clients: 1, Duration: time.Nanosecond, Stream: true, ThreadPrefix: "mem",
+	big := Load{URL: "http://" + memProxy + chatPath, Clients: 1, Duration: time.Nanosecond, Stream: true, ThreadPrefix: "mem",
 		Body: []byte(`{"model":"bench","stream":true,"big_stream":true,"messages":[{"role":"user","content":"long"}]}`)}
 	n, err := oneRequest(big)
 	if err != nil {
