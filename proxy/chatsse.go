@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -38,24 +37,23 @@ func (e *StreamError) Error() string {
 // re-indexed from 0. The client gets one role delta at the start, one finish_reason at the end,
 // and every chunk carries the first id the upstream gave.
 type chatSSE struct {
-	req          *ChatRequest
-	up           Upstream
-	out          Emitter
-	log          *slog.Logger // nil logs nothing
-	thread       string
-	dirty        bool // written, not flushed
-	includeUsage bool
-	id           string         // the first id the upstream gave (or one made up)
-	model        string         // the model the upstream named (for traces)
-	emitted      bool           // the role delta went out
-	last         rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
+	req     *ChatRequest
+	up      Upstream
+	out     Emitter
+	log     *slog.Logger // nil logs nothing
+	thread  string
+	dirty   bool           // written, not flushed
+	id      string         // the first id the upstream gave (or one made up)
+	model   string         // the model the upstream named (for traces)
+	emitted bool           // the role delta went out
+	last    rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
 	rd      streamRound
 }
 
 func newChatSSE(req *ChatRequest, up Upstream, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, includeUsage: req.IncludeUsage, rd: streamRound{byIndex: map[int]*callAcc{}}}
+	return &chatSSE{req: req, up: up, out: out, rd: streamRound{byIndex: map[int]*callAcc{}}}
 }
 
 func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
@@ -106,7 +104,6 @@ type streamRound struct {
 	byIndex            map[int]*callAcc
 	clientCalls        int
 	finish             string
-	finishChunk        rawjson.Object
 	usage              json.RawMessage
 	done               bool // [DONE] seen
 	emitted            bool // the client got part of this round
@@ -388,7 +385,7 @@ func clientCallItem(acc *callAcc) json.RawMessage {
 	fn.Set("name", rawjson.String(acc.name))
 	fn.Set("arguments", rawjson.String(acc.args.String()))
 	o := rawjson.Object{}
-	o.Set("index", json.RawMessage(strconv.Itoa(acc.clientIndex)))
+	o.Set("index", rawjson.Int(acc.clientIndex))
 	o.Set("id", rawjson.String(acc.id))
 	typ := acc.typ
 	if typ == "" {
@@ -427,7 +424,7 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	if err := s.send(c, choice, rawjson.Object{}, rawjson.String(reason)); err != nil {
 		return err
 	}
-	if s.includeUsage && !usage.empty() {
+	if s.req.IncludeUsage && !usage.empty() {
 		c.Set("choices", json.RawMessage("[]"))
 		c.Set("usage", usage.json())
 		return s.emit(c.Bytes())

@@ -149,7 +149,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		usage.add(roundUsage)
+		usage.add(roundUsage, tokens)
 		r.Metrics.addTokens(tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {
@@ -280,11 +280,12 @@ type usageSum struct {
 	tokens tools.Usage
 }
 
-// add keeps a round's usage; raw must stay unchanged until json is called.
-func (u *usageSum) add(raw json.RawMessage) {
+// add keeps a round's usage and its token counts (tokenCounts(raw)); raw must stay unchanged
+// until json is called.
+func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
 	if len(raw) > 0 && string(raw) != "null" {
 		u.raws = append(u.raws, raw)
-		u.tokens.Add(tokenCounts(raw))
+		u.tokens.Add(tokens)
 	}
 }
 

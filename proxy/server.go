@@ -271,12 +271,17 @@ func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // inbound reads what every /v1 request brings: the thread it names (ok false for none), for
 // its client when there are client keys, and its body; the caller calls release when done with
-// the body.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
+// the body. check, when set, runs once the client is known, before anything else is read.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
 	release = func() {}
 	client, err := s.clientOf(r)
 	if err != nil {
 		return thread, false, nil, release, err
+	}
+	if check != nil {
+		if err := check(r); err != nil {
+			return thread, false, nil, release, err
+		}
 	}
 	if thread, ok, err = threadOf(r, client); err != nil {
 		return thread, false, nil, release, err
@@ -287,11 +292,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request) (thread tools.T
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	if err := s.passThroughAllowed(r); err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
-	_, _, body, release, err := s.inbound(w, r)
+	_, _, body, release, err := s.inbound(w, r, s.passThroughAllowed)
 	defer release()
 	if err != nil {
 		writeError(w, r, s.log, err)
@@ -329,14 +330,12 @@ func restOfPath(path string) string {
 	return strings.TrimPrefix(path, "/v1")
 }
 
-// passThroughAllowed checks a request that is about to be forwarded as it is. A path with a
+// passThroughAllowed checks a request that is about to be forwarded as it is, once its client
+// is known (inbound: a client without a key learns nothing of the routes). A path with a
 // segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
 // refused: an upstream that resolves dot segments would serve a path outside its base URL with
 // the operator's key. With client keys, only the routes PASSTHROUGH_ROUTES allows are forwarded.
 func (s *Server) passThroughAllowed(r *http.Request) error {
-	if _, err := s.clientOf(r); err != nil {
-		return err // who asks comes first: a client without a key learns nothing of the routes
-	}
 	escaped := r.URL.EscapedPath()
 	for _, seg := range strings.Split(escaped, "/") {
 		decoded, err := url.PathUnescape(seg)
@@ -358,7 +357,7 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, ok, body, release, err := s.inbound(w, r)
+	thread, ok, body, release, err := s.inbound(w, r, nil)
 	defer release()
 	if err != nil {
 		writeError(w, r, s.log, err)

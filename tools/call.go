@@ -75,11 +75,11 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		// A refused call has written nothing: every check runs before the tool's statement.
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
 	}
-	env := Envelope{OK: true, Result: out.text}
-	if err := tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, w.record(c, reasoning, env)) }); err != nil {
+	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), LockedSkips: out.lockedSkips}
+	if err := tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, w.record(c, reasoning, res)) }); err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	return Result{OK: true, Content: env.encode(), LockedSkips: out.lockedSkips}, nil
+	return res, nil
 }
 
 // refuse answers a call the tool refused with an error envelope and records it (committing tx
@@ -90,8 +90,8 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	env := Envelope{Error: err.Error()}
-	arg := w.record(c, reasoning, env)
+	res := Result{Content: Envelope{Error: err.Error()}.encode()}
+	arg := w.record(c, reasoning, res)
 	if tx != nil {
 		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })
 	} else {
@@ -103,7 +103,7 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	return Result{Content: env.encode()}, nil
+	return res, nil
 }
 
 type toolOutput struct {
@@ -129,8 +129,8 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }
 
-// record is the record of a call and the envelope it returned.
-func (w *Workspace) record(c Call, reasoning string, env Envelope) db.ToolCallInsertParams {
+// record is the record of a call and the result it returned.
+func (w *Workspace) record(c Call, reasoning string, res Result) db.ToolCallInsertParams {
 	return db.ToolCallInsertParams{
 		ThreadID:           w.threadID,
 		Turn:               int32(c.Turn),
@@ -138,7 +138,7 @@ func (w *Workspace) record(c Call, reasoning string, env Envelope) db.ToolCallIn
 		Tool:               c.Name,
 		Arguments:          argumentsJSON(c.Arguments),
 		ActionAndReasoning: storableText(reasoning),
-		Ok:                 env.OK,
-		Result:             []byte(env.encode()),
+		Ok:                 res.OK,
+		Result:             []byte(res.Content),
 	}
 }
