@@ -90,7 +90,7 @@ func (t *LockedTx) Commit(ctx context.Context, queue func(b *pgx.Batch)) error {
 
 // QueueToolCallInsert queues ToolCallInsert, for Commit.
 func QueueToolCallInsert(b *pgx.Batch, arg ToolCallInsertParams) {
-	b.Queue(toolCallInsert, arg.ThreadID, arg.Turn, arg.Round, arg.Tool, arg.Arguments, arg.ActionAndReasoning, arg.Ok, arg.Result)
+	b.Queue(toolCallInsert, arg.ThreadID, arg.Turn, arg.Round, arg.CallID, arg.Tool, arg.Arguments, arg.ActionAndReasoning, arg.Ok, arg.Result)
 }
 
 // Rollback ends the transaction without its writes; it is a no-op after Commit. It runs under

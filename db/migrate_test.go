@@ -63,3 +63,61 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 	_, err = db.StartTurn(ctx, pool, "old")
 	require.NoError(t, err)
 }
+
+// TestUpgradeFromPreviousSchema: a database populated under the previous schema (001 and 002)
+// upgrades to the current one with every row kept: its tool calls get an empty call_id, and no
+// Responses turn is recorded until the first one runs.
+func TestUpgradeFromPreviousSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	stmts := []string{`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	for _, name := range []string{"001_workspace", "002_thread_usage"} {
+		b, err := os.ReadFile("migration/" + name + ".sql")
+		require.NoError(t, err)
+		stmts = append(stmts, string(b), `INSERT INTO schema_migrations (version) VALUES ('`+name+`')`)
+	}
+	stmts = append(stmts,
+		`INSERT INTO threads (id, turns, next_preference_id, prompt_tokens) VALUES ('old', 2, 2, 40)`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('old', 1, 'Formal', 'hard')`,
+		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result) VALUES ('old', 2, 1, 'add_preferences', '{"items":[{"title":"Formal"}]}', true, '{"ok":true,"result":"added"}')`,
+	)
+	for _, sql := range stmts {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int64(40), th.PromptTokens)
+	calls, err := q.ToolCallListByThread(ctx, pool, db.ToolCallListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+	require.Equal(t, "", calls[0].CallID, "calls recorded before keep no id")
+	rows, err := q.ResponseTurnContinuation(ctx, pool, db.ResponseTurnContinuationParams{ThreadID: "old", ResponseID: "resp_1"})
+	require.NoError(t, err)
+	require.Empty(t, rows, "no Responses turn recorded yet")
+
+	// The upgraded database takes the current statements.
+	require.NoError(t, q.ToolCallInsert(ctx, pool, db.ToolCallInsertParams{ThreadID: "old", Turn: 3, Round: 1, CallID: "call_x", Tool: "list_preferences",
+		Arguments: []byte(`{}`), Ok: true, Result: []byte(`{"ok":true,"result":"#1"}`)}))
+	require.NoError(t, q.ResponseTurnRecord(ctx, pool, db.ResponseTurnRecordParams{ThreadID: "old", ResponseID: "resp_1", Turn: 3,
+		LastResponseID: "resp_2", OwedCallIds: []string{"call_x", "call_never_run"}}))
+	rows, err = q.ResponseTurnContinuation(ctx, pool, db.ResponseTurnContinuationParams{ThreadID: "old", ResponseID: "resp_1"})
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	for _, r := range rows {
+		require.Equal(t, "resp_2", r.LastResponseID)
+		if r.CallID == "call_x" {
+			require.JSONEq(t, `{"ok":true,"result":"#1"}`, string(r.Result))
+		} else {
+			require.Equal(t, "call_never_run", r.CallID)
+			require.Nil(t, r.Result)
+		}
+	}
+}

@@ -26,6 +26,15 @@ type Preference struct {
 	UpdatedAt pgtype.Timestamptz
 }
 
+type ResponseTurn struct {
+	ThreadID       string
+	ResponseID     string
+	Turn           int32
+	LastResponseID string
+	OwedCallIds    []string
+	CreatedAt      pgtype.Timestamptz
+}
+
 type Thread struct {
 	ID                 string
 	CreatedAt          pgtype.Timestamptz
@@ -48,6 +57,7 @@ type ToolCall struct {
 	Ok                 bool
 	Result             []byte
 	CreatedAt          pgtype.Timestamptz
+	CallID             string
 }
 
 type WorkspaceSnapshot struct {

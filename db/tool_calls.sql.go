@@ -10,14 +10,15 @@ import (
 )
 
 const toolCallInsert = `-- name: ToolCallInsert :exec
-INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, action_and_reasoning, ok, result)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, action_and_reasoning, ok, result)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 `
 
 type ToolCallInsertParams struct {
 	ThreadID           string
 	Turn               int32
 	Round              int32
+	CallID             string
 	Tool               string
 	Arguments          []byte
 	ActionAndReasoning string
@@ -30,6 +31,7 @@ func (q *Queries) ToolCallInsert(ctx context.Context, db DBTX, arg ToolCallInser
 		arg.ThreadID,
 		arg.Turn,
 		arg.Round,
+		arg.CallID,
 		arg.Tool,
 		arg.Arguments,
 		arg.ActionAndReasoning,
@@ -40,7 +42,7 @@ func (q *Queries) ToolCallInsert(ctx context.Context, db DBTX, arg ToolCallInser
 }
 
 const toolCallListByThread = `-- name: ToolCallListByThread :many
-SELECT thread_id, id, turn, round, tool, arguments, action_and_reasoning, ok, result, created_at FROM tool_calls
+SELECT thread_id, id, turn, round, tool, arguments, action_and_reasoning, ok, result, created_at, call_id FROM tool_calls
 WHERE thread_id = $1 AND id > $2
 ORDER BY id
 LIMIT $3
@@ -72,6 +74,7 @@ func (q *Queries) ToolCallListByThread(ctx context.Context, db DBTX, arg ToolCal
 			&i.Ok,
 			&i.Result,
 			&i.CreatedAt,
+			&i.CallID,
 		); err != nil {
 			return nil, err
 		}

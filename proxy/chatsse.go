@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +16,9 @@ import (
 
 // Emitter is the client of a streamed turn.
 type Emitter interface {
-	// Emit writes one chunk (the JSON of a chat.completion.chunk) as an event.
-	Emit(chunk []byte) error
+	// Emit writes one event: data (a chat.completion.chunk, a Responses event) under the event
+	// name event ("" for none).
+	Emit(event string, data []byte) error
 	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
 	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
 	// arrived together leave together.
@@ -285,7 +287,7 @@ func (s *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMes
 func (s *chatSSE) emit(chunk []byte) error {
 	s.dirty = true
 	s.rd.emitted = true
-	return s.out.Emit(chunk)
+	return s.out.Emit("", chunk)
 }
 
 func (s *chatSSE) flush() error {
@@ -431,3 +433,16 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	}
 	return nil
 }
+
+// failure is the event that ends a stream whose turn failed after its first byte: the
+// upstream's own error event, or the proxy's error.
+func (s *chatSSE) failure(err error) (string, []byte) {
+	var se *StreamError
+	if errors.As(err, &se) {
+		return "", se.Data
+	}
+	return "", streamFailure(err).body()
+}
+
+// end is what follows the last chunk of a stream that succeeded.
+func (s *chatSSE) end() []byte { return []byte("data: [DONE]\n\n") }

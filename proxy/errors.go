@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,6 +130,44 @@ func toError(err error) *Error {
 		return &Error{Status: StatusClientClosedRequest, Type: "invalid_request_error", Code: "client_closed_request", Message: "the client closed the request", Err: err}
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
+}
+
+// streamFailure is the error a stream's failure event reports for err, which ended a turn
+// after its first byte: the upstream's own error (an error event of its stream, or an error
+// answer of a later round) with its type, code and message, else the proxy's.
+func streamFailure(err error) *Error {
+	var se *StreamError
+	var ue *UpstreamError
+	var raw []byte
+	switch {
+	case errors.As(err, &se):
+		raw = se.Data
+	case errors.As(err, &ue):
+		raw = ue.Body
+	}
+	type detail struct {
+		Type    string `json:"type"`
+		Code    any    `json:"code"`
+		Message string `json:"message"`
+	}
+	var d struct {
+		detail
+		Error *detail `json:"error"`
+	}
+	if raw != nil && json.Unmarshal(raw, &d) == nil {
+		if d.Error != nil {
+			d.detail = *d.Error
+		}
+		if d.Message != "" {
+			e := &Error{Type: d.Type, Message: d.Message}
+			if e.Type == "" || e.Type == "error" { // a Responses error event's type
+				e.Type = "server_error"
+			}
+			e.Code, _ = d.Code.(string)
+			return e
+		}
+	}
+	return toError(err)
 }
 
 // writeError is the error funnel: it answers err in OpenAI's shape (an upstream's own error goes

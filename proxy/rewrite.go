@@ -33,10 +33,7 @@ type ChatRequest struct {
 	// several of the client's messages, as they came), each run in pieces: the client's
 	// messages with the workspace injected, then each tool round's messages.
 	messages []Payload
-	// tools is the client's tools as a run of raw elements ("" for none); names their names,
-	// when there are at most maxToolNames (else IsClientTool reads them from tools).
-	tools json.RawMessage
-	names map[string]bool
+	clientTools
 	// Stream is the client's "stream"; IncludeUsage its stream_options.include_usage.
 	Stream       bool
 	IncludeUsage bool
@@ -89,7 +86,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		return c, nil
 	}
 	if t := fields.Get("tools"); t != nil && string(t) != "null" {
-		if err := c.checkTools(t); err != nil {
+		if err := c.check(t); err != nil {
 			return nil, err
 		}
 	}
@@ -117,11 +114,21 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 // body's tools.
 const maxToolNames = 256
 
-// checkTools checks the client's tools array: every tool an object, none named like a workspace
+// clientTools are the client's tools of a request.
+type clientTools struct {
+	// list is the client's tools array; tools the run of its elements (nil for none); names
+	// their names, when there are at most maxToolNames (else IsClientTool reads them from list).
+	list  json.RawMessage
+	tools json.RawMessage
+	names map[string]bool
+}
+
+// check checks the client's tools array: every tool an object, none named like a workspace
 // tool; it keeps the run of its elements and, for a list of usual size, the names.
-func (c *ChatRequest) checkTools(list json.RawMessage) error {
+func (c *clientTools) check(list json.RawMessage) error {
 	names := map[string]bool{}
 	var err error
+	c.list = list
 	c.tools, err = eachToolName(list, func(name []byte) error {
 		if name == nil {
 			return nil
@@ -143,7 +150,7 @@ func (c *ChatRequest) checkTools(list json.RawMessage) error {
 }
 
 // eachToolName walks a tools array, checked, and calls fn with the name of each tool's function
-// or custom part (nil when it has none), without allocating for names without escapes. It
+// or custom part, or its own name (the Responses API's shape; nil when it has none), without allocating for names without escapes. It
 // returns the run of the array's elements (nil for none).
 func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMessage, error) {
 	var scratch struct{ tool, part rawjson.Object }
@@ -174,6 +181,9 @@ func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMes
 				break
 			}
 		}
+		if name == nil { // the Responses API's shape: {"type":"function","name":…}
+			name = rawName(scratch.tool.Get("name"))
+		}
 		return fn(name)
 	})
 	if err != nil {
@@ -203,14 +213,14 @@ func rawName(v json.RawMessage) []byte {
 }
 
 // IsClientTool reports whether name is one of the client's tools.
-func (c *ChatRequest) IsClientTool(name string) bool {
+func (c *clientTools) IsClientTool(name string) bool {
 	if c.tools == nil {
 		return false
 	}
 	if c.names != nil {
 		return c.names[name]
 	}
-	_, err := eachToolName(c.fields.Get("tools"), func(n []byte) error {
+	_, err := eachToolName(c.list, func(n []byte) error {
 		if n != nil && string(n) == name {
 			return errFound
 		}
@@ -288,7 +298,7 @@ func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
 				if c.n > 1 {
 					c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
 				}
-				c.messages = append(c.messages, appendToLast(last, text))
+				c.messages = append(c.messages, appendToLast(last, "content", "text", text))
 				return
 			}
 		}
@@ -332,17 +342,18 @@ func appendToSystem(msg rawjson.Object, text string) json.RawMessage {
 	return msg.Bytes()
 }
 
-// appendToLast appends text to the content of the last message msg (placement tail) as
-// appendToSystem does, but keeps the message's own bytes, with the workspace tags in its text
-// neutralised (so that pasted text cannot pose as the block). The message is neither decoded
-// (but where its text may hold a tag) nor copied: it goes out as pieces of the client's body
-// around the appended text.
-func appendToLast(msg []byte, text string) Payload {
-	start, end, ok := rawjson.Member(msg, "content")
+// appendToLast appends text to the member (content, or a Responses function_call_output's
+// output) of the last message or item msg (placement tail) as appendToSystem does — to a string
+// after a blank line, or as a last part of type partType — but keeps the message's own bytes,
+// with the workspace tags in its text neutralised (so that pasted text cannot pose as the
+// block). The message is neither decoded (but where its text may hold a tag) nor copied: it goes
+// out as pieces of the client's body around the appended text.
+func appendToLast(msg []byte, member, partType, text string) Payload {
+	start, end, ok := rawjson.Member(msg, member)
 	content := json.RawMessage(msg[start:end])
 	if !ok || (content[0] != '"' && content[0] != '[') { // missing or null: the text is the content
 		o, _ := rawjson.Parse(msg)
-		o.Set("content", rawjson.String(text))
+		o.Set(member, rawjson.String(text))
 		return Payload{o.Bytes()}
 	}
 	var open json.RawMessage // the content up to where the text goes
@@ -370,14 +381,17 @@ func appendToLast(msg []byte, text string) Payload {
 		if len(bytes.TrimSpace(open)) > 1 {
 			tail = append(tail, ',')
 		}
-		tail = append(append(tail, textPart(text)...), ']')
+		tail = append(append(tail, typedTextPart(partType, text)...), ']')
 	}
 	return Payload{msg[:start], open, tail, msg[end:]}
 }
 
-func textPart(text string) json.RawMessage {
+func textPart(text string) json.RawMessage { return typedTextPart("text", text) }
+
+// typedTextPart is a content part of text: chat's "text", the Responses API's "input_text".
+func typedTextPart(typ, text string) json.RawMessage {
 	part := rawjson.Object{}
-	part.Set("type", rawjson.String("text"))
+	part.Set("type", rawjson.String(typ))
 	part.Set("text", rawjson.String(text))
 	return part.Bytes()
 }
@@ -498,51 +512,31 @@ func (c *ChatRequest) Body(withWorkspaceTools bool) Payload {
 	}
 	w := payloadWriter{buf: make([]byte, 0, 1024)}
 	w.byte('{')
-	member := func(key string) {
-		if w.members > 0 {
-			w.byte(',')
-		}
-		w.members++
-		w.buf = rawjson.AppendString(w.buf, key)
-		w.byte(':')
-	}
-	array := func(runs []Payload) {
-		w.byte('[')
-		for i, run := range runs {
-			if i > 0 {
-				w.byte(',')
-			}
-			for _, piece := range run {
-				w.raw(piece)
-			}
-		}
-		w.byte(']')
-	}
 	hasTools := false
 	for i, k := range c.fields.Keys {
 		switch k {
 		case "messages":
-			member(k)
-			array(c.messages)
+			w.member(k)
+			w.array(c.messages)
 		case "tools":
 			hasTools = true
 			if len(toolList) > 0 {
-				member(k)
-				array(toolList)
+				w.member(k)
+				w.array(toolList)
 			}
 		case "tool_choice", "parallel_tool_calls":
 			if len(toolList) > 0 {
-				member(k)
+				w.member(k)
 				w.raw(c.fields.Vals[i])
 			}
 		default:
-			member(k)
+			w.member(k)
 			w.raw(c.fields.Vals[i])
 		}
 	}
 	if !hasTools && len(toolList) > 0 {
-		member("tools")
-		array(toolList)
+		w.member("tools")
+		w.array(toolList)
 	}
 	w.byte('}')
 	return w.payload()
@@ -588,6 +582,30 @@ type payloadWriter struct {
 const largeValue = 512
 
 func (w *payloadWriter) byte(c byte) { w.buf = append(w.buf, c) }
+
+// member starts an object member: a comma when it is not the first, the key and its colon.
+func (w *payloadWriter) member(key string) {
+	if w.members > 0 {
+		w.byte(',')
+	}
+	w.members++
+	w.buf = rawjson.AppendString(w.buf, key)
+	w.byte(':')
+}
+
+// array writes an array whose elements are the runs' (a run holds one or more elements).
+func (w *payloadWriter) array(runs []Payload) {
+	w.byte('[')
+	for i, run := range runs {
+		if i > 0 {
+			w.byte(',')
+		}
+		for _, piece := range run {
+			w.raw(piece)
+		}
+	}
+	w.byte(']')
+}
 
 func (w *payloadWriter) raw(v []byte) {
 	if len(v) < largeValue {

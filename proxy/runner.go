@@ -256,7 +256,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 	out := make([]string, len(calls))
 	for i, call := range calls {
 		tctx, span := r.tracing.toolSpan(ctx, call)
-		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, Name: call.Name, Arguments: call.Arguments})
+		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments})
 		r.tracing.endTool(span, res, err)
 		if err != nil {
 			return nil, err

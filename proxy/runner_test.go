@@ -22,8 +22,8 @@ import (
 // emitFunc is an Emitter that hands each chunk to a function and flushes nothing.
 type emitFunc func(chunk []byte) error
 
-func (f emitFunc) Emit(chunk []byte) error { return f(chunk) }
-func (f emitFunc) Flush() error            { return nil }
+func (f emitFunc) Emit(_ string, chunk []byte) error { return f(chunk) }
+func (f emitFunc) Flush() error                      { return nil }
 
 // fakeUpstream is an Upstream without HTTP: each call returns the next scripted body and records
 // the request body's size.

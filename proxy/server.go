@@ -113,7 +113,6 @@ type Server struct {
 	runner   *Runner
 	client   *http.Client // thread turns' upstream calls
 	reverse  *httputil.ReverseProxy
-	chatURL  string
 	handler  http.Handler
 	tracing  tracing
 	maxBytes int64
@@ -162,7 +161,6 @@ func NewServer(opts Options) *Server {
 		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		chatURL:  upstreamURL(opts.UpstreamURL, "/chat/completions", "").String(),
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.budget.max = opts.MaxBufferedBytes
@@ -182,6 +180,8 @@ func NewServer(opts Options) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/responses", s.responses)
+	mux.HandleFunc("POST /threads/{thread}/v1/responses", s.responses)
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
 	s.adminRoutes(mux)
@@ -355,25 +355,48 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 	return nil
 }
 
+// turnInbound is what a chat or Responses request brings: a thread turn's thread, placement and
+// body. A request without a thread is forwarded as it is (the proxy is invisible) and one that
+// fails is answered; ok is then false. The caller calls release when done with the body.
+func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
+	thread, ok, body, release, err := s.inbound(w, r, nil)
+	if err == nil && !ok {
+		if err = s.passThroughAllowed(r); err == nil {
+			s.forward(w, r, body)
+			return thread, "", nil, release, false
+		}
+	}
+	if err == nil {
+		placement, err = s.placementOf(r)
+	}
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return thread, "", nil, release, false
+	}
+	return thread, placement, body, release, true
+}
+
+// startTurn begins a thread turn: the next turn number, and the workspace text to inject.
+func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Placement, model, path string) (*Turn, string, error) {
+	start, err := ws.StartTurn(r.Context())
+	if err != nil {
+		return nil, "", err
+	}
+	t := &Turn{
+		Workspace: ws,
+		Number:    start.Number,
+		Model:     model,
+		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
+			header: s.outboundHeader(r.Header), tracing: s.tracing},
+	}
+	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
+}
+
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, ok, body, release, err := s.inbound(w, r, nil)
+	thread, placement, body, release, ok := s.turnInbound(w, r)
 	defer release()
-	if err != nil {
-		writeError(w, r, s.log, err)
-		return
-	}
 	if !ok {
-		if err := s.passThroughAllowed(r); err != nil {
-			writeError(w, r, s.log, err)
-			return
-		}
-		s.forward(w, r, body) // no thread: the proxy is invisible
-		return
-	}
-	placement, err := s.placementOf(r)
-	if err != nil {
-		writeError(w, r, s.log, err)
 		return
 	}
 	req, err := ParseChatRequest(body)
@@ -385,42 +408,97 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, body) // legacy functions: no workspace, no turn
 		return
 	}
-	ws := s.opts.Store.Workspace(thread)
-	turn, err := ws.StartTurn(r.Context())
+	t, text, err := s.startTurn(r, s.opts.Store.Workspace(thread), placement, req.Model(), "/chat/completions")
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
-	req.InjectWorkspace(s.instructions(placement)+"\n\n"+turn.Block(), placement)
+	t.Request = req
+	req.InjectWorkspace(text, placement)
 	req.askUsage()
 	if s.cacheKey {
 		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
 	}
-	t := &Turn{
-		Request:   req,
-		Workspace: ws,
-		Number:    turn.Number,
-		Model:     req.Model(),
-		Upstream:  &clientUpstream{client: s.client, url: s.chatURL, header: s.outboundHeader(r.Header), tracing: s.tracing},
-	}
 	defer s.addUsage(r, t) // in the background, once the turn has ended
 	if req.Stream {
-		s.stream(w, r, t, thread.Name)
+		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
+		s.stream(r, t, newChatSSE(req, t.Upstream, out), out)
 		return
 	}
-	reply, err := s.runner.Run(r.Context(), t)
+	d := &chatJSON{req: req, up: t.Upstream}
+	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
+}
+
+// responses serves POST /v1/responses and its thread-path form (SPEC §12).
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	thread, placement, body, release, ok := s.turnInbound(w, r)
+	defer release()
+	if !ok {
+		return
+	}
+	req, err := ParseResponsesRequest(body)
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
 	}
+	ws := s.opts.Store.Workspace(thread)
+	if req.ClientPrevious != "" {
+		cont, err := ws.Continuation(r.Context(), req.ClientPrevious)
+		switch {
+		case err == nil:
+			req.Continue(cont)
+		case errors.Is(err, tools.ErrNotFound) && s.opts.ClientKeys != nil:
+			// The upstream key is the operator's: a client continues only its own thread's turns.
+			writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "previous_response_id",
+				Code: "previous_response_not_found", Message: "Previous response with id '" + req.ClientPrevious + "' not found on this thread."})
+			return
+		case !errors.Is(err, tools.ErrNotFound):
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
+	t, text, err := s.startTurn(r, ws, placement, req.Model(), "/responses")
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	req.InjectWorkspace(text, placement)
+	req.askReasoning()
+	if s.cacheKey {
+		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
+	}
+	record := func(first, last string, owed []string) error {
+		if first == "" || last == "" {
+			return nil // nothing a client could continue from
+		}
+		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed)
+	}
+	defer s.addUsage(r, t)
+	if req.Stream {
+		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
+		s.stream(r, t, newResponsesSSE(req, t.Upstream, out, record), out)
+		return
+	}
+	d := &responsesJSON{req: req, up: t.Upstream, record: record}
+	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
+}
+
+// reply runs a non-streamed turn and answers with the body and header answer gives once it ended.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *Turn, d dialect, answer func() ([]byte, http.Header)) {
+	rounds, err := s.runner.run(r.Context(), t, d)
+	if err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	body, header := answer()
 	h := w.Header()
-	copyHeader(h, responseHeader(reply.Header))
+	copyHeader(h, responseHeader(header))
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(reply.Body)))
-	h.Set(threadHeader, thread.Name)
-	h.Set("X-Workspace-Rounds", strconv.Itoa(reply.Rounds))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set(threadHeader, t.Workspace.ThreadID().Name)
+	h.Set("X-Workspace-Rounds", strconv.Itoa(rounds))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(reply.Body)
+	_, _ = w.Write(body)
 }
 
 // addUsage adds a turn's usage to its thread's totals in the background (neither the answer
@@ -452,35 +530,45 @@ func promptCacheKey(thread tools.ThreadID) string {
 	return "wsp_" + hex.EncodeToString(sum[:16])
 }
 
-// stream serves a streamed turn. The status and headers go out with the first chunk, so a
-// failure before it gets a plain error response; after it, one error event ends the stream.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, t *Turn, thread string) {
-	out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread}
-	_, err := s.runner.Stream(r.Context(), t, out)
+// streamDialect is a dialect that streams to the client.
+type streamDialect interface {
+	dialect
+	// failure is the event (name and data) that ends a stream whose turn failed after its
+	// first byte.
+	failure(err error) (event string, data []byte)
+	// end is what follows the last event of a stream that succeeded (nil for nothing).
+	end() []byte
+}
+
+// stream serves a streamed turn. The status and headers go out with the first event, so a
+// failure before it gets a plain error response; after it, one failure event ends the stream.
+func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWriter) {
+	_, err := s.runner.run(r.Context(), t, d)
 	if err == nil {
-		if err := out.write([]byte("data: [DONE]\n\n")); err != nil {
-			s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before [DONE]", slog.Any("err", err))
+		if end := d.end(); end != nil {
+			if err := out.write(end); err != nil {
+				s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before the end of the stream", slog.Any("err", err))
+			}
 		}
 		return
 	}
 	if !out.started {
-		writeError(w, r, s.log, err)
+		writeError(out.w, r, s.log, err)
 		return
 	}
 	var se *StreamError
-	var event []byte
-	if errors.As(err, &se) {
-		event = se.Data
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error inside a stream", slog.String("thread", t.Workspace.ThreadID().String()))
+	var ue *UpstreamError
+	if errors.As(err, &se) || errors.As(err, &ue) {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error after the stream started", slog.String("thread", t.Workspace.ThreadID().String()))
 	} else {
 		e := toError(err)
 		if e.Status == StatusClientClosedRequest {
 			return
 		}
 		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
-		event = e.body()
 	}
-	_ = out.write(sse.AppendEvent(nil, event))
+	name, data := d.failure(err)
+	_ = out.write(sse.AppendNamedEvent(nil, name, data))
 }
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response.
@@ -492,7 +580,7 @@ type sseWriter struct {
 	buf     []byte
 }
 
-func (o *sseWriter) Emit(chunk []byte) error {
+func (o *sseWriter) Emit(event string, data []byte) error {
 	if !o.started {
 		h := o.w.Header()
 		h.Set("Content-Type", "text/event-stream")
@@ -502,7 +590,7 @@ func (o *sseWriter) Emit(chunk []byte) error {
 		o.w.WriteHeader(http.StatusOK)
 		o.started = true
 	}
-	o.buf = sse.AppendEvent(o.buf[:0], chunk)
+	o.buf = sse.AppendNamedEvent(o.buf[:0], event, data)
 	_, err := o.w.Write(o.buf)
 	return err
 }

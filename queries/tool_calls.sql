@@ -1,6 +1,6 @@
 -- name: ToolCallInsert :exec
-INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, action_and_reasoning, ok, result)
-VALUES (@thread_id, @turn, @round, @tool, @arguments, @action_and_reasoning, @ok, @result);
+INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, action_and_reasoning, ok, result)
+VALUES (@thread_id, @turn, @round, @call_id, @tool, @arguments, @action_and_reasoning, @ok, @result);
 
 -- name: ToolCallListByThread :many
 SELECT * FROM tool_calls

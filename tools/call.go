@@ -17,6 +17,7 @@ import (
 type Call struct {
 	Turn      int
 	Round     int
+	ID        string // the id the model gave the call (kept with its record)
 	Name      string
 	Arguments string // as the model sent them
 }
@@ -135,6 +136,7 @@ func (w *Workspace) record(c Call, reasoning string, res Result) db.ToolCallInse
 		ThreadID:           w.threadID,
 		Turn:               int32(c.Turn),
 		Round:              int32(c.Round),
+		CallID:             storableText(c.ID),
 		Tool:               c.Name,
 		Arguments:          argumentsJSON(c.Arguments),
 		ActionAndReasoning: storableText(reasoning),

@@ -42,7 +42,8 @@ func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBat
 // row by its id — so that it can be routed to the one shard (Citus) or database holding it.
 var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]`)
 
-// TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage — and
+// TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
+// Responses turn's record and continuation — and
 // fails when one of its statements does not name its thread (docs/scaling.md).
 func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	t.Parallel()
@@ -67,6 +68,10 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, ws.AddUsage(ctx, Usage{PromptTokens: 1}))
+	// A Responses turn's record, and a later turn continuing from it.
+	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}))
+	_, err = ws.Continuation(ctx, "resp_1")
+	require.NoError(t, err)
 	tracer.mu.Lock()
 	defer tracer.mu.Unlock()
 	require.NotEmpty(t, tracer.sql)

@@ -109,7 +109,16 @@ func (s *Reader) readLine() ([]byte, error) {
 }
 
 // AppendEvent appends one event carrying data (which must hold no line break).
-func AppendEvent(buf, data []byte) []byte {
+func AppendEvent(buf, data []byte) []byte { return AppendNamedEvent(buf, "", data) }
+
+// AppendNamedEvent appends one event carrying data under the event name (none when ""); neither
+// may hold a line break.
+func AppendNamedEvent(buf []byte, name string, data []byte) []byte {
+	if name != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
 	buf = append(buf, "data: "...)
 	buf = append(buf, data...)
 	return append(buf, "\n\n"...)

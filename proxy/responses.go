@@ -1,0 +1,473 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// ResponsesRequest is a client's Responses API request on a thread turn (SPEC §12), kept as raw
+// JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
+// `parallel_tool_calls` when a round has no tools left), `instructions` (placement system),
+// `previous_response_id` (continuing a recorded turn, and chaining stored rounds) and `include`
+// (reasoning sent back without a store); every other field reaches the upstream with its exact
+// bytes.
+type ResponsesRequest struct {
+	fields rawjson.Object
+	// items is the client's input array (nil for none); first the start of its first element,
+	// last the span of its last, and beforeLast the end of the one before it.
+	items      json.RawMessage
+	n          int
+	first      int
+	last       span
+	beforeLast int
+	// input is what the next round sends as `input` after owed, as runs of raw elements: the
+	// client's items with the workspace injected, then what each tool round added; or, once a
+	// stored round is chained, only the items after it. owed is the run of the outputs a
+	// continued turn owes its last response, sent before the client's items.
+	input []Payload
+	owed  json.RawMessage
+	clientTools
+	// previous is the previous_response_id the next round sends (nil: the client's);
+	// instructions and include replace the client's when set.
+	previous, instructions, include json.RawMessage
+	// ClientPrevious is the previous_response_id the client sent ("" for none); Continued is
+	// set when the proxy sent another in its place (a recorded turn's last response).
+	ClientPrevious string
+	Continued      bool
+	// Stream is the client's "stream".
+	Stream bool
+}
+
+// ParseResponsesRequest parses and checks a Responses thread turn's body (SPEC §12, §10).
+func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
+	fields, err := rawjson.Parse(body)
+	if err != nil {
+		if !rawjson.Valid(body) {
+			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
+		}
+		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
+	}
+	c := &ResponsesRequest{fields: fields}
+	if string(fields.Get("background")) == "true" {
+		return nil, badRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
+	}
+	if v := fields.Get("conversation"); v != nil && string(v) != "null" {
+		return nil, badRequest("unsupported_parameter", "conversation",
+			"conversation is not supported on a thread turn; the thread keeps the workspace, previous_response_id continues a response")
+	}
+	switch in := fields.Get("input"); {
+	case in == nil || string(in) == "null":
+	case in[0] == '"': // one user message
+		msg := rawjson.Object{}
+		msg.Set("role", rawjson.String("user"))
+		msg.Set("content", in)
+		c.items = rawjson.AppendArray(nil, []json.RawMessage{msg.Bytes()})
+	case in[0] == '[':
+		c.items = in
+	default:
+		return nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
+	}
+	if c.items != nil {
+		err = rawjson.Each(c.items, func(i, start, end int) error {
+			if c.items[start] != '{' {
+				return badRequest("invalid_type", fmt.Sprintf("input[%d]", i), "input[%d] must be an object", i)
+			}
+			if i == 0 {
+				c.first = start
+			}
+			c.beforeLast, c.last, c.n = c.last.end, span{start, end}, i+1
+			return nil
+		})
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return nil, e
+			}
+			return nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
+		}
+	}
+	if c.n > 0 {
+		c.input = []Payload{{c.items[c.first:c.last.end]}}
+	}
+	if t := fields.Get("tools"); t != nil && string(t) != "null" {
+		if err := c.check(t); err != nil {
+			return nil, err
+		}
+	}
+	c.ClientPrevious, _ = rawjson.Unquote(fields.Get("previous_response_id"))
+	if s := fields.Get("stream"); s != nil {
+		_ = json.Unmarshal(s, &c.Stream)
+	}
+	return c, nil
+}
+
+// Model is the model the request names ("" when none).
+func (c *ResponsesRequest) Model() string {
+	m, _ := rawjson.Unquote(c.fields.Get("model"))
+	return m
+}
+
+// setDefault sets a top-level member the client did not send.
+func (c *ResponsesRequest) setDefault(key string, value json.RawMessage) {
+	if c.fields.Get(key) == nil {
+		c.fields.Set(key, value)
+	}
+}
+
+// Stored reports whether the client asked the upstream to store the response (the API's
+// default).
+func (c *ResponsesRequest) Stored() bool { return string(c.fields.Get("store")) != "false" }
+
+// askReasoning has an unstored turn of a reasoning model get its reasoning back encrypted
+// (include reasoning.encrypted_content), so that its rounds can send it back: without a store,
+// the upstream cannot find a reasoning item by its id. The client's include is kept otherwise.
+func (c *ResponsesRequest) askReasoning() {
+	if c.Stored() {
+		return
+	}
+	if r := c.fields.Get("reasoning"); r == nil || string(r) == "null" {
+		return
+	}
+	const enc = `"reasoning.encrypted_content"`
+	var list []json.RawMessage
+	if inc := c.fields.Get("include"); inc != nil && string(inc) != "null" {
+		var err error
+		if list, err = rawjson.Split(inc); err != nil {
+			return // the upstream's to refuse as it was
+		}
+		for _, v := range list {
+			if s, _ := rawjson.Unquote(v); s == "reasoning.encrypted_content" {
+				return
+			}
+		}
+	}
+	c.include = rawjson.AppendArray(nil, append(list, json.RawMessage(enc)))
+}
+
+// Continue has the turn continue, upstream, from the recorded turn's last response instead of
+// the one the client named, sending first the outputs that response still owes.
+func (c *ResponsesRequest) Continue(cont tools.Continuation) {
+	c.previous = rawjson.String(cont.LastResponseID)
+	c.Continued = true
+	if len(cont.Owed) == 0 {
+		return
+	}
+	items := make([]json.RawMessage, len(cont.Owed))
+	for i, o := range cont.Owed {
+		items[i] = functionCallOutput(o.CallID, o.Output)
+	}
+	c.owed = elements(items)
+}
+
+// elements is the run of elements of an array of vals (without its brackets).
+func elements(vals []json.RawMessage) json.RawMessage {
+	a := rawjson.AppendArray(nil, vals)
+	return a[1 : len(a)-1]
+}
+
+func functionCallOutput(callID, output string) json.RawMessage {
+	o := rawjson.Object{}
+	o.Set("type", rawjson.String("function_call_output"))
+	o.Set("call_id", rawjson.String(callID))
+	o.Set("output", rawjson.String(output))
+	return o.Bytes()
+}
+
+// InjectWorkspace puts text (the instructions and the block) where the placement says (SPEC
+// §3.1, §12). With PlaceTail it goes into the last input item when that is a user message or a
+// function_call_output, after its own content; otherwise, and with PlaceSystem, it is appended
+// to `instructions` (set when absent).
+func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
+	if placement == PlaceTail && c.n > 0 {
+		last := c.items[c.last.start:c.last.end]
+		o, err := rawjson.Parse(last)
+		if err == nil {
+			typ, _ := rawjson.Unquote(o.Get("type"))
+			role, _ := rawjson.Unquote(o.Get("role"))
+			member := ""
+			switch {
+			case typ == "function_call_output":
+				member = "output"
+			case role == "user" && (typ == "" || typ == "message"):
+				member = "content"
+			}
+			if member != "" {
+				c.input = c.input[:0]
+				if c.n > 1 {
+					c.input = append(c.input, Payload{c.items[c.first:c.beforeLast]})
+				}
+				c.input = append(c.input, appendToLast(last, member, "input_text", text))
+				return
+			}
+		}
+	}
+	instructions := c.fields.Get("instructions")
+	switch {
+	case instructions == nil || string(instructions) == "null":
+		c.instructions = rawjson.String(text)
+	case instructions[0] == '"':
+		s, _ := rawjson.Unquote(instructions)
+		if strings.TrimSpace(s) != "" {
+			s += "\n\n"
+		}
+		c.instructions = rawjson.String(s + text)
+	default: // not a string: the upstream's to refuse; the workspace comes as a system item
+		msg := rawjson.Object{}
+		msg.Set("role", rawjson.String("system"))
+		msg.Set("content", rawjson.String(text))
+		c.input = append([]Payload{{msg.Bytes()}}, c.input...)
+	}
+}
+
+// extend adds a tool round: when the round's response was stored, the next round continues it
+// (previous_response_id) with the outputs of its calls alone; otherwise it sends everything
+// again, with the round's output items and the outputs after it.
+func (c *ResponsesRequest) extend(rd *responseRound, calls []toolCall, results []string) {
+	outputs := make([]json.RawMessage, len(calls))
+	for i, call := range calls {
+		outputs[i] = functionCallOutput(call.ID, results[i])
+	}
+	if rd.stored && rd.id != "" {
+		c.previous = rawjson.String(rd.id)
+		c.input, c.owed = nil, nil // the upstream has them
+	} else if len(rd.items) > 0 {
+		c.input = append(c.input, Payload{elements(rd.items)})
+	}
+	c.input = append(c.input, Payload{elements(outputs)})
+}
+
+// Body encodes the request for one upstream round: the input so far and the client's tools,
+// followed by the proxy's when withWorkspaceTools. Members keep their order; without any tool
+// left, tools, tool_choice and parallel_tool_calls are dropped.
+func (c *ResponsesRequest) Body(withWorkspaceTools bool) Payload {
+	var toolList []Payload
+	if len(c.tools) > 0 {
+		toolList = append(toolList, Payload{c.tools})
+	}
+	if withWorkspaceTools {
+		toolList = append(toolList, responsesWorkspaceTools)
+	}
+	replaced := map[string]json.RawMessage{"previous_response_id": c.previous, "instructions": c.instructions, "include": c.include}
+	w := payloadWriter{buf: make([]byte, 0, 1024)}
+	w.byte('{')
+	seen := map[string]bool{}
+	for i, k := range c.fields.Keys {
+		seen[k] = true
+		switch k {
+		case "input":
+			w.member(k)
+			w.array(c.inputRuns())
+		case "tools":
+			if len(toolList) > 0 {
+				w.member(k)
+				w.array(toolList)
+			}
+		case "tool_choice", "parallel_tool_calls":
+			if len(toolList) > 0 {
+				w.member(k)
+				w.raw(c.fields.Vals[i])
+			}
+		case "previous_response_id", "instructions", "include":
+			w.member(k)
+			if v := replaced[k]; v != nil {
+				w.raw(v)
+			} else {
+				w.raw(c.fields.Vals[i])
+			}
+		default:
+			w.member(k)
+			w.raw(c.fields.Vals[i])
+		}
+	}
+	if !seen["input"] {
+		w.member("input")
+		w.array(c.inputRuns())
+	}
+	if !seen["tools"] && len(toolList) > 0 {
+		w.member("tools")
+		w.array(toolList)
+	}
+	for _, k := range [...]string{"instructions", "previous_response_id", "include"} {
+		if v := replaced[k]; !seen[k] && v != nil {
+			w.member(k)
+			w.raw(v)
+		}
+	}
+	w.byte('}')
+	return w.payload()
+}
+
+// inputRuns are the runs of the next round's input: what is owed, then input.
+func (c *ResponsesRequest) inputRuns() []Payload {
+	if c.owed == nil {
+		return c.input
+	}
+	return append([]Payload{{c.owed}}, c.input...)
+}
+
+// responsesWorkspaceTools are the five tools in the Responses API's function-tool shape
+// ({"type":"function","name","description","parameters","strict":false}: the API's strict
+// default would require every property), as one run of elements.
+var responsesWorkspaceTools = func() Payload {
+	list := make([]json.RawMessage, len(tools.Definitions))
+	for i, def := range tools.Definitions {
+		var d struct {
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(def, &d); err != nil {
+			panic("tools.Definitions: " + err.Error())
+		}
+		o := rawjson.Object{}
+		o.Set("type", rawjson.String("function"))
+		o.Set("name", rawjson.String(d.Function.Name))
+		o.Set("description", rawjson.String(d.Function.Description))
+		o.Set("parameters", d.Function.Parameters)
+		o.Set("strict", json.RawMessage("false"))
+		list[i] = o.Bytes()
+	}
+	return Payload{elements(list)}
+}()
+
+// responseRound is one round's response object, as the upstream sent it (a non-streamed body,
+// or the `response` of a stream's terminal event).
+type responseRound struct {
+	top    rawjson.Object
+	id     string
+	model  string
+	status string
+	stored bool
+	items  []json.RawMessage // output, as it came
+	calls  []toolCall        // the function calls and other calls the client runs, in order
+	hidden []bool            // per item: a workspace call, never shown to the client
+}
+
+// clientCallTypes are the output items, other than function calls, that the client runs: a
+// round with one of them ends the turn like a call of the client's function.
+var clientCallTypes = map[string]bool{
+	"custom_tool_call": true, "local_shell_call": true, "shell_call": true, "apply_patch_call": true,
+	"computer_call": true, "mcp_approval_request": true,
+}
+
+func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
+	top, err := rawjson.Parse(raw)
+	if err != nil {
+		return nil, bad("the response is not a JSON object")
+	}
+	rd := &responseRound{top: top, stored: string(top.Get("store")) != "false"}
+	rd.id, _ = rawjson.Unquote(top.Get("id"))
+	rd.model, _ = rawjson.Unquote(top.Get("model"))
+	rd.status, _ = rawjson.Unquote(top.Get("status"))
+	if out := top.Get("output"); out != nil && string(out) != "null" {
+		if rd.items, err = rawjson.Split(out); err != nil {
+			return nil, bad("output is not an array")
+		}
+	}
+	rd.hidden = make([]bool, len(rd.items))
+	for i, item := range rd.items {
+		var d struct {
+			Type      string `json:"type"`
+			CallID    string `json:"call_id"`
+			ID        string `json:"id"`
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		}
+		if err := json.Unmarshal(item, &d); err != nil {
+			return nil, bad("an output item is not understood")
+		}
+		switch {
+		case d.Type == "function_call":
+			if d.CallID == "" {
+				d.CallID = d.ID
+			}
+			if d.CallID == "" {
+				d.CallID = newCallID()
+			}
+			client := req.IsClientTool(d.Name) // any other name is run as the workspace's, as in chat turns
+			rd.hidden[i] = !client
+			rd.calls = append(rd.calls, toolCall{ID: d.CallID, Name: d.Name, Arguments: d.Arguments, Client: client, Raw: item})
+		case clientCallTypes[d.Type]:
+			rd.calls = append(rd.calls, toolCall{ID: d.CallID, Name: d.Type, Client: true, Raw: item})
+		}
+	}
+	return rd, nil
+}
+
+// workspaceCallIDs are the call_ids of the round's workspace calls.
+func (rd *responseRound) workspaceCallIDs() []string {
+	var ids []string
+	for _, c := range rd.calls {
+		if !c.Client {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
+}
+
+// owed are the call_ids of the round's workspace calls when the upstream stored the round: a
+// client continuing from it owes the upstream their outputs, which the proxy sends (SPEC §12).
+// An unstored round owes nothing: its client sends the items it saw, which hold none of them.
+func (rd *responseRound) owed() []string {
+	if !rd.stored {
+		return nil
+	}
+	return rd.workspaceCallIDs()
+}
+
+// info is what the round says of itself, for traces.
+func (rd *responseRound) info() roundInfo {
+	info := roundInfo{model: rd.model, id: rd.id}
+	if rd.status != "" {
+		info.finishReasons = []string{rd.status}
+	}
+	return info
+}
+
+// turnID is a turn's id: its first response's, or one made up when the upstream gave none.
+func turnID(first string) string {
+	if first != "" {
+		return first
+	}
+	return "resp_" + randomHex(24)
+}
+
+// visible appends the round's items the client may see (all but the workspace's calls).
+func (rd *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
+	for i, item := range rd.items {
+		if !rd.hidden[i] {
+			dst = append(dst, item)
+		}
+	}
+	return dst
+}
+
+// answer is the response object the client gets at the end of a turn: the last round's, with the
+// turn's id, the visible output of every round, the usage summed over rounds, and the
+// previous_response_id the client sent.
+func (rd *responseRound) answer(id string, output []json.RawMessage, usage *usageSum, rounds int, req *ResponsesRequest) []byte {
+	o := rd.top.Clone()
+	o.Set("id", rawjson.String(id))
+	o.Set("output", rawjson.AppendArray(nil, output))
+	if rounds > 1 && !usage.empty() {
+		o.Set("usage", usage.json())
+	}
+	if rounds > 1 || req.Continued {
+		prev := json.RawMessage("null")
+		if req.ClientPrevious != "" {
+			prev = rawjson.String(req.ClientPrevious)
+		}
+		if o.Index("previous_response_id") >= 0 {
+			o.Set("previous_response_id", prev)
+		}
+	}
+	return o.Bytes()
+}

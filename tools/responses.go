@@ -1,0 +1,78 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// Continuation is what the proxy recorded of a Responses turn (SPEC §12) for a request that
+// continues from it: the upstream response that ended the turn, and the outputs of the
+// workspace calls in it that the upstream has not been sent.
+type Continuation struct {
+	LastResponseID string
+	Owed           []OwedOutput
+}
+
+// OwedOutput is the result of a workspace call, owed to the upstream as a function_call_output.
+type OwedOutput struct {
+	CallID string
+	Output string // the envelope the call returned
+}
+
+// notRun is the output of a workspace call that was not run.
+var notRun = Envelope{Error: "not run: the workspace tools were not offered in that round"}.encode()
+
+// Continuation reads the record of the Responses turn whose client-facing id is responseID
+// (ErrNotFound when this thread has none).
+func (w *Workspace) Continuation(ctx context.Context, responseID string) (_ Continuation, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	rows, err := w.store.q.ResponseTurnContinuation(ctx, w.store.pool, db.ResponseTurnContinuationParams{ThreadID: w.threadID, ResponseID: responseID})
+	if err != nil {
+		return Continuation{}, fmt.Errorf("read response turn: %w", err)
+	}
+	if len(rows) == 0 {
+		return Continuation{}, ErrNotFound
+	}
+	c := Continuation{LastResponseID: rows[0].LastResponseID}
+	for _, r := range rows {
+		switch {
+		case r.CallID == "":
+		case r.Result == nil: // a call the model made where the tools were not offered
+			c.Owed = append(c.Owed, OwedOutput{CallID: r.CallID, Output: notRun})
+		default:
+			// jsonb spaces its text; compact, it is the envelope as the call returned it.
+			var b bytes.Buffer
+			if err := json.Compact(&b, r.Result); err != nil {
+				return Continuation{}, fmt.Errorf("read response turn: %w", err)
+			}
+			c.Owed = append(c.Owed, OwedOutput{CallID: r.CallID, Output: b.String()})
+		}
+	}
+	return c, nil
+}
+
+// RecordResponseTurn records, durably, which upstream response ended a Responses turn whose
+// client got responseID, and the workspace calls of that response whose outputs the upstream
+// was not sent. A thread deleted meanwhile records nothing.
+func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID, lastResponseID string, owed []string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if owed == nil {
+		owed = []string{}
+	}
+	err = w.store.q.ResponseTurnRecord(ctx, w.store.pool, db.ResponseTurnRecordParams{
+		ThreadID: w.threadID, ResponseID: responseID, Turn: int32(turn), LastResponseID: lastResponseID, OwedCallIds: owed,
+	})
+	if isForeignKeyViolation(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("record response turn: %w", err)
+	}
+	return nil
+}
