@@ -66,6 +66,26 @@ type request struct {
 // text is a message's content as text.
 func (m message) text() string { return ContentText(m.Content) }
 
+// clientText is what the client wrote in a message, without what wsproxy appended: from a
+// string, as ClientText reads it; from an array of parts, the parts but the one holding the
+// block.
+func (m message) clientText() string {
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(m.Content, &parts) != nil {
+		return ClientText(m.text())
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if !strings.Contains(p.Text, "<workspace>") {
+			b.WriteString(p.Text)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
 // ContentText is a message's content as text: the string, or the texts of its parts, each
 // followed by a line break.
 func ContentText(content json.RawMessage) string {
@@ -218,7 +238,7 @@ func (d *model) think(req request) reply {
 	userText := ""
 	for i := last; i >= 0; i-- {
 		if req.Messages[i].Role == "user" {
-			userText = ClientText(req.Messages[i].text())
+			userText = req.Messages[i].clientText()
 			break
 		}
 	}

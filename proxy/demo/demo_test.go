@@ -82,3 +82,21 @@ func TestSummarize(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &msgs))
 	require.Equal(t, "Workspace updated — recorded 1 preference\nerror: text: must not be empty", summarize(msgs))
 }
+
+// TestThinkReadsPartsWithoutTheBlock: a user message of parts (Codex CLI's), the block appended as
+// a last part: the demo reads the client's parts only.
+func TestThinkReadsPartsWithoutTheBlock(t *testing.T) {
+	t.Parallel()
+	var r request
+	b, _ := json.Marshal(map[string]any{
+		"messages": []any{map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "input_text", "text": "I prefer tabs over spaces."},
+			map[string]any{"type": "input_text", "text": "Keep the workspace current.\n\n" + block},
+		}}},
+		"tools": []any{map[string]any{"type": "function", "function": map[string]any{"name": "add_preferences"}}},
+	})
+	require.NoError(t, json.Unmarshal(b, &r))
+	rp := (&model{}).think(r)
+	require.Len(t, rp.calls, 1)
+	require.Contains(t, rp.calls[0].Arguments, `"title":"Tabs over spaces"`)
+}
