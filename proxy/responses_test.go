@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	openaigo "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
@@ -210,6 +212,17 @@ func TestResponsesWorkspaceTurn(t *testing.T) {
 
 				d := e.workspace("trip")
 				require.Equal(t, "Trains only", d.Preferences[0].Title)
+				// Metrics as for chat turns, under the route's own label; the thread's usage.
+				m := e.proxy.opts.Metrics
+				require.Eventually(t, func() bool { // counted once the handler returns, after the client has its answer
+					return testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /v1/responses", "200")) == 1
+				}, 5*time.Second, 5*time.Millisecond)
+				require.Equal(t, 40.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
+				require.Equal(t, 22.0, testutil.ToFloat64(m.cachedTokens))
+				require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "ok")))
+				require.Eventually(t, func() bool { // added in the background once the turn ended
+					return e.workspace("trip").Usage == tools.Usage{PromptTokens: 40, CachedPromptTokens: 22, CompletionTokens: 13}
+				}, 5*time.Second, 5*time.Millisecond)
 				calls := e.toolCalls("trip")
 				require.Equal(t, "call_1", calls[0].CallID)
 				require.Equal(t, "The user stated a constraint.", calls[0].ActionAndReasoning)
