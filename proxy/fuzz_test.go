@@ -11,6 +11,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // decodeNumbers decodes JSON keeping numbers as written.
@@ -118,5 +119,49 @@ func FuzzSSE(f *testing.F) {
 			}
 		}
 		_ = s.finish(nil, &usageSum{}, 1)
+	})
+}
+
+// FuzzResponsesSSE: any upstream Responses stream is read to its end without a panic, every
+// event the client gets is valid JSON, and no event of a workspace call reaches it.
+func FuzzResponsesSSE(f *testing.F) {
+	spec := upstreamtest.ResponseSpec{ID: "r", Items: []upstreamtest.Item{upstreamtest.Reasoning("rs", "hm"), upstreamtest.Message("m", "hi"),
+		upstreamtest.FunctionCall("f1", "c1", "add_preferences", `{"items":[]}`), upstreamtest.FunctionCall("f2", "c2", "get_weather", `{}`)}}
+	f.Add(strings.Join(spec.Events(), ""))
+	f.Add(strings.Join(upstreamtest.ResponseSpec{ID: "r", Flavor: upstreamtest.VLLM, Items: spec.Items[:2]}.Events(), ""))
+	f.Add("data: {\"type\":\"response.output_text.delta\",\"output_index\":\"x\"}\n\ndata: {\"type\":\"error\"}\n\n")
+	f.Add("data: {\"type\":\"response.completed\",\"response\":{\"output\":[{\"type\":\"function_call\",\"name\":\"set_objective\"}]}}\n\n")
+	f.Fuzz(func(t *testing.T, stream string) {
+		req, _ := ParseResponsesRequest([]byte(`{"input":"x","tools":[{"type":"function","name":"get_weather"}]}`))
+		s := newResponsesSSE(req, nil, emitFunc(func(ev []byte) error {
+			if !json.Valid(ev) {
+				t.Fatalf("emitted event is not JSON: %q", ev)
+			}
+			var e struct {
+				Item *struct{ Type, Name string }
+			}
+			if json.Unmarshal(ev, &e) == nil && e.Item != nil && e.Item.Type == "function_call" && tools.IsTool(e.Item.Name) {
+				t.Fatalf("a workspace call reached the client: %s", ev)
+			}
+			return nil
+		}), func(string, string, []string) error { return nil })
+		s.round = 1
+		s.rd.index, s.rd.hidden = map[int]int{}, map[string]bool{}
+		r := sse.NewReader(strings.NewReader(stream))
+		for range 10000 {
+			data, err := r.Next()
+			if err != nil || s.last != nil {
+				break
+			}
+			if err := s.event(data); err != nil {
+				if _, failure := s.failure(err); !json.Valid(failure) {
+					t.Fatalf("the failure event is not JSON: %q", failure)
+				}
+				return
+			}
+		}
+		if s.last != nil {
+			_ = s.finish(nil, &usageSum{}, 1)
+		}
 	})
 }

@@ -33,8 +33,9 @@ type responsesSSE struct {
 	last     *responseRound // the last round's terminal response
 	terminal string         // and its event type
 	rd       struct {
-		index   map[int]int // upstream output_index → the client's (-1: a workspace call's)
-		emitted bool        // the client got part of this round
+		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
+		hidden  map[string]bool // the item ids of the workspace calls
+		emitted bool            // the client got part of this round
 	}
 	scratch rawjson.Object
 }
@@ -49,7 +50,7 @@ func (s *responsesSSE) request(withWorkspaceTools bool) Payload {
 
 func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	s.round++
-	s.rd.index, s.rd.emitted, s.last = map[int]int{}, false, nil
+	s.rd.index, s.rd.hidden, s.rd.emitted, s.last = map[int]int{}, map[string]bool{}, false, nil
 	if err := s.stream(ctx, body); err != nil {
 		if s.rd.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
@@ -127,6 +128,18 @@ func (s *responsesSSE) event(data []byte) error {
 		s.shown = len(rd.visible(s.output)) // the items the client will have been told of
 		return nil
 	}
+	// A workspace call's events are known by the item they carry, its item_id, or its
+	// output_index (whichever the server sends).
+	hidden := false
+	if item := ev.Get("item"); item != nil {
+		if id, ok := s.workspaceCall(item); ok {
+			hidden = true
+			s.rd.hidden[id] = true
+		}
+	}
+	if id, ok := rawjson.Unquote(ev.Get("item_id")); ok && s.rd.hidden[id] {
+		hidden = true
+	}
 	if raw := ev.Get("output_index"); raw != nil {
 		n, err := strconv.Atoi(string(raw))
 		if err != nil {
@@ -134,10 +147,9 @@ func (s *responsesSSE) event(data []byte) error {
 		}
 		ci, ok := s.rd.index[n]
 		if !ok {
-			ci = s.shown
-			if typ == "response.output_item.added" && s.workspaceCall(ev.Get("item")) {
-				ci = -1
-			} else {
+			ci = -1
+			if !hidden {
+				ci = s.shown
 				s.shown++
 			}
 			s.rd.index[n] = ci
@@ -147,18 +159,22 @@ func (s *responsesSSE) event(data []byte) error {
 		}
 		ev.Set("output_index", rawjson.Int(ci))
 	}
+	if hidden {
+		return nil
+	}
 	return s.emit(typ, ev)
 }
 
-// workspaceCall reports whether an output item is a call of a workspace tool.
-func (s *responsesSSE) workspaceCall(item json.RawMessage) bool {
+// workspaceCall reports whether an output item is a call of a workspace tool, and its id.
+func (s *responsesSSE) workspaceCall(item json.RawMessage) (string, bool) {
 	o, err := rawjson.Parse(item)
 	if err != nil {
-		return false
+		return "", false
 	}
 	typ, _ := rawjson.Unquote(o.Get("type"))
 	name, _ := rawjson.Unquote(o.Get("name"))
-	return typ == "function_call" && !s.req.IsClientTool(name)
+	id, _ := rawjson.Unquote(o.Get("id"))
+	return id, typ == "function_call" && !s.req.IsClientTool(name)
 }
 
 // clientPrevious shows the client its own previous_response_id in a response object, not the
