@@ -7,7 +7,22 @@ package db
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
+
+const objectiveDelete = `-- name: ObjectiveDelete :execrows
+DELETE FROM objectives WHERE thread_id = $1
+`
+
+// A revert to no objective.
+func (q *Queries) ObjectiveDelete(ctx context.Context, db DBTX, threadID string) (int64, error) {
+	result, err := db.Exec(ctx, objectiveDelete, threadID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
 
 const objectiveGet = `-- name: ObjectiveGet :one
 SELECT thread_id, text, updated_by, updated_at FROM objectives WHERE thread_id = $1
@@ -26,10 +41,13 @@ func (q *Queries) ObjectiveGet(ctx context.Context, db DBTX, threadID string) (O
 }
 
 const objectiveUpsert = `-- name: ObjectiveUpsert :one
+WITH prev AS (
+    SELECT text FROM objectives WHERE thread_id = $1
+)
 INSERT INTO objectives (thread_id, text, updated_by) VALUES ($1, $2, $3)
 ON CONFLICT (thread_id) DO UPDATE
 SET text = EXCLUDED.text, updated_by = EXCLUDED.updated_by, updated_at = now()
-RETURNING thread_id, text, updated_by, updated_at
+RETURNING objectives.text, objectives.updated_by, objectives.updated_at, coalesce((SELECT text FROM prev), '')::text AS previous
 `
 
 type ObjectiveUpsertParams struct {
@@ -38,14 +56,22 @@ type ObjectiveUpsertParams struct {
 	UpdatedBy string
 }
 
-func (q *Queries) ObjectiveUpsert(ctx context.Context, db DBTX, arg ObjectiveUpsertParams) (Objective, error) {
+type ObjectiveUpsertRow struct {
+	Text      string
+	UpdatedBy string
+	UpdatedAt pgtype.Timestamptz
+	Previous  string
+}
+
+// Sets the objective, and returns the text it had before (” for none): the change's event.
+func (q *Queries) ObjectiveUpsert(ctx context.Context, db DBTX, arg ObjectiveUpsertParams) (ObjectiveUpsertRow, error) {
 	row := db.QueryRow(ctx, objectiveUpsert, arg.ThreadID, arg.Text, arg.UpdatedBy)
-	var i Objective
+	var i ObjectiveUpsertRow
 	err := row.Scan(
-		&i.ThreadID,
 		&i.Text,
 		&i.UpdatedBy,
 		&i.UpdatedAt,
+		&i.Previous,
 	)
 	return i, err
 }

@@ -8,6 +8,23 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Event struct {
+	ThreadID   string
+	ID         int64
+	At         pgtype.Timestamptz
+	Actor      string
+	Turn       pgtype.Int4
+	Round      pgtype.Int4
+	ToolCallID pgtype.Int8
+	Reason     pgtype.Text
+	Kind       string
+	TargetType string
+	TargetID   pgtype.Int8
+	Before     []byte
+	After      []byte
+	Reverts    pgtype.Int8
+}
+
 type Objective struct {
 	ThreadID  string
 	Text      string
@@ -44,6 +61,7 @@ type Thread struct {
 	PromptTokens       int64
 	CachedPromptTokens int64
 	CompletionTokens   int64
+	NextEventID        int64
 }
 
 type ToolCall struct {

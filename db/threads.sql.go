@@ -24,7 +24,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -39,6 +39,7 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.PromptTokens,
 		&i.CachedPromptTokens,
 		&i.CompletionTokens,
+		&i.NextEventID,
 	)
 	return i, err
 }

@@ -17,16 +17,23 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 	if err != nil {
 		return toolOutput{}, err
 	}
+	var changes []change
 	if len(fresh) > 0 {
-		if _, err := w.insert(ctx, tx, nextID, fresh); err != nil {
+		rows, err := w.insert(ctx, tx, nextID, fresh)
+		if err != nil {
 			return toolOutput{}, err
+		}
+		for i, r := range rows {
+			p := fromRow(len(list)+i+1, r)
+			c, _ := prefChange(nil, &p)
+			changes = append(changes, c)
 		}
 	}
 	text := "recorded " + plural(len(fresh), "preference")
 	if len(dups) > 0 {
 		text += "; already recorded: " + strings.Join(dups, ", ")
 	}
-	return toolOutput{text: text}, nil
+	return toolOutput{text: text, changes: changes}, nil
 }
 
 func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
@@ -48,7 +55,7 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 		}
 		t.applied(ids)
 	}
-	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked)}, nil
+	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(list, true)}, nil
 }
 
 func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
@@ -80,7 +87,7 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 		}
 		t.applied(deleted)
 	}
-	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked)}, nil
+	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(list, false)}, nil
 }
 
 func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage) (toolOutput, error) {
@@ -97,8 +104,13 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 	if err != nil {
 		return toolOutput{}, err
 	}
-	if _, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent}); err != nil {
+	r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent})
+	if err != nil {
 		return toolOutput{}, fmt.Errorf("set objective: %w", err)
 	}
-	return toolOutput{text: "objective set: " + text}, nil
+	out := toolOutput{text: "objective set: " + text}
+	if c, ok := objectiveChange(r.Previous, text); ok {
+		out.changes = []change{c}
+	}
+	return out, nil
 }

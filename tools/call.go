@@ -77,7 +77,13 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), LockedSkips: out.lockedSkips}
-	if err := tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, w.record(c, reasoning, res)) }); err != nil {
+	err = tx.Commit(ctx, func(b *pgx.Batch) {
+		db.QueueToolCallInsert(b, w.record(c, reasoning, res))
+		if len(out.changes) > 0 {
+			db.QueueEventInsert(b, w.agentEvents(c, reasoning, out.changes), nil)
+		}
+	})
+	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	return res, nil
@@ -110,6 +116,7 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 type toolOutput struct {
 	text        string
 	lockedSkips int
+	changes     []change // the events of the call
 }
 
 var errUnknownTool = errors.New("unknown tool")
@@ -139,7 +146,7 @@ func (w *Workspace) record(c Call, reasoning string, res Result) db.ToolCallInse
 		CallID:             storableText(c.ID),
 		Tool:               c.Name,
 		Arguments:          argumentsJSON(c.Arguments),
-		ActionAndReasoning: storableText(reasoning),
+		ActionAndReasoning: storableReason(reasoning),
 		Ok:                 res.OK,
 		Result:             []byte(res.Content),
 	}

@@ -69,6 +69,29 @@ func (t *targets) applied(ids []int64) {
 	t.open = open
 }
 
+// changes are the events of an update (the open targets carry their new values) or a removal
+// (updated false): one per preference changed, one locked_skip per locked one, as they stood in
+// list.
+func (t targets) changes(list []Preference, updated bool) []change {
+	var out []change
+	for _, p := range t.open {
+		orig := list[p.Index-1]
+		after := &p
+		if !updated {
+			after = nil
+		}
+		if c, ok := prefChange(&orig, after); ok {
+			out = append(out, c)
+		}
+	}
+	for _, p := range t.locked {
+		orig := list[p.Index-1]
+		orig.Locked = true // the statement found it locked, whatever the list said
+		out = append(out, lockedSkip(orig))
+	}
+	return out
+}
+
 // summary renders the result of an update or remove: one part per item done, then the locked
 // ones, then those out of range.
 func (t targets) summary(verb string) string {

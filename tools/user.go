@@ -185,21 +185,22 @@ func (w *Workspace) SetObjective(ctx context.Context, text string) (_ Objective,
 	if err != nil {
 		return Objective{}, err
 	}
-	var o db.Objective
-	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
-		if _, err := w.store.q.ThreadUpsertTouch(ctx, tx, w.threadID); err != nil {
-			return fmt.Errorf("lock thread: %w", err)
-		}
-		o, err = w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser})
+	var o Objective
+	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, _ int64, _ []Preference) ([]change, error) {
+		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser})
 		if err != nil {
-			return fmt.Errorf("set objective: %w", err)
+			return nil, fmt.Errorf("set objective: %w", err)
 		}
-		return nil
+		o = Objective{Text: r.Text, UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.Time.UTC()}
+		if c, ok := objectiveChange(r.Previous, r.Text); ok {
+			return []change{c}, nil
+		}
+		return nil, nil
 	})
 	if err != nil {
 		return Objective{}, err
 	}
-	return Objective{Text: o.Text, UpdatedBy: o.UpdatedBy, UpdatedAt: o.UpdatedAt.Time.UTC()}, nil
+	return o, nil
 }
 
 // AddPreference adds a preference as the user, creating the thread when new. A title already
@@ -211,19 +212,20 @@ func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (_ Pr
 	if err != nil {
 		return Preference{}, err
 	}
-	err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, nextID int64, list []Preference) error {
+	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
 		if existing, ok := findTitle(list, p.Title, -1); ok {
-			return &DuplicateError{Existing: existing}
+			return nil, &DuplicateError{Existing: existing}
 		}
 		if max := w.store.limits.PreferencesMax; len(list) >= max {
-			return invalid("", "a thread holds at most %d preferences", max)
+			return nil, invalid("", "a thread holds at most %d preferences", max)
 		}
 		rows, err := w.insert(ctx, tx, nextID, []Preference{p})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p = fromRow(len(list)+1, rows[0])
-		return nil
+		c, _ := prefChange(nil, &p)
+		return []change{c}, nil
 	})
 	if err != nil {
 		return Preference{}, err
@@ -256,10 +258,10 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	var out Preference
-	err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
 		i := indexOf(list, id)
 		if i < 0 {
-			return ErrNotFound
+			return nil, ErrNotFound
 		}
 		in := PreferenceInput{Title: list[i].Title, Subtitle: list[i].Subtitle, Kind: list[i].Kind, Locked: list[i].Locked}
 		if patch.Title != nil {
@@ -270,7 +272,7 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 		}
 		if patch.Kind != nil {
 			if *patch.Kind == "" {
-				return invalid("kind", `must be "hard" or "soft"`)
+				return nil, invalid("kind", `must be "hard" or "soft"`)
 			}
 			in.Kind = *patch.Kind
 		}
@@ -279,19 +281,22 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 		}
 		p, err := w.store.checkInput(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if existing, ok := findTitle(list, p.Title, id); ok {
-			return &DuplicateError{Existing: existing}
+			return nil, &DuplicateError{Existing: existing}
 		}
 		row, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{
 			ThreadID: w.threadID, ID: id, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked,
 		})
 		if err != nil {
-			return fmt.Errorf("update preference: %w", db.NotFound(err))
+			return nil, fmt.Errorf("update preference: %w", db.NotFound(err))
 		}
 		out = fromRow(i+1, row)
-		return nil
+		if c, ok := prefChange(&list[i], &out); ok {
+			return []change{c}, nil
+		}
+		return nil, nil
 	})
 	return out, err
 }
@@ -300,15 +305,18 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 func (w *Workspace) DeletePreference(ctx context.Context, id int64) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	return w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) error {
-		if indexOf(list, id) < 0 {
-			return ErrNotFound
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
+		i := indexOf(list, id)
+		if i < 0 {
+			return nil, ErrNotFound
 		}
 		if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: id}); err != nil {
-			return fmt.Errorf("delete preference: %w", err)
+			return nil, fmt.Errorf("delete preference: %w", err)
 		}
-		return nil
+		c, _ := prefChange(&list[i], nil)
+		return []change{c}, nil
 	})
+	return err
 }
 
 func indexOf(list []Preference, id int64) int {

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -217,18 +218,27 @@ func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
 	return prefs, nil
 }
 
-// locked runs fn in a transaction that holds the thread's row lock (taken as lock says), with
-// the thread's next preference id and its current list, and commits when fn returns nil.
-func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) error) error {
+// locked runs fn, a user's edit, in a transaction that holds the thread's row lock (taken as
+// lock says), with the thread's next preference id and its current list, and commits when fn
+// returns nil, appending the events of the changes fn reports in the same round trip. It returns
+// the first event's id (0 for none).
+func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) ([]change, error)) (int64, error) {
 	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback(ctx)
-	if err := fn(tx.Conn(), tx.NextPreferenceID, fromRows(tx.Preferences)); err != nil {
-		return err
+	changes, err := fn(tx.Conn(), tx.NextPreferenceID, fromRows(tx.Preferences))
+	if err != nil {
+		return 0, err
 	}
-	return tx.Commit(ctx, nil)
+	var first int64
+	err = tx.Commit(ctx, func(b *pgx.Batch) {
+		if len(changes) > 0 {
+			db.QueueEventInsert(b, w.eventParams(ByUser, changes), &first)
+		}
+	})
+	return first, err
 }
 
 func fromRows(rows []db.Preference) []Preference {

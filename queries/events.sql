@@ -1,0 +1,47 @@
+-- name: EventInsert :one
+-- Appends a change's events: ids from the thread's next_event_id (the caller holds the thread's
+-- row lock), tool_call_id the tool call recorded just before in the same transaction when
+-- after_tool_call, at the time of the insert (under the lock: in id order), and one NOTIFY of the last id (delivered at commit) for live streams.
+-- Returns the first id.
+WITH n AS (
+    UPDATE threads SET next_event_id = next_event_id + cardinality(@kinds::text[])
+    WHERE id = @thread_id::text
+    RETURNING next_event_id - cardinality(@kinds::text[]) AS first
+), ins AS (
+    INSERT INTO events (thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts)
+    SELECT @thread_id::text, n.first + i - 1, clock_timestamp(), @actor::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
+           CASE WHEN @after_tool_call::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
+           sqlc.narg(reason)::text, (@kinds::text[])[i], (@target_types::text[])[i],
+           NULLIF((@target_ids::bigint[])[i], 0), NULLIF((@befores::text[])[i], '')::jsonb,
+           NULLIF((@afters::text[])[i], '')::jsonb, NULLIF((@reverts::bigint[])[i], 0)
+    FROM n, generate_subscripts(@kinds::text[], 1) AS i
+    RETURNING id
+), notify AS (
+    SELECT pg_notify('wsproxy_events', @thread_id::text || ',' || max(id)) FROM ins HAVING count(*) > 0
+)
+SELECT n.first::bigint AS first_id, (SELECT count(*) FROM notify)::bigint AS notified FROM n;
+
+-- name: EventGet :one
+SELECT * FROM events WHERE thread_id = @thread_id AND id = @id;
+
+-- name: EventList :many
+-- A thread's events after the cursor (none: 0), oldest first or newest first (descending, the
+-- cursor then an upper bound; 0 none), of one target when target_type is set.
+SELECT * FROM events
+WHERE thread_id = @thread_id
+  AND (@target_type::text = '' OR (target_type = @target_type::text AND coalesce(target_id, 0) = @target_id::bigint))
+  AND CASE WHEN @descending::boolean THEN (@after_id::bigint = 0 OR id < @after_id::bigint) ELSE id > @after_id::bigint END
+ORDER BY CASE WHEN @descending::boolean THEN -id ELSE id END
+LIMIT @max_rows;
+
+-- name: EventNextOnTarget :one
+-- The first event after id that changed the same target (a locked_skip changed nothing).
+SELECT id FROM events
+WHERE thread_id = @thread_id AND id > @id AND target_type = @target_type::text
+  AND coalesce(target_id, 0) = @target_id::bigint AND kind <> 'locked_skip'
+ORDER BY id
+LIMIT 1;
+
+-- name: EventLastID :one
+-- The thread's last event id (0 for none).
+SELECT (next_event_id - 1)::bigint AS last_id FROM threads WHERE id = @thread_id;

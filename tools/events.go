@@ -1,0 +1,394 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// Event kinds (SPEC §13).
+const (
+	ObjectiveSet       = "objective_set"
+	PreferenceAdded    = "preference_added"
+	PreferenceUpdated  = "preference_updated"
+	PreferenceLocked   = "preference_locked"
+	PreferenceUnlocked = "preference_unlocked"
+	PreferenceRemoved  = "preference_removed"
+	Revert             = "revert"
+	LockedSkip         = "locked_skip"
+)
+
+// Targets of events.
+const (
+	TargetObjective  = "objective"
+	TargetPreference = "preference"
+)
+
+// EventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
+// thread's last new event id.
+const EventsChannel = "wsproxy_events"
+
+// MaxReason is how many characters of a call's action_and_reasoning are kept.
+const MaxReason = 1000
+
+// Event is one change of a thread's workspace.
+type Event struct {
+	ID         int64           `json:"id"`
+	Thread     string          `json:"thread"`
+	At         time.Time       `json:"at"`
+	Actor      string          `json:"actor"` // ByAgent or ByUser
+	Turn       *int            `json:"turn"`
+	Round      *int            `json:"round"`
+	ToolCallID *int64          `json:"tool_call_id"`
+	Reason     *string         `json:"reason"`
+	Kind       string          `json:"kind"`
+	Target     Target          `json:"target"`
+	Before     json.RawMessage `json:"before"` // the target's fields, null where it did not exist
+	After      json.RawMessage `json:"after"`
+	Reverts    *int64          `json:"reverts,omitempty"`
+}
+
+// Target is what an event changed: the objective, or a preference by its stable id.
+type Target struct {
+	Type string `json:"type"`
+	ID   int64  `json:"id,omitempty"`
+}
+
+// ParseTarget reads a target filter: "objective" or "preference:N".
+func ParseTarget(s string) (Target, error) {
+	if s == TargetObjective {
+		return Target{Type: TargetObjective}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, TargetPreference+":"); ok {
+		if id, err := strconv.ParseInt(rest, 10, 64); err == nil && id > 0 {
+			return Target{Type: TargetPreference, ID: id}, nil
+		}
+	}
+	return Target{}, invalid("target", `must be "objective" or "preference:<id>"`)
+}
+
+// state is a stored before or after (jsonb, which orders and spaces it its own way) in the
+// fields' order of SPEC §13: {text} or {title, subtitle, kind, locked}; null for none.
+func (t Target) state(stored []byte) json.RawMessage {
+	if stored == nil {
+		return json.RawMessage("null")
+	}
+	if t.Type == TargetObjective {
+		var o struct{ Text string }
+		_ = json.Unmarshal(stored, &o)
+		return objectiveState(o.Text)
+	}
+	var p Preference
+	_ = json.Unmarshal(stored, &p)
+	return prefState(p)
+}
+
+// change is one change a call or an edit makes, before it is an event.
+type change struct {
+	kind          string
+	target        Target
+	before, after []byte // JSON; nil where the target did not exist
+	reverts       int64
+}
+
+// prefState is a preference's fields as events show them.
+func prefState(p Preference) []byte {
+	b, _ := json.Marshal(struct {
+		Title    string `json:"title"`
+		Subtitle string `json:"subtitle"`
+		Kind     string `json:"kind"`
+		Locked   bool   `json:"locked"`
+	}{p.Title, p.Subtitle, p.Kind, p.Locked})
+	return b
+}
+
+// objectiveState is the objective as events show it; nil for none.
+func objectiveState(text string) []byte {
+	if text == "" {
+		return nil
+	}
+	b, _ := json.Marshal(struct {
+		Text string `json:"text"`
+	}{text})
+	return b
+}
+
+// prefChange is the change from before to after (nil where the preference does not exist), and
+// false when nothing changed.
+func prefChange(before, after *Preference) (change, bool) {
+	c := change{target: Target{Type: TargetPreference}}
+	switch {
+	case before == nil && after == nil:
+		return c, false
+	case before == nil:
+		c.kind, c.target.ID, c.after = PreferenceAdded, after.ID, prefState(*after)
+		return c, true
+	case after == nil:
+		c.kind, c.target.ID, c.before = PreferenceRemoved, before.ID, prefState(*before)
+		return c, true
+	}
+	c.target.ID, c.before, c.after = before.ID, prefState(*before), prefState(*after)
+	fields := before.Title != after.Title || before.Subtitle != after.Subtitle || before.Kind != after.Kind
+	switch {
+	case fields:
+		c.kind = PreferenceUpdated
+	case before.Locked == after.Locked:
+		return c, false
+	case after.Locked:
+		c.kind = PreferenceLocked
+	default:
+		c.kind = PreferenceUnlocked
+	}
+	return c, true
+}
+
+// objectiveChange is the change of the objective from before to after ("" for none), and false
+// when nothing changed.
+func objectiveChange(before, after string) (change, bool) {
+	if before == after {
+		return change{}, false
+	}
+	return change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: objectiveState(before), after: objectiveState(after)}, true
+}
+
+// lockedSkip is the event of an agent's update or removal refused because p is locked.
+func lockedSkip(p Preference) change {
+	s := prefState(p)
+	return change{kind: LockedSkip, target: Target{Type: TargetPreference, ID: p.ID}, before: s, after: s}
+}
+
+// agentEvents are the parameters that append a tool call's changes, after its record in the
+// same transaction.
+func (w *Workspace) agentEvents(c Call, reason string, changes []change) db.EventInsertParams {
+	p := w.eventParams(ByAgent, changes)
+	p.Turn = pgtype.Int4{Int32: int32(c.Turn), Valid: true}
+	p.Round = pgtype.Int4{Int32: int32(c.Round), Valid: true}
+	p.Reason = pgtype.Text{String: storableReason(reason), Valid: true}
+	p.AfterToolCall = true
+	return p
+}
+
+// storableReason is the reason as stored: storable text of at most MaxReason characters.
+func storableReason(s string) string {
+	s = storableText(s)
+	if utf8.RuneCountInString(s) <= MaxReason {
+		return s
+	}
+	return string([]rune(s)[:MaxReason])
+}
+
+func (w *Workspace) eventParams(actor string, changes []change) db.EventInsertParams {
+	p := db.EventInsertParams{ThreadID: w.threadID, Actor: actor}
+	for _, c := range changes {
+		p.Kinds = append(p.Kinds, c.kind)
+		p.TargetTypes = append(p.TargetTypes, c.target.Type)
+		p.TargetIds = append(p.TargetIds, c.target.ID)
+		p.Befores = append(p.Befores, string(c.before))
+		p.Afters = append(p.Afters, string(c.after))
+		p.Reverts = append(p.Reverts, c.reverts)
+	}
+	return p
+}
+
+func fromEvent(r db.Event) Event {
+	e := Event{ID: r.ID, Thread: r.ThreadID, At: r.At.Time.UTC(), Actor: r.Actor, Kind: r.Kind,
+		Target: Target{Type: r.TargetType, ID: r.TargetID.Int64}}
+	e.Before, e.After = e.Target.state(r.Before), e.Target.state(r.After)
+	if r.Turn.Valid {
+		n := int(r.Turn.Int32)
+		e.Turn = &n
+	}
+	if r.Round.Valid {
+		n := int(r.Round.Int32)
+		e.Round = &n
+	}
+	if r.ToolCallID.Valid {
+		e.ToolCallID = &r.ToolCallID.Int64
+	}
+	if r.Reason.Valid {
+		e.Reason = &r.Reason.String
+	}
+	if r.Reverts.Valid {
+		e.Reverts = &r.Reverts.Int64
+	}
+	return e
+}
+
+// EventQuery selects a thread's events.
+type EventQuery struct {
+	After      int64   // the cursor: events after it (before it, Descending); 0 none
+	Target     *Target // one target's only
+	Descending bool    // newest first
+	Limit      int
+}
+
+// Events lists the thread's events. ErrNotFound when the thread does not exist.
+func (w *Workspace) Events(ctx context.Context, q EventQuery) (_ []Event, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if err := w.exists(ctx); err != nil {
+		return nil, err
+	}
+	p := db.EventListParams{ThreadID: w.threadID, AfterID: q.After, Descending: q.Descending, MaxRows: int32(q.Limit)}
+	if q.Target != nil {
+		p.TargetType, p.TargetID = q.Target.Type, q.Target.ID
+	}
+	rows, err := w.store.q.EventList(ctx, w.store.pool, p)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromEvent(r)
+	}
+	return out, nil
+}
+
+// LastEventID is the thread's last event id (0 for none). ErrNotFound when the thread does not
+// exist.
+func (w *Workspace) LastEventID(ctx context.Context) (_ int64, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	id, err := w.store.q.EventLastID(ctx, w.store.pool, w.threadID)
+	return id, db.NotFound(err)
+}
+
+// ConflictError: a revert of a change whose target changed again since.
+type ConflictError struct {
+	Later int64 // the later event on the target
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("the target changed again after this change (event %d); revert that one first", e.Later)
+}
+
+// errNothingToRevert: the event changed nothing (a locked_skip).
+var errNothingToRevert = invalid("", "this event changed nothing (locked_skip): there is nothing to revert")
+
+// RevertEvent restores the before state of the change event id made, as a user change, and
+// returns the revert event. ErrNotFound for an unknown thread or event; a *ConflictError when
+// the target changed again since; a *ValidationError for an event that changed nothing or a
+// state past the limits; a *DuplicateError when a restored title is taken.
+func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
+		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		ev := fromEvent(r)
+		if ev.Kind == LockedSkip {
+			return nil, errNothingToRevert
+		}
+		later, err := w.store.q.EventNextOnTarget(ctx, tx, db.EventNextOnTargetParams{ThreadID: w.threadID, ID: id,
+			TargetType: ev.Target.Type, TargetID: ev.Target.ID})
+		switch {
+		case err == nil:
+			return nil, &ConflictError{Later: later}
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, fmt.Errorf("read later events: %w", err)
+		}
+		var c change
+		if ev.Target.Type == TargetObjective {
+			c, err = w.revertObjective(ctx, tx, ev)
+		} else {
+			c, err = w.revertPreference(ctx, tx, ev, nextID, list)
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.kind, c.reverts = Revert, id
+		return []change{c}, nil
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	r, err := w.store.q.EventGet(ctx, w.store.pool, db.EventGetParams{ThreadID: w.threadID, ID: first})
+	if err != nil {
+		return Event{}, fmt.Errorf("read revert event: %w", err)
+	}
+	return fromEvent(r), nil
+}
+
+func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (change, error) {
+	var before struct{ Text string }
+	if string(ev.Before) != "null" {
+		if err := json.Unmarshal(ev.Before, &before); err != nil {
+			return change{}, fmt.Errorf("decode event: %w", err)
+		}
+	}
+	var current string
+	if o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID); err == nil {
+		current = o.Text
+	} else if err = db.NotFound(err); err != ErrNotFound {
+		return change{}, fmt.Errorf("get objective: %w", err)
+	}
+	if before.Text == "" {
+		if _, err := w.store.q.ObjectiveDelete(ctx, tx, w.threadID); err != nil {
+			return change{}, fmt.Errorf("delete objective: %w", err)
+		}
+	} else if _, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: before.Text, UpdatedBy: ByUser}); err != nil {
+		return change{}, fmt.Errorf("set objective: %w", err)
+	}
+	return change{target: ev.Target, before: objectiveState(current), after: objectiveState(before.Text)}, nil
+}
+
+func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
+	c := change{target: ev.Target}
+	i := indexOf(list, ev.Target.ID)
+	if i >= 0 {
+		c.before = prefState(list[i])
+	}
+	if string(ev.Before) == "null" { // it was added: remove it
+		if i >= 0 {
+			if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: ev.Target.ID}); err != nil {
+				return change{}, fmt.Errorf("delete preference: %w", err)
+			}
+		}
+		return c, nil
+	}
+	var before struct {
+		Title, Subtitle, Kind string
+		Locked                bool
+	}
+	if err := json.Unmarshal(ev.Before, &before); err != nil {
+		return change{}, fmt.Errorf("decode event: %w", err)
+	}
+	p, err := w.store.checkInput(PreferenceInput{Title: before.Title, Subtitle: before.Subtitle, Kind: before.Kind, Locked: before.Locked})
+	if err != nil {
+		return change{}, err
+	}
+	if existing, ok := findTitle(list, p.Title, ev.Target.ID); ok {
+		return change{}, &DuplicateError{Existing: existing}
+	}
+	p.ID = ev.Target.ID
+	c.after = prefState(p)
+	if i >= 0 {
+		_, err = w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
+			Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked})
+		if err != nil {
+			return change{}, fmt.Errorf("update preference: %w", err)
+		}
+		return c, nil
+	}
+	// It was removed: it comes back with its old id, in its old place.
+	if max := w.store.limits.PreferencesMax; len(list) >= max {
+		return change{}, invalid("", "a thread holds at most %d preferences", max)
+	}
+	if _, err := w.store.q.PreferenceInsertBatch(ctx, tx, db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID,
+		Ids: []int64{p.ID}, Titles: []string{p.Title}, Subtitles: []string{p.Subtitle}, Kinds: []string{p.Kind}, Locks: []bool{p.Locked}}); err != nil {
+		return change{}, fmt.Errorf("restore preference: %w", err)
+	}
+	return c, nil
+}

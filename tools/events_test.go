@@ -1,0 +1,300 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func (f *fixture) events(t *testing.T) []Event {
+	t.Helper()
+	evs, err := f.ws.Events(context.Background(), EventQuery{Limit: 500})
+	require.NoError(t, err)
+	return evs
+}
+
+// eventLine is an event as one line: kind, actor, target, before → after.
+func eventLine(e Event) string {
+	target := e.Target.Type
+	if e.Target.ID != 0 {
+		target += fmt.Sprintf(":%d", e.Target.ID)
+	}
+	return fmt.Sprintf("%s %s %s %s → %s", e.Kind, e.Actor, target, e.Before, e.After)
+}
+
+func lines(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = eventLine(e)
+	}
+	return out
+}
+
+// TestEventsOfEveryChange: every kind of change writes its events — one per preference a batch
+// changes, none for a call or an edit that changes nothing — with ids counting from 1, and the
+// agent's carry the turn, round, tool call and reason.
+func TestEventsOfEveryChange(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}, item{Title: "C"}))
+	f.ok(t, SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": "The user said so."})
+	f.ok(t, SetObjective, map[string]any{"text": "Goal"}) // unchanged: no event
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "A2"}, map[string]any{"index": 2, "kind": "hard"}}})
+	f.lock(t, 3)
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{3, 2}, "action_and_reasoning": "Dropping two."})
+	f.fails(t, AddPreferences, `{"items":[]}`) // refused: no event
+	list := f.list(t)
+	_, err := f.ws.UpdatePreference(ctx, list[0].ID, PreferencePatch{Title: strPtr("A3"), Locked: boolPtr(true)})
+	require.NoError(t, err)
+	_, err = f.ws.UpdatePreference(ctx, list[0].ID, PreferencePatch{Locked: boolPtr(false)})
+	require.NoError(t, err)
+	_, err = f.ws.UpdatePreference(ctx, list[0].ID, PreferencePatch{Title: strPtr("A3")}) // unchanged
+	require.NoError(t, err)
+	_, err = f.ws.SetObjective(ctx, "User goal")
+	require.NoError(t, err)
+	p, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "D"})
+	require.NoError(t, err)
+	require.NoError(t, f.ws.DeletePreference(ctx, p.ID))
+
+	evs := f.events(t)
+	require.Equal(t, []string{
+		`preference_added agent preference:1 null → {"title":"A","subtitle":"","kind":"soft","locked":false}`,
+		`preference_added agent preference:2 null → {"title":"B","subtitle":"","kind":"hard","locked":false}`,
+		`preference_added agent preference:3 null → {"title":"C","subtitle":"","kind":"soft","locked":false}`,
+		`objective_set agent objective null → {"text":"Goal"}`,
+		`preference_updated agent preference:1 {"title":"A","subtitle":"","kind":"soft","locked":false} → {"title":"A2","subtitle":"","kind":"soft","locked":false}`,
+		`preference_locked user preference:3 {"title":"C","subtitle":"","kind":"soft","locked":false} → {"title":"C","subtitle":"","kind":"soft","locked":true}`,
+		`preference_removed agent preference:2 {"title":"B","subtitle":"","kind":"hard","locked":false} → null`,
+		`locked_skip agent preference:3 {"title":"C","subtitle":"","kind":"soft","locked":true} → {"title":"C","subtitle":"","kind":"soft","locked":true}`,
+		`preference_updated user preference:1 {"title":"A2","subtitle":"","kind":"soft","locked":false} → {"title":"A3","subtitle":"","kind":"soft","locked":true}`,
+		`preference_unlocked user preference:1 {"title":"A3","subtitle":"","kind":"soft","locked":true} → {"title":"A3","subtitle":"","kind":"soft","locked":false}`,
+		`objective_set user objective {"text":"Goal"} → {"text":"User goal"}`,
+		`preference_added user preference:4 null → {"title":"D","subtitle":"","kind":"soft","locked":false}`,
+		`preference_removed user preference:4 {"title":"D","subtitle":"","kind":"soft","locked":false} → null`,
+	}, lines(evs))
+	for i, e := range evs {
+		require.Equal(t, int64(i+1), e.ID)
+		require.Equal(t, "t1", e.Thread)
+		if e.Actor == ByAgent {
+			require.NotNil(t, e.ToolCallID)
+			require.Equal(t, f.turn.Number, *e.Turn)
+			require.Equal(t, 1, *e.Round)
+			require.NotNil(t, e.Reason)
+		} else {
+			require.Nil(t, e.Turn)
+			require.Nil(t, e.ToolCallID)
+			require.Nil(t, e.Reason)
+		}
+	}
+	require.Equal(t, "The user said so.", *evs[3].Reason)
+	// The three events of one batch share its tool call; the removal's two theirs.
+	require.Equal(t, *evs[0].ToolCallID, *evs[2].ToolCallID)
+	require.Equal(t, *evs[6].ToolCallID, *evs[7].ToolCallID)
+	require.NotEqual(t, *evs[0].ToolCallID, *evs[6].ToolCallID)
+	calls, err := f.ws.ToolCalls(ctx, 0, 100)
+	require.NoError(t, err)
+	byID := map[int64]ToolCallRecord{}
+	for _, c := range calls {
+		byID[c.ID] = c
+	}
+	require.Equal(t, RemovePreferences, byID[*evs[6].ToolCallID].Tool)
+	require.Equal(t, "Dropping two.", *evs[6].Reason)
+
+	// Filters and order.
+	obj := Target{Type: TargetObjective}
+	got, err := f.ws.Events(ctx, EventQuery{Target: &obj, Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, []int64{4, 11}, ids(got))
+	got, err = f.ws.Events(ctx, EventQuery{Descending: true, Limit: 3})
+	require.NoError(t, err)
+	require.Equal(t, []int64{13, 12, 11}, ids(got))
+	got, err = f.ws.Events(ctx, EventQuery{Descending: true, After: 11, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []int64{10, 9}, ids(got))
+	last, err := f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(13), last)
+}
+
+// TestReasonKeptToMaxReason: a reason is kept up to 1,000 characters.
+func TestReasonKeptToMaxReason(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": strings.Repeat("é", 1500)})
+	require.Equal(t, MaxReason, len([]rune(*f.events(t)[0].Reason)))
+}
+
+func ids(evs []Event) []int64 {
+	out := make([]int64, len(evs))
+	for i, e := range evs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+func strPtr(s string) *string { return &s }
+func boolPtr(b bool) *bool    { return &b }
+
+// TestRevert: each kind of change reverts to its before state as a user change; a change whose
+// target changed again since is a 409 naming the later event; a locked_skip reverts nothing.
+func TestRevert(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "Trains"}, item{Title: "Hotels"}))                                        // 1, 2
+	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"})                                                           // 3
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "title": "Small hotels"}}}) // 4
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})                                                   // 5
+
+	// The removal of "Trains" comes back with its old id and place.
+	ev, err := f.ws.RevertEvent(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, Revert, ev.Kind)
+	require.Equal(t, int64(5), *ev.Reverts)
+	require.Equal(t, ByUser, ev.Actor)
+	require.Equal(t, "null", string(ev.Before))
+	require.JSONEq(t, `{"title":"Trains","subtitle":"","kind":"soft","locked":false}`, string(ev.After))
+	list := f.list(t)
+	require.Equal(t, int64(1), list[0].ID)
+	require.Equal(t, []string{"Trains", "Small hotels"}, f.titles(t))
+
+	// The rename goes back.
+	_, err = f.ws.RevertEvent(ctx, 4)
+	require.NoError(t, err)
+	require.Equal(t, []string{"Trains", "Hotels"}, f.titles(t))
+	// The objective goes back to none.
+	_, err = f.ws.RevertEvent(ctx, 3)
+	require.NoError(t, err)
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Nil(t, d.Objective)
+
+	// "Trains" changed after its addition (removed, restored): 409 naming the first later event.
+	_, err = f.ws.RevertEvent(ctx, 1)
+	var ce *ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, int64(5), ce.Later)
+	require.Contains(t, err.Error(), "event 5")
+
+	// A lock, then its revert; a locked_skip reverts nothing; an unknown event is not found.
+	f.lock(t, 2)
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})
+	evs := f.events(t)
+	skip := evs[len(evs)-1]
+	require.Equal(t, LockedSkip, skip.Kind)
+	var ve *ValidationError
+	_, err = f.ws.RevertEvent(ctx, skip.ID)
+	require.ErrorAs(t, err, &ve)
+	_, err = f.ws.RevertEvent(ctx, evs[len(evs)-2].ID) // the lock: a locked_skip since does not count
+	require.NoError(t, err)
+	require.False(t, f.list(t)[1].Locked)
+	_, err = f.ws.RevertEvent(ctx, 999)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	// An added preference is removed by its revert; the revert of that revert brings it back.
+	p, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "Museums"})
+	require.NoError(t, err)
+	last, err := f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	r, err := f.ws.RevertEvent(ctx, last)
+	require.NoError(t, err)
+	require.NotContains(t, f.titles(t), "Museums")
+	_, err = f.ws.RevertEvent(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, p.ID, f.list(t)[2].ID)
+
+	// A revert that would duplicate a title: the user path's 409.
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 3, "title": "Gardens"}}})
+	renamed, err := f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Museums"})
+	require.NoError(t, err)
+	_, err = f.ws.RevertEvent(ctx, renamed)
+	var de *DuplicateError
+	require.ErrorAs(t, err, &de)
+}
+
+// TestEventsUnderConcurrency: agents and users editing one thread at once write exactly one event
+// per change, with ids 1..n without a gap, committed in id order.
+func TestEventsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	const n = 30
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := f.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: fmt.Sprintf(`{"items":[{"title":"Agent %d"}]}`, i)})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := f.ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("User %d", i)}); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := f.ws.SetObjective(ctx, fmt.Sprintf("Goal %d", i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	evs := f.events(t)
+	require.Len(t, evs, 3*n)
+	added := map[int64]bool{}
+	for i, e := range evs {
+		require.Equal(t, int64(i+1), e.ID)
+		if e.Kind == PreferenceAdded {
+			require.False(t, added[e.Target.ID], "one event per preference")
+			added[e.Target.ID] = true
+		}
+		if i > 0 {
+			require.False(t, e.At.Before(evs[i-1].At), "committed in id order")
+		}
+	}
+	require.Len(t, added, 2*n)
+	require.Len(t, f.list(t), 2*n)
+	var objectives int
+	for _, e := range evs {
+		if e.Kind == ObjectiveSet {
+			objectives++
+			var after struct{ Text string }
+			require.NoError(t, json.Unmarshal(e.After, &after))
+		}
+	}
+	require.Equal(t, n, objectives)
+}
+
+// TestEventsInTheChangesTransaction: a change whose transaction fails leaves no event, and an
+// event never outlives its change (a deleted thread takes its history).
+func TestEventsInTheChangesTransaction(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "A"}))
+	// A duplicate title refused by the user path: nothing written, no event.
+	_, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "a"})
+	require.Error(t, err)
+	require.Len(t, f.events(t), 1)
+	// A cancelled edit writes neither the change nor its event.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = f.ws.AddPreference(cctx, PreferenceInput{Title: "B"})
+	require.Error(t, err)
+	require.Len(t, f.events(t), 1)
+	require.Equal(t, []string{"A"}, f.titles(t))
+	var n int
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM events e LEFT JOIN preferences p ON p.thread_id = e.thread_id AND p.id = e.target_id WHERE e.thread_id = 't1' AND p.id IS NULL`).Scan(&n))
+	require.Zero(t, n)
+	require.NoError(t, f.ws.Delete(ctx))
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE thread_id = 't1'`).Scan(&n))
+	require.Zero(t, n)
+}
