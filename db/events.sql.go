@@ -207,3 +207,16 @@ func (q *Queries) EventNextOnTarget(ctx context.Context, db DBTX, arg EventNextO
 	err := row.Scan(&id)
 	return id, err
 }
+
+const eventPrune = `-- name: EventPrune :execrows
+DELETE FROM events WHERE at < $1
+`
+
+// HISTORY_RETENTION: events older than the cutoff.
+func (q *Queries) EventPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
+	result, err := db.Exec(ctx, eventPrune, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -49,13 +49,15 @@ SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
-WHERE $1::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = $1::text)
+WHERE left(t.id, length($1::text)) = $1::text
+  AND ($2::text = ''
+   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = $2::text))
 ORDER BY t.updated_at DESC, t.id DESC
-LIMIT $2
+LIMIT $3
 `
 
 type ThreadListParams struct {
+	Prefix  string
 	After   string
 	MaxRows int32
 }
@@ -69,9 +71,10 @@ type ThreadListRow struct {
 	PreferenceCount int64
 }
 
-// Threads, most recently updated first, after the thread named by the cursor (none: from the top).
+// Threads whose id starts with prefix, most recently updated first, after the thread named by the
+// cursor (none: from the top).
 func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams) ([]ThreadListRow, error) {
-	rows, err := db.Query(ctx, threadList, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, threadList, arg.Prefix, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const toolCallInsert = `-- name: ToolCallInsert :exec
@@ -84,4 +86,17 @@ func (q *Queries) ToolCallListByThread(ctx context.Context, db DBTX, arg ToolCal
 		return nil, err
 	}
 	return items, nil
+}
+
+const toolCallPrune = `-- name: ToolCallPrune :execrows
+DELETE FROM tool_calls WHERE created_at < $1
+`
+
+// HISTORY_RETENTION: tool-call records older than the cutoff.
+func (q *Queries) ToolCallPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
+	result, err := db.Exec(ctx, toolCallPrune, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

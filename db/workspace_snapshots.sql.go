@@ -76,6 +76,22 @@ func (q *Queries) SnapshotListByThread(ctx context.Context, db DBTX, arg Snapsho
 	return items, nil
 }
 
+const snapshotPrune = `-- name: SnapshotPrune :execrows
+DELETE FROM workspace_snapshots s
+WHERE s.created_at < $1
+  AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = s.thread_id AND n.turn > s.turn)
+`
+
+// HISTORY_RETENTION: snapshots older than the cutoff, but each thread's last (the workspace of
+// its later turns).
+func (q *Queries) SnapshotPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
+	result, err := db.Exec(ctx, snapshotPrune, cutoff)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const snapshotTake = `-- name: SnapshotTake :one
 WITH t AS (
     SELECT turns FROM threads WHERE id = $1::text

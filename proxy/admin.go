@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -38,6 +41,10 @@ var adminRouteTable = []adminRoute{
 	{"DELETE", "/admin/v1/threads/{thread}/preferences/{id}", (*Server).adminDeletePreference},
 	{"GET", "/admin/v1/threads/{thread}/snapshots", (*Server).adminSnapshots},
 	{"GET", "/admin/v1/threads/{thread}/tool-calls", (*Server).adminToolCalls},
+	{"GET", "/admin/v1/threads/{thread}/events", (*Server).adminEvents},
+	{"GET", "/admin/v1/threads/{thread}/events/stream", (*Server).adminEventStream},
+	{"POST", "/admin/v1/threads/{thread}/events/{id}/revert", (*Server).adminRevert},
+	{"POST", "/admin/v1/threads/{thread}/links", (*Server).adminLink},
 	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
 		writeJSONBytes(w, http.StatusOK, openAPIDocument)
 		return nil
@@ -61,19 +68,40 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	})
 }
 
-// adminAuth requires `Authorization: Bearer <ADMIN_TOKEN>`, compared in constant time.
+// adminAuth requires `Authorization: Bearer <ADMIN_TOKEN>` (compared in constant time), or a
+// panel session (SPEC §13), whose writes must come from the panel's origin with its CSRF token.
+// The handler finds who called in its context (principalFrom).
 func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
-	want := []byte(s.opts.AdminToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := bearerToken(r)
-		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		p, ok := s.adminPrincipal(r)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy admin"`)
 			writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
-				Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN>"})
+				Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"})
 			return
 		}
-		next(w, r)
+		if p.via != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if err := sameOrigin(r, p.via); err != nil {
+				writeError(w, r, s.log, err)
+				return
+			}
+		}
+		next(w, r.WithContext(withPrincipal(r.Context(), p)))
 	})
+}
+
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder.
+func (s *Server) adminPrincipal(r *http.Request) (principal, bool) {
+	if got, ok := bearerToken(r); ok {
+		return principal{admin: true}, s.opts.AdminToken != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) == 1
+	}
+	ses, ok := s.sessionOf(r)
+	if !ok {
+		return principal{}, false
+	}
+	p, ok := principalOf(ses.Scope)
+	p.via = ses
+	return p, ok
 }
 
 // page is a list response.
@@ -137,6 +165,9 @@ func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	if err != nil {
 		return nil, badRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
 	}
+	if !principalFrom(r.Context()).mayThread(id.String()) {
+		return nil, tools.ErrNotFound // another's thread is not shown to exist
+	}
 	return s.opts.Store.Workspace(id), nil
 }
 
@@ -198,8 +229,26 @@ func (s *Server) adminListThreads(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	after := r.URL.Query().Get("after")
-	return list(w, limit, func(n int) ([]tools.Thread, error) { return s.opts.Store.Threads(r.Context(), after, n) })
+	after, q := r.URL.Query().Get("after"), r.URL.Query().Get("q")
+	// The id prefix: q, within the principal's namespace; a link's holder sees its thread alone.
+	p := principalFrom(r.Context())
+	prefix := q
+	switch {
+	case p.thread != "":
+		if !strings.HasPrefix(p.thread, q) {
+			return writeJSON(w, http.StatusOK, page[tools.Thread]{Data: []tools.Thread{}})
+		}
+		prefix = p.thread
+	case !p.admin:
+		prefix = tools.ThreadID{Client: p.client, Name: q}.String()
+	}
+	return list(w, limit, func(n int) ([]tools.Thread, error) {
+		threads, err := s.opts.Store.Threads(r.Context(), after, prefix, n)
+		if p.thread != "" && len(threads) > 0 && threads[0].ID != p.thread {
+			threads = threads[:0] // another thread whose id starts with the link's
+		}
+		return threads, err
+	})
 }
 
 func (s *Server) adminGetThread(w http.ResponseWriter, r *http.Request) error {
@@ -329,4 +378,184 @@ func (s *Server) adminToolCalls(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return list(w, limit, func(n int) ([]tools.ToolCallRecord, error) { return ws.ToolCalls(r.Context(), after, n) })
+}
+
+func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
+	ws, limit, after, err := s.historyOf(r)
+	if err != nil {
+		return err
+	}
+	q := tools.EventQuery{After: after}
+	switch r.URL.Query().Get("order") {
+	case "", "asc":
+	case "desc":
+		q.Descending = true
+	default:
+		return badRequest("invalid_value", "order", `order must be "asc" or "desc"`)
+	}
+	if v := r.URL.Query().Get("target"); v != "" {
+		t, err := tools.ParseTarget(v)
+		if err != nil {
+			return err
+		}
+		q.Target = &t
+	}
+	return list(w, limit, func(n int) ([]tools.Event, error) {
+		q.Limit = n
+		return ws.Events(r.Context(), q)
+	})
+}
+
+func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		return tools.ErrNotFound
+	}
+	ev, err := ws.RevertEvent(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, ev)
+}
+
+// adminLink makes a signed, expiring link that opens the thread's panel without a key: what an
+// app gives its end user (SPEC §13).
+func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		TTLSeconds *int64 `json:"ttl_seconds"`
+	}
+	if r.ContentLength != 0 {
+		if err := s.decodeBody(w, r, &in); err != nil {
+			return err
+		}
+	}
+	ttl := DefaultLinkTTL
+	if in.TTLSeconds != nil {
+		if *in.TTLSeconds < 1 || *in.TTLSeconds > int64(MaxLinkTTL/time.Second) {
+			return badRequest("invalid_value", "ttl_seconds", "ttl_seconds must be from 1 to %d", int64(MaxLinkTTL/time.Second))
+		}
+		ttl = time.Duration(*in.TTLSeconds) * time.Second
+	}
+	if s.opts.NoPanel {
+		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
+	}
+	if _, err := ws.LastEventID(r.Context()); err != nil { // the thread exists
+		return err
+	}
+	exp := time.Now().Add(ttl).Truncate(time.Second)
+	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
+	return writeJSON(w, http.StatusCreated, map[string]any{
+		"url": baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
+	})
+}
+
+// baseURL is the scheme and host the client reached wsproxy by (X-Forwarded-Proto and
+// X-Forwarded-Host when a proxy in front set them): where a link points.
+func baseURL(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
+		scheme = p
+	}
+	host := r.Host
+	if h := r.Header.Get("X-Forwarded-Host"); h != "" && !strings.ContainsAny(h, "/\\@ ") {
+		host = h
+	}
+	return scheme + "://" + host
+}
+
+// heartbeat is how often an idle event stream gets a comment line (SPEC §13).
+const heartbeat = 15 * time.Second
+
+// adminEventStream streams the thread's new events as they commit (SPEC §13): headers at once,
+// then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets every
+// event after it. Postgres's notifications wake the stream (any replica's commits); the
+// heartbeat also reads, so a lost notification delays an event by one heartbeat at most.
+func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	last, err := ws.LastEventID(r.Context())
+	if err != nil {
+		return err
+	}
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return badRequest("invalid_value", "Last-Event-ID", "Last-Event-ID must be an event id")
+		}
+		last = n
+	}
+	wake, stop := s.hub.subscribe(ws.ThreadID().String())
+	defer stop()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return nil
+	}
+	send := func() error {
+		for {
+			evs, err := ws.Events(r.Context(), tools.EventQuery{After: last, Limit: maxPageSize})
+			if err != nil {
+				return err
+			}
+			var buf []byte
+			for _, e := range evs {
+				b, err := rawjson.Marshal(e)
+				if err != nil {
+					return err
+				}
+				buf = append(buf, "id: "+strconv.FormatInt(e.ID, 10)+"\n"...)
+				buf = sse.AppendEvent(buf, b)
+				last = e.ID
+			}
+			if len(buf) > 0 {
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+				if err := rc.Flush(); err != nil {
+					return err
+				}
+			}
+			if len(evs) < maxPageSize {
+				return nil
+			}
+		}
+	}
+	ticker := time.NewTicker(heartbeat)
+	defer ticker.Stop()
+	for err := send(); ; err = send() {
+		if err != nil {
+			if r.Context().Err() == nil {
+				s.log.LogAttrs(r.Context(), slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
+			}
+			return nil
+		}
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-s.closing:
+			return nil
+		case <-wake:
+		case <-ticker.C:
+			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil || rc.Flush() != nil {
+				return nil
+			}
+		}
+	}
 }

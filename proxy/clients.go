@@ -56,6 +56,11 @@ func (k *ClientKeys) client(r *http.Request) (string, bool) {
 	if !ok {
 		return "", false
 	}
+	return k.lookup(key)
+}
+
+// lookup returns the client whose key key is.
+func (k *ClientKeys) lookup(key string) (string, bool) {
 	name, ok := k.byHash[sha256.Sum256([]byte(key))]
 	return name, ok
 }

@@ -61,13 +61,14 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		Instructions:    "INSTR",
 		UpstreamTimeout: 10 * time.Second,
 		RetryBackoff:    time.Millisecond,
+		ListenURL:       pool.Config().ConnString(),
 	}
 	for _, c := range configure {
 		c(&opts)
 	}
 	p := NewServer(opts)
 	srv := httptest.NewServer(p)
-	t.Cleanup(func() { srv.Close(); p.Wait() })
+	t.Cleanup(func() { p.Close(); srv.Close(); p.Wait() })
 	return &env{t: t, up: up, srv: srv, proxy: p, pool: pool, store: store, reg: reg, o: opts}
 }
 

@@ -235,7 +235,12 @@ func TestPostgresRefusesConnections(t *testing.T) {
 			case "PUT":
 				body = map[string]any{"text": "x"}
 			case "POST":
-				body = map[string]any{"title": "x"}
+				switch {
+				case strings.HasSuffix(path, "/links"):
+					body = map[string]any{"ttl_seconds": 60}
+				case strings.HasSuffix(path, "/preferences"):
+					body = map[string]any{"title": "x"}
+				}
 			case "PATCH":
 				body = map[string]any{"locked": true}
 			}

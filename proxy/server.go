@@ -102,6 +102,11 @@ type Options struct {
 	// TraceContent records tool arguments and results on spans (off by default: they come from
 	// users' conversations).
 	TraceContent bool
+	// ListenURL is a direct connection to Postgres for LISTEN (DATABASE_LISTEN_URL): the event
+	// streams of every replica wake on its notifications. Empty: streams read at each heartbeat.
+	ListenURL string
+	// NoPanel turns the workspace panel (/ui/) off (UI=off).
+	NoPanel bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -121,6 +126,15 @@ type Server struct {
 	// background is the work requests leave behind them (their turns' usage), which Wait waits
 	// for.
 	background sync.WaitGroup
+	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
+	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
+	signer     signer
+	signIns    throttle
+	hub        *eventHub
+	closing    chan struct{}
+	closeOnce  sync.Once
+	stopListen context.CancelFunc
+	listening  sync.WaitGroup
 }
 
 // NewServer returns a server with its routes.
@@ -164,6 +178,14 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.budget.max = opts.MaxBufferedBytes
+	s.signer, s.hub, s.closing = newSigner(opts.AdminToken), newEventHub(), make(chan struct{})
+	listenCtx, stop := context.WithCancel(context.Background())
+	s.stopListen = stop
+	if opts.ListenURL != "" {
+		s.listening.Go(func() {
+			tools.ListenEvents(listenCtx, opts.ListenURL, s.hub.changed, s.hub.resync, s.log)
+		})
+	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:    s.rewritePassThrough,
@@ -185,6 +207,9 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
 	s.adminRoutes(mux)
+	if !opts.NoPanel {
+		s.panelRoutes(mux)
+	}
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics.Handler())
 	}
@@ -519,6 +544,16 @@ func (s *Server) addUsage(r *http.Request, t *Turn) {
 // Wait waits for the work that served requests left in the background (their turns' usage).
 // Call it after the HTTP server has shut down, before the store's pool closes.
 func (s *Server) Wait() { s.background.Wait() }
+
+// Close ends the event streams and stops listening to Postgres. Call it when the HTTP server
+// starts to shut down (http.Server.RegisterOnShutdown), so that the streams let it finish.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.stopListen()
+		s.listening.Wait()
+	})
+}
 
 // isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).
 func isOpenAI(u *url.URL) bool { return strings.TrimSuffix(u.String(), "/") == DefaultUpstreamURL }

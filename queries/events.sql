@@ -45,3 +45,7 @@ LIMIT 1;
 -- name: EventLastID :one
 -- The thread's last event id (0 for none).
 SELECT (next_event_id - 1)::bigint AS last_id FROM threads WHERE id = @thread_id;
+
+-- name: EventPrune :execrows
+-- HISTORY_RETENTION: events older than the cutoff.
+DELETE FROM events WHERE at < @cutoff;

@@ -25,13 +25,15 @@ RETURNING th.next_preference_id;
 SELECT * FROM threads WHERE id = @id;
 
 -- name: ThreadList :many
--- Threads, most recently updated first, after the thread named by the cursor (none: from the top).
+-- Threads whose id starts with prefix, most recently updated first, after the thread named by the
+-- cursor (none: from the top).
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
-WHERE @after::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = @after::text)
+WHERE left(t.id, length(@prefix::text)) = @prefix::text
+  AND (@after::text = ''
+   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = @after::text))
 ORDER BY t.updated_at DESC, t.id DESC
 LIMIT @max_rows;
 

@@ -7,3 +7,7 @@ SELECT * FROM tool_calls
 WHERE thread_id = @thread_id AND id > @after_id
 ORDER BY id
 LIMIT @max_rows;
+
+-- name: ToolCallPrune :execrows
+-- HISTORY_RETENTION: tool-call records older than the cutoff.
+DELETE FROM tool_calls WHERE created_at < @cutoff;

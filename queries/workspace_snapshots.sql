@@ -37,3 +37,10 @@ SELECT * FROM workspace_snapshots
 WHERE thread_id = @thread_id AND turn <= @turn
 ORDER BY turn DESC
 LIMIT 1;
+
+-- name: SnapshotPrune :execrows
+-- HISTORY_RETENTION: snapshots older than the cutoff, but each thread's last (the workspace of
+-- its later turns).
+DELETE FROM workspace_snapshots s
+WHERE s.created_at < @cutoff
+  AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = s.thread_id AND n.turn > s.turn);

@@ -82,7 +82,7 @@ func TestTurnStartLostInACrash(t *testing.T) {
 
 	pool = c.start()
 	ws = NewStore(pool, Options{}).Workspace(ThreadID{Name: "crash"})
-	threads, err := ws.store.Threads(ctx, "", 10)
+	threads, err := ws.store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, threads[0].Turns, "turn 2's start was lost in the crash")
 	turn, err = ws.StartTurn(ctx)
@@ -102,7 +102,7 @@ func TestTurnStartLostInACrash(t *testing.T) {
 
 	pool = c.start()
 	ws = NewStore(pool, Options{}).Workspace(ThreadID{Name: "crash"})
-	threads, err = ws.store.Threads(ctx, "", 10)
+	threads, err = ws.store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Equal(t, 3, threads[0].Turns, "a durable commit after a turn start keeps it")
 	snaps, err := ws.Snapshots(ctx, 0, 10)

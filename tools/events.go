@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -34,9 +35,20 @@ const (
 	TargetPreference = "preference"
 )
 
-// EventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
+// eventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
 // thread's last new event id.
-const EventsChannel = "wsproxy_events"
+const eventsChannel = "wsproxy_events"
+
+// ListenEvents calls changed with the thread (stored form) of every change committed by any
+// replica, until ctx ends; connString must reach Postgres directly (LISTEN needs a session). When
+// notifications may have been lost (the connection was lost and is back), it calls resync.
+func ListenEvents(ctx context.Context, connString string, changed func(thread string), resync func(), log *slog.Logger) {
+	db.Listen(ctx, connString, eventsChannel, func(payload string) {
+		if thread, _, ok := strings.Cut(payload, ","); ok {
+			changed(thread)
+		}
+	}, resync, nil, log)
+}
 
 // MaxReason is how many characters of a call's action_and_reasoning are kept.
 const MaxReason = 1000
@@ -391,4 +403,27 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 		return change{}, fmt.Errorf("restore preference: %w", err)
 	}
 	return c, nil
+}
+
+// Pruned counts what PruneHistory removed.
+type Pruned struct{ Events, Snapshots, ToolCalls int64 }
+
+// PruneHistory removes the events, snapshots (but each thread's last, which still applies) and
+// tool-call records older than cutoff (HISTORY_RETENTION). A removed preference's text lives on
+// in them until then.
+func (s *Store) PruneHistory(ctx context.Context, cutoff time.Time) (_ Pruned, err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
+	at := pgtype.Timestamptz{Time: cutoff, Valid: true}
+	var p Pruned
+	if p.Events, err = s.q.EventPrune(ctx, s.pool, at); err != nil {
+		return p, fmt.Errorf("prune events: %w", err)
+	}
+	if p.Snapshots, err = s.q.SnapshotPrune(ctx, s.pool, at); err != nil {
+		return p, fmt.Errorf("prune snapshots: %w", err)
+	}
+	if p.ToolCalls, err = s.q.ToolCallPrune(ctx, s.pool, at); err != nil {
+		return p, fmt.Errorf("prune tool calls: %w", err)
+	}
+	return p, nil
 }

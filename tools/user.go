@@ -91,11 +91,12 @@ type PreferencePatch struct {
 	Locked   *bool
 }
 
-// Threads lists threads, most recently updated first, after the thread named by after.
-func (s *Store) Threads(ctx context.Context, after string, limit int) (_ []Thread, err error) {
+// Threads lists the threads whose stored id starts with prefix ("" for all), most recently
+// updated first, after the thread named by after.
+func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_ []Thread, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
-	rows, err := s.q.ThreadList(ctx, s.pool, db.ThreadListParams{After: after, MaxRows: int32(limit)})
+	rows, err := s.q.ThreadList(ctx, s.pool, db.ThreadListParams{Prefix: prefix, After: after, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list threads: %w", err)
 	}

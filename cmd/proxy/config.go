@@ -37,7 +37,13 @@ type Config struct {
 	// WorkspacePlacement is where the workspace goes in a request: tail or system.
 	WorkspacePlacement string
 	// PromptCacheKey: auto, thread or off.
-	PromptCacheKey  string
+	PromptCacheKey string
+	// DatabaseListenURL is a direct connection for LISTEN ("" means DatabaseURL).
+	DatabaseListenURL string
+	// HistoryRetention prunes events, snapshots and tool-call records older than it (0 keeps them).
+	HistoryRetention time.Duration
+	// UI is "on" or "off": the workspace panel.
+	UI              string
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
@@ -57,6 +63,7 @@ func DefaultConfig() Config {
 		WorkspacePlacement: string(proxy.PlaceTail),
 		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
 		PromptCacheKey:     proxy.PromptCacheKeyAuto,
+		UI:                 "on",
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -85,6 +92,9 @@ func (c *Config) settings() []setting {
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt, as before)", (*stringValue)(&c.WorkspacePlacement)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
+		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
+		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
+		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
@@ -159,6 +169,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
 		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)
+	}
+	if c.UI != "on" && c.UI != "off" {
+		return fmt.Errorf("UI: %q is not on or off", c.UI)
+	}
+	if c.HistoryRetention < 0 {
+		return fmt.Errorf("HISTORY_RETENTION: %s must not be negative", c.HistoryRetention)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -78,6 +79,8 @@ type Main struct {
 	server *http.Server
 	demo   *http.Server
 	served chan error
+	// pruning stops the HISTORY_RETENTION pruner (nil when none runs).
+	pruning func()
 }
 
 // tracerProvider is the proxy's tracer provider: nil when tracing is off.
@@ -176,8 +179,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		Metrics:            proxy.NewMetrics(reg),
 		TracerProvider:     m.tracerProvider(),
 		TraceContent:       strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
+		ListenURL:          cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
+		NoPanel:            m.Config.UI == "off",
 		Logger:             m.log,
 	})
+	if m.Config.HistoryRetention > 0 {
+		m.pruning = m.prune(m.Config.HistoryRetention)
+	}
 	ln, err := net.Listen("tcp", m.Config.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
@@ -191,6 +199,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 	}
+	m.server.RegisterOnShutdown(m.proxy.Close) // the event streams end, so that shutdown can finish
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
@@ -210,6 +219,33 @@ func (m *Main) startDemo() (string, error) {
 	return "http://" + ln.Addr().String() + "/v1", nil
 }
 
+// prune removes history older than retention now and then (every tenth of it, at most hourly),
+// until the returned function is called.
+func (m *Main) prune(retention time.Duration) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	store := tools.NewStore(m.pool, tools.Options{Timeout: time.Minute})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every := min(retention/10, time.Hour)
+		for {
+			p, err := store.PruneHistory(ctx, time.Now().Add(-retention))
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("pruning history failed", slog.Any("err", err))
+			} else if p != (tools.Pruned{}) {
+				m.log.Info("history pruned", slog.Duration("retention", retention), slog.Int64("events", p.Events),
+					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // Close stops serving: in-flight requests and streams get ShutdownTimeout to finish, then the
 // connections still open are closed, then the Postgres pool.
 func (m *Main) Close() error {
@@ -226,6 +262,13 @@ func (m *Main) Close() error {
 		}
 		m.server = nil
 		m.proxy.Wait() // the turns' usage, before the pool closes
+	}
+	if m.proxy != nil {
+		m.proxy.Close()
+	}
+	if m.pruning != nil {
+		m.pruning()
+		m.pruning = nil
 	}
 	if m.demo != nil {
 		errs = append(errs, m.demo.Close())

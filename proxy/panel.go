@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The workspace panel (SPEC §13): static files embedded in the binary, which read and write
+// through the admin REST with a panel session.
+//
+//go:embed ui
+var uiFiles embed.FS
+
+// panelHeaders are the security headers of every panel response: no inline script, no framing,
+// no referrer (a link's token stays out of other sites' logs).
+func panelHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "+
+		"form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+func (s *Server) panelRoutes(mux *http.ServeMux) {
+	static, _ := fs.Sub(uiFiles, "ui")
+	files := http.StripPrefix("/ui/", http.FileServerFS(static))
+	handle := func(pattern string, h http.HandlerFunc) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			panelHeaders(w.Header())
+			h(w, r)
+		})
+	}
+	handle("GET /ui/", func(w http.ResponseWriter, r *http.Request) { files.ServeHTTP(w, r) })
+	handle("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
+	handle("GET /ui/session", s.panelSession)
+	handle("POST /ui/session", s.panelSignIn)
+	handle("DELETE /ui/session", s.panelSignOut)
+	handle("GET /ui/link", s.panelLink)
+}
+
+// panelSession answers who the session is, and the CSRF token its writes carry.
+func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
+	ses, ok := s.sessionOf(r)
+	if !ok {
+		writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "no_session", Message: "not signed in"})
+		return
+	}
+	_ = writeJSON(w, http.StatusOK, map[string]any{"scope": ses.Scope, "csrf": ses.CSRF, "expires_at": time.Unix(ses.Expires, 0).UTC()})
+}
+
+// panelSignIn signs in with the admin token (every thread) or, with CLIENT_KEYS, a client's key
+// (that client's threads). Failures are throttled per address.
+func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
+	addr := remoteAddr(r)
+	if wait := s.signIns.blocked(addr); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+		writeError(w, r, s.log, &Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_sign_ins",
+			Message: "too many failed sign-ins from this address; wait a minute"})
+		return
+	}
+	var in struct {
+		Token string `json:"token"`
+	}
+	if err := s.decodeBody(w, r, &in); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
+	var p principal
+	ok := false
+	switch {
+	case s.opts.AdminToken != "" && subtle.ConstantTimeCompare([]byte(in.Token), []byte(s.opts.AdminToken)) == 1:
+		p, ok = principal{admin: true}, true
+	case s.opts.ClientKeys != nil:
+		p.client, ok = s.opts.ClientKeys.lookup(in.Token)
+	}
+	if !ok {
+		s.signIns.fail(addr)
+		writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
+			Message: "that is neither the admin token nor a client key"})
+		return
+	}
+	ses := s.startSession(w, r, p, time.Now().Add(sessionTTL))
+	_ = writeJSON(w, http.StatusOK, map[string]any{"scope": ses.Scope, "csrf": ses.CSRF, "expires_at": time.Unix(ses.Expires, 0).UTC()})
+}
+
+// panelSignOut ends the session in this browser.
+func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
+	if ses, ok := s.sessionOf(r); ok {
+		if err := sameOrigin(r, ses); err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// linkPage sends the browser on to the thread's panel from a page of the panel's own: a
+// redirect would carry the navigation's cross-site origin, and the new SameSite=Strict cookie
+// would not go with it.
+var linkPage = template.Must(template.New("link").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="0; url={{.}}">
+<title>wsproxy workspace</title></head>
+<body><p><a href="{{.}}">Open the workspace</a></p></body></html>
+`))
+
+// panelLink opens a signed link: a session for its thread alone, until the link expires.
+func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
+	var l link
+	if !s.signer.verify("l", r.URL.Query().Get("token"), &l) || time.Now().Unix() >= l.Expires {
+		writeError(w, r, s.log, &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "invalid_link",
+			Message: "this link is not valid or has expired; ask for a new one"})
+		return
+	}
+	s.startSession(w, r, principal{thread: l.Thread}, time.Unix(l.Expires, 0))
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = linkPage.Execute(w, "/ui/#/t/"+l.Thread)
+}

@@ -1,0 +1,241 @@
+package proxy
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// principal is who makes an admin REST call (SPEC §13): the admin, who sees every thread; a
+// client (CLIENT_KEYS), who sees its own; or the holder of a thread's signed link, who sees that
+// thread alone.
+type principal struct {
+	admin  bool
+	client string
+	thread string   // a link's thread, in its stored form
+	via    *session // set when the call came with a panel session: a write then needs its CSRF token
+}
+
+// mayThread reports whether the principal may see and edit the thread (stored form).
+func (p principal) mayThread(stored string) bool {
+	switch {
+	case p.admin:
+		return true
+	case p.thread != "":
+		return p.thread == stored
+	case p.client != "":
+		id, err := tools.ParseThreadID(stored)
+		return err == nil && id.Client == p.client
+	}
+	return false
+}
+
+// scope names the principal in a session: "admin", "client:<name>" or "thread:<id>".
+func (p principal) scope() string {
+	switch {
+	case p.admin:
+		return "admin"
+	case p.thread != "":
+		return "thread:" + p.thread
+	}
+	return "client:" + p.client
+}
+
+func principalOf(scope string) (principal, bool) {
+	switch kind, rest, _ := strings.Cut(scope, ":"); {
+	case scope == "admin":
+		return principal{admin: true}, true
+	case kind == "client" && rest != "":
+		return principal{client: rest}, true
+	case kind == "thread" && rest != "":
+		return principal{thread: rest}, true
+	}
+	return principal{}, false
+}
+
+type principalKey struct{}
+
+func withPrincipal(ctx context.Context, p principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+func principalFrom(ctx context.Context) principal {
+	p, _ := ctx.Value(principalKey{}).(principal)
+	return p
+}
+
+// session is a panel session, held by the browser in a signed cookie: valid on every replica
+// that shares the ADMIN_TOKEN, never holding a key or the token itself.
+type session struct {
+	Scope   string `json:"s"`
+	Expires int64  `json:"e"` // Unix seconds
+	CSRF    string `json:"c"` // the token writes must carry (X-CSRF-Token)
+}
+
+// link is a thread's signed link: it opens that thread's panel, until it expires.
+type link struct {
+	Thread  string `json:"t"`
+	Expires int64  `json:"e"`
+}
+
+// Panel sessions and links.
+const (
+	sessionCookie = "wsproxy_session"
+	sessionTTL    = 12 * time.Hour
+	csrfHeader    = "X-CSRF-Token"
+	// DefaultLinkTTL and MaxLinkTTL bound a link's life (POST …/links).
+	DefaultLinkTTL = time.Hour
+	MaxLinkTTL     = 30 * 24 * time.Hour
+)
+
+// signer signs sessions and links with a key derived from the admin token, so that every
+// replica configured alike accepts them, and a new token ends them all.
+type signer struct{ key []byte }
+
+func newSigner(adminToken string) signer {
+	k := sha256.Sum256([]byte("wsproxy panel signing key\n" + adminToken))
+	return signer{key: k[:]}
+}
+
+var b64 = base64.RawURLEncoding
+
+// sign is kind.payload.mac: the kind keeps a link from passing for a session.
+func (s signer) sign(kind string, v any) string {
+	b, _ := json.Marshal(v)
+	payload := kind + "." + b64.EncodeToString(b)
+	return payload + "." + b64.EncodeToString(s.mac(payload))
+}
+
+func (s signer) mac(payload string) []byte {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(payload))
+	return m.Sum(nil)
+}
+
+// verify decodes a token of kind into v when its signature holds.
+func (s signer) verify(kind, token string, v any) bool {
+	i := strings.LastIndexByte(token, '.')
+	if i < 0 || !strings.HasPrefix(token, kind+".") {
+		return false
+	}
+	mac, err := b64.DecodeString(token[i+1:])
+	if err != nil || !hmac.Equal(mac, s.mac(token[:i])) {
+		return false
+	}
+	b, err := b64.DecodeString(token[len(kind)+1 : i])
+	return err == nil && json.Unmarshal(b, v) == nil
+}
+
+// sessionOf is the request's valid panel session.
+func (s *Server) sessionOf(r *http.Request) (*session, bool) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, false
+	}
+	var ses session
+	if !s.signer.verify("s", c.Value, &ses) || time.Now().Unix() >= ses.Expires {
+		return nil, false
+	}
+	return &ses, true
+}
+
+// startSession sets the session cookie of p, expiring at exp.
+func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
+	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: randomHex(16)}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.signer.sign("s", ses), Path: "/", Expires: exp,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return ses
+}
+
+// sameOrigin checks a write made with a session cookie: it must come from the panel's own
+// origin (Origin and Sec-Fetch-Site, when the browser sends them) and carry the session's CSRF
+// token.
+func sameOrigin(r *http.Request, ses *session) error {
+	refuse := func(msg string) error {
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return refuse("a write from another site is refused")
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		if origin != scheme+"://"+r.Host {
+			return refuse("a write from another origin is refused")
+		}
+	}
+	if subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(ses.CSRF)) != 1 {
+		return refuse("a write needs the session's " + csrfHeader)
+	}
+	return nil
+}
+
+// throttle slows down guessing: past maxFailures failed sign-ins from one address within
+// failureWindow, further tries are refused until the window ends.
+type throttle struct {
+	mu       sync.Mutex
+	failures map[string]*failures
+}
+
+type failures struct {
+	n     int
+	until time.Time
+}
+
+const (
+	maxFailures   = 5
+	failureWindow = time.Minute
+)
+
+// blocked reports how long the address must wait (0: it may try).
+func (t *throttle) blocked(addr string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.failures[addr]
+	if f == nil || time.Now().After(f.until) || f.n < maxFailures {
+		return 0
+	}
+	return time.Until(f.until)
+}
+
+func (t *throttle) fail(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	if t.failures == nil || len(t.failures) > 10000 {
+		for a, f := range t.failures {
+			if now.After(f.until) {
+				delete(t.failures, a)
+			}
+		}
+		if t.failures == nil {
+			t.failures = map[string]*failures{}
+		}
+	}
+	f := t.failures[addr]
+	if f == nil || now.After(f.until) {
+		f = &failures{until: now.Add(failureWindow)}
+		t.failures[addr] = f
+	}
+	f.n++
+}
+
+func remoteAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
