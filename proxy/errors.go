@@ -104,6 +104,7 @@ func toError(err error) *Error {
 	var e *Error
 	var ve *tools.ValidationError
 	var de *tools.DuplicateError
+	var ce *tools.ConflictError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -112,6 +113,8 @@ func toError(err error) *Error {
 	case errors.As(err, &de):
 		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "duplicate_preference", Param: "title",
 			Message: fmt.Sprintf("a preference with this title is already recorded: #%d %q", de.Existing.Index, de.Existing.Title)}
+	case errors.As(err, &ce):
+		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "changed_since", Message: ce.Error()}
 	case errors.Is(err, tools.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "not found"}
 	case errors.Is(err, ErrUpstreamTimeout):
