@@ -10,9 +10,10 @@ GO ?= go
 test: vet check-generated
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy ./cmd/proxy'
 
-## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, the admin REST, concurrency and replicas: what would meet
+## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
+## a direct DATABASE_LISTEN_URL), the admin REST, concurrency and replicas: what would meet
 ## session state or prepared statements kept across transactions.
-PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued)$$
+PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert)$$
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

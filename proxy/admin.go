@@ -537,7 +537,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 			}
 		}
 	}
-	ticker := time.NewTicker(heartbeat)
+	ticker := time.NewTicker(s.heartbeat)
 	defer ticker.Stop()
 	for err := send(); ; err = send() {
 		if err != nil {

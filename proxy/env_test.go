@@ -61,7 +61,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		Instructions:    "INSTR",
 		UpstreamTimeout: 10 * time.Second,
 		RetryBackoff:    time.Millisecond,
-		ListenURL:       pool.Config().ConnString(),
+		ListenURL:       dbtest.ListenURL(t, pool.Config()),
 	}
 	for _, c := range configure {
 		c(&opts)

@@ -123,6 +123,8 @@ func TestEventStream(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	other := setupWithPool(t, e.pool) // a second replica
+	// No heartbeat in this test: only Postgres's notifications can wake the streams.
+	e.proxy.heartbeat, other.proxy.heartbeat = time.Hour, time.Hour
 	e.admin("PUT", "/admin/v1/threads/live/objective", map[string]any{"text": "Before the stream"}, 200, nil)
 
 	s := e.openStream(e.srv.URL, "live", "")
@@ -148,6 +150,17 @@ func TestEventStream(t *testing.T) {
 	id, ev = s.next()
 	require.Equal(t, "6", id)
 	require.Equal(t, "preference_removed", ev.Kind)
+
+	// An idle stream gets a comment line at each heartbeat.
+	e.proxy.heartbeat = 20 * time.Millisecond
+	idle := e.openStream(e.srv.URL, "live", "")
+	for {
+		line, err := idle.rd.ReadString('\n')
+		require.NoError(t, err)
+		if line == ": heartbeat\n" {
+			break
+		}
+	}
 
 	// Shutting down ends the stream.
 	done := make(chan error, 1)

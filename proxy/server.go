@@ -133,6 +133,7 @@ type Server struct {
 	hub        *eventHub
 	closing    chan struct{}
 	closeOnce  sync.Once
+	heartbeat  time.Duration // of the event streams
 	stopListen context.CancelFunc
 	listening  sync.WaitGroup
 }
@@ -178,7 +179,7 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 	}
 	s.budget.max = opts.MaxBufferedBytes
-	s.signer, s.hub, s.closing = newSigner(opts.AdminToken), newEventHub(), make(chan struct{})
+	s.signer, s.hub, s.closing, s.heartbeat = newSigner(opts.AdminToken), newEventHub(), make(chan struct{}), heartbeat
 	listenCtx, stop := context.WithCancel(context.Background())
 	s.stopListen = stop
 	if opts.ListenURL != "" {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
@@ -47,6 +48,9 @@ func MustRunMain(t *testing.T, configure func(*Config)) (*Main, *syncBuffer) {
 	t.Helper()
 	m := NewMain()
 	m.Config.DatabaseURL = dbtest.SchemaURL(t)
+	cfg, err := pgxpool.ParseConfig(m.Config.DatabaseURL)
+	require.NoError(t, err)
+	m.Config.DatabaseListenURL = dbtest.ListenURL(t, cfg)
 	m.Config.ListenAddr = "127.0.0.1:0"
 	m.Config.UpstreamBaseURL = "demo"
 	m.Config.LogLevel = "debug"
