@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,50 @@ func TestUpgradeFromPreviousSchema(t *testing.T) {
 			require.Nil(t, r.Result)
 		}
 	}
+}
+
+// TestUpgradeToHistory: a database populated under schema 003 upgrades to the current one: its
+// threads start with an empty history (next_event_id 1), and the first change writes event 1.
+func TestUpgradeToHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	stmts := []string{`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	for _, name := range []string{"001_workspace", "002_thread_usage", "003_responses"} {
+		b, err := os.ReadFile("migration/" + name + ".sql")
+		require.NoError(t, err)
+		stmts = append(stmts, string(b), `INSERT INTO schema_migrations (version) VALUES ('`+name+`')`)
+	}
+	stmts = append(stmts,
+		`INSERT INTO threads (id, turns, next_preference_id) VALUES ('old', 4, 3)`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true), ('old', 2, 'Short', 'soft', false)`,
+		`INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, ok, result) VALUES ('old', 4, 1, 'call_1', 'add_preferences', '{}', true, '{"ok":true}')`,
+		`INSERT INTO response_turns (thread_id, response_id, turn, last_response_id) VALUES ('old', 'resp_1', 4, 'resp_2')`,
+	)
+	for _, sql := range stmts {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	last, err := q.EventLastID(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Zero(t, last, "an existing thread starts with an empty history")
+	rows, err := q.ResponseTurnContinuation(ctx, pool, db.ResponseTurnContinuationParams{ThreadID: "old", ResponseID: "resp_1"})
+	require.NoError(t, err)
+	require.Equal(t, "resp_2", rows[0].LastResponseID)
+	tx, err := db.BeginLocked(ctx, pool, db.LockThreadTouch, "old")
+	require.NoError(t, err)
+	require.Len(t, tx.Preferences, 2)
+	var first int64
+	require.NoError(t, tx.Commit(ctx, func(b *pgx.Batch) {
+		db.QueueEventInsert(b, db.EventInsertParams{ThreadID: "old", Actor: "user", Kinds: []string{"preference_unlocked"},
+			TargetTypes: []string{"preference"}, TargetIds: []int64{1}, Befores: []string{`{"locked":true}`}, Afters: []string{`{"locked":false}`},
+			Reverts: []int64{0}}, &first)
+	}))
+	require.Equal(t, int64(1), first)
 }

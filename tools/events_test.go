@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -297,4 +298,28 @@ func TestEventsInTheChangesTransaction(t *testing.T) {
 	require.NoError(t, f.ws.Delete(ctx))
 	require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE thread_id = 't1'`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// TestPruneHistory: HISTORY_RETENTION removes events, snapshots and tool-call records older than
+// the cutoff, but each thread's last snapshot (the workspace of its later turns).
+func TestPruneHistory(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "Old"}))
+	_, err := f.ws.StartTurn(ctx) // a second snapshot: the workspace changed
+	require.NoError(t, err)
+	_, err = f.pool.Exec(ctx, `UPDATE events SET at = at - interval '2 days'; UPDATE tool_calls SET created_at = created_at - interval '2 days';
+		UPDATE workspace_snapshots SET created_at = created_at - interval '2 days'`)
+	require.NoError(t, err)
+	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "New"})
+	require.NoError(t, err)
+	p, err := f.store.PruneHistory(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, Pruned{Events: 1, Snapshots: 1, ToolCalls: 1}, p)
+	require.Equal(t, []string{"preference_added user preference:2 null → " + `{"title":"New","subtitle":"","kind":"soft","locked":false}`}, lines(f.events(t)))
+	snaps, err := f.ws.Snapshots(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, snaps, 1, "the last snapshot stays")
+	require.Equal(t, "Old", snaps[0].Preferences[0].Title)
 }
