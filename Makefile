@@ -2,12 +2,12 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated run build bench bench-load bench-cache soak
+.PHONY: test vet generate check-generated chromium run build bench bench-load bench-cache soak
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
 ## PGBOUNCER_TESTS again through a PgBouncer in transaction mode.
-test: vet check-generated
+test: vet check-generated chromium
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
@@ -60,3 +60,12 @@ bench-cache: build
 soak: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load soak -wsproxy bin/wsproxy $(SOAK_FLAGS)'
+
+## chromium: the panel's browser tests need Chromium (or CHROMIUM_PATH); as root on Debian or
+## Ubuntu it is installed when missing, saying so; elsewhere the tests fail and say what to install.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$CHROMIUM_PATH" ] || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make: Chromium is missing; installing it (apt-get install chromium) for the panel's browser tests" >&2 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
+	echo "make: no Chromium found: the panel's browser tests will fail (Debian/Ubuntu: apt-get install chromium)" >&2

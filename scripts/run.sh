@@ -37,6 +37,7 @@ cat <<MSG
 
   wsproxy on ${base}   (upstream: ${UPSTREAM_BASE_URL})
   OpenAI base URL for a thread:  ${base}/threads/my-thread/v1
+  workspace panel:               ${base}/ui/   (sign in with the admin token)
   admin token:                   ${ADMIN_TOKEN}   (kept in .data/admin-token)
 
   Try it:

@@ -75,7 +75,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	_ = os.MkdirAll(dir, 0o755)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Logf("no screenshot: %v", err)
 		return
@@ -283,7 +283,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 		shot := user()
 		signIn(t, shot, m.URL, m.AdminToken)
 		within(t, shot, chromedp.Navigate(m.URL+"/ui/#/t/trip"), waitFor(`document.querySelectorAll("li.event").length > 3`))
-		png, err := chromedp.Run(shot, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(shot, chromedp.FullScreenshot(100))
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(path, png, 0o644))
 	}
