@@ -18,25 +18,13 @@ import (
 func TestUpgradeFromFirstSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, cfg := dbtest.Schema(t)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	first, err := os.ReadFile("migration/001_workspace.sql")
-	require.NoError(t, err)
-	for _, sql := range []string{
-		`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
-		string(first),
-		`INSERT INTO schema_migrations (version) VALUES ('001_workspace')`,
+	pool := populate(t, []string{"001_workspace"},
 		`INSERT INTO threads (id, turns, next_preference_id) VALUES ('old', 3, 3)`,
 		`INSERT INTO objectives (thread_id, text, updated_by) VALUES ('old', 'An old goal', 'agent')`,
 		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true), ('old', 2, 'Short', 'soft', false)`,
 		`INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences) VALUES ('old', 3, 'An old goal', '[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true}]')`,
 		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result) VALUES ('old', 3, 1, 'set_objective', '{"text":"An old goal"}', true, '{"ok":true,"result":"objective set: An old goal"}')`,
-	} {
-		_, err := pool.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
+	)
 	require.NoError(t, db.Migrate(ctx, pool))
 
 	q := db.New()
@@ -71,25 +59,11 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 func TestUpgradeFromPreviousSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, cfg := dbtest.Schema(t)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	stmts := []string{`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
-	for _, name := range []string{"001_workspace", "002_thread_usage"} {
-		b, err := os.ReadFile("migration/" + name + ".sql")
-		require.NoError(t, err)
-		stmts = append(stmts, string(b), `INSERT INTO schema_migrations (version) VALUES ('`+name+`')`)
-	}
-	stmts = append(stmts,
+	pool := populate(t, []string{"001_workspace", "002_thread_usage"},
 		`INSERT INTO threads (id, turns, next_preference_id, prompt_tokens) VALUES ('old', 2, 2, 40)`,
 		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('old', 1, 'Formal', 'hard')`,
 		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result) VALUES ('old', 2, 1, 'add_preferences', '{"items":[{"title":"Formal"}]}', true, '{"ok":true,"result":"added"}')`,
 	)
-	for _, sql := range stmts {
-		_, err := pool.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
 	require.NoError(t, db.Migrate(ctx, pool))
 
 	q := db.New()
@@ -128,26 +102,12 @@ func TestUpgradeFromPreviousSchema(t *testing.T) {
 func TestUpgradeToHistory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, cfg := dbtest.Schema(t)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	stmts := []string{`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
-	for _, name := range []string{"001_workspace", "002_thread_usage", "003_responses"} {
-		b, err := os.ReadFile("migration/" + name + ".sql")
-		require.NoError(t, err)
-		stmts = append(stmts, string(b), `INSERT INTO schema_migrations (version) VALUES ('`+name+`')`)
-	}
-	stmts = append(stmts,
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses"},
 		`INSERT INTO threads (id, turns, next_preference_id) VALUES ('old', 4, 3)`,
 		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true), ('old', 2, 'Short', 'soft', false)`,
 		`INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, ok, result) VALUES ('old', 4, 1, 'call_1', 'add_preferences', '{}', true, '{"ok":true}')`,
 		`INSERT INTO response_turns (thread_id, response_id, turn, last_response_id) VALUES ('old', 'resp_1', 4, 'resp_2')`,
 	)
-	for _, sql := range stmts {
-		_, err := pool.Exec(ctx, sql)
-		require.NoError(t, err, sql)
-	}
 	require.NoError(t, db.Migrate(ctx, pool))
 
 	q := db.New()
@@ -167,4 +127,26 @@ func TestUpgradeToHistory(t *testing.T) {
 			Reverts: []int64{0}}, &first)
 	}))
 	require.Equal(t, int64(1), first)
+}
+
+// populate applies the named migrations (as the program would have, recording them) and then
+// stmts, on a fresh schema: a database of an earlier version.
+func populate(t *testing.T, migrations []string, stmts ...string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	all := []string{`CREATE TABLE schema_migrations (version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	for _, name := range migrations {
+		b, err := os.ReadFile("migration/" + name + ".sql")
+		require.NoError(t, err)
+		all = append(all, string(b), `INSERT INTO schema_migrations (version) VALUES ('`+name+`')`)
+	}
+	for _, sql := range append(all, stmts...) {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	return pool
 }

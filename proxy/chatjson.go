@@ -27,18 +27,28 @@ type chatJSON struct {
 
 func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	resp, err := d.up.Post(ctx, body)
+// postJSON sends a round's body upstream and reads its non-streamed answer, up to
+// maxResponseBody.
+func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Header, error) {
+	resp, err := up.Post(ctx, body)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	if err != nil {
-		return nil, nil, roundInfo{}, classifyTransportError(ctx, err)
+		return nil, nil, classifyTransportError(ctx, err)
 	}
 	if len(raw) > maxResponseBody {
-		return nil, nil, roundInfo{}, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+		return nil, nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+	}
+	return raw, resp.Header, nil
+}
+
+func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+	raw, header, err := postJSON(ctx, d.up, body)
+	if err != nil {
+		return nil, nil, roundInfo{}, err
 	}
 	c, err := parseCompletion(raw)
 	if err != nil {
@@ -47,7 +57,7 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 	for i := range c.calls {
 		c.calls[i].Client = d.req.IsClientTool(c.calls[i].Name)
 	}
-	d.last, d.raw, d.header = c, raw, resp.Header
+	d.last, d.raw, d.header = c, raw, header
 	info := roundInfo{}
 	info.model, _ = rawjson.Unquote(c.top.Get("model"))
 	info.id, _ = rawjson.Unquote(c.top.Get("id"))

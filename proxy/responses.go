@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -17,14 +16,10 @@ import (
 // (reasoning sent back without a store); every other field reaches the upstream with its exact
 // bytes.
 type ResponsesRequest struct {
-	fields rawjson.Object
-	// items is the client's input array (nil for none); first the start of its first element,
-	// last the span of its last, and beforeLast the end of the one before it.
-	items      json.RawMessage
-	n          int
-	first      int
-	last       span
-	beforeLast int
+	topLevel
+	// items is the client's input array (nil for none), and where its elements lie.
+	items json.RawMessage
+	elements
 	// input is what the next round sends as `input` after owed, as runs of raw elements: the
 	// client's items with the workspace injected, then what each tool round added; or, once a
 	// stored round is chained, only the items after it. owed is the run of the outputs a
@@ -45,22 +40,22 @@ type ResponsesRequest struct {
 
 // ParseResponsesRequest parses and checks a Responses thread turn's body (SPEC §12, §10).
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
-	fields, err := rawjson.Parse(body)
+	top, err := rawjson.Parse(body)
 	if err != nil {
 		if !rawjson.Valid(body) {
 			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
 		}
 		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
 	}
-	c := &ResponsesRequest{fields: fields}
-	if string(fields.Get("background")) == "true" {
+	c := &ResponsesRequest{topLevel: topLevel{top}}
+	if string(top.Get("background")) == "true" {
 		return nil, badRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
 	}
-	if v := fields.Get("conversation"); v != nil && string(v) != "null" {
+	if v := top.Get("conversation"); v != nil && string(v) != "null" {
 		return nil, badRequest("unsupported_parameter", "conversation",
 			"conversation is not supported on a thread turn; the thread keeps the workspace, previous_response_id continues a response")
 	}
-	switch in := fields.Get("input"); {
+	switch in := top.Get("input"); {
 	case in == nil || string(in) == "null":
 	case in[0] == '"': // one user message
 		msg := rawjson.Object{}
@@ -73,50 +68,23 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		return nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
 	}
 	if c.items != nil {
-		err = rawjson.Each(c.items, func(i, start, end int) error {
-			if c.items[start] != '{' {
-				return badRequest("invalid_type", fmt.Sprintf("input[%d]", i), "input[%d] must be an object", i)
-			}
-			if i == 0 {
-				c.first = start
-			}
-			c.beforeLast, c.last, c.n = c.last.end, span{start, end}, i+1
-			return nil
-		})
-		if err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				return nil, e
-			}
-			return nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
+		if c.elements, err = objects(c.items, "input", "input must be a string or an array of items"); err != nil {
+			return nil, err
 		}
 	}
 	if c.n > 0 {
-		c.input = []Payload{{c.items[c.first:c.last.end]}}
+		c.input = []Payload{{c.items[c.first.start:c.last.end]}}
 	}
-	if t := fields.Get("tools"); t != nil && string(t) != "null" {
+	if t := top.Get("tools"); t != nil && string(t) != "null" {
 		if err := c.check(t); err != nil {
 			return nil, err
 		}
 	}
-	c.ClientPrevious, _ = rawjson.Unquote(fields.Get("previous_response_id"))
-	if s := fields.Get("stream"); s != nil {
+	c.ClientPrevious, _ = rawjson.Unquote(top.Get("previous_response_id"))
+	if s := top.Get("stream"); s != nil {
 		_ = json.Unmarshal(s, &c.Stream)
 	}
 	return c, nil
-}
-
-// Model is the model the request names ("" when none).
-func (c *ResponsesRequest) Model() string {
-	m, _ := rawjson.Unquote(c.fields.Get("model"))
-	return m
-}
-
-// setDefault sets a top-level member the client did not send.
-func (c *ResponsesRequest) setDefault(key string, value json.RawMessage) {
-	if c.fields.Get(key) == nil {
-		c.fields.Set(key, value)
-	}
 }
 
 // Stored reports whether the client asked the upstream to store the response (the API's
@@ -161,11 +129,11 @@ func (c *ResponsesRequest) Continue(cont tools.Continuation) {
 	for i, o := range cont.Owed {
 		items[i] = functionCallOutput(o.CallID, o.Output)
 	}
-	c.owed = elements(items)
+	c.owed = elementRun(items)
 }
 
-// elements is the run of elements of an array of vals (without its brackets).
-func elements(vals []json.RawMessage) json.RawMessage {
+// elementRun is the run of elements of an array of vals (without its brackets).
+func elementRun(vals []json.RawMessage) json.RawMessage {
 	a := rawjson.AppendArray(nil, vals)
 	return a[1 : len(a)-1]
 }
@@ -199,7 +167,7 @@ func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 			if member != "" {
 				c.input = c.input[:0]
 				if c.n > 1 {
-					c.input = append(c.input, Payload{c.items[c.first:c.beforeLast]})
+					c.input = append(c.input, Payload{c.items[c.first.start:c.beforeLast]})
 				}
 				c.input = append(c.input, appendToLast(last, member, "input_text", text))
 				return
@@ -236,9 +204,9 @@ func (c *ResponsesRequest) extend(rd *responseRound, calls []toolCall, results [
 		c.previous = rawjson.String(rd.id)
 		c.input, c.owed = nil, nil // the upstream has them
 	} else if len(rd.items) > 0 {
-		c.input = append(c.input, Payload{elements(rd.items)})
+		c.input = append(c.input, Payload{elementRun(rd.items)})
 	}
-	c.input = append(c.input, Payload{elements(outputs)})
+	c.input = append(c.input, Payload{elementRun(outputs)})
 }
 
 // Body encodes the request for one upstream round: the input so far and the client's tools,
@@ -334,7 +302,7 @@ var responsesWorkspaceTools = func() Payload {
 		o.Set("strict", json.RawMessage("false"))
 		list[i] = o.Bytes()
 	}
-	return Payload{elements(list)}
+	return Payload{elementRun(list)}
 }()
 
 // responseRound is one round's response object, as the upstream sent it (a non-streamed body,

@@ -3,8 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 )
 
@@ -33,17 +31,9 @@ func (d *responsesJSON) request(withWorkspaceTools bool) Payload {
 }
 
 func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	resp, err := d.up.Post(ctx, body)
+	raw, header, err := postJSON(ctx, d.up, body)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
-	if err != nil {
-		return nil, nil, roundInfo{}, classifyTransportError(ctx, err)
-	}
-	if len(raw) > maxResponseBody {
-		return nil, nil, roundInfo{}, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
 	}
 	rd, err := parseResponse(raw, d.req)
 	if err != nil {
@@ -52,7 +42,7 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 	if d.first == "" {
 		d.first = turnID(rd.id)
 	}
-	d.last, d.raw, d.header = rd, raw, resp.Header
+	d.last, d.raw, d.header = rd, raw, header
 	return rd.calls, rd.top.Get("usage"), rd.info(), nil
 }
 

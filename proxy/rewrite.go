@@ -22,13 +22,10 @@ import (
 // client's messages and tools are never split into per-element values: they stay runs of the
 // body's bytes, so a rewrite costs a small constant over the body's size whatever it holds.
 type ChatRequest struct {
-	fields rawjson.Object
-	// msgs is the client's messages array; n its length; first, second and last the spans of
-	// its first, second and last elements, beforeLast the end of the one before the last.
-	msgs                json.RawMessage
-	n                   int
-	first, second, last span
-	beforeLast          int
+	topLevel
+	// msgs is the client's messages array, and where its elements lie.
+	msgs json.RawMessage
+	elements
 	// messages is the conversation sent upstream, as runs of raw elements (a run may hold
 	// several of the client's messages, as they came), each run in pieces: the client's
 	// messages with the workspace injected, then each tool round's messages.
@@ -45,61 +42,79 @@ type ChatRequest struct {
 // span is where an element lies in its array: msgs[start:end].
 type span struct{ start, end int }
 
+// elements is where the elements of an array lie: n of them; first, second and last their spans,
+// beforeLast the end of the one before the last.
+type elements struct {
+	n                   int
+	first, second, last span
+	beforeLast          int
+}
+
+// objects finds the elements of list, an array of objects named name in the request: 400 for
+// an element that is not an object (naming it), or with notArray for a list that is not an array.
+func objects(list json.RawMessage, name, notArray string) (elements, error) {
+	var el elements
+	err := rawjson.Each(list, func(i, start, end int) error {
+		if list[start] != '{' {
+			return badRequest("invalid_type", fmt.Sprintf("%s[%d]", name, i), "%s[%d] must be an object", name, i)
+		}
+		switch i {
+		case 0:
+			el.first = span{start, end}
+		case 1:
+			el.second = span{start, end}
+		}
+		el.beforeLast, el.last, el.n = el.last.end, span{start, end}, i+1
+		return nil
+	})
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return elements{}, e
+		}
+		return elements{}, badRequest("invalid_type", name, "%s", notArray)
+	}
+	return el, nil
+}
+
 // ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	fields, err := rawjson.Parse(body) // checks the whole body as it goes
+	top, err := rawjson.Parse(body) // checks the whole body as it goes
 	if err != nil {
 		if !rawjson.Valid(body) {
 			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
 		}
 		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
 	}
-	c := &ChatRequest{fields: fields, msgs: fields.Get("messages")}
+	c := &ChatRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
 	if c.msgs == nil {
 		return nil, badRequest("missing_required_parameter", "messages", "messages is required")
 	}
-	err = rawjson.Each(c.msgs, func(i, start, end int) error {
-		if c.msgs[start] != '{' {
-			return badRequest("invalid_type", fmt.Sprintf("messages[%d]", i), "messages[%d] must be an object", i)
-		}
-		switch i {
-		case 0:
-			c.first = span{start, end}
-		case 1:
-			c.second = span{start, end}
-		}
-		c.beforeLast, c.last, c.n = c.last.end, span{start, end}, i+1
-		return nil
-	})
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			return nil, e
-		}
-		return nil, badRequest("invalid_type", "messages", "messages must be an array")
+	if c.elements, err = objects(c.msgs, "messages", "messages must be an array"); err != nil {
+		return nil, err
 	}
 	if c.n > 0 {
 		c.messages = []Payload{{c.msgs[c.first.start:c.last.end]}}
 	}
-	if fields.Has("functions") || fields.Has("function_call") {
+	if top.Has("functions") || top.Has("function_call") {
 		c.Legacy = true
 		return c, nil
 	}
-	if t := fields.Get("tools"); t != nil && string(t) != "null" {
+	if t := top.Get("tools"); t != nil && string(t) != "null" {
 		if err := c.check(t); err != nil {
 			return nil, err
 		}
 	}
-	if n := fields.Get("n"); n != nil && string(n) != "null" {
+	if n := top.Get("n"); n != nil && string(n) != "null" {
 		var v float64
 		if json.Unmarshal(n, &v) != nil || v > 1 {
 			return nil, badRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
 		}
 	}
-	if s := fields.Get("stream"); s != nil {
+	if s := top.Get("stream"); s != nil {
 		_ = json.Unmarshal(s, &c.Stream)
 	}
-	if so := fields.Get("stream_options"); c.Stream && so != nil {
+	if so := top.Get("stream_options"); c.Stream && so != nil {
 		var opts struct {
 			IncludeUsage bool `json:"include_usage"`
 		}
@@ -232,16 +247,19 @@ func (c *clientTools) IsClientTool(name string) bool {
 // errFound stops a walk that found what it looked for.
 var errFound = errors.New("found")
 
+// topLevel is a request's top-level members, as the client sent them.
+type topLevel struct{ fields rawjson.Object }
+
 // Model is the model the request names ("" when none).
-func (c *ChatRequest) Model() string {
-	m, _ := rawjson.Unquote(c.fields.Get("model"))
+func (f *topLevel) Model() string {
+	m, _ := rawjson.Unquote(f.fields.Get("model"))
 	return m
 }
 
 // setDefault sets a top-level member the client did not send.
-func (c *ChatRequest) setDefault(key string, value json.RawMessage) {
-	if c.fields.Get(key) == nil {
-		c.fields.Set(key, value)
+func (f *topLevel) setDefault(key string, value json.RawMessage) {
+	if f.fields.Get(key) == nil {
+		f.fields.Set(key, value)
 	}
 }
 

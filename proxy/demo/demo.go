@@ -126,14 +126,7 @@ func (d *model) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	rp := d.think(req)
 	id := "chatcmpl-demo" + strconv.FormatInt(d.n.Add(1), 10)
-	prompt := 0
-	for _, m := range req.Messages {
-		prompt += len(strings.Fields(m.text()))
-	}
-	completion := len(strings.Fields(rp.content))
-	for _, c := range rp.calls {
-		completion += len(strings.Fields(c.Arguments))
-	}
+	prompt, completion := tokens(req, rp)
 	if req.Stream {
 		d.stream(w, id, rp, prompt, completion, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
@@ -155,6 +148,18 @@ func (d *model) chat(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
 		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
 	})
+}
+
+// tokens are the demo's token counts of a request and its reply: words.
+func tokens(req request, rp reply) (prompt, completion int) {
+	for _, m := range req.Messages {
+		prompt += len(strings.Fields(m.text()))
+	}
+	completion = len(strings.Fields(rp.content))
+	for _, c := range rp.calls {
+		completion += len(strings.Fields(c.Arguments))
+	}
+	return prompt, completion
 }
 
 // stream sends the reply as OpenAI does: a role chunk, content word by word or each tool call

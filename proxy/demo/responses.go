@@ -116,14 +116,7 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 		items = append(items, map[string]any{"id": fmt.Sprintf("fc_demo%d_%d", n, i), "type": "function_call", "status": "completed",
 			"call_id": c.ID, "name": c.Name, "arguments": c.Arguments})
 	}
-	prompt := 0
-	for _, m := range req.Messages {
-		prompt += len(strings.Fields(m.text()))
-	}
-	completion := len(strings.Fields(rp.content))
-	for _, c := range rp.calls {
-		completion += len(strings.Fields(c.Arguments))
-	}
+	prompt, completion := tokens(req, rp)
 	object := func(status string, output []map[string]any, usage any) map[string]any {
 		if output == nil {
 			output = []map[string]any{}
