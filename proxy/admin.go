@@ -429,6 +429,11 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if principalFrom(r.Context()).thread != "" {
+		// A link's holder could otherwise outlive its link with a longer one.
+		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
+			Message: "a link opens its thread; it cannot make links"}
+	}
 	var in struct {
 		TTLSeconds *int64 `json:"ttl_seconds"`
 	}

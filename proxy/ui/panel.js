@@ -182,6 +182,7 @@ async function threadView(id) {
   await loadTimeline();
   openStream(id, (e) => {
     refresh();
+    if (timeline.querySelector('[data-event="' + e.id + '"]')) return; // a reload already shows it
     if (state.target && state.target !== (e.target.type === "objective" ? "objective" : "preference:" + e.target.id)) return;
     const empty = timeline.querySelector("li.muted");
     if (empty) empty.remove();
