@@ -132,6 +132,12 @@ func signIn(t *testing.T, ctx context.Context, base, token string) {
 	)
 }
 
+// click clicks the element expr finds, as soon as there is one: found and clicked in one step in
+// the page, so a live update cannot replace it in between.
+func click(expr string) chromedp.Action[chromedp.Void] {
+	return waitFor(`(() => { const e = ` + expr + `; if (!e) return false; e.click(); return true; })()`)
+}
+
 // prefItem is the expression of the preference list item whose title is title.
 func prefItem(title string) string {
 	return `[...document.querySelectorAll("li.pref")].find(li => li.querySelector(".title") && li.querySelector(".title").textContent.endsWith(` + jsString(title) + `))`
@@ -158,13 +164,12 @@ func TestPanelInBrowser(t *testing.T) {
 	// Sign in; open the thread from the list; add and lock a preference.
 	signIn(t, ctx, m.URL, m.AdminToken)
 	within(t, ctx,
-		chromedp.WaitVisible(chromedp.CSS(`#threads a[href="#/t/trip"]`)),
-		chromedp.Click(chromedp.CSS(`#threads a[href="#/t/trip"]`)),
+		click(`document.querySelector('#threads a[href="#/t/trip"]')`),
 		chromedp.WaitVisible(chromedp.CSS("#add-form")),
 		chromedp.SendKeys(chromedp.CSS("#new-title"), "Trains only"),
-		chromedp.Click(chromedp.CSS(`#add-form button[type=submit]`)),
+		click(`document.querySelector("#add-form button[type=submit]")`),
 		waitFor(prefItem("Trains only")+` !== undefined`),
-		chromedp.Click(chromedp.CSS(`button[aria-label="Lock #1 Trains only"]`)),
+		click(`document.querySelector('button[aria-label="Lock #1 Trains only"]')`),
 		waitFor(prefItem("Trains only")+`.querySelector(".badge.locked") !== null`),
 		waitFor(eventItem("preference_locked", "preference 1")+` !== undefined`),
 	)
@@ -184,7 +189,9 @@ func TestPanelInBrowser(t *testing.T) {
 	require.True(t, eval[bool](t, ctx, `window.marker === true`), "a live update, not a reload")
 	require.Equal(t, "The user said trains are too slow.", eval[string](t, ctx, eventItem("locked_skip", "")+`.querySelector(".reason").textContent`))
 
-	// An agent's addition, reverted from the timeline.
+	// An agent's addition, reverted from the timeline. What the user is typing meanwhile survives
+	// the live update.
+	within(t, ctx, chromedp.SendKeys(chromedp.CSS("#new-title"), "Half-typed"))
 	up.Script(upstreamtest.JSON(200, upstreamtest.Completion("", upstreamtest.Call{ID: "c2", Name: "add_preferences",
 		Arguments: `{"items":[{"title":"Museums"}],"action_and_reasoning":"The user likes museums."}`})),
 		upstreamtest.JSON(200, upstreamtest.Completion("Noted.")))
@@ -193,8 +200,10 @@ func TestPanelInBrowser(t *testing.T) {
 		waitFor(prefItem("Museums")+` !== undefined`),
 		waitFor(eventItem("preference_added", "likes museums")+` !== undefined`),
 	)
-	eval[bool](t, ctx, eventItem("preference_added", "likes museums")+`.querySelector("button.revert").click() || true`)
+	require.Equal(t, "Half-typed", eval[string](t, ctx, `document.querySelector("#new-title").value`))
+	eval[bool](t, ctx, `document.querySelector("#add-form").reset() || true`)
 	within(t, ctx,
+		click(eventItem("preference_added", "likes museums")+`.querySelector("button.revert")`),
 		waitFor(prefItem("Museums")+` === undefined`),
 		waitFor(eventItem("revert", "undoes")+` !== undefined`),
 	)
@@ -213,8 +222,9 @@ func TestPanelInBrowser(t *testing.T) {
 	require.Equal(t, 200, adminCall(t, m, "PATCH", fmt.Sprintf("/admin/v1/threads/trip/preferences/%d", gardens.ID), `{"title":"Botanical gardens"}`, nil))
 	within(t, ctx, waitFor(eventItem("preference_updated", "Botanical gardens")+` !== undefined`))
 	later := eval[string](t, ctx, eventItem("preference_updated", "Botanical gardens")+`.dataset.event`)
-	eval[bool](t, ctx, eventItem("preference_added", "likes gardens")+`.querySelector("button.revert").click() || true`)
-	within(t, ctx, waitFor(`!document.querySelector("#error").hidden`))
+	within(t, ctx,
+		click(eventItem("preference_added", "likes gardens")+`.querySelector("button.revert")`),
+		waitFor(`!document.querySelector("#error").hidden`))
 	require.Contains(t, eval[string](t, ctx, `document.querySelector("#error").textContent`), "event "+later)
 
 	// Values written from chat text render as text, never as markup.
@@ -254,7 +264,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 	visitor := user()
 	within(t, visitor,
 		chromedp.Navigate(l.URL),
-		waitFor(`location.hash === "#/t/trip" && document.querySelector("#objective") !== null`),
+		waitFor(`location.hash === "#/t/trip" && document.querySelector("#objective") !== null && document.querySelector("#objective").textContent !== ""`),
 	)
 	require.Equal(t, "Plan a trip to Lisbon", eval[string](t, visitor, `document.querySelector("#objective").textContent`))
 	within(t, visitor,
@@ -273,7 +283,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 	within(t, phone,
 		chromedp.EmulateViewport(360, 740),
 		chromedp.Navigate(m.URL+"/ui/#/t/trip"),
-		chromedp.WaitVisible(chromedp.CSS("#add-form")),
+		waitFor(`document.querySelectorAll("li.pref").length > 0 && document.querySelectorAll("li.event").length > 0`),
 	)
 	require.LessOrEqual(t, eval[float64](t, phone, `document.documentElement.scrollWidth`), 360.0)
 	require.True(t, eval[bool](t, phone, `[...document.querySelectorAll("button, input, select")].every(e => e.getBoundingClientRect().right <= 361)`))

@@ -154,81 +154,93 @@ async function threadView(id) {
   closeStream();
   state.thread = id;
   state.target = null;
-  const objective = el("section", { "aria-labelledby": "h-objective" });
-  const prefs = el("section", { "aria-labelledby": "h-prefs" });
-  const timeline = el("ol", { class: "timeline", id: "timeline", "aria-live": "polite" });
-  const timelineHead = el("h2", { id: "h-timeline", text: "History" });
-  const history = el("section", { "aria-labelledby": "h-timeline" }, timelineHead, timeline);
-  setMain(el("h2", { text: "Thread " + id }), el("div", { class: "columns" }, el("div", {}, objective, prefs), history));
-
-  const refresh = () => act(async () => {
-    const d = await api("GET", threadPath(id));
-    renderObjective(objective, d);
-    renderPreferences(prefs, d);
-  });
-  const loadTimeline = () => act(async () => {
-    const q = new URLSearchParams({ order: "desc", limit: "200" });
-    if (state.target) q.set("target", state.target);
-    const page = await api("GET", threadPath(id) + "/events?" + q);
-    timelineHead.textContent = state.target ? "History of " + state.target.replace(":", " ") : "History";
-    const items = page.data.map((e) => renderEvent(e, false));
-    if (state.target) items.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => { state.target = null; loadTimeline(); } }, "Show all history")));
-    if (!page.data.length) items.push(el("li", { class: "muted", text: "No changes yet." }));
-    timeline.replaceChildren(...items);
-  });
-  state.reload = () => { refresh(); loadTimeline(); };
-  state.showTarget = (t) => { state.target = t; loadTimeline(); };
-  await refresh();
-  await loadTimeline();
-  openStream(id, (e) => {
-    refresh();
-    if (timeline.querySelector('[data-event="' + e.id + '"]')) return; // a reload already shows it
-    if (state.target && state.target !== (e.target.type === "objective" ? "objective" : "preference:" + e.target.id)) return;
-    const empty = timeline.querySelector("li.muted");
-    if (empty) empty.remove();
-    const first = state.target ? timeline.children[1] || null : timeline.firstChild;
-    timeline.insertBefore(renderEvent(e, true), first);
-    announce(e.actor + " " + e.kind.replace("_", " "));
-  });
-}
-
-function renderObjective(section, d) {
-  const input = el("input", { type: "text", id: "objective-text", name: "text", value: d.objective ? d.objective.text : "" });
-  const form = el("form", { id: "objective-form", onsubmit: (ev) => {
+  const path = threadPath(id);
+  // The forms are made once: a live update refreshes the values around them, never what the
+  // user is typing.
+  const objectiveText = el("p", { class: "objective", id: "objective" });
+  const objectiveInput = el("input", { type: "text", id: "objective-text", name: "text" });
+  const objectiveForm = el("form", { id: "objective-form", onsubmit: (ev) => {
     ev.preventDefault();
-    act(async () => { await api("PUT", threadPath(d.id) + "/objective", { text: input.value }); state.reload(); });
-  } }, el("label", { for: "objective-text" }, "Objective", input), el("button", { type: "submit" }, "Save objective"),
+    act(async () => { await api("PUT", path + "/objective", { text: objectiveInput.value }); state.reload(); });
+  } }, el("label", { for: "objective-text" }, "Objective", objectiveInput), el("button", { type: "submit" }, "Save objective"),
   el("button", { type: "button", class: "quiet", onclick: () => state.showTarget("objective") }, "History"));
-  const now = el("p", { class: "objective", id: "objective" }, d.objective ? d.objective.text : "(none yet)");
-  section.replaceChildren(el("h2", { id: "h-objective", text: "Objective" }), now, form);
-}
-
-function renderPreferences(section, d) {
-  const list = el("ul", { class: "prefs", id: "prefs" });
-  for (const p of d.preferences) list.append(renderPreference(d.id, p));
-  if (!d.preferences.length) list.append(el("li", { class: "muted", text: "No preferences yet." }));
+  const prefList = el("ul", { class: "prefs", id: "prefs" });
   const title = el("input", { type: "text", id: "new-title", name: "title", required: true });
   const subtitle = el("input", { type: "text", id: "new-subtitle", name: "subtitle" });
   const kind = el("select", { id: "new-kind", name: "kind" }, el("option", { value: "soft" }, "soft"), el("option", { value: "hard" }, "hard"));
   const locked = el("input", { type: "checkbox", id: "new-locked", name: "locked" });
-  const add = el("form", { id: "add-form", onsubmit: (ev) => {
+  const addForm = el("form", { id: "add-form", onsubmit: (ev) => {
     ev.preventDefault();
     act(async () => {
-      await api("POST", threadPath(d.id) + "/preferences", { title: title.value, subtitle: subtitle.value, kind: kind.value, locked: locked.checked });
+      await api("POST", path + "/preferences", { title: title.value, subtitle: subtitle.value, kind: kind.value, locked: locked.checked });
+      addForm.reset();
       state.reload();
     });
   } }, el("label", { for: "new-title" }, "Title", title), el("label", { for: "new-subtitle" }, "Subtitle", subtitle),
   el("label", { for: "new-kind" }, "Kind", kind), el("label", { class: "inline", for: "new-locked" }, locked, "Locked"),
   el("button", { type: "submit" }, "Add preference"));
-  section.replaceChildren(el("h2", { id: "h-prefs", text: "Preferences" }), list, el("h2", { text: "Add a preference" }), add);
+  const timeline = el("ol", { class: "timeline", id: "timeline", "aria-live": "polite" });
+  const timelineHead = el("h2", { id: "h-timeline", text: "History" });
+  setMain(el("h2", { text: "Thread " + id }), el("div", { class: "columns" },
+    el("div", {},
+      el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm),
+      el("section", { "aria-labelledby": "h-prefs" }, el("h2", { id: "h-prefs", text: "Preferences" }), prefList,
+        el("h2", { text: "Add a preference" }), addForm)),
+    el("section", { "aria-labelledby": "h-timeline" }, timelineHead, timeline)));
+
+  let reads = 0; // only the latest read's answer is shown: an earlier one may come back later
+  const refresh = () => act(async () => {
+    const n = ++reads;
+    const d = await api("GET", path);
+    if (n !== reads) return;
+    const text = d.objective ? d.objective.text : "";
+    objectiveText.textContent = text || "(none yet)";
+    if (document.activeElement !== objectiveInput) objectiveInput.value = text;
+    // A preference being edited keeps its form.
+    const items = d.preferences.map((p) => prefList.querySelector('li.editing[data-id="' + p.id + '"]') || renderPreference(id, p));
+    if (!items.length) items.push(el("li", { class: "muted", text: "No preferences yet." }));
+    prefList.replaceChildren(...items);
+  });
+  // The timeline shows the events known, newest first: those a load read and those the stream
+  // brought, whichever came first (a slow load never hides a live event).
+  const known = new Map();
+  const fresh = new Set();
+  const targetOf = (e) => e.target.type === "objective" ? "objective" : "preference:" + e.target.id;
+  const renderTimeline = () => {
+    const evs = [...known.values()].filter((e) => !state.target || targetOf(e) === state.target).sort((a, b) => b.id - a.id);
+    const items = evs.map((e) => renderEvent(e, fresh.has(e.id)));
+    if (state.target) items.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => state.showTarget(null) }, "Show all history")));
+    if (!evs.length) items.push(el("li", { class: "muted", text: "No changes yet." }));
+    timelineHead.textContent = state.target ? "History of " + state.target.replace(":", " ") : "History";
+    timeline.replaceChildren(...items);
+  };
+  const loadTimeline = () => act(async () => {
+    const q = new URLSearchParams({ order: "desc", limit: "200" });
+    if (state.target) q.set("target", state.target);
+    const page = await api("GET", path + "/events?" + q);
+    for (const e of page.data) known.set(e.id, e);
+    renderTimeline();
+  });
+  state.reload = () => { refresh(); loadTimeline(); };
+  state.showTarget = (t) => { state.target = t; renderTimeline(); loadTimeline(); };
+  await refresh();
+  await loadTimeline();
+  openStream(id, (e) => {
+    refresh();
+    if (known.has(e.id)) return;
+    known.set(e.id, e);
+    fresh.add(e.id);
+    renderTimeline();
+    announce(e.actor + " " + e.kind.replaceAll("_", " "));
+  });
 }
 
 function renderPreference(thread, p) {
   const path = threadPath(thread) + "/preferences/" + p.id;
-  const patch = (body) => act(async () => { await api("PATCH", path, body); state.reload(); });
+  const patch = (body) => act(async () => { await api("PATCH", path, body); li.classList.remove("editing"); state.reload(); });
   const li = el("li", { "data-id": String(p.id), class: "pref" });
   const label = "#" + p.index + " " + p.title;
-  const show = () => li.replaceChildren(
+  const show = () => { li.classList.remove("editing"); li.replaceChildren(
     el("span", { class: "grow" }, el("span", { class: "title", text: "#" + p.index + " " + p.title }),
       p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
     el("span", { class: "badge" + (p.locked ? " locked" : ""), text: p.locked ? "locked" : p.kind }),
@@ -237,8 +249,9 @@ function renderPreference(thread, p) {
     el("button", { type: "button", class: "quiet lock", "aria-label": (p.locked ? "Unlock " : "Lock ") + label, onclick: () => patch({ locked: !p.locked }) }, p.locked ? "Unlock" : "Lock"),
     el("button", { type: "button", class: "quiet edit", "aria-label": "Edit " + label, onclick: edit }, "Edit"),
     el("button", { type: "button", class: "quiet", "aria-label": "History of " + label, onclick: () => state.showTarget("preference:" + p.id) }, "History"),
-    el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }) }, "Remove"));
+    el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }) }, "Remove")); };
   function edit() {
+    li.classList.add("editing");
     const t = el("input", { type: "text", value: p.title, "aria-label": "Title of " + label, class: "edit-title" });
     const s = el("input", { type: "text", value: p.subtitle, "aria-label": "Subtitle of " + label, class: "edit-subtitle" });
     li.replaceChildren(el("form", { onsubmit: (ev) => { ev.preventDefault(); patch({ title: t.value, subtitle: s.value }); } },
