@@ -67,5 +67,5 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$CHROMIUM_PATH" ] || \
 	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  echo "make: Chromium is missing; installing it (apt-get install chromium) for the panel's browser tests" >&2 && \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "make: no Chromium found: the panel's browser tests will fail (Debian/Ubuntu: apt-get install chromium)" >&2
