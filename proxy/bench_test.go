@@ -97,14 +97,20 @@ func BenchmarkTurn(b *testing.B) {
 	answer := []byte(upstreamtest.Completion("Here is the plan."))
 	toolCall := []byte(upstreamtest.Completion("", upstreamtest.Call{ID: "c", Name: "update_preferences",
 		Arguments: `{"updates":[{"index":1,"subtitle":"x"}],"action_and_reasoning":"bench"}`}))
+	// The same turns on the Responses API (not stored: every round sends the whole input).
+	rAnswer := []byte(upstreamtest.ResponseSpec{ID: "r", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{upstreamtest.Message("m", "Here is the plan.")}}.JSON())
+	rToolCall := []byte(upstreamtest.ResponseSpec{ID: "r", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{upstreamtest.FunctionCall("f", "c", "update_preferences",
+		`{"updates":[{"index":1,"subtitle":"x"}],"action_and_reasoning":"bench"}`)}}.JSON())
 	for _, tc := range []struct {
-		name    string
-		replies [][]byte
-		traced  bool
+		name      string
+		replies   [][]byte
+		traced    bool
+		responses bool
 	}{
-		{"NoToolCall", [][]byte{answer}, false}, {"OneToolRound", [][]byte{toolCall, answer}, false},
+		{"NoToolCall", [][]byte{answer}, false, false}, {"OneToolRound", [][]byte{toolCall, answer}, false, false},
 		// With tracing on: every span sampled and exported (to a discarding exporter, in batches).
-		{"OneToolRoundTraced", [][]byte{toolCall, answer}, true},
+		{"OneToolRoundTraced", [][]byte{toolCall, answer}, true, false},
+		{"ResponsesNoToolCall", [][]byte{rAnswer}, false, true}, {"ResponsesOneToolRound", [][]byte{rToolCall, rAnswer}, false, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var e *env
@@ -120,12 +126,16 @@ func BenchmarkTurn(b *testing.B) {
 				// A turn's first call gets the first reply, a call after tool results the last.
 				body, _ := io.ReadAll(r.Body)
 				reply := tc.replies[0]
-				if bytes.Contains(body, []byte(`"role":"tool"`)) {
+				if bytes.Contains(body, []byte(`"role":"tool"`)) || bytes.Contains(body, []byte(`"function_call_output"`)) {
 					reply = tc.replies[len(tc.replies)-1]
 				}
 				_, _ = w.Write(reply)
 			}
-			body := chatBody(1 << 10)
+			body, path := chatBody(1<<10), "/v1/chat/completions"
+			if tc.responses {
+				// The same conversation as Responses input items.
+				body, path = bytes.Replace(body, []byte(`"messages":`), []byte(`"input":`), 1), "/v1/responses"
+			}
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			var clients atomic.Int64
 			b.ReportAllocs()
@@ -136,7 +146,7 @@ func BenchmarkTurn(b *testing.B) {
 					return
 				}
 				for pb.Next() {
-					req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+					req, _ := http.NewRequest("POST", e.srv.URL+path, bytes.NewReader(body))
 					req.Header.Set("X-Thread-Id", thread)
 					resp, err := client.Do(req)
 					if err != nil {
