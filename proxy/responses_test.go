@@ -346,21 +346,40 @@ func TestResponsesMixedTurnContinued(t *testing.T) {
 // them), and a workspace call the model still makes there is neither run nor shown.
 func TestResponsesMaxToolRounds(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(o *Options) { o.MaxToolRounds = 1 })
-	list := func(id string) upstreamtest.Item { return callItem("fc_"+id, "call_"+id, "list_preferences", `{}`) }
-	e.up.Script(rspec{ID: "r1", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{list("1")}}.Reply(),
-		rspec{ID: "r2", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{rsItem("rs", "hm"), msgItem("m", "Enough."), list("2")}}.Reply())
-	resp := e.post("/threads/loop/v1/responses", nil, `{"model":"m","input":"go","tool_choice":"auto","store":false}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "2", resp.Header.Get("X-Workspace-Rounds"))
-	var out responses.Response
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	require.Equal(t, "Enough.", out.OutputText())
-	require.Len(t, out.Output, 2, "the reasoning and the message, not the unoffered call")
-	last := e.upstreamRequest(1)
-	require.NotContains(t, last, "tools")
-	require.NotContains(t, last, "tool_choice")
-	require.Len(t, e.toolCalls("loop"), 1, "the last round's call is not run")
+	for _, streamed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "JSON", true: "SSE"}[streamed], func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, func(o *Options) { o.MaxToolRounds = 1 })
+			list := func(id string) upstreamtest.Item { return callItem("fc_"+id, "call_"+id, "list_preferences", `{}`) }
+			r1 := rspec{ID: "r1", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{list("1")}}
+			r2 := rspec{ID: "r2", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{rsItem("rs", "hm"), msgItem("m", "Enough."), list("2")}}
+			body := `{"model":"m","input":"go","tool_choice":"auto","store":false}`
+			var out responses.Response
+			if streamed {
+				e.up.Script(r1.Stream(), r2.Stream())
+				resp := e.post("/threads/loop/v1/responses", nil, strings.Replace(body, `"store"`, `"stream":true,"store"`, 1))
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				events := readResponsesStream(t, resp.Body)
+				noWorkspaceEvents(t, events)
+				require.NoError(t, json.Unmarshal([]byte(events[len(events)-1].raw), &struct {
+					Response *responses.Response `json:"response"`
+				}{&out}))
+			} else {
+				e.up.Script(r1.Reply(), r2.Reply())
+				resp := e.post("/threads/loop/v1/responses", nil, body)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				require.Equal(t, "2", resp.Header.Get("X-Workspace-Rounds"))
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			}
+			require.Equal(t, "r1", out.ID)
+			require.Equal(t, "Enough.", out.OutputText())
+			require.Len(t, out.Output, 2, "the reasoning and the message, not the unoffered call")
+			last := e.upstreamRequest(1)
+			require.NotContains(t, last, "tools")
+			require.NotContains(t, last, "tool_choice")
+			require.Len(t, e.toolCalls("loop"), 1, "the last round's call is not run")
+		})
+	}
 }
 
 // TestResponsesUpstreamErrorInRound2: an upstream error after a tool round reaches the client as
