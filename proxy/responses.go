@@ -210,64 +210,11 @@ func (c *ResponsesRequest) extend(rd *responseRound, calls []toolCall, results [
 }
 
 // Body encodes the request for one upstream round: the input so far and the client's tools,
-// followed by the proxy's when withWorkspaceTools. Members keep their order; without any tool
-// left, tools, tool_choice and parallel_tool_calls are dropped.
+// followed by the proxy's when withWorkspaceTools, with the previous_response_id, instructions
+// and include the round sends (see roundBody).
 func (c *ResponsesRequest) Body(withWorkspaceTools bool) Payload {
-	var toolList []Payload
-	if len(c.tools) > 0 {
-		toolList = append(toolList, Payload{c.tools})
-	}
-	if withWorkspaceTools {
-		toolList = append(toolList, responsesWorkspaceTools)
-	}
-	replaced := map[string]json.RawMessage{"previous_response_id": c.previous, "instructions": c.instructions, "include": c.include}
-	w := payloadWriter{buf: make([]byte, 0, 1024)}
-	w.byte('{')
-	seen := map[string]bool{}
-	for i, k := range c.fields.Keys {
-		seen[k] = true
-		switch k {
-		case "input":
-			w.member(k)
-			w.array(c.inputRuns())
-		case "tools":
-			if len(toolList) > 0 {
-				w.member(k)
-				w.array(toolList)
-			}
-		case "tool_choice", "parallel_tool_calls":
-			if len(toolList) > 0 {
-				w.member(k)
-				w.raw(c.fields.Vals[i])
-			}
-		case "previous_response_id", "instructions", "include":
-			w.member(k)
-			if v := replaced[k]; v != nil {
-				w.raw(v)
-			} else {
-				w.raw(c.fields.Vals[i])
-			}
-		default:
-			w.member(k)
-			w.raw(c.fields.Vals[i])
-		}
-	}
-	if !seen["input"] {
-		w.member("input")
-		w.array(c.inputRuns())
-	}
-	if !seen["tools"] && len(toolList) > 0 {
-		w.member("tools")
-		w.array(toolList)
-	}
-	for _, k := range [...]string{"instructions", "previous_response_id", "include"} {
-		if v := replaced[k]; !seen[k] && v != nil {
-			w.member(k)
-			w.raw(v)
-		}
-	}
-	w.byte('}')
-	return w.payload()
+	return roundBody(c.fields, "input", c.inputRuns(), c.toolRuns(withWorkspaceTools, responsesWorkspaceTools),
+		replacement{"instructions", c.instructions}, replacement{"previous_response_id", c.previous}, replacement{"include", c.include})
 }
 
 // inputRuns are the runs of the next round's input: what is owed, then input.

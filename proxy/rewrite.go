@@ -516,45 +516,88 @@ func (c *ChatRequest) appendRound(content, reasoning json.RawMessage, calls []to
 }
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
-// tools, followed by the proxy's when withWorkspaceTools. Members keep their order; without any
-// tool left, tools, tool_choice and parallel_tool_calls are dropped (an upstream refuses the
-// last two without tools). Large values go out as pieces of the client's body: nothing of it is
-// copied.
+// tools, followed by the proxy's when withWorkspaceTools (see roundBody). Large values go out as
+// pieces of the client's body: nothing of it is copied.
 func (c *ChatRequest) Body(withWorkspaceTools bool) Payload {
-	var toolList []Payload
+	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, workspaceTools))
+}
+
+// toolRuns are the tools of a round: the client's, then the proxy's (in the request's shape)
+// when withWorkspaceTools.
+func (c *clientTools) toolRuns(withWorkspaceTools bool, workspace Payload) []Payload {
+	var runs []Payload
 	if len(c.tools) > 0 {
-		toolList = append(toolList, Payload{c.tools})
+		runs = append(runs, Payload{c.tools})
 	}
 	if withWorkspaceTools {
-		toolList = append(toolList, workspaceTools)
+		runs = append(runs, workspace)
+	}
+	return runs
+}
+
+// replacement is a top-level member a round sends in place of the client's (or adds).
+type replacement struct {
+	key   string
+	value json.RawMessage // nil: the client's, if any
+}
+
+// roundBody writes a round's request: the client's members in their order, the conversation
+// (member conv) as runs, the tools as toolRuns — without any tool, tools, tool_choice and
+// parallel_tool_calls are dropped (an upstream refuses the last two without tools) — and the
+// replacements' values in place of the client's; the conversation, tools and replacements the
+// client did not send come last.
+func roundBody(top rawjson.Object, conv string, runs, toolRuns []Payload, replace ...replacement) Payload {
+	replaced := func(k string) int {
+		for i, r := range replace {
+			if r.key == k && r.value != nil {
+				return i
+			}
+		}
+		return -1
 	}
 	w := payloadWriter{buf: make([]byte, 0, 1024)}
 	w.byte('{')
-	hasTools := false
-	for i, k := range c.fields.Keys {
-		switch k {
-		case "messages":
+	hasConv, hasTools := false, false
+	written := make([]bool, len(replace)) // the replacements written in place
+	for i, k := range top.Keys {
+		switch r := replaced(k); {
+		case k == conv:
+			hasConv = true
 			w.member(k)
-			w.array(c.messages)
-		case "tools":
+			w.array(runs)
+		case k == "tools":
 			hasTools = true
-			if len(toolList) > 0 {
+			if len(toolRuns) > 0 {
 				w.member(k)
-				w.array(toolList)
+				w.array(toolRuns)
 			}
-		case "tool_choice", "parallel_tool_calls":
-			if len(toolList) > 0 {
+		case k == "tool_choice" || k == "parallel_tool_calls":
+			if len(toolRuns) > 0 {
 				w.member(k)
-				w.raw(c.fields.Vals[i])
+				w.raw(top.Vals[i])
 			}
+		case r >= 0:
+			written[r] = true
+			w.member(k)
+			w.raw(replace[r].value)
 		default:
 			w.member(k)
-			w.raw(c.fields.Vals[i])
+			w.raw(top.Vals[i])
 		}
 	}
-	if !hasTools && len(toolList) > 0 {
+	if !hasConv {
+		w.member(conv)
+		w.array(runs)
+	}
+	if !hasTools && len(toolRuns) > 0 {
 		w.member("tools")
-		w.array(toolList)
+		w.array(toolRuns)
+	}
+	for i, r := range replace {
+		if !written[i] && r.value != nil {
+			w.member(r.key)
+			w.raw(r.value)
+		}
 	}
 	w.byte('}')
 	return w.payload()
