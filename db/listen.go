@@ -12,18 +12,14 @@ import (
 // session, which a transaction-pooling PgBouncer does not keep, so connString should reach
 // Postgres directly — and calls notify with each payload, until ctx ends. After a failure it
 // connects again (waits doubling up to 10 s), and calls resync once it listens again: what was
-// notified in between was lost. ready, when not nil, is closed once it first listens.
-func Listen(ctx context.Context, connString, channel string, notify func(payload string), resync func(), ready chan<- struct{}, log *slog.Logger) {
+// notified in between was lost.
+func Listen(ctx context.Context, connString, channel string, notify func(payload string), resync func(), log *slog.Logger) {
 	wait := 100 * time.Millisecond
 	for first := true; ctx.Err() == nil; first = false {
 		err := listenOnce(ctx, connString, channel, notify, func() {
 			wait = 100 * time.Millisecond
 			if !first {
 				resync()
-			}
-			if ready != nil {
-				close(ready)
-				ready = nil
 			}
 		})
 		if ctx.Err() != nil {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -28,8 +27,8 @@ const maxRoundText = 1 << 20
 
 // Runner runs the loop of a thread turn (SPEC §6): it calls the upstream, runs the workspace tool
 // calls of each reply, feeds the results back, and calls again until the model answers. It knows
-// nothing of HTTP: the upstream is an interface and the client is a return value (Run) or an
-// emit function (Stream).
+// nothing of HTTP: the upstream is an interface, and the client is what the turn's dialect makes
+// of the last reply (a body, or the events of an Emitter).
 type Runner struct {
 	// MaxToolRounds bounds the tool rounds of a turn; zero means DefaultMaxToolRounds.
 	MaxToolRounds int
@@ -47,10 +46,9 @@ type Runner struct {
 	tracing tracing // set by NewServer; the zero value traces nothing
 }
 
-// Turn is one chat request of a thread, ready to run: its request already carries the
+// Turn is one request of a thread, ready to run: its dialect's request already carries the
 // workspace block.
 type Turn struct {
-	Request   *ChatRequest
 	Workspace *tools.Workspace
 	Number    int    // the thread's turn number
 	Model     string // the model the request names
@@ -58,13 +56,6 @@ type Turn struct {
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage tools.Usage
-}
-
-// Reply is the answer of a non-streamed turn.
-type Reply struct {
-	Body   []byte
-	Header http.Header // the last upstream response's
-	Rounds int         // upstream calls made
 }
 
 func (r *Runner) maxToolRounds() int {
@@ -84,10 +75,11 @@ type toolCall struct {
 }
 
 // dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
-// server-sent events (chatSSE). The loop (Runner.run) is the same for every dialect: it asks
-// for the next round's request, has the dialect fetch and decode the reply, runs the workspace's
-// calls, has the dialect extend the request with them, and has it finish the turn. A new wire
-// format (the Responses API) is a new dialect, never a new loop.
+// server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
+// (responsesSSE). The loop (Runner.run) is the same for every dialect: it asks for the next
+// round's request, has the dialect fetch and decode the reply, runs the workspace's calls, has
+// the dialect extend the request with them, and has it finish the turn. A new wire format is a
+// new dialect, never a new loop.
 type dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
 	request(withWorkspaceTools bool) Payload
@@ -103,24 +95,6 @@ type dialect interface {
 	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
 	// with the usage of every round.
 	finish(clientCalls []toolCall, usage *usageSum, rounds int) error
-}
-
-// Run runs a non-streamed turn.
-func (r *Runner) Run(ctx context.Context, t *Turn) (*Reply, error) {
-	d := &chatJSON{req: t.Request, up: t.Upstream}
-	n, err := r.run(ctx, t, d)
-	if err != nil {
-		return nil, err
-	}
-	return &Reply{Body: d.body, Header: d.header, Rounds: n}, nil
-}
-
-// Stream runs a streamed turn (SPEC §7), emitting the chunks the client gets to out. It returns
-// the upstream calls made.
-func (r *Runner) Stream(ctx context.Context, t *Turn, out Emitter) (int, error) {
-	d := newChatSSE(t.Request, t.Upstream, out)
-	d.log, d.thread = r.Logger, t.Workspace.ThreadID().String()
-	return r.run(ctx, t, d)
 }
 
 // run is the loop of a turn (SPEC §6), whatever its dialect. It returns the upstream calls made.

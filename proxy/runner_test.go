@@ -80,8 +80,8 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	require.NoError(t, err)
 	var got int
 	var chunks int
-	rounds, err := (&Runner{}).Stream(context.Background(), &Turn{Request: req, Workspace: ws, Number: turn.Number, Upstream: up},
-		emitFunc(func(chunk []byte) error {
+	rounds, err := (&Runner{}).run(context.Background(), &Turn{Workspace: ws, Number: turn.Number, Upstream: up},
+		newChatSSE(req, up, emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
 				Choices []struct {
@@ -93,7 +93,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 				got += len(c.Choices[0].Delta.Content)
 			}
 			return nil
-		}))
+		})))
 	require.NoError(t, err)
 	require.Equal(t, 2, rounds)
 	require.Equal(t, n*size+5, got, "the client got every byte")
@@ -159,11 +159,11 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 			}
 			req, err := ParseChatRequest([]byte(fmt.Sprintf(`{"model":"m","stream":%t,"stream_options":{"include_usage":%t},"messages":[{"role":"user","content":"go"}]}`, streamed, streamed)))
 			require.NoError(t, err)
-			tt := &Turn{Request: req, Workspace: ws, Number: turn.Number, Upstream: up}
+			tt := &Turn{Workspace: ws, Number: turn.Number, Upstream: up}
 			var answer string
 			var usage map[string]any
 			if streamed {
-				rounds, err := (&Runner{}).Stream(context.Background(), tt, emitFunc(func(chunk []byte) error {
+				rounds, err := (&Runner{}).run(context.Background(), tt, newChatSSE(req, up, emitFunc(func(chunk []byte) error {
 					var c struct {
 						Choices []struct {
 							Delta struct{ Content string } `json:"delta"`
@@ -178,20 +178,21 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 						usage = c.Usage
 					}
 					return nil
-				}))
+				})))
 				require.NoError(t, err)
 				require.Equal(t, 2, rounds)
 			} else {
-				reply, err := (&Runner{}).Run(context.Background(), tt)
+				d := &chatJSON{req: req, up: up}
+				rounds, err := (&Runner{}).run(context.Background(), tt, d)
 				require.NoError(t, err)
-				require.Equal(t, 2, reply.Rounds)
+				require.Equal(t, 2, rounds)
 				var c struct {
 					Choices []struct {
 						Message struct{ Content string } `json:"message"`
 					} `json:"choices"`
 					Usage map[string]any `json:"usage"`
 				}
-				require.NoError(t, json.Unmarshal(reply.Body, &c))
+				require.NoError(t, json.Unmarshal(d.body, &c))
 				answer, usage = c.Choices[0].Message.Content, c.Usage
 			}
 			require.Equal(t, "Done.", answer)

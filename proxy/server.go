@@ -439,7 +439,6 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.log, err)
 		return
 	}
-	t.Request = req
 	req.InjectWorkspace(text, placement)
 	req.askUsage()
 	if s.cacheKey {

@@ -47,7 +47,7 @@ func ListenEvents(ctx context.Context, connString string, changed func(thread st
 		if thread, _, ok := strings.Cut(payload, ","); ok {
 			changed(thread)
 		}
-	}, resync, nil, log)
+	}, resync, log)
 }
 
 // MaxReason is how many characters of a call's action_and_reasoning are kept.
