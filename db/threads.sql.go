@@ -169,8 +169,9 @@ type ThreadUsageAddParams struct {
 	ID                 string
 }
 
-// Adds a turn's usage to its thread's totals, committing without waiting for the disk
-// (synchronous_commit off, for this statement's transaction alone).
+// Adds turns' usage to their thread's totals, committing without waiting for the disk
+// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
+// per thread).
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.PromptTokens,

@@ -123,9 +123,8 @@ type Server struct {
 	maxBytes int64
 	budget   bodyBudget
 	cacheKey bool // set prompt_cache_key on thread turns
-	// background is the work requests leave behind them (their turns' usage), which Wait waits
-	// for.
-	background sync.WaitGroup
+	// usage writes the turns' usage in the background; Wait writes what is left.
+	usage *usageWriter
 	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
 	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
 	signer     signer
@@ -177,6 +176,7 @@ func NewServer(opts Options) *Server {
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,
+		usage:    newUsageWriter(opts.Store, opts.Logger),
 	}
 	s.budget.max = opts.MaxBufferedBytes
 	s.signer, s.hub, s.closing, s.heartbeat = newSigner(opts.AdminToken), newEventHub(), make(chan struct{}), heartbeat
@@ -444,7 +444,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if s.cacheKey {
 		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
 	}
-	defer s.addUsage(r, t) // in the background, once the turn has ended
+	defer s.addUsage(t) // in the background, once the turn has ended
 	if req.Stream {
 		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
 		s.stream(r, t, newChatSSE(req, t.Upstream, out), out)
@@ -498,7 +498,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		}
 		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed)
 	}
-	defer s.addUsage(r, t)
+	defer s.addUsage(t)
 	if req.Stream {
 		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
 		s.stream(r, t, newResponsesSSE(req, t.Upstream, out, record), out)
@@ -526,24 +526,14 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *Turn, d dialec
 	_, _ = w.Write(body)
 }
 
-// addUsage adds a turn's usage to its thread's totals in the background (neither the answer
-// nor the next request on the connection waits for it); a failure costs the count, not the
-// answer.
-func (s *Server) addUsage(r *http.Request, t *Turn) {
-	if t.Usage == (tools.Usage{}) {
-		return
-	}
-	ctx := context.WithoutCancel(r.Context())
-	s.background.Go(func() {
-		if err := t.Workspace.AddUsage(ctx, t.Usage); err != nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "a turn's usage was not added to its thread", slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
-		}
-	})
-}
+// addUsage queues a turn's usage for its thread's totals, written in the background (neither the
+// answer nor the next request on the connection waits for it); a failure to write it costs the
+// count, not the answer.
+func (s *Server) addUsage(t *Turn) { s.usage.add(t.Workspace.ThreadID(), t.Usage) }
 
-// Wait waits for the work that served requests left in the background (their turns' usage).
-// Call it after the HTTP server has shut down, before the store's pool closes.
-func (s *Server) Wait() { s.background.Wait() }
+// Wait writes the usage of the turns that ended and waits for the writer to stop. Call it after
+// the HTTP server has shut down, before the store's pool closes.
+func (s *Server) Wait() { s.usage.close() }
 
 // Close ends the event streams and stops listening to Postgres. Call it when the HTTP server
 // starts to shut down (http.Server.RegisterOnShutdown), so that the streams let it finish.

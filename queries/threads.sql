@@ -41,8 +41,9 @@ LIMIT @max_rows;
 DELETE FROM threads WHERE id = @id;
 
 -- name: ThreadUsageAdd :exec
--- Adds a turn's usage to its thread's totals, committing without waiting for the disk
--- (synchronous_commit off, for this statement's transaction alone).
+-- Adds turns' usage to their thread's totals, committing without waiting for the disk
+-- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
+-- per thread).
 UPDATE threads
 SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
     cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,

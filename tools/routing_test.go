@@ -49,7 +49,8 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	t.Parallel()
 	tracer := &recordingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
-	ws := NewStore(pool, Options{}).Workspace(ThreadID{Name: "routed"})
+	store := NewStore(pool, Options{})
+	ws := store.Workspace(ThreadID{Name: "routed"})
 	ctx := context.Background()
 	tracer.mu.Lock()
 	tracer.sql = nil // not the migration
@@ -67,7 +68,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 		_, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: c.Name, Arguments: c.Arguments})
 		require.NoError(t, err)
 	}
-	require.NoError(t, ws.AddUsage(ctx, Usage{PromptTokens: 1}))
+	require.NoError(t, store.AddUsage(ctx, map[ThreadID]Usage{ws.ThreadID(): {PromptTokens: 1}}))
 	// A Responses turn's record, and a later turn continuing from it.
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}))
 	_, err = ws.Continuation(ctx, "resp_1")

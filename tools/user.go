@@ -152,13 +152,18 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	return d, nil
 }
 
-// AddUsage adds a turn's usage to the thread's totals, in one statement that does not wait for
-// the disk: a crash may lose the last turns' counts, never anything of the workspace.
-func (w *Workspace) AddUsage(ctx context.Context, u Usage) (err error) {
-	ctx, done := w.store.op(ctx)
+// AddUsage adds turns' usage to their threads' totals, in one round trip that does not wait for
+// the disk: a crash may lose the last turns' counts, never anything of the workspace. A thread
+// that no longer exists is skipped.
+func (s *Store) AddUsage(ctx context.Context, usage map[ThreadID]Usage) (err error) {
+	ctx, done := s.op(ctx)
 	defer done(&err)
-	if err := w.store.q.ThreadUsageAdd(ctx, w.store.pool, db.ThreadUsageAddParams{ID: w.threadID, PromptTokens: u.PromptTokens,
-		CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens}); err != nil {
+	params := make([]db.ThreadUsageAddParams, 0, len(usage))
+	for id, u := range usage {
+		params = append(params, db.ThreadUsageAddParams{ID: id.String(), PromptTokens: u.PromptTokens,
+			CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
+	}
+	if err := db.AddUsage(ctx, s.pool, params); err != nil {
 		return fmt.Errorf("add usage: %w", err)
 	}
 	return nil

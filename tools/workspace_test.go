@@ -425,8 +425,9 @@ func TestToolCallRoundTrips(t *testing.T) {
 	}
 }
 
-// TestTurnStartIsOneRoundTrip: a turn costs two round trips: its start (one statement) and, once
-// the client has its answer, its usage (one batch that does not wait for the disk).
+// TestTurnStartIsOneRoundTrip: a turn costs one round trip, its start; its usage, once the client
+// has its answer, goes with that of other threads' turns in one round trip that does not wait for
+// the disk.
 func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
@@ -443,12 +444,24 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	require.Len(t, turn.Preferences, 2)
 	require.Equal(t, "x", turn.Objective)
 
+	other := f.store.Workspace(ThreadID{Name: "other"})
+	_, err = other.StartTurn(context.Background())
+	require.NoError(t, err)
 	before = tracer.n.Load()
-	require.NoError(t, f.ws.AddUsage(context.Background(), Usage{PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3}))
+	require.NoError(t, f.store.AddUsage(context.Background(), map[ThreadID]Usage{
+		f.ws.ThreadID():         {PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3},
+		other.ThreadID():        {PromptTokens: 7},
+		{Name: "never-started"}: {PromptTokens: 1}, // no thread: skipped
+	}))
 	require.Equal(t, int64(1), tracer.n.Load()-before)
 	d, err := f.ws.Get(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, Usage{PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3}, d.Usage)
+	d, err = other.Get(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, Usage{PromptTokens: 7}, d.Usage)
+	_, err = f.store.Workspace(ThreadID{Name: "never-started"}).Get(context.Background())
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
 func TestUserPath(t *testing.T) {
