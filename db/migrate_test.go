@@ -49,7 +49,7 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 
 	// The upgraded database takes the current statements.
 	require.NoError(t, q.ThreadUsageAdd(ctx, pool, db.ThreadUsageAddParams{ID: "old", PromptTokens: 5, CachedPromptTokens: 1, CompletionTokens: 2}))
-	_, err = db.StartTurn(ctx, pool, "old")
+	_, err = q.TurnStart(ctx, pool, "old")
 	require.NoError(t, err)
 }
 
@@ -127,6 +127,49 @@ func TestUpgradeToHistory(t *testing.T) {
 			Reverts: []int64{0}}, &first)
 	}))
 	require.Equal(t, int64(1), first)
+}
+
+// TestUpgradeToTurnStart: a database populated under schema 004 upgrades to the current one: its
+// snapshots have no version, so the first turn of a thread compares the last snapshot's contents
+// — equal: no new copy, the version recorded; different: a new snapshot — and the turns after it
+// read the workspace's tables no more while nothing changes.
+func TestUpgradeToTurnStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	prefs := `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true}]`
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('same', 4, 2, 3), ('changed', 2, 2, 2)`,
+		`INSERT INTO objectives (thread_id, text, updated_by) VALUES ('same', 'A goal', 'user')`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('same', 1, 'Formal', 'hard', true), ('changed', 1, 'Formal', 'hard', true)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences) VALUES ('same', 3, 'A goal', '`+prefs+`'), ('changed', 1, NULL, '[]')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	snapshots := func(thread string) []db.WorkspaceSnapshot {
+		s, err := q.SnapshotListByThread(ctx, pool, db.SnapshotListByThreadParams{ThreadID: thread, MaxRows: 10})
+		require.NoError(t, err)
+		return s
+	}
+	for range 2 {
+		start, err := q.TurnStart(ctx, pool, "same")
+		require.NoError(t, err)
+		require.Equal(t, "A goal", start.Objective.String)
+		require.JSONEq(t, prefs, string(start.Preferences))
+		s := snapshots("same")
+		require.Len(t, s, 1, "the workspace did not change: no new copy")
+		require.Equal(t, int32(3), s[0].Turn)
+		require.Equal(t, int64(3), s[0].Version.Int64, "the snapshot's version is recorded")
+	}
+	start, err := q.TurnStart(ctx, pool, "changed")
+	require.NoError(t, err)
+	require.Equal(t, int32(3), start.Turn)
+	require.False(t, start.Objective.Valid)
+	require.JSONEq(t, prefs, string(start.Preferences))
+	s := snapshots("changed")
+	require.Len(t, s, 2)
+	require.Equal(t, int32(3), s[1].Turn)
+	require.Equal(t, int64(2), s[1].Version.Int64)
 }
 
 // populate applies the named migrations (as the program would have, recording them) and then

@@ -84,4 +84,5 @@ type WorkspaceSnapshot struct {
 	Objective   pgtype.Text
 	Preferences []byte
 	CreatedAt   pgtype.Timestamptz
+	Version     pgtype.Int8
 }

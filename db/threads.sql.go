@@ -125,20 +125,6 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int6
 	return next_preference_id, err
 }
 
-const threadTurnNext = `-- name: ThreadTurnNext :exec
-WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
-INSERT INTO threads AS th (id, turns) SELECT $1, 1 FROM async
-ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
-`
-
-// Takes a thread's next turn number, creating the thread on its first turn. The thread's row
-// stays locked until the transaction ends: no edit of its workspace can commit in between. The
-// transaction commits without waiting for the disk (synchronous_commit off, for it alone).
-func (q *Queries) ThreadTurnNext(ctx context.Context, db DBTX, id string) error {
-	_, err := db.Exec(ctx, threadTurnNext, id)
-	return err
-}
-
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one
 INSERT INTO threads AS th (id) VALUES ($1)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
@@ -180,4 +166,24 @@ func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAd
 		arg.ID,
 	)
 	return err
+}
+
+const turnStart = `-- name: TurnStart :one
+SELECT turn::integer AS turn, objective, preferences FROM turn_start($1)
+`
+
+type TurnStartRow struct {
+	Turn        int32
+	Objective   pgtype.Text
+	Preferences []byte
+}
+
+// Begins a turn of a thread (turn_start, migration 005): the thread created on its first turn,
+// its next turn number, and the workspace as it stood, snapshotted under that number when it
+// changed since the last snapshot. Commits without waiting for the disk.
+func (q *Queries) TurnStart(ctx context.Context, db DBTX, threadID string) (TurnStartRow, error) {
+	row := db.QueryRow(ctx, turnStart, threadID)
+	var i TurnStartRow
+	err := row.Scan(&i.Turn, &i.Objective, &i.Preferences)
+	return i, err
 }

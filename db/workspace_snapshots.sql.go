@@ -12,7 +12,7 @@ import (
 )
 
 const snapshotForTurn = `-- name: SnapshotForTurn :one
-SELECT thread_id, turn, objective, preferences, created_at FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version FROM workspace_snapshots
 WHERE thread_id = $1 AND turn <= $2
 ORDER BY turn DESC
 LIMIT 1
@@ -33,12 +33,13 @@ func (q *Queries) SnapshotForTurn(ctx context.Context, db DBTX, arg SnapshotForT
 		&i.Objective,
 		&i.Preferences,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const snapshotListByThread = `-- name: SnapshotListByThread :many
-SELECT thread_id, turn, objective, preferences, created_at FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version FROM workspace_snapshots
 WHERE thread_id = $1 AND turn > $2
 ORDER BY turn
 LIMIT $3
@@ -65,6 +66,7 @@ func (q *Queries) SnapshotListByThread(ctx context.Context, db DBTX, arg Snapsho
 			&i.Objective,
 			&i.Preferences,
 			&i.CreatedAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -90,45 +92,4 @@ func (q *Queries) SnapshotPrune(ctx context.Context, db DBTX, cutoff pgtype.Time
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const snapshotTake = `-- name: SnapshotTake :one
-WITH t AS (
-    SELECT turns FROM threads WHERE id = $1::text
-), o AS (
-    SELECT text FROM objectives WHERE thread_id = $1::text
-), p AS (
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'id', id, 'title', title, 'subtitle', subtitle, 'kind', kind, 'locked', locked)
-               ORDER BY id), '[]'::jsonb)::jsonb AS prefs
-    FROM preferences WHERE thread_id = $1::text
-), last AS (
-    SELECT objective, preferences FROM workspace_snapshots
-    WHERE thread_id = $1::text ORDER BY turn DESC LIMIT 1
-), s AS (
-    INSERT INTO workspace_snapshots (thread_id, turn, objective, preferences)
-    SELECT $1::text, t.turns, (SELECT text FROM o), p.prefs FROM t, p
-    WHERE NOT EXISTS (
-        SELECT 1 FROM last
-        WHERE last.objective IS NOT DISTINCT FROM (SELECT text FROM o) AND last.preferences = p.prefs)
-    RETURNING turn
-)
-SELECT t.turns AS turn, o.text AS objective, p.prefs AS preferences FROM t CROSS JOIN p LEFT JOIN o ON true
-`
-
-type SnapshotTakeRow struct {
-	Turn        int32
-	Objective   pgtype.Text
-	Preferences []byte
-}
-
-// Reads a thread's workspace at the start of its current turn and stores it under the turn's
-// number when it differs from the last snapshot stored (a snapshot applies from its turn until
-// the next one stored). Run after ThreadTurnNext in the same transaction: with the thread's row
-// locked, this statement sees every change committed before the turn, and no other.
-func (q *Queries) SnapshotTake(ctx context.Context, db DBTX, threadID string) (SnapshotTakeRow, error) {
-	row := db.QueryRow(ctx, snapshotTake, threadID)
-	var i SnapshotTakeRow
-	err := row.Scan(&i.Turn, &i.Objective, &i.Preferences)
-	return i, err
 }

@@ -1,10 +1,8 @@
--- name: ThreadTurnNext :exec
--- Takes a thread's next turn number, creating the thread on its first turn. The thread's row
--- stays locked until the transaction ends: no edit of its workspace can commit in between. The
--- transaction commits without waiting for the disk (synchronous_commit off, for it alone).
-WITH async AS (SELECT set_config('synchronous_commit', 'off', true))
-INSERT INTO threads AS th (id, turns) SELECT @id, 1 FROM async
-ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now();
+-- name: TurnStart :one
+-- Begins a turn of a thread (turn_start, migration 005): the thread created on its first turn,
+-- its next turn number, and the workspace as it stood, snapshotted under that number when it
+-- changed since the last snapshot. Commits without waiting for the disk.
+SELECT turn::integer AS turn, objective, preferences FROM turn_start(@thread_id);
 
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's

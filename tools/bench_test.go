@@ -24,21 +24,26 @@ func BenchmarkRenderBlock(b *testing.B) {
 	}
 }
 
-// BenchmarkStartTurn: the one round trip of a turn (load, snapshot, bump) on a workspace of 10.
+// BenchmarkStartTurn: the one round trip of a turn (the turn number, the workspace, a snapshot
+// when it changed) on an unchanged workspace of 0, 10 and 50 preferences.
 func BenchmarkStartTurn(b *testing.B) {
-	store := NewStore(dbtest.NewPool(b, nil), Options{})
-	ws := store.Workspace(ThreadID{Name: "bench"})
-	ctx := context.Background()
-	for i := range 10 {
-		if _, err := ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("P%d", i)}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := ws.StartTurn(ctx); err != nil {
-			b.Fatal(err)
-		}
+	pool := dbtest.NewPool(b, nil)
+	for _, n := range []int{0, 10, 50} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			ws := NewStore(pool, Options{}).Workspace(ThreadID{Name: fmt.Sprint("bench-", n)})
+			ctx := context.Background()
+			for i := range n {
+				if _, err := ws.AddPreference(ctx, PreferenceInput{Title: fmt.Sprintf("Preference number %d", i), Subtitle: "with a subtitle of some length"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ws.StartTurn(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

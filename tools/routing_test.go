@@ -38,9 +38,10 @@ func (r *recordingTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.
 }
 func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// keyedByThread: a statement names the thread it works on — a thread_id column, or the threads
-// row by its id — so that it can be routed to the one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]`)
+// keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
+// by its id, or the thread as the first argument of turn_start (a function Citus delegates by
+// that argument) — so that it can be routed to the one shard (Citus) or database holding it.
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM turn_start\(\$1\)`)
 
 // TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
 // Responses turn's record and continuation — and

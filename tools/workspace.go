@@ -188,13 +188,16 @@ type TurnStart struct {
 // Block renders the turn's workspace block.
 func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences) }
 
-// StartTurn begins a turn in one round trip that does not wait for the disk (db.StartTurn): it
-// creates the thread on its first turn, takes the next turn number, and snapshots the workspace
-// under it when it changed since the last snapshot.
+// StartTurn begins a turn in one statement (TurnStart): it creates the thread on its first turn,
+// takes the next turn number, and snapshots the workspace under it when it changed since the
+// last snapshot, reading the workspace's tables only then. It commits without waiting for the
+// disk: a crash may lose a turn start, and with it only a turn number and a snapshot of a
+// workspace that the last stored one already holds; any later durable commit of the thread (a
+// tool call, an edit) flushes the WAL past it, so nothing durable can refer to a lost turn.
 func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	row, err := db.StartTurn(ctx, w.store.pool, w.threadID)
+	row, err := w.store.q.TurnStart(ctx, w.store.pool, w.threadID)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}

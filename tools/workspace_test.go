@@ -667,3 +667,79 @@ func TestOversizedArguments(t *testing.T) {
 	require.Len(t, calls, 3)
 	require.Greater(t, len(calls[0].Arguments), 2<<20, "recorded as sent")
 }
+
+// TestEveryChangeReachesTheNextTurn: a turn's start reads the workspace's tables only when the
+// thread's events moved on since its last snapshot (migration 005), so every way of changing a
+// workspace — each tool, each user edit, a revert — must reach the next turn; a turn after
+// changes that changed nothing (a refused edit of a locked item, an unchanged set) reuses the last
+// snapshot, and so does every turn while nothing changes.
+func TestEveryChangeReachesTheNextTurn(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	stored := 1 // the fixture's first turn stored the empty workspace
+	turn := func(changed bool) {
+		t.Helper()
+		start, err := f.ws.StartTurn(ctx)
+		require.NoError(t, err)
+		d, err := f.ws.Get(ctx)
+		require.NoError(t, err)
+		want := ""
+		if d.Objective != nil {
+			want = d.Objective.Text
+		}
+		require.Equal(t, want, start.Objective)
+		require.Equal(t, d.Block, start.Block())
+		if changed {
+			stored++
+		}
+		snaps, err := f.ws.Snapshots(ctx, 0, 100)
+		require.NoError(t, err)
+		require.Len(t, snaps, stored)
+		if last := snaps[len(snaps)-1].Turn; changed {
+			require.Equal(t, start.Number, last, "the turn's snapshot")
+		} else {
+			require.Less(t, last, start.Number, "an earlier turn's snapshot")
+		}
+	}
+	list := func() []Preference { return f.list(t) }
+
+	turn(false)
+	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}))
+	turn(true)
+	turn(false)
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "subtitle": "more"}}})
+	turn(true)
+	f.ok(t, SetObjective, map[string]any{"text": "Goal"})
+	turn(true)
+	f.ok(t, SetObjective, map[string]any{"text": "Goal"}) // unchanged
+	turn(false)
+	f.lock(t, 2)
+	turn(true)
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}}) // locked: skipped, an event, no change
+	turn(false)
+	turn(false)
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+	turn(true)
+	_, err := f.ws.UpdatePreference(ctx, list()[0].ID, PreferencePatch{Locked: boolPtr(false), Kind: strPtr("soft")})
+	require.NoError(t, err)
+	turn(true)
+	_, err = f.ws.UpdatePreference(ctx, list()[0].ID, PreferencePatch{Title: strPtr("B2")})
+	require.NoError(t, err)
+	turn(true)
+	p, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "C"})
+	require.NoError(t, err)
+	turn(true)
+	require.NoError(t, f.ws.DeletePreference(ctx, p.ID))
+	turn(true)
+	_, err = f.ws.SetObjective(ctx, "User goal")
+	require.NoError(t, err)
+	turn(true)
+	evs := f.events(t)
+	_, err = f.ws.RevertEvent(ctx, evs[len(evs)-1].ID) // the objective back to "Goal"
+	require.NoError(t, err)
+	turn(true)
+	_, err = f.ws.RevertEvent(ctx, evs[len(evs)-2].ID) // C restored
+	require.NoError(t, err)
+	turn(true)
+}
