@@ -54,9 +54,9 @@ bench-cache: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load cache -wsproxy bin/wsproxy'
 
-## soak: ten minutes of mixed traffic against wsproxy with injected upstream and Postgres
-## faults; fails unless every recorded preference is stored exactly once and memory and
-## goroutines come back (SOAK_FLAGS="-d 1m" for a shorter run).
+## soak: ten minutes of mixed traffic against two wsproxy instances on one Postgres, with injected
+## upstream and Postgres faults; fails unless every recorded preference is stored exactly once and
+## memory and goroutines come back (SOAK_FLAGS="-d 1m -instances 1" for a shorter run on one).
 soak: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load soak -wsproxy bin/wsproxy $(SOAK_FLAGS)'

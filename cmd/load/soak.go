@@ -507,7 +507,7 @@ func soakCmd(args []string) error {
 	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
 	d := fs.Duration("d", 10*time.Minute, "duration")
 	workers := fs.Int("c", 16, "concurrent clients")
-	instances := fs.Int("instances", 1, "wsproxy instances on the one Postgres, reached round-robin")
+	instances := fs.Int("instances", 2, "wsproxy instances on the one Postgres, reached round-robin")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
