@@ -6,43 +6,20 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// usageTracer counts the statements that add usage.
-type usageTracer struct{ n atomic.Int64 }
-
-func (u *usageTracer) count(sql string) {
-	if strings.Contains(sql, "prompt_tokens = prompt_tokens +") {
-		u.n.Add(1)
-	}
-}
-func (u *usageTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	u.count(d.SQL)
-	return ctx
-}
-func (u *usageTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (u *usageTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (u *usageTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	u.count(d.SQL)
-}
-func (u *usageTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
 // TestUsageWrittenTogether: the usage of many turns of a few threads reaches Postgres exactly,
 // in fewer statements than turns (a thread's turns within one interval are one statement), and
 // what is still pending when the server stops is written by Wait.
 func TestUsageWrittenTogether(t *testing.T) {
 	t.Parallel()
-	tracer := &usageTracer{}
+	tracer := &dbtest.Statements{}
 	e := setupWithPool(t, dbtest.NewPool(t, &dbtest.Options{Tracer: tracer}))
 	e.up.Fallback = reply(cmpl("Done."))
 	const threads, turns = 3, 20
@@ -60,8 +37,9 @@ func TestUsageWrittenTogether(t *testing.T) {
 		// cmpl reports 10 prompt tokens, 2 of them cached, and 5 completion tokens.
 		require.Equal(t, tools.Usage{PromptTokens: 10 * turns, CachedPromptTokens: 2 * turns, CompletionTokens: 5 * turns}, e.workspace(fmt.Sprintf("u%d", i)).Usage)
 	}
-	require.Less(t, tracer.n.Load(), int64(threads*turns), "statements adding usage")
-	t.Logf("%d turns, %d statements adding usage", threads*turns, tracer.n.Load())
+	added := tracer.Count("prompt_tokens = prompt_tokens +")
+	require.Less(t, added, threads*turns, "statements adding usage")
+	t.Logf("%d turns, %d statements adding usage", threads*turns, added)
 }
 
 // TestUsageKeptWhilePostgresIsAway: a write of usage that fails is retried with what came after;

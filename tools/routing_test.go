@@ -4,39 +4,12 @@ import (
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 )
-
-// recordingTracer keeps the text of every statement a pool runs.
-type recordingTracer struct {
-	mu  sync.Mutex
-	sql []string
-}
-
-func (r *recordingTracer) add(sql string) {
-	r.mu.Lock()
-	r.sql = append(r.sql, sql)
-	r.mu.Unlock()
-}
-
-func (r *recordingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	r.add(d.SQL)
-	return ctx
-}
-func (r *recordingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *recordingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (r *recordingTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.add(d.SQL)
-}
-func (r *recordingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
 // by its id, or the thread as the first argument of turn_start (a function Citus delegates by
@@ -48,14 +21,12 @@ var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=
 // fails when one of its statements does not name its thread (docs/scaling.md).
 func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	t.Parallel()
-	tracer := &recordingTracer{}
+	tracer := &dbtest.Statements{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
 	store := NewStore(pool, Options{})
 	ws := store.Workspace(ThreadID{Name: "routed"})
 	ctx := context.Background()
-	tracer.mu.Lock()
-	tracer.sql = nil // not the migration
-	tracer.mu.Unlock()
+	tracer.Reset() // not the migration
 	_, err := ws.StartTurn(ctx)
 	require.NoError(t, err)
 	for _, c := range []Call{
@@ -74,10 +45,9 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}))
 	_, err = ws.Continuation(ctx, "resp_1")
 	require.NoError(t, err)
-	tracer.mu.Lock()
-	defer tracer.mu.Unlock()
-	require.NotEmpty(t, tracer.sql)
-	for _, sql := range tracer.sql {
+	statements := tracer.All()
+	require.NotEmpty(t, statements)
+	for _, sql := range statements {
 		switch strings.ToUpper(strings.Fields(sql)[0]) {
 		case "BEGIN", "COMMIT", "ROLLBACK", "SET":
 			continue
