@@ -541,7 +541,10 @@ func TestThreadsPagination(t *testing.T) {
 		_, err := store.Workspace(ThreadID{Name: fmt.Sprintf("t%d", i)}).StartTurn(ctx)
 		require.NoError(t, err)
 	}
-	_, err := store.Workspace(ThreadID{Name: "t2"}).StartTurn(ctx) // t2 is now the most recent
+	// A turn moves updated_at once it is a second old: let two seconds pass for the five.
+	_, err := pool.Exec(ctx, `UPDATE threads SET updated_at = updated_at - interval '2 seconds'`)
+	require.NoError(t, err)
+	_, err = store.Workspace(ThreadID{Name: "t2"}).StartTurn(ctx) // t2 is now the most recent
 	require.NoError(t, err)
 
 	var got []string

@@ -3,7 +3,8 @@
 -- moves the thread's next_event_id on; a snapshot records the next_event_id it was read at, so a
 -- thread whose next_event_id still equals its last snapshot's version has that snapshot's
 -- workspace. Snapshots stored before this migration have no version: the first turn of their
--- thread compares their contents, as before, and records the version when they are equal.
+-- thread compares their contents, as before, and records the version when they are equal. A turn
+-- now moves its thread's updated_at only when it is a second old.
 ALTER TABLE workspace_snapshots ADD COLUMN version bigint;
 
 -- turn_start begins a turn of thread_id: it creates the thread on its first turn, takes the next
@@ -23,8 +24,11 @@ DECLARE
     current_preferences jsonb;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
+    -- updated_at (the admin listing's order) moves when it is a second old: a busy thread's turns
+    -- then change no indexed column, and its row is updated in place (HOT, no index entries).
     INSERT INTO threads AS th (id, turns) VALUES (turn_start.thread_id, 1)
-    ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1, updated_at = now()
+    ON CONFLICT (id) DO UPDATE SET turns = th.turns + 1,
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
     RETURNING th.turns, th.next_event_id INTO turn, thread_version;
 
     SELECT s.turn, s.version, s.objective, s.preferences
