@@ -45,15 +45,20 @@ func (u *usageWriter) add(id tools.ThreadID, usage tools.Usage) {
 		return
 	}
 	u.mu.Lock()
-	sum := u.pending[id]
-	sum.Add(usage)
-	u.pending[id] = sum
+	addTo(u.pending, id, usage)
 	start := !u.running
 	u.running = true
 	u.mu.Unlock()
 	if start {
 		u.wg.Go(u.run)
 	}
+}
+
+// addTo adds usage to id's sum in m.
+func addTo(m map[tools.ThreadID]tools.Usage, id tools.ThreadID, usage tools.Usage) {
+	sum := m[id]
+	sum.Add(usage)
+	m[id] = sum
 }
 
 // run writes the pending usage until there is none, at most once per usageInterval (backing off
@@ -72,26 +77,21 @@ func (u *usageWriter) run() {
 		u.mu.Unlock()
 
 		closing := u.closed()
-		if err := u.store.AddUsage(context.Background(), batch); err != nil {
-			if closing {
-				u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch)), slog.Any("err", err))
-				u.mu.Lock()
-				u.running = false
-				u.mu.Unlock()
-				return
-			}
+		err := u.store.AddUsage(context.Background(), batch)
+		switch {
+		case err == nil:
+			wait = usageInterval
+		case closing:
+			u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch)), slog.Any("err", err))
+		default:
+			wait = min(wait*2, maxUsageBackoff)
 			u.log.LogAttrs(context.Background(), slog.LevelWarn, "turns' usage not written yet; retrying", slog.Int("threads", len(batch)),
 				slog.Duration("wait", wait), slog.Any("err", err))
 			u.mu.Lock()
 			for id, usage := range batch {
-				sum := u.pending[id]
-				sum.Add(usage)
-				u.pending[id] = sum
+				addTo(u.pending, id, usage)
 			}
 			u.mu.Unlock()
-			wait = min(wait*2, maxUsageBackoff)
-		} else {
-			wait = usageInterval
 		}
 		if !closing {
 			timer := time.NewTimer(wait)
