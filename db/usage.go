@@ -11,9 +11,9 @@ import (
 
 // AddUsage adds turns' usage to their threads' totals in one round trip: one ThreadUsageAdd per
 // thread, pipelined in one implicit transaction that does not wait for the disk. The threads are
-// updated in id order, so two replicas adding usage of the same threads at once never deadlock.
+// updated in id order (usage is sorted in place), so two replicas adding usage of the same
+// threads at once never deadlock.
 func AddUsage(ctx context.Context, pool *pgxpool.Pool, usage []ThreadUsageAddParams) error {
-	usage = slices.Clone(usage)
 	slices.SortFunc(usage, func(a, b ThreadUsageAddParams) int { return strings.Compare(a.ID, b.ID) })
 	b := &pgx.Batch{}
 	for _, u := range usage {

@@ -11,23 +11,37 @@ import (
 // sent (owed). The turn fails when it cannot: a later continuation would lose its context.
 type recordTurn func(first, last string, owed []string) error
 
-// responsesJSON is the dialect of a non-streamed Responses turn (SPEC §12): each round's reply
-// is one response object, and the client gets one at the end.
-type responsesJSON struct {
+// responsesTurn is what both Responses dialects keep of a turn: its request and upstream, how its
+// end is recorded, its id, the visible output of the rounds before the last, and the last round.
+type responsesTurn struct {
 	req    *ResponsesRequest
 	up     Upstream
 	record recordTurn
 	first  string            // the turn's id: its first response's
 	output []json.RawMessage // the visible output items of the rounds before the last
 	last   *responseRound
-	raw    []byte // the last round's body, as it came
+}
+
+func (t *responsesTurn) request(withWorkspaceTools bool) Payload {
+	return t.req.Body(withWorkspaceTools)
+}
+
+func (t *responsesTurn) extend(calls []toolCall, results []string) {
+	t.output = t.last.visible(t.output)
+	t.req.extend(t.last, calls, results)
+}
+
+// recordEnd records which upstream response ended the turn, and the calls it was owed outputs of.
+func (t *responsesTurn) recordEnd() error { return t.record(t.first, t.last.id, t.last.owed()) }
+
+// responsesJSON is the dialect of a non-streamed Responses turn (SPEC §12): each round's reply
+// is one response object, and the client gets one at the end.
+type responsesJSON struct {
+	responsesTurn
+	raw []byte // the last round's body, as it came
 	// body and header are the client's answer, set by finish.
 	body   []byte
 	header http.Header
-}
-
-func (d *responsesJSON) request(withWorkspaceTools bool) Payload {
-	return d.req.Body(withWorkspaceTools)
 }
 
 func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
@@ -48,16 +62,11 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 
 func (d *responsesJSON) pause() error { return nil }
 
-func (d *responsesJSON) extend(calls []toolCall, results []string) {
-	d.output = d.last.visible(d.output)
-	d.req.extend(d.last, calls, results)
-}
-
 // finish records the turn and answers with the last response: untouched when the turn was one
 // round that held no workspace call and continued nothing recorded (the proxy is invisible),
 // else as responseRound.answer makes it.
 func (d *responsesJSON) finish(_ []toolCall, usage *usageSum, rounds int) error {
-	if err := d.record(d.first, d.last.id, d.last.owed()); err != nil {
+	if err := d.recordEnd(); err != nil {
 		return err
 	}
 	if rounds == 1 && len(d.last.workspaceCallIDs()) == 0 && !d.req.Continued && d.first == d.last.id {

@@ -17,21 +17,16 @@ import (
 // end carrying the turn's response, and never an event of a workspace call; output_index and
 // sequence_number are renumbered so that the rounds read as one gap-free stream.
 type responsesSSE struct {
-	req    *ResponsesRequest
-	up     Upstream
-	out    Emitter
-	record recordTurn
-	dirty  bool
-	round  int
-	seq    int               // the next sequence_number the client gets
-	first  string            // the turn's id: its first response's
-	shown  int               // the visible output items so far: the next client output_index
-	output []json.RawMessage // the visible output items of the rounds before the last
+	responsesTurn // last: the last round's terminal response
+	out           Emitter
+	dirty         bool
+	round         int
+	seq           int // the next sequence_number the client gets
+	shown         int // the visible output items so far: the next client output_index
 	// template is the first response.created's response: the base of a response.failed the
 	// proxy makes.
 	template rawjson.Object
-	last     *responseRound // the last round's terminal response
-	terminal string         // and its event type
+	terminal string // the last round's terminal event type
 	rd       struct {
 		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
 		hidden  map[string]bool // the item ids of the workspace calls
@@ -41,11 +36,7 @@ type responsesSSE struct {
 }
 
 func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter, record recordTurn) *responsesSSE {
-	return &responsesSSE{req: req, up: up, out: out, record: record}
-}
-
-func (s *responsesSSE) request(withWorkspaceTools bool) Payload {
-	return s.req.Body(withWorkspaceTools)
+	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up, record: record}, out: out}
 }
 
 func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
@@ -192,15 +183,10 @@ func (s *responsesSSE) clientPrevious(resp *rawjson.Object) {
 
 func (s *responsesSSE) pause() error { return s.flush() }
 
-func (s *responsesSSE) extend(calls []toolCall, results []string) {
-	s.output = s.last.visible(s.output)
-	s.req.extend(s.last, calls, results)
-}
-
 // finish records the turn and ends the stream with the terminal event of the last round,
 // carrying the turn's response.
 func (s *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
-	if err := s.record(s.first, s.last.id, s.last.owed()); err != nil {
+	if err := s.recordEnd(); err != nil {
 		return err
 	}
 	ev := rawjson.Object{}

@@ -504,7 +504,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		s.stream(r, t, newResponsesSSE(req, t.Upstream, out, record), out)
 		return
 	}
-	d := &responsesJSON{req: req, up: t.Upstream, record: record}
+	d := &responsesJSON{responsesTurn: responsesTurn{req: req, up: t.Upstream, record: record}}
 	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
 }
 
