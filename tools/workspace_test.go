@@ -705,7 +705,6 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 			require.Less(t, last, start.Number, "an earlier turn's snapshot")
 		}
 	}
-	list := func() []Preference { return f.list(t) }
 
 	turn(false)
 	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}))
@@ -724,10 +723,10 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 	turn(false)
 	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
 	turn(true)
-	_, err := f.ws.UpdatePreference(ctx, list()[0].ID, PreferencePatch{Locked: boolPtr(false), Kind: strPtr("soft")})
+	_, err := f.ws.UpdatePreference(ctx, f.list(t)[0].ID, PreferencePatch{Locked: boolPtr(false), Kind: strPtr("soft")})
 	require.NoError(t, err)
 	turn(true)
-	_, err = f.ws.UpdatePreference(ctx, list()[0].ID, PreferencePatch{Title: strPtr("B2")})
+	_, err = f.ws.UpdatePreference(ctx, f.list(t)[0].ID, PreferencePatch{Title: strPtr("B2")})
 	require.NoError(t, err)
 	turn(true)
 	p, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "C"})
