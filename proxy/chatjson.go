@@ -50,18 +50,13 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
-	c, err := parseCompletion(raw)
+	c, err := parseCompletion(raw, d.req.IsClientTool)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
-	for i := range c.calls {
-		c.calls[i].Client = d.req.IsClientTool(c.calls[i].Name)
-	}
 	d.last, d.raw, d.header = c, raw, header
-	info := roundInfo{}
-	info.model, _ = rawjson.Unquote(c.top.Get("model"))
-	info.id, _ = rawjson.Unquote(c.top.Get("id"))
-	if fr, ok := rawjson.Unquote(c.choice.Get("finish_reason")); ok {
+	info := roundInfo{model: text(c.top.Get("model")), id: text(c.top.Get("id"))}
+	if fr := text(c.choice.Get("finish_reason")); fr != "" {
 		info.finishReasons = []string{fr}
 	}
 	return c.calls, c.top.Get("usage"), info, nil
@@ -76,7 +71,7 @@ func (d *chatJSON) extend(calls []toolCall, results []string) {
 // finish answers with the last reply: untouched when the turn was one round without workspace
 // calls (the proxy is invisible), else with the workspace's calls cut out and the usage summed.
 func (d *chatJSON) finish(clientCalls []toolCall, usage *usageSum, rounds int) error {
-	if rounds == 1 && len(d.last.calls) == len(clientCalls) {
+	if rounds == 1 && !d.last.changed(clientCalls) {
 		d.body = d.raw
 		return nil
 	}
@@ -91,62 +86,77 @@ type completion struct {
 	choice  rawjson.Object // choices[0]
 	message rawjson.Object
 	calls   []toolCall
+	// sent is how many tool calls the message holds, as the upstream sent them; unwrapped is
+	// set when a parallel wrapper among them was replaced by its calls.
+	sent      int
+	unwrapped bool
 }
 
-// reasoning is the message's reasoning_content, nil when it has none.
-func (c *completion) reasoning() json.RawMessage {
-	if c.message.Has("reasoning_content") {
-		return c.message.Get("reasoning_content")
+// reasoning is the message's reasoning members (reasoning_content, reasoning), as they came.
+func (c *completion) reasoning() rawjson.Object {
+	var r rawjson.Object
+	for _, k := range reasoningKeys {
+		if v := c.message.Get(k); !isNull(v) {
+			r.Set(k, v)
+		}
 	}
-	return nil
+	return r
 }
 
-func parseCompletion(raw []byte) (*completion, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
+// parseCompletion reads a non-streamed response. Only its tool calls are the proxy's to
+// understand: a body without choices or message holds no call, and a tool call that is not an
+// object is the client's, as it came.
+func parseCompletion(raw []byte, client func(string) bool) (*completion, error) {
 	c := &completion{}
 	var err error
 	if c.top, err = rawjson.Parse(raw); err != nil {
-		return nil, bad("the body is not a JSON object")
+		return nil, fmt.Errorf("%w: the body is not a JSON object", ErrUpstreamProtocol)
 	}
-	if c.choices, err = rawjson.Split(c.top.Get("choices")); err != nil || len(c.choices) == 0 {
-		return nil, bad("no choices")
+	if v := c.top.Get("choices"); !isNull(v) {
+		c.choices, _ = rawjson.Split(v)
+	}
+	if len(c.choices) == 0 {
+		return c, nil
 	}
 	if c.choice, err = rawjson.Parse(c.choices[0]); err != nil {
-		return nil, bad("a choice is not an object")
+		return c, nil
 	}
 	if c.message, err = rawjson.Parse(c.choice.Get("message")); err != nil {
-		return nil, bad("a choice has no message")
+		return c, nil
 	}
-	if tcs := c.message.Get("tool_calls"); tcs != nil && string(tcs) != "null" {
-		raws, err := rawjson.Split(tcs)
-		if err != nil {
-			return nil, bad("tool_calls is not an array")
-		}
-		for _, tc := range raws {
-			var d struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(tc, &d); err != nil {
-				return nil, bad("a tool call is not understood")
-			}
-			if d.ID == "" {
-				d.ID = newCallID()
-			}
-			c.calls = append(c.calls, toolCall{ID: d.ID, Name: d.Function.Name, Arguments: d.Function.Arguments, Raw: tc})
-		}
+	tcs := c.message.Get("tool_calls")
+	if isNull(tcs) {
+		return c, nil
 	}
+	raws, err := rawjson.Split(tcs)
+	if err != nil {
+		return c, nil
+	}
+	c.sent = len(raws)
+	calls := make([]toolCall, 0, len(raws))
+	for _, tc := range raws {
+		d, _, ok := readChatCall(tc)
+		call := toolCall{ID: d.id, Name: d.name, Arguments: d.args, Raw: tc, Client: !ok || client(d.name)}
+		if call.ID == "" && !call.Client {
+			call.ID = newCallID() // the round sent back needs one
+		}
+		calls = append(calls, call)
+	}
+	c.calls, c.unwrapped = unwrapParallel(calls, client)
 	return c, nil
+}
+
+// changed reports whether the client's answer differs from the upstream's message: some of its
+// calls were the workspace's, or a parallel wrapper was unwrapped.
+func (c *completion) changed(clientCalls []toolCall) bool {
+	return c.unwrapped || len(clientCalls) != c.sent
 }
 
 // answer is the response the client gets when the turn ends with this completion: the
 // message's tool calls cut down to the client's (finish_reason "tool_calls" when any remain,
 // else "stop" if the model had only called workspace tools), and the usage summed over rounds.
 func (c *completion) answer(clientCalls []toolCall, sumUsage bool, usage *usageSum) []byte {
-	if len(c.calls) != len(clientCalls) {
+	if c.changed(clientCalls) {
 		if len(clientCalls) == 0 {
 			c.message.Del("tool_calls")
 			c.choice.Set("finish_reason", rawjson.String("stop"))

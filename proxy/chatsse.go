@@ -34,34 +34,40 @@ func (e *StreamError) Error() string {
 	return "upstream stream error: " + truncate(string(e.Data), 200)
 }
 
-// chatSSE is the dialect of a streamed chat completions turn (SPEC §7): content is emitted
-// as it arrives, in every round; the workspace's tool calls are never emitted, the client's are,
-// re-indexed from 0. The client gets one role delta at the start, one finish_reason at the end,
-// and every chunk carries the first id the upstream gave.
+// chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
+// to the client as the upstream sent them, in every round, but for what the proxy owns: the
+// workspace's tool calls are never emitted and the client's are re-indexed from 0; the client
+// gets one role delta at the start, one finish_reason at the end, the first id the upstream gave
+// on every chunk, and the turn's usage once, where the last round's upstream put it.
 type chatSSE struct {
 	req     *ChatRequest
 	up      Upstream
 	out     Emitter
 	log     *slog.Logger // nil logs nothing
 	thread  string
-	dirty   bool           // written, not flushed
-	id      string         // the first id the upstream gave (or one made up)
-	model   string         // the model the upstream named (for traces)
-	emitted bool           // the role delta went out
-	last    rawjson.Object // the first chunk with choices, then the last finish chunk: the template of the finish chunk
+	dirty   bool   // written, not flushed
+	id      string // the first id the upstream gave (or one made up)
+	model   string // the model the upstream named (for traces)
+	emitted bool   // the role delta went out
+	// last is the first chunk with choices, then the last chunk with a finish_reason: the
+	// template of the finish chunk. usageChunk is the last round's chunk of its own that carried
+	// the usage (choices empty), usageInFinish whether it came in the finish chunk instead.
+	last          rawjson.Object
+	usageChunk    rawjson.Object
+	usageInFinish bool
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
 	rd      streamRound
 }
 
-func newChatSSE(req *ChatRequest, up Upstream, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, rd: streamRound{byIndex: map[int]*callAcc{}}}
+func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, out Emitter) *chatSSE {
+	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, rd: newStreamRound()}
 }
 
 func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
 
 func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	s.rd = streamRound{byIndex: map[int]*callAcc{}}
+	s.rd = newStreamRound()
 	if err := s.round(ctx, body); err != nil {
 		if s.rd.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
@@ -70,54 +76,74 @@ func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 	}
 	calls := make([]toolCall, len(s.rd.calls))
 	for i, c := range s.rd.calls {
-		if c.id == "" {
-			c.id = newCallID() // some servers send none
+		id := c.id
+		if id == "" && !c.client {
+			id = newCallID() // some servers send none; the round sent back needs one
 		}
-		calls[i] = toolCall{ID: c.id, Name: c.name, Arguments: c.args.String(), Client: c.client}
+		calls[i] = toolCall{ID: id, Name: c.name, Arguments: c.args.String(), Client: c.client, shown: c.client}
 	}
 	info := roundInfo{model: s.model, id: s.id}
 	if s.rd.finish != "" {
 		info.finishReasons = []string{s.rd.finish}
 	}
+	calls, _ = unwrapParallel(calls, s.req.IsClientTool)
 	return calls, s.rd.usage, info, nil
 }
 
-func (s *chatSSE) pause() error { return s.flush() }
+func (s *chatSSE) pause() error {
+	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return s.flush()
+}
 
 func (s *chatSSE) extend(calls []toolCall, results []string) {
 	if s.rd.truncated && s.log != nil {
 		s.log.Warn("round text over the cap sent back truncated", slog.String("thread", s.thread), slog.Int("cap", maxRoundText))
 	}
-	var content, reasoning json.RawMessage
+	var content json.RawMessage
 	if s.rd.content.Len() > 0 {
 		content = rawjson.String(s.rd.content.String())
 	}
-	if s.rd.reasoning.Len() > 0 {
-		reasoning = rawjson.String(s.rd.reasoning.String())
+	var reasoning rawjson.Object
+	for _, key := range reasoningKeys {
+		if b := s.rd.reasoning[key]; b != nil && b.Len() > 0 {
+			reasoning.Set(key, rawjson.String(b.String()))
+		}
 	}
 	s.req.appendRound(content, reasoning, calls, results)
 }
 
+// reasoningKeys are the delta members servers stream a model's reasoning in (DeepSeek, vLLM,
+// SGLang: reasoning_content; vLLM, OpenRouter, Ollama: reasoning). A round sent back carries
+// them as they came: servers expect a turn's reasoning back within it.
+var reasoningKeys = [...]string{"reasoning_content", "reasoning"}
+
 // streamRound is what one round keeps: only what the next round needs.
 type streamRound struct {
-	content, reasoning strings.Builder
-	truncated          bool
-	calls              []*callAcc
-	byIndex            map[int]*callAcc
-	clientCalls        int
-	finish             string
-	usage              json.RawMessage
-	done               bool // [DONE] seen
-	emitted            bool // the client got part of this round
+	content   strings.Builder
+	reasoning map[string]*strings.Builder
+	truncated bool
+	calls     []*callAcc
+	byIndex   map[int]*callAcc
+	byID      map[string]*callAcc
+	clientN   int // the client's calls so far: the next client index
+	finish    string
+	usage     json.RawMessage
+	done      bool // [DONE] seen
+	emitted   bool // the client got part of this round
+}
+
+func newStreamRound() streamRound {
+	return streamRound{byIndex: map[int]*callAcc{}, byID: map[string]*callAcc{}}
 }
 
 // callAcc accumulates one tool call's deltas.
 type callAcc struct {
 	id, typ, name string
 	args          strings.Builder
-	decided       bool // the name is known: client's or the proxy's
+	decided       bool // the name is known: the client's or the proxy's
 	client        bool
 	clientIndex   int
+	shown         bool // the client got its first item
 }
 
 // round streams one upstream call to its end.
@@ -141,7 +167,7 @@ func (s *chatSSE) round(ctx context.Context, body Payload) error {
 		if err != nil {
 			return readError(ctx, err)
 		}
-		if string(data) == "[DONE]" {
+		if bytes.HasPrefix(data, []byte("[DONE]")) {
 			s.rd.done = true
 			break
 		}
@@ -155,93 +181,124 @@ func (s *chatSSE) round(ctx context.Context, body Payload) error {
 	return nil
 }
 
-// chunk handles one upstream chunk: it keeps what the round needs and emits what the client gets.
+// chunk handles one upstream chunk: it keeps what the round needs and emits what the client
+// gets. What it cannot read is not the proxy's: the client gets it as it came.
 func (s *chatSSE) chunk(data []byte) error {
 	c, err := rawjson.ParseInto(s.scratch.chunk, data)
 	if err != nil {
-		return fmt.Errorf("%w: a chunk is not a JSON object", ErrUpstreamProtocol)
+		return s.emit(data)
 	}
 	s.scratch.chunk = c
 	if c.Has("error") {
 		return &StreamError{Data: append([]byte(nil), data...)}
 	}
 	if s.id == "" {
-		if id, _ := rawjson.Unquote(c.Get("id")); id != "" {
-			s.id = id
-		}
+		s.id = text(c.Get("id"))
 	}
 	if s.model == "" {
-		s.model, _ = rawjson.Unquote(c.Get("model"))
+		s.model = text(c.Get("model"))
 	}
-	hadUsage := c.Has("usage")
-	if hadUsage {
+	hasUsage := !isNull(c.Get("usage"))
+	if hasUsage {
 		s.rd.usage = append([]byte(nil), c.Get("usage")...) // kept past the reader's buffer
-		c.Set("usage", json.RawMessage("null"))
 	}
 	var choices []json.RawMessage
-	if v := c.Get("choices"); v != nil && string(v) != "null" {
+	if v := c.Get("choices"); !isNull(v) {
 		if choices, err = rawjson.Split(v); err != nil {
-			return fmt.Errorf("%w: choices is not an array", ErrUpstreamProtocol)
+			return s.emit(data)
 		}
 	}
 	if len(choices) == 0 {
-		return nil // nothing for the client (a usage-only chunk, Azure's prompt filter results)
+		// Nothing for the client now: the usage of its own (kept for the end of the turn), or
+		// what some servers send first (Azure's prompt filter results).
+		if hasUsage {
+			s.usageChunk, s.usageInFinish = c.Own(), false
+		}
+		return nil
 	}
 	choice, err := rawjson.ParseInto(s.scratch.choice, choices[0])
 	if err != nil {
-		return fmt.Errorf("%w: a choice is not an object", ErrUpstreamProtocol)
+		return s.emit(data)
 	}
 	s.scratch.choice = choice
-	fr, _ := rawjson.Unquote(choice.Get("finish_reason"))
+	fr := text(choice.Get("finish_reason"))
 	if fr != "" {
 		s.rd.finish = fr
 	}
 	if fr != "" || s.last.Keys == nil {
-		// The template of the finish chunk: data is the reader's buffer, so keep a copy.
-		s.last = c.Own()
+		s.last = c.Own() // the template of the finish chunk: data is the reader's buffer
+		if fr != "" && hasUsage {
+			s.usageChunk, s.usageInFinish = rawjson.Object{}, true
+		}
 	}
 	delta := rawjson.Object{}
-	if d := choice.Get("delta"); d != nil && string(d) != "null" {
+	if d := choice.Get("delta"); !isNull(d) {
 		if delta, err = rawjson.ParseInto(s.scratch.delta, d); err != nil {
-			return fmt.Errorf("%w: a delta is not an object", ErrUpstreamProtocol)
+			return s.emit(data)
 		}
 		s.scratch.delta = delta
 	}
-	hadRole := delta.Index("role") >= 0
-	delta.Del("role") // one role delta, added to the first chunk the client gets
 	s.rd.keep(&s.rd.content, delta.Get("content"))
-	s.rd.keep(&s.rd.reasoning, delta.Get("reasoning_content"))
-	if tcs := delta.Get("tool_calls"); tcs != nil {
-		items, err := s.rd.toolCalls(s.req, tcs)
-		if err != nil {
-			return err
-		}
-		if len(items) == 0 {
-			delta.Del("tool_calls")
-		} else {
-			delta.Set("tool_calls", rawjson.AppendArray(nil, items))
+	for _, key := range reasoningKeys {
+		if v := delta.Get(key); !isNull(v) {
+			if s.rd.reasoning == nil {
+				s.rd.reasoning = map[string]*strings.Builder{}
+			}
+			if s.rd.reasoning[key] == nil {
+				s.rd.reasoning[key] = &strings.Builder{}
+			}
+			s.rd.keep(s.rd.reasoning[key], v)
 		}
 	}
-	if emptyDelta(delta) && !choice.Has("logprobs") {
+	changed := hasUsage || fr != ""
+	if delta.Has("role") {
+		delta.Del("role") // one role delta, added to the first chunk the client gets
+		changed = true
+	}
+	if tcs := delta.Get("tool_calls"); !isNull(tcs) {
+		if items, ok := s.rd.toolCalls(s.req, tcs); ok {
+			changed = true
+			if len(items) == 0 {
+				delta.Del("tool_calls")
+			} else {
+				delta.Set("tool_calls", rawjson.AppendArray(nil, items))
+			}
+		}
+	}
+	if emptyDelta(delta) && !carriesMore(choice) {
+		// Nothing for the client now: a role alone (it goes with the first chunk that carries
+		// something), a workspace call, or a finish_reason (it comes at the end of the turn).
 		return nil
 	}
-	if !hadRole && !hadUsage && len(choices) == 1 && s.asIs(c, choice, delta) {
-		return s.emit(data) // the common content chunk: nothing to change, its bytes go out as they came
+	if !changed && len(choices) == 1 && s.asIs(c) {
+		return s.emit(data) // nothing to change: its bytes go out as they came
+	}
+	if hasUsage {
+		c.Set("usage", json.RawMessage("null")) // the turn's usage comes once, at its end
 	}
 	return s.send(c, choice, delta, json.RawMessage("null"))
 }
 
-// asIs reports whether a chunk of one choice, from which nothing was taken out (no role delta,
-// no usage), can go to the client as it came: the role delta already went out, and it carries
-// no finish_reason and no tool calls to rewrite, the turn's id and the chunk object type.
-func (s *chatSSE) asIs(c, choice, delta rawjson.Object) bool {
-	return s.emitted && !choice.Has("finish_reason") && delta.Index("tool_calls") < 0 &&
-		s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"`
+// asIs reports whether a chunk from which nothing was taken can go to the client as it came:
+// the role delta already went out, and it carries the turn's id and the chunk object type.
+func (s *chatSSE) asIs(c rawjson.Object) bool {
+	return s.emitted && s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"`
 }
 
 // sameID reports whether a chunk's raw id is the turn's.
 func (s *chatSSE) sameID(raw json.RawMessage) bool {
 	return len(raw) == len(s.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == s.id
+}
+
+// carriesMore reports whether a choice carries something beside its delta and finish_reason
+// (logprobs, content filter results, a vendor's member).
+func carriesMore(choice rawjson.Object) bool {
+	for i, k := range choice.Keys {
+		if k != "index" && k != "delta" && k != "finish_reason" && !isNull(choice.Vals[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // keep appends the text of a raw JSON string to what the round keeps, up to maxRoundText;
@@ -258,15 +315,14 @@ func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
 		b.Write(raw[1 : len(raw)-1]) // no escapes: the bytes are the text
 		return
 	}
-	if text, ok := rawjson.Unquote(raw); ok {
-		b.WriteString(text)
-	}
+	b.WriteString(text(raw))
 }
 
 // send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and
 // the role delta when it is the first the client gets.
 func (s *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
 	if !s.emitted {
+		delta.Del("role")
 		d := rawjson.Object{Keys: []string{"role"}, Vals: []json.RawMessage{rawjson.String("assistant")}}
 		d.Keys = append(d.Keys, delta.Keys...)
 		d.Vals = append(d.Vals, delta.Vals...)
@@ -309,97 +365,100 @@ func emptyDelta(d rawjson.Object) bool {
 }
 
 // toolCalls accumulates a delta's tool-call items and returns those the client gets: its own
-// calls, re-indexed from 0. Items without an index (some servers omit it) continue the last call
-// unless they bring a new id.
-func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) ([]json.RawMessage, error) {
+// calls, re-indexed from 0, each item otherwise as it came (an item that is not an object, too).
+// ok is false when raw is not an array: the client gets it as it came.
+//
+// An item belongs to the call of its index; without an index, to the call of its id; without
+// either, to the call still open, unless it brings a name while that call has one (a name
+// begins a call: two whole calls in one chunk are two calls). Empty ids and names name nothing.
+func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json.RawMessage, ok bool) {
 	items, err := rawjson.Split(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tool_calls is not an array", ErrUpstreamProtocol)
+		return nil, false
 	}
-	var out []json.RawMessage
 	for _, item := range items {
-		var d struct {
-			Index    *int   `json:"index"`
-			ID       string `json:"id"`
-			Type     string `json:"type"`
-			Function struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function"`
+		d, o, isObject := readChatCall(item)
+		if !isObject {
+			out = append(out, item)
+			continue
 		}
-		if err := json.Unmarshal(item, &d); err != nil {
-			return nil, fmt.Errorf("%w: a tool call delta is not understood", ErrUpstreamProtocol)
+		acc := rd.callOf(d)
+		if d.id != "" && acc.id == "" {
+			acc.id = d.id
+			rd.byID[d.id] = acc
 		}
-		idx := len(rd.calls) - 1
-		switch {
-		case d.Index != nil:
-			idx = *d.Index
-		case idx < 0 || (d.ID != "" && d.ID != rd.calls[idx].id):
-			idx = len(rd.calls)
+		if d.typ != "" {
+			acc.typ = d.typ
 		}
-		acc := rd.byIndex[idx]
-		if acc == nil {
-			acc = &callAcc{}
-			rd.byIndex[idx] = acc
-			rd.calls = append(rd.calls, acc)
-		}
-		if d.ID != "" {
-			acc.id = d.ID
-		}
-		if d.Type != "" {
-			acc.typ = d.Type
-		}
-		acc.name += d.Function.Name
-		wasDecided := acc.decided
+		acc.name += d.name
 		if !acc.decided && acc.name != "" {
 			acc.decided = true
 			if req.IsClientTool(acc.name) {
-				acc.client = true
-				acc.clientIndex = rd.clientCalls
-				rd.clientCalls++
+				acc.client, acc.clientIndex = true, rd.clientN
+				rd.clientN++
 			}
 		}
 		switch {
-		case acc.client && !wasDecided:
+		case acc.client && !acc.shown:
 			// The first item the client gets of this call carries all of it so far.
-			acc.args.WriteString(d.Function.Arguments)
-			if acc.id == "" {
-				acc.id = newCallID()
-			}
+			acc.args.WriteString(d.args)
+			acc.shown = true
 			out = append(out, clientCallItem(acc))
 			acc.args.Reset() // the client has it; the proxy does not run client calls
 		case acc.client:
-			o, err := rawjson.Parse(item)
-			if err != nil {
-				return nil, fmt.Errorf("%w: a tool call delta is not an object", ErrUpstreamProtocol)
-			}
 			o.Set("index", rawjson.Int(acc.clientIndex))
 			out = append(out, o.Bytes())
 		default:
-			acc.args.WriteString(d.Function.Arguments)
+			acc.args.WriteString(d.args)
 		}
 	}
-	return out, nil
+	return out, true
 }
 
+// callOf is the call a tool-call item belongs to (see toolCalls), a new one when none.
+func (rd *streamRound) callOf(d chatCall) *callAcc {
+	var acc *callAcc
+	switch open := len(rd.calls) - 1; {
+	case d.index >= 0:
+		acc = rd.byIndex[d.index]
+	case d.id != "":
+		acc = rd.byID[d.id]
+	case open >= 0 && (d.name == "" || rd.calls[open].name == ""):
+		acc = rd.calls[open]
+	}
+	if acc == nil {
+		acc = &callAcc{}
+		rd.calls = append(rd.calls, acc)
+		if d.index >= 0 {
+			rd.byIndex[d.index] = acc
+		}
+	}
+	return acc
+}
+
+// clientCallItem is the first item of a client's call: its index, the id and type when known,
+// its name and the arguments so far.
 func clientCallItem(acc *callAcc) json.RawMessage {
-	fn := rawjson.Object{}
-	fn.Set("name", rawjson.String(acc.name))
-	fn.Set("arguments", rawjson.String(acc.args.String()))
 	o := rawjson.Object{}
 	o.Set("index", rawjson.Int(acc.clientIndex))
-	o.Set("id", rawjson.String(acc.id))
+	if acc.id != "" {
+		o.Set("id", rawjson.String(acc.id))
+	}
 	typ := acc.typ
 	if typ == "" {
 		typ = "function"
 	}
 	o.Set("type", rawjson.String(typ))
+	fn := rawjson.Object{}
+	fn.Set("name", rawjson.String(acc.name))
+	fn.Set("arguments", rawjson.String(acc.args.String()))
 	o.Set("function", fn.Bytes())
 	return o.Bytes()
 }
 
-// finish ends the turn: the finish chunk (finish_reason "tool_calls" when the client has calls
-// to run), then the summed usage when the client asked for it.
+// finish ends the turn: the client's calls it has not seen yet (those of a parallel wrapper),
+// the finish chunk (finish_reason "tool_calls" when the client has calls to run), and the
+// turn's usage when the client asked for it, where the last round's upstream put it.
 func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	reason := s.rd.finish
 	switch {
@@ -423,15 +482,53 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	if choice.Get("logprobs") != nil {
 		choice.Set("logprobs", json.RawMessage("null")) // they went out with their content
 	}
-	if err := s.send(c, choice, rawjson.Object{}, rawjson.String(reason)); err != nil {
+	if err := s.unseen(c, choice, clientCalls); err != nil {
 		return err
 	}
-	if s.req.IncludeUsage && !usage.empty() {
-		c.Set("choices", json.RawMessage("[]"))
+	withUsage := s.req.IncludeUsage && !usage.empty()
+	switch {
+	case withUsage && s.usageInFinish:
 		c.Set("usage", usage.json())
-		return s.emit(c.Bytes())
+	case c.Has("usage"):
+		c.Del("usage") // the proxy asked for it, not the client; or it comes in a chunk of its own
+	}
+	if err := s.send(c, choice.Clone(), rawjson.Object{}, rawjson.String(reason)); err != nil {
+		return err
+	}
+	if withUsage && !s.usageInFinish {
+		u := s.usageChunk.Clone()
+		if u.Keys == nil {
+			u = c
+			u.Set("choices", json.RawMessage("[]"))
+		}
+		u.Set("id", rawjson.String(s.id))
+		u.Set("usage", usage.json())
+		return s.emit(u.Bytes())
 	}
 	return nil
+}
+
+// unseen emits, in one chunk like c, the client's calls a stream has not shown it: the calls of
+// a parallel wrapper, which the proxy held until its round ended.
+func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
+	var items []json.RawMessage
+	for _, call := range calls {
+		if call.shown {
+			continue
+		}
+		acc := &callAcc{id: call.ID, name: call.Name, clientIndex: s.rd.clientN}
+		acc.args.WriteString(call.Arguments)
+		s.rd.clientN++
+		items = append(items, clientCallItem(acc))
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	delta := rawjson.Object{}
+	delta.Set("tool_calls", rawjson.AppendArray(nil, items))
+	u := c.Clone()
+	u.Del("usage")
+	return s.send(u, choice.Clone(), delta, json.RawMessage("null"))
 }
 
 // failure is the event that ends a stream whose turn failed after its first byte: the

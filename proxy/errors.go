@@ -186,12 +186,6 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		log.LogAttrs(r.Context(), slog.LevelDebug, "upstream error returned", slog.Int("status", ue.StatusCode))
 		return
 	}
-	var se *StreamError
-	if errors.As(err, &se) {
-		// The upstream failed inside its stream before the client got anything: its error, as a 502.
-		writeJSONBytes(w, http.StatusBadGateway, se.Data)
-		return
-	}
 	if errors.Is(err, errAnswered) {
 		return
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -272,49 +273,66 @@ var clientCallTypes = map[string]bool{
 	"computer_call": true, "mcp_approval_request": true,
 }
 
+// parseResponse reads a round's response object. Only its function calls are the proxy's to
+// understand; an output item of any other type (or one that is not an object) is the client's
+// to see, as it came, and an output that is not an array holds nothing the proxy runs.
 func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
-	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrUpstreamProtocol, what) }
 	top, err := rawjson.Parse(raw)
 	if err != nil {
-		return nil, bad("the response is not a JSON object")
+		return nil, fmt.Errorf("%w: the response is not a JSON object", ErrUpstreamProtocol)
 	}
-	rd := &responseRound{top: top, stored: string(top.Get("store")) != "false"}
-	rd.id, _ = rawjson.Unquote(top.Get("id"))
-	rd.model, _ = rawjson.Unquote(top.Get("model"))
-	rd.status, _ = rawjson.Unquote(top.Get("status"))
-	if out := top.Get("output"); out != nil && string(out) != "null" {
-		if rd.items, err = rawjson.Split(out); err != nil {
-			return nil, bad("output is not an array")
-		}
+	// Stored only when the response says so: a server that omits store may keep nothing, and a
+	// round resent whole works on every server.
+	rd := &responseRound{top: top, stored: string(top.Get("store")) == "true"}
+	rd.id, rd.model, rd.status = text(top.Get("id")), text(top.Get("model")), text(top.Get("status"))
+	if out := top.Get("output"); !isNull(out) {
+		rd.items, _ = rawjson.Split(out)
 	}
 	rd.hidden = make([]bool, len(rd.items))
 	for i, item := range rd.items {
-		var d struct {
-			Type      string `json:"type"`
-			CallID    string `json:"call_id"`
-			ID        string `json:"id"`
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
+		o, err := rawjson.Parse(item)
+		if err != nil {
+			continue
 		}
-		if err := json.Unmarshal(item, &d); err != nil {
-			return nil, bad("an output item is not understood")
-		}
+		typ := text(o.Get("type"))
 		switch {
-		case d.Type == "function_call":
-			if d.CallID == "" {
-				d.CallID = d.ID
-			}
-			if d.CallID == "" {
-				d.CallID = newCallID()
-			}
-			client := req.IsClientTool(d.Name) // any other name is run as the workspace's, as in chat turns
-			rd.hidden[i] = !client
-			rd.calls = append(rd.calls, toolCall{ID: d.CallID, Name: d.Name, Arguments: d.Arguments, Client: client, Raw: item})
-		case clientCallTypes[d.Type]:
-			rd.calls = append(rd.calls, toolCall{ID: d.CallID, Name: d.Type, Client: true, Raw: item})
+		case typ == "function_call":
+			c := responsesCall(o, req.IsClientTool)
+			c.Raw = item
+			rd.hidden[i] = !c.Client
+			rd.calls = append(rd.calls, c)
+		case clientCallTypes[typ]:
+			rd.calls = append(rd.calls, toolCall{ID: text(o.Get("call_id")), Name: typ, Client: true, Raw: item})
 		}
 	}
 	return rd, nil
+}
+
+// responsesCall is a function_call output item as the loop runs it: the workspace's call, the
+// client's, or a parallel wrapper of workspace calls only, run as one call (Parts); a wrapper
+// that also names the client's tools is the client's call, as the model made it (the upstream
+// expects one output per call_id).
+func responsesCall(item rawjson.Object, client func(string) bool) toolCall {
+	c := toolCall{ID: text(item.Get("call_id")), Name: text(item.Get("name")), Arguments: arguments(item.Get("arguments"))}
+	if c.ID == "" {
+		c.ID = text(item.Get("id"))
+	}
+	if c.ID == "" {
+		c.ID = newCallID()
+	}
+	c.Client = client(c.Name) // any other name is run as the workspace's, as in chat turns
+	if parts, ok := wrapperCalls(c, client); ok {
+		for n, p := range parts {
+			if !tools.IsTool(p.name) {
+				c.Client, c.Parts = true, nil
+				break
+			}
+			c.Parts = append(c.Parts, toolCall{ID: c.ID + "_" + strconv.Itoa(n+1), Name: p.name, Arguments: p.args})
+		}
+	} else if isParallelWrapper(c.Name, client) {
+		c.Client = true
+	}
+	return c
 }
 
 // workspaceCallIDs are the call_ids of the round's workspace calls.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,10 +12,11 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
-// responsesSSE is the dialect of a streamed Responses turn (SPEC §12): typed events as the
-// upstream sends them, the deltas of every round forwarded live. The client gets one
-// response.created and one response.in_progress (the first round's), one terminal event at the
-// end carrying the turn's response, and never an event of a workspace call; output_index and
+// responsesSSE is the dialect of a streamed Responses turn (docs/spec.md §12, §16): typed events
+// as the upstream sends them, the deltas of every round forwarded live, event and item types the
+// proxy does not know included. The client gets one response.created and one
+// response.in_progress (the first round's), the upstream's error events, one terminal event at
+// the end carrying the turn's response, and never an event of a workspace call; output_index and
 // sequence_number are renumbered so that the rounds read as one gap-free stream.
 type responsesSSE struct {
 	responsesTurn // last: the last round's terminal response
@@ -29,8 +31,16 @@ type responsesSSE struct {
 	terminal string // the last round's terminal event type
 	rd       struct {
 		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
+		owner   map[int]int     // upstream output_index of a function call → who runs it
 		hidden  map[string]bool // the item ids of the workspace calls
 		emitted bool            // the client got part of this round
+		// failed is the round's error event, when the upstream sent one.
+		failed *StreamError
+		// pending is the output_index of a function call whose owner is not known yet (its name
+		// came empty, or it is a parallel wrapper, decided by its arguments), -1 for none; held
+		// are the events that arrived since, as they came, replayed once it is decided.
+		pending int
+		held    [][]byte
 	}
 	scratch rawjson.Object
 }
@@ -40,8 +50,7 @@ func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter, record rec
 }
 
 func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	s.round++
-	s.rd.index, s.rd.hidden, s.rd.emitted, s.last = map[int]int{}, map[string]bool{}, false, nil
+	s.newRound()
 	if err := s.stream(ctx, body); err != nil {
 		if s.rd.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
@@ -49,6 +58,13 @@ func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 		return nil, nil, roundInfo{}, err
 	}
 	return s.last.calls, s.last.top.Get("usage"), s.last.info(), nil
+}
+
+// newRound starts a round: nothing seen of it yet.
+func (s *responsesSSE) newRound() {
+	s.round++
+	s.rd.index, s.rd.owner, s.rd.hidden, s.rd.emitted, s.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
+	s.rd.pending, s.rd.held, s.rd.failed = -1, nil, nil
 }
 
 // stream reads one round's events up to its terminal event.
@@ -66,7 +82,10 @@ func (s *responsesSSE) stream(ctx context.Context, body Payload) error {
 			}
 		}
 		data, err := events.Next()
-		if err == io.EOF || (err == nil && string(data) == "[DONE]") {
+		if err == io.EOF || (err == nil && bytes.HasPrefix(data, []byte("[DONE]"))) {
+			if s.rd.failed != nil {
+				return s.rd.failed // the upstream's error event, then no terminal one
+			}
 			return fmt.Errorf("%w: %w", ErrUpstreamProtocol, errStreamEnded)
 		}
 		if err != nil {
@@ -80,27 +99,27 @@ func (s *responsesSSE) stream(ctx context.Context, body Payload) error {
 }
 
 // event handles one upstream event: it keeps what the turn needs and emits what the client gets.
+// What the proxy cannot read is not its own: the client gets it as it came.
 func (s *responsesSSE) event(data []byte) error {
 	ev, err := rawjson.ParseInto(s.scratch, data)
 	if err != nil {
-		return fmt.Errorf("%w: an event is not a JSON object", ErrUpstreamProtocol)
+		return s.emitRaw(data)
 	}
 	s.scratch = ev
-	typ, _ := rawjson.Unquote(ev.Get("type"))
+	typ := text(ev.Get("type"))
 	switch typ {
 	case "error":
-		return &StreamError{Data: append([]byte(nil), data...)}
+		s.rd.failed = &StreamError{Data: append([]byte(nil), data...)} // forwarded: a response.failed follows
 	case "response.created", "response.in_progress", "response.queued":
 		if s.round > 1 {
 			return nil // the client has the turn's
 		}
 		resp, err := rawjson.Parse(ev.Get("response"))
 		if err != nil {
-			return fmt.Errorf("%w: %s has no response object", ErrUpstreamProtocol, typ)
+			return s.emit(typ, ev)
 		}
 		if s.first == "" {
-			id, _ := rawjson.Unquote(resp.Get("id"))
-			s.first = turnID(id)
+			s.first = turnID(text(resp.Get("id")))
 			s.template = resp.Own()
 		}
 		resp.Set("id", rawjson.String(s.first))
@@ -115,27 +134,53 @@ func (s *responsesSSE) event(data []byte) error {
 		if s.first == "" {
 			s.first = turnID(rd.id)
 		}
+		if err := s.decideAll(rd); err != nil {
+			return err
+		}
 		s.last, s.terminal = rd, typ
 		s.shown = len(rd.visible(s.output)) // the items the client will have been told of
 		return nil
 	}
-	// A workspace call's events are known by the item they carry, its item_id, or its
-	// output_index (whichever the server sends).
+	if s.rd.pending >= 0 {
+		return s.hold(data, ev)
+	}
+	return s.itemEvent(typ, ev, data)
+}
+
+// itemEvent emits an event of the round's output (or any other event but the lifecycle ones),
+// unless it belongs to a workspace call. A call's events are known by the item they carry, its
+// item_id, or its output_index (whichever the server sends).
+func (s *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) error {
+	n, hasIndex := -1, false
+	if raw := ev.Get("output_index"); raw != nil {
+		if v, err := strconv.Atoi(string(raw)); err == nil && v >= 0 {
+			n, hasIndex = v, true
+		}
+	}
 	hidden := false
 	if item := ev.Get("item"); item != nil {
-		if id, ok := s.workspaceCall(item); ok {
-			hidden = true
-			s.rd.hidden[id] = true
+		if o, err := rawjson.Parse(item); err == nil && text(o.Get("type")) == "function_call" {
+			owner, known := s.rd.owner[n]
+			if !known || !hasIndex {
+				owner = s.ownerOf(o, typ == "response.output_item.done")
+				if owner == undecided && hasIndex {
+					s.rd.pending = n
+					return s.hold(data, ev)
+				}
+				if hasIndex {
+					s.rd.owner[n] = owner
+				}
+			}
+			if owner == workspace {
+				hidden = true
+				s.rd.hidden[text(o.Get("id"))] = true
+			}
 		}
 	}
-	if id, ok := rawjson.Unquote(ev.Get("item_id")); ok && s.rd.hidden[id] {
+	if s.rd.hidden[text(ev.Get("item_id"))] {
 		hidden = true
 	}
-	if raw := ev.Get("output_index"); raw != nil {
-		n, err := strconv.Atoi(string(raw))
-		if err != nil {
-			return fmt.Errorf("%w: output_index is not an integer", ErrUpstreamProtocol)
-		}
+	if hasIndex {
 		ci, ok := s.rd.index[n]
 		if !ok {
 			ci = -1
@@ -156,16 +201,91 @@ func (s *responsesSSE) event(data []byte) error {
 	return s.emit(typ, ev)
 }
 
-// workspaceCall reports whether an output item is a call of a workspace tool, and its id.
-func (s *responsesSSE) workspaceCall(item json.RawMessage) (string, bool) {
-	o, err := rawjson.Parse(item)
-	if err != nil {
-		return "", false
+// Owners of a function call item.
+const (
+	undecided = iota
+	workspace
+	client
+)
+
+// ownerOf is who runs a function call item: the workspace or the client, or undecided while its
+// name is not known or it is a parallel wrapper whose arguments are not complete (done is set
+// for the item of its output_item.done, which is whole).
+func (s *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
+	name := text(item.Get("name"))
+	if !done && (name == "" || isParallelWrapper(name, s.req.IsClientTool)) {
+		return undecided
 	}
-	typ, _ := rawjson.Unquote(o.Get("type"))
-	name, _ := rawjson.Unquote(o.Get("name"))
-	id, _ := rawjson.Unquote(o.Get("id"))
-	return id, typ == "function_call" && !s.req.IsClientTool(name)
+	if responsesCall(item, s.req.IsClientTool).Client {
+		return client
+	}
+	return workspace
+}
+
+// hold keeps an event while a call's owner is undecided; the call's output_item.done decides
+// it, and the held events are replayed in order.
+func (s *responsesSSE) hold(data []byte, ev rawjson.Object) error {
+	s.rd.held = append(s.rd.held, append([]byte(nil), data...))
+	if text(ev.Get("type")) != "response.output_item.done" {
+		return nil
+	}
+	n, err := strconv.Atoi(string(ev.Get("output_index")))
+	if err != nil || n != s.rd.pending {
+		return nil
+	}
+	item, err := rawjson.Parse(ev.Get("item"))
+	if err != nil {
+		return nil
+	}
+	s.decide(n, text(item.Get("id")), s.ownerOf(item, true) == workspace)
+	return s.replay()
+}
+
+// decide settles the pending call at upstream output_index n: hidden when it is the workspace's.
+func (s *responsesSSE) decide(n int, id string, hidden bool) {
+	s.rd.owner[n] = client
+	if hidden {
+		s.rd.owner[n] = workspace
+		s.rd.hidden[id] = true
+	}
+	s.rd.pending = -1
+}
+
+// decideAll settles a call still pending when the round's terminal event came, by the item the
+// terminal response holds, and replays the events held behind it.
+func (s *responsesSSE) decideAll(rd *responseRound) error {
+	for s.rd.pending >= 0 {
+		n := s.rd.pending
+		hidden, id := true, ""
+		if n < len(rd.items) {
+			hidden = rd.hidden[n]
+			if o, err := rawjson.Parse(rd.items[n]); err == nil {
+				id = text(o.Get("id"))
+			}
+		}
+		s.decide(n, id, hidden)
+		if err := s.replay(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replay sends the held events again through event, in order, until one of them holds the rest
+// behind another undecided call.
+func (s *responsesSSE) replay() error {
+	held := s.rd.held
+	s.rd.held = nil
+	for i, data := range held {
+		if err := s.event(data); err != nil {
+			return err
+		}
+		if s.rd.pending >= 0 {
+			s.rd.held = append(s.rd.held, held[i+1:]...)
+			return nil
+		}
+	}
+	return nil
 }
 
 // clientPrevious shows the client its own previous_response_id in a response object, not the
@@ -181,7 +301,10 @@ func (s *responsesSSE) clientPrevious(resp *rawjson.Object) {
 	resp.Set("previous_response_id", prev)
 }
 
-func (s *responsesSSE) pause() error { return s.flush() }
+func (s *responsesSSE) pause() error {
+	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return s.flush()
+}
 
 // finish records the turn and ends the stream with the terminal event of the last round,
 // carrying the turn's response.
@@ -228,9 +351,16 @@ func (s *responsesSSE) end() []byte { return nil }
 func (s *responsesSSE) emit(typ string, ev rawjson.Object) error {
 	ev.Set("sequence_number", rawjson.Int(s.seq))
 	s.seq++
+	return s.send(typ, ev.Bytes())
+}
+
+// emitRaw sends data that is not a JSON object as it came.
+func (s *responsesSSE) emitRaw(data []byte) error { return s.send("", data) }
+
+func (s *responsesSSE) send(typ string, data []byte) error {
 	s.dirty = true
 	s.rd.emitted = true
-	return s.out.Emit(typ, ev.Bytes())
+	return s.out.Emit(typ, data)
 }
 
 func (s *responsesSSE) flush() error {

@@ -480,9 +480,9 @@ func blankString(raw json.RawMessage) bool {
 }
 
 // appendRound adds a tool round to the conversation: the assistant message of the reply
-// (content, reasoning_content when the upstream sent one, and the workspace's calls) and one
-// tool message per call with its result.
-func (c *ChatRequest) appendRound(content, reasoning json.RawMessage, calls []toolCall, results []string) {
+// (content, the reasoning members the upstream sent, and the workspace's calls) and one tool
+// message per call with its result.
+func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []string) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("assistant"))
 	if len(content) == 0 {
@@ -491,19 +491,12 @@ func (c *ChatRequest) appendRound(content, reasoning json.RawMessage, calls []to
 	msg.Set("content", content)
 	items := make([]json.RawMessage, len(calls))
 	for i, call := range calls {
-		fn := rawjson.Object{}
-		fn.Set("name", rawjson.String(call.Name))
-		fn.Set("arguments", rawjson.String(call.Arguments))
-		tc := rawjson.Object{}
-		tc.Set("id", rawjson.String(call.ID))
-		tc.Set("type", rawjson.String("function"))
-		tc.Set("function", fn.Bytes())
-		items[i] = tc.Bytes()
+		items[i] = chatCallJSON(call)
 	}
 	msg.Set("tool_calls", rawjson.AppendArray(nil, items))
-	if len(reasoning) > 0 {
-		// Servers that return reasoning_content (DeepSeek, vLLM) expect it back within a turn.
-		msg.Set("reasoning_content", reasoning)
+	for i, k := range reasoning.Keys {
+		// Servers that return reasoning (DeepSeek, vLLM, SGLang) expect it back within a turn.
+		msg.Set(k, reasoning.Vals[i])
 	}
 	c.messages = append(c.messages, Payload{msg.Bytes()})
 	for i, call := range calls {

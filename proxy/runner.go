@@ -1,13 +1,13 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
@@ -71,7 +71,12 @@ type toolCall struct {
 	Name      string
 	Arguments string
 	Client    bool            // one of the client's tools: the client runs it
-	Raw       json.RawMessage // as the upstream sent it (non-streamed replies)
+	Raw       json.RawMessage // as the upstream sent it (non-streamed replies), or as the proxy made it
+	// shown: a streamed client call whose deltas the client already got.
+	shown bool
+	// Parts are the workspace calls of a parallel wrapper run as one call (its result lists
+	// theirs), for wire formats that send one output per call the model made.
+	Parts []toolCall
 }
 
 // dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
@@ -229,26 +234,62 @@ func retryable(err error) bool {
 func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall) ([]string, error) {
 	out := make([]string, len(calls))
 	for i, call := range calls {
-		tctx, span := r.tracing.toolSpan(ctx, call)
-		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments})
-		r.tracing.endTool(span, res, err)
+		if len(call.Parts) > 0 {
+			res, err := r.runParts(ctx, t, n, call.Parts)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = res
+			continue
+		}
+		res, err := r.runTool(ctx, t, n, call)
 		if err != nil {
 			return nil, err
-		}
-		r.Metrics.toolCall(call.Name, res.OK, res.LockedSkips)
-		if !res.OK && r.Logger != nil {
-			r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID().String()),
-				slog.String("tool", call.Name), slog.String("result", res.Content))
 		}
 		out[i] = res.Content
 	}
 	return out, nil
 }
 
-// usageSum adds up the usage objects of a turn's rounds: every number, nested ones
-// (prompt_tokens_details, …) included; anything else keeps its last value. It keeps the raw
-// objects and sums them only when asked, so a turn of one round decodes nothing; the token
-// counts it sums as it goes.
+// runTool runs one workspace call.
+func (r *Runner) runTool(ctx context.Context, t *Turn, n int, call toolCall) (tools.Result, error) {
+	tctx, span := r.tracing.toolSpan(ctx, call)
+	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+	r.tracing.endTool(span, res, err)
+	if err != nil {
+		return res, err
+	}
+	r.Metrics.toolCall(call.Name, res.OK, res.LockedSkips)
+	if !res.OK && r.Logger != nil {
+		r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID().String()),
+			slog.String("tool", call.Name), slog.String("result", res.Content))
+	}
+	return res, nil
+}
+
+// runParts runs the workspace calls of a parallel wrapper and returns the wrapper's output: the
+// list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …].
+func (r *Runner) runParts(ctx context.Context, t *Turn, n int, parts []toolCall) (string, error) {
+	items := make([]json.RawMessage, len(parts))
+	for i, p := range parts {
+		res, err := r.runTool(ctx, t, n, p)
+		if err != nil {
+			return "", err
+		}
+		o := rawjson.Object{}
+		o.Set("recipient_name", rawjson.String("functions."+p.Name))
+		o.Set("output", json.RawMessage(res.Content))
+		items[i] = o.Bytes()
+	}
+	return string(rawjson.AppendArray(nil, items)), nil
+}
+
+// usageSum adds up the usage objects of a turn's rounds (docs/spec.md §16): one round's goes
+// to the client as the upstream sent it; several are merged member by member in the last
+// round's order (members only earlier rounds had after them): numbers summed (integers
+// saturating at the int64 bounds), objects merged alike, null the same as absent, anything else
+// the last round's. It keeps the raw objects and merges them only when asked, so a turn of one
+// round decodes nothing; the token counts it sums as it goes.
 type usageSum struct {
 	raws   []json.RawMessage
 	tokens tools.Usage
@@ -257,7 +298,7 @@ type usageSum struct {
 // add keeps a round's usage and its token counts (tokenCounts(raw)); raw must stay unchanged
 // until json is called.
 func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
-	if len(raw) > 0 && string(raw) != "null" {
+	if !isNull(raw) {
 		u.raws = append(u.raws, raw)
 		u.tokens.Add(tokens)
 	}
@@ -265,7 +306,8 @@ func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
 
 // tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
 // prompt_tokens_details.cached_tokens and completion_tokens, or the Responses API's
-// input_tokens, input_tokens_details.cached_tokens and output_tokens.
+// input_tokens, input_tokens_details.cached_tokens and output_tokens. Counts that are not
+// non-negative integers count 0; those past the int64 bounds count as its largest.
 func tokenCounts(raw json.RawMessage) tools.Usage {
 	var u tools.Usage
 	o, err := rawjson.Parse(raw)
@@ -273,7 +315,7 @@ func tokenCounts(raw json.RawMessage) tools.Usage {
 		return u
 	}
 	count := func(o rawjson.Object, key string) int64 {
-		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64)
+		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64) // past the bounds: the largest
 		return max(n, 0)
 	}
 	cached := func(details string) int64 {
@@ -283,55 +325,83 @@ func tokenCounts(raw json.RawMessage) tools.Usage {
 		}
 		return count(d, "cached_tokens")
 	}
-	u.PromptTokens = count(o, "prompt_tokens") + count(o, "input_tokens")
-	u.CompletionTokens = count(o, "completion_tokens") + count(o, "output_tokens")
-	u.CachedPromptTokens = cached("prompt_tokens_details") + cached("input_tokens_details")
+	u.Add(tools.Usage{PromptTokens: count(o, "prompt_tokens"), CompletionTokens: count(o, "completion_tokens"),
+		CachedPromptTokens: cached("prompt_tokens_details")})
+	u.Add(tools.Usage{PromptTokens: count(o, "input_tokens"), CompletionTokens: count(o, "output_tokens"),
+		CachedPromptTokens: cached("input_tokens_details")})
 	return u
 }
 
 func (u *usageSum) empty() bool { return len(u.raws) == 0 }
 
 func (u *usageSum) json() json.RawMessage {
-	sum := map[string]any{}
-	for _, raw := range u.raws {
-		var m map[string]any
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		if dec.Decode(&m) == nil {
-			sumInto(sum, m)
+	if len(u.raws) == 0 {
+		return nil
+	}
+	sum := u.raws[0]
+	for _, raw := range u.raws[1:] {
+		sum = mergeUsage(sum, raw)
+	}
+	return sum
+}
+
+// mergeUsage merges usage object b, the later, into a (see usageSum).
+func mergeUsage(a, b json.RawMessage) json.RawMessage {
+	bo, err := rawjson.Parse(b)
+	if err != nil {
+		return a
+	}
+	ao, err := rawjson.Parse(a)
+	if err != nil {
+		return b
+	}
+	out := rawjson.Object{}
+	for i, k := range bo.Keys {
+		out.Set(k, mergeValue(ao.Get(k), bo.Vals[i]))
+	}
+	for i, k := range ao.Keys {
+		if out.Index(k) < 0 {
+			out.Set(k, ao.Vals[i])
 		}
 	}
-	b, _ := rawjson.Marshal(sum)
+	return out.Bytes()
+}
+
+func mergeValue(a, b json.RawMessage) json.RawMessage {
+	switch {
+	case isNull(a):
+		return b
+	case isNull(b):
+		return a
+	case a[0] == '{' && b[0] == '{':
+		return mergeUsage(a, b)
+	case isNumber(a) && isNumber(b):
+		return addNumbers(a, b)
+	}
 	return b
 }
 
-func sumInto(dst, src map[string]any) {
-	for k, v := range src {
-		switch sv := v.(type) {
-		case json.Number:
-			if dv, ok := dst[k].(json.Number); ok {
-				dst[k] = addNumbers(dv, sv)
-				continue
-			}
-		case map[string]any:
-			if dv, ok := dst[k].(map[string]any); ok {
-				sumInto(dv, sv)
-				continue
-			}
-		}
-		dst[k] = v
-	}
-}
+func isNumber(v json.RawMessage) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
 
-func addNumbers(a, b json.Number) json.Number {
-	if x, err := a.Int64(); err == nil {
-		if y, err := b.Int64(); err == nil {
-			return json.Number(strconv.FormatInt(x+y, 10))
-		}
+// addNumbers adds two JSON numbers: integers exactly, saturating at the int64 bounds; others as
+// float64.
+func addNumbers(a, b json.RawMessage) json.RawMessage {
+	x, errX := strconv.ParseInt(string(a), 10, 64)
+	y, errY := strconv.ParseInt(string(b), 10, 64)
+	if errX == nil && errY == nil {
+		return json.RawMessage(strconv.FormatInt(tools.AddTokens(x, y), 10))
 	}
-	x, _ := a.Float64()
-	y, _ := b.Float64()
-	return json.Number(strconv.FormatFloat(x+y, 'f', -1, 64))
+	f, _ := strconv.ParseFloat(string(a), 64)
+	g, _ := strconv.ParseFloat(string(b), 64)
+	sum := f + g
+	if math.IsInf(sum, 0) || math.IsNaN(sum) {
+		sum = math.Copysign(math.MaxFloat64, sum)
+	}
+	format := byte('f')
+	if math.Abs(sum) >= 1e21 {
+		format = 'g'
+	}
+	return json.RawMessage(strconv.FormatFloat(sum, format, -1, 64))
 }
 
 func newCallID() string { return "call_" + randomHex(12) }

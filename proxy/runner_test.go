@@ -81,7 +81,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	var got int
 	var chunks int
 	rounds, err := (&Runner{}).run(context.Background(), &Turn{Workspace: ws, Number: turn.Number, Upstream: up},
-		newChatSSE(req, up, emitFunc(func(chunk []byte) error {
+		newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
 				Choices []struct {
@@ -163,7 +163,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 			var answer string
 			var usage map[string]any
 			if streamed {
-				rounds, err := (&Runner{}).run(context.Background(), tt, newChatSSE(req, up, emitFunc(func(chunk []byte) error {
+				rounds, err := (&Runner{}).run(context.Background(), tt, newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
 					var c struct {
 						Choices []struct {
 							Delta struct{ Content string } `json:"delta"`

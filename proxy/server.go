@@ -29,6 +29,7 @@ import (
 const (
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultUpstreamTimeout = 10 * time.Minute
+	DefaultStreamKeepalive = 15 * time.Second
 	// DefaultUpstreamURL is OpenAI's API, the upstream when none is configured.
 	DefaultUpstreamURL = "https://api.openai.com/v1"
 )
@@ -107,6 +108,10 @@ type Options struct {
 	ListenURL string
 	// NoPanel turns the workspace panel (/ui/) off (UI=off).
 	NoPanel bool
+	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
+	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
+	// Zero means DefaultStreamKeepalive.
+	StreamKeepalive time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -156,6 +161,9 @@ func NewServer(opts Options) *Server {
 	}
 	if opts.Placement == "" {
 		opts.Placement = PlaceTail
+	}
+	if opts.StreamKeepalive <= 0 {
+		opts.StreamKeepalive = DefaultStreamKeepalive
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -446,8 +454,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.addUsage(t) // in the background, once the turn has ended
 	if req.Stream {
-		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
-		s.stream(r, t, newChatSSE(req, t.Upstream, out), out)
+		out := s.sseWriter(w, thread)
+		defer out.close()
+		s.stream(r, t, newChatSSE(req, t.Upstream, s.log, thread.String(), out), out)
 		return
 	}
 	d := &chatJSON{req: req, up: t.Upstream}
@@ -500,7 +509,8 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.addUsage(t)
 	if req.Stream {
-		out := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name}
+		out := s.sseWriter(w, thread)
+		defer out.close()
 		s.stream(r, t, newResponsesSSE(req, t.Upstream, out, record), out)
 		return
 	}
@@ -566,7 +576,8 @@ type streamDialect interface {
 }
 
 // stream serves a streamed turn. The status and headers go out with the first event, so a
-// failure before it gets a plain error response; after it, one failure event ends the stream.
+// failure before it gets a plain error response (but for the upstream's error event); after it,
+// one failure event ends the stream.
 func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWriter) {
 	_, err := s.runner.run(r.Context(), t, d)
 	if err == nil {
@@ -577,11 +588,13 @@ func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWrite
 		}
 		return
 	}
-	if !out.started {
-		writeError(out.w, r, s.log, err)
+	var se *StreamError
+	if started := out.close(); !started && !errors.As(err, &se) {
+		writeError(out.w, r, s.log, err) // nothing went out yet: a plain error response
 		return
 	}
-	var se *StreamError
+	// After the first byte, or for the upstream's own error event (which a client straight from
+	// the upstream reads inside a stream too): one failure event ends the stream.
 	var ue *UpstreamError
 	if errors.As(err, &se) || errors.As(err, &ue) {
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error after the stream started", slog.String("thread", t.Workspace.ThreadID().String()))
@@ -596,36 +609,113 @@ func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWrite
 	_ = out.write(sse.AppendNamedEvent(nil, name, data))
 }
 
-// sseWriter is the client side of a streamed turn: server-sent events on the response.
+// sseWriter is the client side of a streamed turn: server-sent events on the response, and a
+// keepalive comment when the client has had nothing for the keepalive interval (docs/spec.md
+// §16) — once the stream started, or once the proxy began a round the client cannot see (before
+// that, the client waits for the upstream's status as it would straight). The keepalive is a
+// runtime timer, not a goroutine: it fires only when the stream is silent.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	thread  string
+	every   time.Duration
+	mu      sync.Mutex // the timer writes too
 	started bool
+	waiting bool // a round the client cannot see began: keepalives may start the stream
+	closed  bool
+	last    time.Time // the last write
+	timer   *time.Timer
 	buf     []byte
 }
 
+var keepaliveComment = []byte(": keepalive\n\n")
+
+func (s *Server) sseWriter(w http.ResponseWriter, thread tools.ThreadID) *sseWriter {
+	o := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name, every: s.opts.StreamKeepalive, last: time.Now()}
+	o.mu.Lock() // the timer may fire before it is assigned
+	o.timer = time.AfterFunc(o.every, o.keepalive)
+	o.mu.Unlock()
+	return o
+}
+
 func (o *sseWriter) Emit(event string, data []byte) error {
-	if !o.started {
-		h := o.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
-		h.Set(threadHeader, o.thread)
-		o.w.WriteHeader(http.StatusOK)
-		o.started = true
-	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.start()
 	o.buf = sse.AppendNamedEvent(o.buf[:0], event, data)
+	o.last = time.Now()
 	_, err := o.w.Write(o.buf)
 	return err
 }
 
-func (o *sseWriter) Flush() error { return o.rc.Flush() }
+// start sends the status and headers of the stream, once.
+func (o *sseWriter) start() {
+	if o.started {
+		return
+	}
+	h := o.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
+	h.Set(threadHeader, o.thread)
+	o.w.WriteHeader(http.StatusOK)
+	o.started = true
+}
+
+// Flush sends what was written; before the stream started it means a round the client cannot
+// see began (the runner flushes before it runs the workspace's tools).
+func (o *sseWriter) Flush() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.started {
+		o.waiting = true
+		return nil
+	}
+	return o.rc.Flush()
+}
+
+// keepalive writes a comment when the stream has been silent for the interval, and sets the
+// timer for the next check.
+func (o *sseWriter) keepalive() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return
+	}
+	if !o.started && !o.waiting {
+		o.timer.Reset(o.every)
+		return
+	}
+	if idle := time.Since(o.last); idle < o.every {
+		o.timer.Reset(o.every - idle)
+		return
+	}
+	o.start()
+	o.last = time.Now()
+	if _, err := o.w.Write(keepaliveComment); err == nil {
+		_ = o.rc.Flush()
+	}
+	o.timer.Reset(o.every)
+}
 
 // write writes b and flushes it.
 func (o *sseWriter) write(b []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.start()
+	o.last = time.Now()
 	if _, err := o.w.Write(b); err != nil {
 		return err
 	}
 	return o.rc.Flush()
+}
+
+// close stops the keepalives and reports whether the stream started; the handler calls it
+// before it answers otherwise, and before it returns.
+func (o *sseWriter) close() (started bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	o.timer.Stop()
+	return o.started
 }

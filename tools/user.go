@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -47,9 +48,21 @@ type Usage struct {
 
 // Add adds o to u.
 func (u *Usage) Add(o Usage) {
-	u.PromptTokens += o.PromptTokens
-	u.CachedPromptTokens += o.CachedPromptTokens
-	u.CompletionTokens += o.CompletionTokens
+	u.PromptTokens = AddTokens(u.PromptTokens, o.PromptTokens)
+	u.CachedPromptTokens = AddTokens(u.CachedPromptTokens, o.CachedPromptTokens)
+	u.CompletionTokens = AddTokens(u.CompletionTokens, o.CompletionTokens)
+}
+
+// AddTokens is x+y, saturating at the int64 bounds: an upstream's hostile counts never wrap.
+func AddTokens(x, y int64) int64 {
+	s := x + y
+	switch {
+	case x > 0 && y > 0 && s < 0:
+		return math.MaxInt64
+	case x < 0 && y < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
 }
 
 // Snapshot is the workspace as it stood at the start of a turn; it applies from that turn until

@@ -34,6 +34,8 @@ type Config struct {
 	RequestReadTimeout time.Duration
 	MaxBufferedBytes   int64
 	UpstreamTimeout    time.Duration
+	// StreamKeepalive is the longest a streamed turn's client waits without a byte.
+	StreamKeepalive time.Duration
 	// WorkspacePlacement is where the workspace goes in a request: tail or system.
 	WorkspacePlacement string
 	// PromptCacheKey: auto, thread or off.
@@ -60,6 +62,7 @@ func DefaultConfig() Config {
 		RequestReadTimeout: proxy.DefaultRequestReadTimeout,
 		MaxBufferedBytes:   proxy.DefaultMaxBufferedBytes,
 		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
+		StreamKeepalive:    proxy.DefaultStreamKeepalive,
 		WorkspacePlacement: string(proxy.PlaceTail),
 		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
 		PromptCacheKey:     proxy.PromptCacheKeyAuto,
@@ -96,6 +99,7 @@ func (c *Config) settings() []setting {
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
+		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment", (*durationValue)(&c.StreamKeepalive)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
 		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},
@@ -155,6 +159,9 @@ func (c Config) Validate() error {
 	}
 	if c.UpstreamTimeout <= 0 {
 		return fmt.Errorf("UPSTREAM_TIMEOUT: %s must be positive", c.UpstreamTimeout)
+	}
+	if c.StreamKeepalive <= 0 {
+		return fmt.Errorf("STREAM_KEEPALIVE: %s must be positive", c.StreamKeepalive)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)

@@ -167,6 +167,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		UpstreamURL:        upstreamURL,
 		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
 		UpstreamTimeout:    m.Config.UpstreamTimeout,
+		StreamKeepalive:    m.Config.StreamKeepalive,
 		AdminToken:         m.AdminToken,
 		ClientKeys:         clientKeys,
 		PassThroughRoutes:  routes,

@@ -108,18 +108,27 @@ func (s *Reader) readLine() ([]byte, error) {
 	}
 }
 
-// AppendEvent appends one event carrying data (which must hold no line break).
+// AppendEvent appends one event carrying data.
 func AppendEvent(buf, data []byte) []byte { return AppendNamedEvent(buf, "", data) }
 
-// AppendNamedEvent appends one event carrying data under the event name (none when ""); neither
-// may hold a line break.
+// AppendNamedEvent appends one event carrying data under the event name (none when "", which
+// must hold no line break); data with line breaks goes out as one data line per line, as a
+// Reader joins them.
 func AppendNamedEvent(buf []byte, name string, data []byte) []byte {
 	if name != "" {
 		buf = append(buf, "event: "...)
 		buf = append(buf, name...)
 		buf = append(buf, '\n')
 	}
-	buf = append(buf, "data: "...)
-	buf = append(buf, data...)
-	return append(buf, "\n\n"...)
+	for {
+		line, rest, more := bytes.Cut(data, []byte("\n"))
+		buf = append(buf, "data: "...)
+		buf = append(buf, line...)
+		buf = append(buf, '\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	return append(buf, '\n')
 }
