@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 )
@@ -16,9 +18,11 @@ const maxResponseBody = 64 << 20
 // chatJSON is the dialect of a non-streamed chat completions turn: each round's reply is one
 // JSON body, and the client gets one body at the end.
 type chatJSON struct {
-	req  *ChatRequest
-	up   Upstream
-	last *completion // the last round's reply
+	req    *ChatRequest
+	up     Upstream
+	log    *slog.Logger // nil logs nothing
+	thread string
+	last   *completion // the last round's reply
 	// body and header are the client's answer, set by finish.
 	body   []byte
 	header http.Header
@@ -65,7 +69,30 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 func (d *chatJSON) pause() error { return nil }
 
 func (d *chatJSON) extend(calls []toolCall, results []string) {
-	d.req.appendRound(d.last.message.Get("content"), d.last.reasoning(), calls, results)
+	content, cut := capText(d.last.message.Get("content"))
+	reasoning := d.last.reasoning()
+	for i, v := range reasoning.Vals {
+		var c bool
+		reasoning.Vals[i], c = capText(v)
+		cut = cut || c
+	}
+	if cut && d.log != nil {
+		d.log.Warn("round text over the cap sent back truncated", slog.String("thread", d.thread), slog.Int("cap", maxRoundText))
+	}
+	d.req.appendRound(content, reasoning, calls, results)
+}
+
+// capText is a raw JSON string cut to its first maxRoundText bytes of text (at a character's
+// boundary) when it is longer; cut reports that it was.
+func capText(raw json.RawMessage) (_ json.RawMessage, cut bool) {
+	if len(raw) <= maxRoundText+2 || raw[0] != '"' {
+		return raw, false
+	}
+	s := text(raw)
+	if len(s) <= maxRoundText {
+		return raw, false
+	}
+	return rawjson.String(strings.ToValidUTF8(s[:maxRoundText], "")), true
 }
 
 // finish answers with the last reply: untouched when the turn was one round without workspace

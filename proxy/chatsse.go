@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -50,11 +51,10 @@ type chatSSE struct {
 	model   string // the model the upstream named (for traces)
 	emitted bool   // the role delta went out
 	// last is the first chunk with choices, then the last chunk with a finish_reason: the
-	// template of the finish chunk. usageChunk is the last round's chunk of its own that carried
-	// the usage (choices empty), usageInFinish whether it came in the finish chunk instead.
-	last          rawjson.Object
-	usageChunk    rawjson.Object
-	usageInFinish bool
+	// template of the finish chunk.
+	last rawjson.Object
+	// earlier are the usage objects of the rounds before this one.
+	earlier usageSum
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
 	rd      streamRound
@@ -67,6 +67,9 @@ func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, 
 func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
 
 func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+	if s.rd.usage != nil {
+		s.earlier.raws = append(s.earlier.raws, s.rd.usage)
+	}
 	s.rd = newStreamRound()
 	if err := s.round(ctx, body); err != nil {
 		if s.rd.emitted {
@@ -128,8 +131,17 @@ type streamRound struct {
 	clientN   int // the client's calls so far: the next client index
 	finish    string
 	usage     json.RawMessage
-	done      bool // [DONE] seen
-	emitted   bool // the client got part of this round
+	// Where the round's usage came: in its finish chunk, and in a chunk that carried nothing
+	// else (its choices empty, or one with an empty delta), kept as it came: the turn's usage
+	// goes to the client where the last round's came, in the same shape.
+	usageInFinish bool
+	usageChunk    rawjson.Object
+	// inPlace: the round's finish chunk came without a workspace call in the round, so it is the
+	// turn's last, and it and what follows go to the client where they came (finishSent and
+	// usageSent once they did).
+	inPlace, finishSent, usageSent bool
+	done                           bool // [DONE] seen
+	emitted                        bool // the client got part of this round
 }
 
 func newStreamRound() streamRound {
@@ -208,35 +220,27 @@ func (s *chatSSE) chunk(data []byte) error {
 			return s.emit(data)
 		}
 	}
-	if len(choices) == 0 {
-		// Nothing for the client now: the usage of its own (kept for the end of the turn), or
-		// what some servers send first (Azure's prompt filter results).
-		if hasUsage {
-			s.usageChunk, s.usageInFinish = c.Own(), false
-		}
-		return nil
-	}
-	choice, err := rawjson.ParseInto(s.scratch.choice, choices[0])
-	if err != nil {
-		return s.emit(data)
-	}
-	s.scratch.choice = choice
-	fr := text(choice.Get("finish_reason"))
-	if fr != "" {
-		s.rd.finish = fr
-	}
-	if fr != "" || s.last.Keys == nil {
-		s.last = c.Own() // the template of the finish chunk: data is the reader's buffer
-		if fr != "" && hasUsage {
-			s.usageChunk, s.usageInFinish = rawjson.Object{}, true
-		}
-	}
-	delta := rawjson.Object{}
-	if d := choice.Get("delta"); !isNull(d) {
-		if delta, err = rawjson.ParseInto(s.scratch.delta, d); err != nil {
+	choice, delta := rawjson.Object{}, rawjson.Object{}
+	if len(choices) > 0 {
+		if choice, err = rawjson.ParseInto(s.scratch.choice, choices[0]); err != nil {
 			return s.emit(data)
 		}
-		s.scratch.delta = delta
+		s.scratch.choice = choice
+		if d := choice.Get("delta"); !isNull(d) {
+			if delta, err = rawjson.ParseInto(s.scratch.delta, d); err != nil {
+				return s.emit(data)
+			}
+			s.scratch.delta = delta
+		}
+	}
+	fr := text(choice.Get("finish_reason"))
+	usageOnly := hasUsage && fr == "" && (len(choices) == 0 || (emptyDelta(delta, "role") && !carriesMore(choice)))
+	switch {
+	case usageOnly && !s.rd.inPlace:
+		s.rd.usageChunk = c.Own() // the usage of its own: for the end of the turn
+		return nil
+	case len(choices) == 0 && !usageOnly:
+		return nil // nothing for the client (what some servers send first: Azure's prompt filter results)
 	}
 	s.rd.keep(&s.rd.content, delta.Get("content"))
 	for _, key := range reasoningKeys {
@@ -265,7 +269,36 @@ func (s *chatSSE) chunk(data []byte) error {
 			}
 		}
 	}
-	if emptyDelta(delta) && !carriesMore(choice) {
+	if fr != "" || s.last.Keys == nil {
+		s.last = c.Own() // the template of the finish chunk: data is the reader's buffer
+	}
+	if fr != "" {
+		s.rd.finish = fr
+		s.rd.usageInFinish = s.rd.usageInFinish || hasUsage
+		// The round's calls are known: without a workspace call it is the turn's last round,
+		// whose finish chunk and what follows it go to the client where they came.
+		s.rd.inPlace = !s.rd.hidCalls()
+	}
+	finish := json.RawMessage("null") // a finish_reason the turn's last chunk carries
+	if s.rd.inPlace {
+		changed, finish = true, choice.Get("finish_reason")
+		if finish == nil {
+			finish = json.RawMessage("null")
+		}
+		if hasUsage {
+			c.Del("usage")
+			if s.req.IncludeUsage {
+				c.Set("usage", s.turnUsage())
+				s.rd.usageSent = true
+			}
+			hasUsage = false
+		}
+		s.rd.finishSent = s.rd.finishSent || fr != ""
+		if len(choices) == 0 {
+			c.Set("id", rawjson.String(s.id))
+			return s.emit(c.Bytes())
+		}
+	} else if emptyDelta(delta) && !carriesMore(choice) {
 		// Nothing for the client now: a role alone (it goes with the first chunk that carries
 		// something), a workspace call, or a finish_reason (it comes at the end of the turn).
 		return nil
@@ -276,7 +309,13 @@ func (s *chatSSE) chunk(data []byte) error {
 	if hasUsage {
 		c.Set("usage", json.RawMessage("null")) // the turn's usage comes once, at its end
 	}
-	return s.send(c, choice, delta, json.RawMessage("null"))
+	return s.send(c, choice, delta, finish)
+}
+
+// turnUsage is the turn's usage so far: the earlier rounds' and this round's, as usageSum
+// makes it.
+func (s *chatSSE) turnUsage() json.RawMessage {
+	return (&usageSum{raws: append(s.earlier.raws[:len(s.earlier.raws):len(s.earlier.raws)], s.rd.usage)}).json()
 }
 
 // asIs reports whether a chunk from which nothing was taken can go to the client as it came:
@@ -291,10 +330,12 @@ func (s *chatSSE) sameID(raw json.RawMessage) bool {
 }
 
 // carriesMore reports whether a choice carries something beside its delta and finish_reason
-// (logprobs, content filter results, a vendor's member).
+// (logprobs, content filter results, a vendor's member; not null, {} or []).
 func carriesMore(choice rawjson.Object) bool {
 	for i, k := range choice.Keys {
-		if k != "index" && k != "delta" && k != "finish_reason" && !isNull(choice.Vals[i]) {
+		switch v := string(choice.Vals[i]); {
+		case k == "index" || k == "delta" || k == "finish_reason", v == "null", v == "{}", v == "[]":
+		default:
 			return true
 		}
 	}
@@ -354,10 +395,11 @@ func (s *chatSSE) flush() error {
 	return s.out.Flush()
 }
 
-// emptyDelta reports a delta with nothing for the client: no members, or only null and "".
-func emptyDelta(d rawjson.Object) bool {
-	for _, v := range d.Vals {
-		if s := string(v); s != "null" && s != `""` {
+// emptyDelta reports a delta with nothing for the client: no members, or only null and ""
+// (and the members named in but, whatever they hold).
+func emptyDelta(d rawjson.Object, but ...string) bool {
+	for i, v := range d.Vals {
+		if s := string(v); s != "null" && s != `""` && !slices.Contains(but, d.Keys[i]) {
 			return false
 		}
 	}
@@ -415,6 +457,16 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []j
 	return out, true
 }
 
+// hidCalls reports whether the round called the workspace's tools (whose calls the client never sees).
+func (rd *streamRound) hidCalls() bool {
+	for _, c := range rd.calls {
+		if !c.client {
+			return true
+		}
+	}
+	return false
+}
+
 // callOf is the call a tool-call item belongs to (see toolCalls), a new one when none.
 func (rd *streamRound) callOf(d chatCall) *callAcc {
 	var acc *callAcc
@@ -460,11 +512,22 @@ func clientCallItem(acc *callAcc) json.RawMessage {
 // the finish chunk (finish_reason "tool_calls" when the client has calls to run), and the
 // turn's usage when the client asked for it, where the last round's upstream put it.
 func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
+	withUsage := s.req.IncludeUsage && !usage.empty()
+	if s.rd.finishSent {
+		if withUsage && !s.rd.usageSent { // the last round's upstream sent none
+			u := s.last.Clone()
+			u.Set("id", rawjson.String(s.id))
+			u.Set("choices", json.RawMessage("[]"))
+			u.Set("usage", usage.json())
+			return s.emit(u.Bytes())
+		}
+		return nil
+	}
 	reason := s.rd.finish
 	switch {
 	case len(clientCalls) > 0:
 		reason = "tool_calls"
-	case reason == "" || reason == "tool_calls" || reason == "function_call":
+	case reason == "" || (s.rd.hidCalls() && (reason == "tool_calls" || reason == "function_call")):
 		reason = "stop" // the only calls were the workspace's
 	}
 	c := s.last.Clone()
@@ -485,22 +548,22 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	if err := s.unseen(c, choice, clientCalls); err != nil {
 		return err
 	}
-	withUsage := s.req.IncludeUsage && !usage.empty()
+	inFinish, own := s.rd.usageInFinish, s.rd.usageChunk
+	if withUsage && !inFinish && own.Keys == nil { // the last round's upstream sent none
+		own = c.Clone()
+		own.Set("choices", json.RawMessage("[]"))
+	}
 	switch {
-	case withUsage && s.usageInFinish:
+	case withUsage && inFinish:
 		c.Set("usage", usage.json())
 	case c.Has("usage"):
-		c.Del("usage") // the proxy asked for it, not the client; or it comes in a chunk of its own
+		c.Del("usage") // the proxy asked for it, not the client
 	}
 	if err := s.send(c, choice.Clone(), rawjson.Object{}, rawjson.String(reason)); err != nil {
 		return err
 	}
-	if withUsage && !s.usageInFinish {
-		u := s.usageChunk.Clone()
-		if u.Keys == nil {
-			u = c
-			u.Set("choices", json.RawMessage("[]"))
-		}
+	if withUsage && own.Keys != nil {
+		u := own.Clone()
 		u.Set("id", rawjson.String(s.id))
 		u.Set("usage", usage.json())
 		return s.emit(u.Bytes())
@@ -536,6 +599,17 @@ func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
 func (s *chatSSE) failure(err error) (string, []byte) {
 	var se *StreamError
 	if errors.As(err, &se) {
+		if !s.emitted && s.last.Keys != nil {
+			// The chunks before it carried nothing: the client still gets one, as it would
+			// straight (the id and model of the stream), then the error.
+			c := s.last.Clone()
+			choice := rawjson.Object{}
+			if list, err := rawjson.Split(c.Get("choices")); err == nil && len(list) > 0 {
+				choice, _ = rawjson.Parse(list[0])
+			}
+			c.Del("usage")
+			_ = s.send(c, choice, rawjson.Object{}, json.RawMessage("null"))
+		}
 		return "", se.Data
 	}
 	return "", streamFailure(err).body()

@@ -29,7 +29,9 @@ type responsesSSE struct {
 	// proxy makes.
 	template rawjson.Object
 	terminal string // the last round's terminal event type
-	rd       struct {
+	// terminalEvent is that event's members but its response: the template of the client's.
+	terminalEvent rawjson.Object
+	rd            struct {
 		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
 		owner   map[int]int     // upstream output_index of a function call → who runs it
 		hidden  map[string]bool // the item ids of the workspace calls
@@ -138,6 +140,8 @@ func (s *responsesSSE) event(data []byte) error {
 			return err
 		}
 		s.last, s.terminal = rd, typ
+		ev.Del("response")
+		s.terminalEvent = ev.Own()
 		s.shown = len(rd.visible(s.output)) // the items the client will have been told of
 		return nil
 	}
@@ -312,8 +316,7 @@ func (s *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
 	if err := s.recordEnd(); err != nil {
 		return err
 	}
-	ev := rawjson.Object{}
-	ev.Set("type", rawjson.String(s.terminal))
+	ev := s.terminalEvent.Clone()
 	ev.Set("response", s.last.answer(s.first, s.last.visible(s.output), usage, rounds, s.req))
 	return s.emit(s.terminal, ev)
 }

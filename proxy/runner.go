@@ -20,9 +20,9 @@ import (
 // which goes without the workspace tools.
 const DefaultMaxToolRounds = 8
 
-// maxRoundText caps the assistant content (and reasoning) a streamed round keeps for the next
-// round. The client gets all of it as it arrives; only a round that ends in workspace tool calls
-// sends its text back, so memory stays flat however long a stream runs.
+// maxRoundText caps the assistant content (and reasoning) a chat round sends back to the
+// upstream with its workspace calls, streamed or not: the client gets all of it, and a stream
+// keeps no more than this of it, so memory stays flat however long a stream runs.
 const maxRoundText = 1 << 20
 
 // Runner runs the loop of a thread turn (SPEC §6): it calls the upstream, runs the workspace tool

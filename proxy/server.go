@@ -459,7 +459,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.stream(r, t, newChatSSE(req, t.Upstream, s.log, thread.String(), out), out)
 		return
 	}
-	d := &chatJSON{req: req, up: t.Upstream}
+	d := &chatJSON{req: req, up: t.Upstream, log: s.log, thread: thread.String()}
 	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
 }
 

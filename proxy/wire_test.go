@@ -438,3 +438,18 @@ func TestParallelWrapper(t *testing.T) {
 		require.Equal(t, "Celsius", e.workspace("pr").Preferences[0].Title)
 	})
 }
+
+// TestRoundTextCapNonStreamed: a non-streamed round's content over the cap is sent back cut to
+// it, as a streamed round's is; the client gets the answer whole.
+func TestRoundTextCapNonStreamed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	long := strings.Repeat("é", maxRoundText) // 2 bytes each: twice the cap
+	e.up.Script(reply(cmpl(long, call{ID: "a", Name: "list_preferences", Arguments: `{}`})), reply(cmpl("ok")))
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "cap"}, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
+	require.Contains(t, readBody(t, resp), `"ok"`)
+	msgs := messages(e.upstreamRequest(1))
+	sent := msgs[len(msgs)-2]["content"].(string)
+	require.Equal(t, maxRoundText, len(sent))
+	require.True(t, strings.HasPrefix(long, sent))
+}
