@@ -51,15 +51,17 @@ FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length($1::text)) = $1::text
   AND ($2::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = $2::text))
+   OR (t.updated_at, t.id) < (coalesce($3::timestamptz,
+                                       (SELECT c.updated_at FROM threads c WHERE c.id = $2::text)), $2::text))
 ORDER BY t.updated_at DESC, t.id DESC
-LIMIT $3
+LIMIT $4
 `
 
 type ThreadListParams struct {
-	Prefix  string
-	After   string
-	MaxRows int32
+	Prefix         string
+	AfterID        string
+	AfterUpdatedAt pgtype.Timestamptz
+	MaxRows        int32
 }
 
 type ThreadListRow struct {
@@ -71,10 +73,16 @@ type ThreadListRow struct {
 	PreferenceCount int64
 }
 
-// Threads whose id starts with prefix, most recently updated first, after the thread named by the
-// cursor (none: from the top).
+// Threads whose id starts with prefix, most recently updated first, after the cursor: the
+// updated_at and id of the last thread of the previous page (after_id ” for none, from the
+// top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams) ([]ThreadListRow, error) {
-	rows, err := db.Query(ctx, threadList, arg.Prefix, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, threadList,
+		arg.Prefix,
+		arg.AfterID,
+		arg.AfterUpdatedAt,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +131,38 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int6
 	var next_preference_id int64
 	err := row.Scan(&next_preference_id)
 	return next_preference_id, err
+}
+
+const threadSummary = `-- name: ThreadSummary :one
+SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+FROM threads t
+LEFT JOIN objectives o ON o.thread_id = t.id
+WHERE t.id = $1
+`
+
+type ThreadSummaryRow struct {
+	ID              string
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Turns           int32
+	Objective       pgtype.Text
+	PreferenceCount int64
+}
+
+// One thread as the listing shows it.
+func (q *Queries) ThreadSummary(ctx context.Context, db DBTX, id string) (ThreadSummaryRow, error) {
+	row := db.QueryRow(ctx, threadSummary, id)
+	var i ThreadSummaryRow
+	err := row.Scan(
+		&i.ID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Turns,
+		&i.Objective,
+		&i.PreferenceCount,
+	)
+	return i, err
 }
 
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one

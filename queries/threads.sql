@@ -23,17 +23,27 @@ RETURNING th.next_preference_id;
 SELECT * FROM threads WHERE id = @id;
 
 -- name: ThreadList :many
--- Threads whose id starts with prefix, most recently updated first, after the thread named by the
--- cursor (none: from the top).
+-- Threads whose id starts with prefix, most recently updated first, after the cursor: the
+-- updated_at and id of the last thread of the previous page (after_id '' for none, from the
+-- top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length(@prefix::text)) = @prefix::text
-  AND (@after::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = @after::text))
+  AND (@after_id::text = ''
+   OR (t.updated_at, t.id) < (coalesce(sqlc.narg(after_updated_at)::timestamptz,
+                                       (SELECT c.updated_at FROM threads c WHERE c.id = @after_id::text)), @after_id::text))
 ORDER BY t.updated_at DESC, t.id DESC
 LIMIT @max_rows;
+
+-- name: ThreadSummary :one
+-- One thread as the listing shows it.
+SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+FROM threads t
+LEFT JOIN objectives o ON o.thread_id = t.id
+WHERE t.id = @id;
 
 -- name: ThreadDelete :execrows
 DELETE FROM threads WHERE id = @id;
