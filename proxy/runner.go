@@ -101,8 +101,12 @@ type dialect interface {
 func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
+	// ran counts the rounds that ran workspace calls, for wsproxy_tool_rounds: the tool rounds,
+	// and a last round that ran them beside the client's calls (no tool round, docs/spec.md §6,
+	// but no turn the model answered at once either, which the metric's 0 is for, §9).
+	ran := 0
 	defer func() {
-		r.Metrics.observeToolRounds(toolRounds)
+		r.Metrics.observeToolRounds(ran)
 		t.Usage = usage.tokens
 	}()
 	for n := 1; ; n++ {
@@ -144,6 +148,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		if err != nil {
 			return n, err
 		}
+		ran++
 		if len(theirs) > 0 {
 			return n, d.finish(theirs, &usage, n)
 		}
