@@ -149,12 +149,13 @@ func listed(r db.ThreadSummaryRow) Thread {
 	return th
 }
 
-// Get returns the thread's workspace. ErrNotFound when the thread does not exist.
+// Get returns the thread's workspace. ErrNotFound when the thread does not exist. Its reads
+// share one snapshot (REPEATABLE READ): the workspace as it stood at one moment.
 func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	var d Detail
-	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+	err = db.WithTx(ctx, w.store.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		th, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
 		if err != nil {
 			return db.NotFound(err)
