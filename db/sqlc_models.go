@@ -78,6 +78,13 @@ type ToolCall struct {
 	CallID             string
 }
 
+type UsageBatch struct {
+	ThreadID string
+	WriterID string
+	Batch    int64
+	At       pgtype.Timestamptz
+}
+
 type WorkspaceSnapshot struct {
 	ThreadID    string
 	Turn        int32

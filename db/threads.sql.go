@@ -180,12 +180,22 @@ func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (in
 }
 
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
+WITH mark AS (
+    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
+    SELECT t.id, $5::text, $6::bigint FROM threads t WHERE t.id = $4
+    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
+    WHERE m.batch < excluded.batch
+    RETURNING 1
+), stale AS (
+    DELETE FROM usage_batches s
+    WHERE s.thread_id = $4 AND s.writer_id <> $5::text AND s.at < now() - interval '7 days'
+)
 UPDATE threads
 SET prompt_tokens = prompt_tokens + $1::bigint,
     cached_prompt_tokens = cached_prompt_tokens + $2::bigint,
     completion_tokens = completion_tokens + $3::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE id = $4
+WHERE threads.id = $4 AND EXISTS (SELECT FROM mark)
 `
 
 type ThreadUsageAddParams struct {
@@ -193,17 +203,23 @@ type ThreadUsageAddParams struct {
 	CachedPromptTokens int64
 	CompletionTokens   int64
 	ID                 string
+	WriterID           string
+	Batch              int64
 }
 
-// Adds turns' usage to their thread's totals, committing without waiting for the disk
-// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
-// per thread).
+// Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
+// writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
+// adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
+// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
+// thread). A thread that does not exist is skipped.
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.PromptTokens,
 		arg.CachedPromptTokens,
 		arg.CompletionTokens,
 		arg.ID,
+		arg.WriterID,
+		arg.Batch,
 	)
 	return err
 }

@@ -49,12 +49,24 @@ WHERE t.id = @id;
 DELETE FROM threads WHERE id = @id;
 
 -- name: ThreadUsageAdd :exec
--- Adds turns' usage to their thread's totals, committing without waiting for the disk
--- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
--- per thread).
+-- Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
+-- writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
+-- adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
+-- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
+-- thread). A thread that does not exist is skipped.
+WITH mark AS (
+    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
+    SELECT t.id, @writer_id::text, @batch::bigint FROM threads t WHERE t.id = @id
+    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
+    WHERE m.batch < excluded.batch
+    RETURNING 1
+), stale AS (
+    DELETE FROM usage_batches s
+    WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days'
+)
 UPDATE threads
 SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
     cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,
     completion_tokens = completion_tokens + @completion_tokens::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE id = @id;
+WHERE threads.id = @id AND EXISTS (SELECT FROM mark);

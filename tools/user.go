@@ -188,16 +188,25 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	return d, nil
 }
 
-// AddUsage adds turns' usage to their threads' totals, in one round trip that does not wait for
-// the disk: a crash may lose the last turns' counts, never anything of the workspace. A thread
-// that no longer exists is skipped.
-func (s *Store) AddUsage(ctx context.Context, usage map[ThreadID]Usage) (err error) {
+// UsageBatch is the usage of the turns that ended within one interval, as one writer (a
+// replica's usage writer) sends it: numbered, so that the batch sent again after its answer was
+// lost is counted once.
+type UsageBatch struct {
+	Writer string // the writer's id: random per process
+	Number int64  // increasing per writer; a batch that failed is sent again with its number
+	Usage  map[ThreadID]Usage
+}
+
+// AddUsage adds a batch to its threads' totals, in one round trip that does not wait for the
+// disk: a crash may lose the last turns' counts, never anything of the workspace. A thread gets
+// a batch once, however often it is sent; a thread that no longer exists is skipped.
+func (s *Store) AddUsage(ctx context.Context, b UsageBatch) (err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
-	params := make([]db.ThreadUsageAddParams, 0, len(usage))
-	for id, u := range usage {
-		params = append(params, db.ThreadUsageAddParams{ID: id.String(), PromptTokens: u.PromptTokens,
-			CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
+	params := make([]db.ThreadUsageAddParams, 0, len(b.Usage))
+	for id, u := range b.Usage {
+		params = append(params, db.ThreadUsageAddParams{ID: id.String(), WriterID: b.Writer, Batch: b.Number,
+			PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
 	}
 	if err := db.AddUsage(ctx, s.pool, params); err != nil {
 		return fmt.Errorf("add usage: %w", err)
