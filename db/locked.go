@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,7 +18,8 @@ const (
 	LockThread ThreadLock = iota
 	// LockThreadTouch locks an existing thread and marks it updated (ThreadLockTouch).
 	LockThreadTouch
-	// LockThreadUpsert creates the thread when new, else marks it updated (ThreadUpsertTouch).
+	// LockThreadUpsert creates the thread when new, else marks it updated (ThreadUpsertTouch); a
+	// thread it creates takes its counters past its id's tombstone (ThreadRevive).
 	LockThreadUpsert
 )
 
@@ -40,6 +42,9 @@ type LockedTx struct {
 	done bool
 	// NextPreferenceID is the thread's next preference id.
 	NextPreferenceID int64
+	// CreatedAt is when the thread was created: it tells one life of a thread id (deleted, then
+	// created again) from the next.
+	CreatedAt time.Time
 	// Preferences is the thread's list in creation order.
 	Preferences []Preference
 }
@@ -54,7 +59,10 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	t := &LockedTx{conn: conn}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
+	if lock == LockThreadUpsert {
+		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	}
 	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) error {
 		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
 		return err

@@ -64,6 +64,12 @@ type Thread struct {
 	NextEventID        int64
 }
 
+type ThreadTombstone struct {
+	ThreadID         string
+	NextEventID      int64
+	NextPreferenceID int64
+}
+
 type ToolCall struct {
 	ThreadID           string
 	ID                 int64

@@ -12,9 +12,18 @@ import (
 )
 
 const threadDelete = `-- name: ThreadDelete :execrows
-DELETE FROM threads WHERE id = $1
+WITH gone AS (
+    DELETE FROM threads WHERE id = $1 RETURNING id, next_event_id, next_preference_id
+)
+INSERT INTO thread_tombstones AS d (thread_id, next_event_id, next_preference_id)
+SELECT id, next_event_id, next_preference_id FROM gone
+ON CONFLICT (thread_id) DO UPDATE
+SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
+    next_preference_id = greatest(d.next_preference_id, excluded.next_preference_id)
 `
 
+// Erases the thread and everything of it, and leaves a tombstone of its counters: a thread
+// created again under its id never takes an event or preference id it had.
 func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, error) {
 	result, err := db.Exec(ctx, threadDelete, id)
 	if err != nil {
@@ -109,26 +118,49 @@ func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams)
 }
 
 const threadLock = `-- name: ThreadLock :one
-SELECT next_preference_id FROM threads WHERE id = $1 FOR UPDATE
+SELECT next_preference_id, created_at FROM threads WHERE id = $1 FOR UPDATE
 `
+
+type ThreadLockRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
 
 // Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 // workspace takes this lock first, so agent and user edits of one thread never interleave.
-func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (int64, error) {
+func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLockRow, error) {
 	row := db.QueryRow(ctx, threadLock, id)
-	var next_preference_id int64
-	err := row.Scan(&next_preference_id)
-	return next_preference_id, err
+	var i ThreadLockRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
 }
 
 const threadLockTouch = `-- name: ThreadLockTouch :one
-UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING next_preference_id
+UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING next_preference_id, created_at
 `
 
+type ThreadLockTouchRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
+
 // Locks an existing thread's row and marks it updated (a user edit).
-func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int64, error) {
+func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (ThreadLockTouchRow, error) {
 	row := db.QueryRow(ctx, threadLockTouch, id)
-	var next_preference_id int64
+	var i ThreadLockTouchRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
+}
+
+const threadRevive = `-- name: ThreadRevive :one
+SELECT next_preference_id FROM thread_revive($1)
+`
+
+// Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
+// and returns its next preference id.
+func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (pgtype.Int8, error) {
+	row := db.QueryRow(ctx, threadRevive, id)
+	var next_preference_id pgtype.Int8
 	err := row.Scan(&next_preference_id)
 	return next_preference_id, err
 }
@@ -168,15 +200,22 @@ func (q *Queries) ThreadSummary(ctx context.Context, db DBTX, id string) (Thread
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one
 INSERT INTO threads AS th (id) VALUES ($1)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-RETURNING th.next_preference_id
+RETURNING th.next_preference_id, th.created_at
 `
 
-// Creates the thread when new, else marks it updated; either way the row stays locked.
-func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (int64, error) {
+type ThreadUpsertTouchRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
+
+// Creates the thread when new, else marks it updated; either way the row stays locked. A thread
+// it creates takes its counters past a tombstone of its id by the statement after it
+// (ThreadRevive).
+func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (ThreadUpsertTouchRow, error) {
 	row := db.QueryRow(ctx, threadUpsertTouch, id)
-	var next_preference_id int64
-	err := row.Scan(&next_preference_id)
-	return next_preference_id, err
+	var i ThreadUpsertTouchRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
 }
 
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
@@ -225,21 +264,28 @@ func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAd
 }
 
 const turnStart = `-- name: TurnStart :one
-SELECT turn::integer AS turn, objective, preferences FROM turn_start($1)
+SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start($1)
 `
 
 type TurnStartRow struct {
 	Turn        int32
 	Objective   pgtype.Text
 	Preferences []byte
+	CreatedAt   pgtype.Timestamptz
 }
 
-// Begins a turn of a thread (turn_start, migration 005): the thread created on its first turn,
-// its next turn number, and the workspace as it stood, snapshotted under that number when it
-// changed since the last snapshot. Commits without waiting for the disk.
+// Begins a turn of a thread (turn_start, migrations 005 and 006): the thread created on its
+// first turn, its next turn number, and the workspace as it stood, snapshotted under that number
+// when it changed since the last snapshot; and when the thread was created. Commits without
+// waiting for the disk.
 func (q *Queries) TurnStart(ctx context.Context, db DBTX, threadID string) (TurnStartRow, error) {
 	row := db.QueryRow(ctx, turnStart, threadID)
 	var i TurnStartRow
-	err := row.Scan(&i.Turn, &i.Objective, &i.Preferences)
+	err := row.Scan(
+		&i.Turn,
+		&i.Objective,
+		&i.Preferences,
+		&i.CreatedAt,
+	)
 	return i, err
 }
