@@ -50,9 +50,10 @@ type Runner struct {
 // workspace block.
 type Turn struct {
 	Workspace *tools.Workspace
-	Number    int    // the thread's turn number
-	Model     string // the model the request names
-	Upstream  Upstream
+	// Start is the turn's start: its number, and the workspace its first round shows the model.
+	Start    tools.TurnStart
+	Model    string // the model the request names
+	Upstream Upstream
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage tools.Usage
@@ -109,6 +110,9 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		r.Metrics.observeToolRounds(ran)
 		t.Usage = usage.tokens
 	}()
+	// The list the model was shown, which the indices of each round's calls name (docs/spec.md
+	// §5): the block of the turn's start, then the list as each round's calls left it.
+	view := tools.NewView(t.Start)
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
 		body := d.request(!final)
@@ -144,11 +148,12 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		if err := d.pause(); err != nil {
 			return n, err
 		}
-		results, err := r.runTools(ctx, t, n, mine)
+		results, err := r.runTools(ctx, t, n, view, mine)
 		if err != nil {
 			return n, err
 		}
 		ran++
+		view.NextRound()
 		if len(theirs) > 0 {
 			return n, d.finish(theirs, &usage, n)
 		}
@@ -229,13 +234,14 @@ func retryable(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
-// runTools runs the workspace's calls in order and returns their tool-message contents. Only a
+// runTools runs the workspace's calls in order, their indices naming view, and returns their
+// tool-message contents. Only a
 // failure of the store ends the turn; a call the tool refuses is an error envelope for the model.
-func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall) ([]string, error) {
+func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
 	out := make([]string, len(calls))
 	for i, call := range calls {
 		tctx, span := r.tracing.toolSpan(ctx, call)
-		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+		res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments, View: view})
 		r.tracing.endTool(span, res, err)
 		if err != nil {
 			return nil, err

@@ -410,7 +410,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Place
 	}
 	t := &Turn{
 		Workspace: ws,
-		Number:    start.Number,
+		Start:     start,
 		Model:     model,
 		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
 			header: s.outboundHeader(r.Header), tracing: s.tracing},
@@ -496,7 +496,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if first == "" || last == "" {
 			return nil // nothing a client could continue from
 		}
-		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed)
+		return ws.RecordResponseTurn(r.Context(), t.Start.Number, first, last, owed)
 	}
 	defer s.addUsage(t)
 	if req.Stream {

@@ -58,6 +58,36 @@ func TestIDsNeverReusedForAThreadID(t *testing.T) {
 	}
 }
 
+// TestATurnOfADeletedThreadWritesNothingToItsSuccessor: a turn whose thread was deleted and
+// created again while it ran runs its remaining calls against nothing: the new thread is not
+// the workspace its model was shown.
+func TestATurnOfADeletedThreadWritesNothingToItsSuccessor(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	require.NoError(t, f.ws.Delete(ctx))
+	_, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "The new thread's"})
+	require.NoError(t, err)
+
+	view := NewView(f.turn) // the old turn's
+	for _, c := range []struct{ tool, args string }{
+		{RemovePreferences, `{"indices":[1]}`},
+		{AddPreferences, `{"items":[{"title":"From the old turn"}]}`},
+		{SetObjective, `{"text":"From the old turn"}`},
+	} {
+		res, err := f.ws.Run(ctx, Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args, View: view})
+		require.NoError(t, err)
+		require.Equal(t, Envelope{Error: errThreadGone.Error()}.encode(), res.Content, "%s ran against the new thread", c.tool)
+	}
+	require.Equal(t, []string{"The new thread's"}, f.titles(t))
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Nil(t, d.Objective)
+	calls, err := f.ws.ToolCalls(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, calls, "the old turn's calls are not recorded on the new thread")
+}
+
 // TestIDsNeverReusedWhenCreatedDuringADelete: a thread created again while the DELETE of its id
 // is under way (its creation waits for it) still numbers its ids past the deleted thread's.
 func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
