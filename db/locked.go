@@ -34,9 +34,9 @@ func (l ThreadLock) sql() string {
 }
 
 // LockedTx is a transaction holding one thread's row lock, begun in one round trip: BEGIN, the
-// lock and the read of the thread's preferences go out as one pipeline. The statements run one
-// after the other, each with its own snapshot, so the list is read after the lock is held and
-// sees every edit committed before it.
+// transaction's idle timeout, the lock and the read of the thread's preferences go out as one
+// pipeline. The statements run one after the other, each with its own snapshot, so the list is
+// read after the lock is held and sees every edit committed before it.
 type LockedTx struct {
 	conn *pgxpool.Conn
 	done bool
@@ -49,6 +49,16 @@ type LockedTx struct {
 	Preferences []Preference
 }
 
+// IdleTimeout bounds how long a LockedTx may sit idle between its statements before Postgres
+// ends it (idle_in_transaction_session_timeout, for the transaction alone). A transaction of
+// wsproxy is idle only while the proxy prepares its next statement; one whose client was cut
+// off from Postgres without a word (a network partition) would otherwise hold its thread's row
+// lock, and stop every turn and edit of the thread on every replica, until Postgres's TCP stack
+// gave up on the peer (hours).
+const IdleTimeout = 5 * time.Second
+
+var setIdleTimeout = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", IdleTimeout.Milliseconds())
+
 // BeginLocked begins a LockedTx on a connection of pool. ErrNotFound when the lock found no
 // thread (LockThread, LockThreadTouch); the transaction is then already over.
 func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string) (*LockedTx, error) {
@@ -59,6 +69,7 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	t := &LockedTx{conn: conn}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(setIdleTimeout)
 	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
 	if lock == LockThreadUpsert {
 		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })

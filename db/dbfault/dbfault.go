@@ -94,6 +94,14 @@ func (p *Proxy) pipe(dst, src net.Conn, answers bool) {
 			break
 		}
 	}
+	if !p.passes(answers) {
+		// Partitioned: the other side never hears that src closed; dst stays open until Cut.
+		p.mu.Lock()
+		delete(p.conns, src)
+		p.mu.Unlock()
+		_ = src.Close()
+		return
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
