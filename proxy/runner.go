@@ -235,9 +235,12 @@ func retryable(err error) bool {
 }
 
 // runTools runs the workspace's calls in order, their indices naming view, and returns their
-// tool-message contents. Only a
-// failure of the store ends the turn; a call the tool refuses is an error envelope for the model.
+// tool-message contents. Only a failure of the store ends the turn; a call the tool refuses is
+// an error envelope for the model. Once started, the calls run to their end whether or not the
+// client stays (a round is never left half done: "remove #1" without the "add" of its new
+// wording); each is bounded by the store's timeout.
 func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
+	ctx = context.WithoutCancel(ctx)
 	out := make([]string, len(calls))
 	for i, call := range calls {
 		tctx, span := r.tracing.toolSpan(ctx, call)

@@ -496,7 +496,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if first == "" || last == "" {
 			return nil // nothing a client could continue from
 		}
-		return ws.RecordResponseTurn(r.Context(), t.Start.Number, first, last, owed)
+		// Recorded also when the client left while the round's workspace calls ran (they run
+		// to their end): a continuation from the turn must find them.
+		return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed)
 	}
 	defer s.addUsage(t)
 	if req.Stream {
