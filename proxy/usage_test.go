@@ -106,3 +106,21 @@ func TestUsageCountedOnceWhenTheAnswerIsLost(t *testing.T) {
 	u.close()
 	require.Equal(t, tools.Usage{PromptTokens: 101, CompletionTokens: 11}, usage())
 }
+
+// TestUsageAddNeverRacesClose: a turn's usage added while the writer closes (a turn that
+// outlived the shutdown deadline) never races the writer's Wait (the race detector watches).
+func TestUsageAddNeverRacesClose(t *testing.T) {
+	t.Parallel()
+	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
+	id := tools.ThreadID{Name: "racing"}
+	_, err := store.Workspace(id).StartTurn(context.Background())
+	require.NoError(t, err)
+	for range 200 {
+		u := newUsageWriter(store, slog.New(slog.DiscardHandler))
+		added := make(chan struct{})
+		go func() { u.add(id, tools.Usage{PromptTokens: 1}); close(added) }()
+		u.close()
+		<-added
+		u.close()
+	}
+}
