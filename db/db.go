@@ -29,17 +29,17 @@ func NotFound(err error) error {
 	return err
 }
 
-// TxBeginner is what WithTx needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+// TxBeginner is what WithTx needs: a *pgxpool.Pool or a *pgx.Conn.
 type TxBeginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// WithTx runs fn in a transaction and commits when fn returns nil. The transaction is rolled
-// back when fn fails or panics (the panic goes on), under context.WithoutCancel, so a cancelled
-// request still releases its locks at once instead of leaving the connection's cleanup to the
-// pool.
-func WithTx(ctx context.Context, b TxBeginner, fn func(tx pgx.Tx) error) (err error) {
-	tx, err := b.Begin(ctx)
+// WithTx runs fn in a transaction begun with opts and commits when fn returns nil. The
+// transaction is rolled back when fn fails or panics (the panic goes on), under
+// context.WithoutCancel, so a cancelled request still releases its locks at once instead of
+// leaving the connection's cleanup to the pool.
+func WithTx(ctx context.Context, b TxBeginner, opts pgx.TxOptions, fn func(tx pgx.Tx) error) (err error) {
+	tx, err := b.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

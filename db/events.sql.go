@@ -209,10 +209,13 @@ func (q *Queries) EventNextOnTarget(ctx context.Context, db DBTX, arg EventNextO
 }
 
 const eventPrune = `-- name: EventPrune :execrows
-DELETE FROM events WHERE at < $1
+DELETE FROM events
+WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < $1 FOR UPDATE SKIP LOCKED)
 `
 
-// HISTORY_RETENTION: events older than the cutoff.
+// HISTORY_RETENTION: events older than the cutoff. It waits for no row another transaction
+// holds (a thread's DELETE, whose cascade locks the thread's rows in its own order): those are
+// left to the next prune, so the two never deadlock.
 func (q *Queries) EventPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
 	result, err := db.Exec(ctx, eventPrune, cutoff)
 	if err != nil {

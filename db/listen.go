@@ -36,7 +36,12 @@ func Listen(ctx context.Context, connString, channel string, notify func(payload
 }
 
 func listenOnce(ctx context.Context, connString, channel string, notify func(string), listening func()) error {
-	conn, err := pgx.Connect(ctx, connString)
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return err
+	}
+	cfg.DialFunc = dial
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

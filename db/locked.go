@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,7 +18,8 @@ const (
 	LockThread ThreadLock = iota
 	// LockThreadTouch locks an existing thread and marks it updated (ThreadLockTouch).
 	LockThreadTouch
-	// LockThreadUpsert creates the thread when new, else marks it updated (ThreadUpsertTouch).
+	// LockThreadUpsert creates the thread when new, else marks it updated (ThreadUpsertTouch); a
+	// thread it creates takes its counters past its id's tombstone (ThreadRevive).
 	LockThreadUpsert
 )
 
@@ -32,17 +34,30 @@ func (l ThreadLock) sql() string {
 }
 
 // LockedTx is a transaction holding one thread's row lock, begun in one round trip: BEGIN, the
-// lock and the read of the thread's preferences go out as one pipeline. The statements run one
-// after the other, each with its own snapshot, so the list is read after the lock is held and
-// sees every edit committed before it.
+// transaction's idle timeout, the lock and the read of the thread's preferences go out as one
+// pipeline. The statements run one after the other, each with its own snapshot, so the list is
+// read after the lock is held and sees every edit committed before it.
 type LockedTx struct {
 	conn *pgxpool.Conn
 	done bool
 	// NextPreferenceID is the thread's next preference id.
 	NextPreferenceID int64
+	// CreatedAt is when the thread was created: it tells one life of a thread id (deleted, then
+	// created again) from the next.
+	CreatedAt time.Time
 	// Preferences is the thread's list in creation order.
 	Preferences []Preference
 }
+
+// IdleTimeout bounds how long a LockedTx may sit idle between its statements before Postgres
+// ends it (idle_in_transaction_session_timeout, for the transaction alone). A transaction of
+// wsproxy is idle only while the proxy prepares its next statement; one whose client was cut
+// off from Postgres without a word (a network partition) would otherwise hold its thread's row
+// lock, and stop every turn and edit of the thread on every replica, until Postgres's TCP stack
+// gave up on the peer (hours).
+const IdleTimeout = 5 * time.Second
+
+var setIdleTimeout = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", IdleTimeout.Milliseconds())
 
 // BeginLocked begins a LockedTx on a connection of pool. ErrNotFound when the lock found no
 // thread (LockThread, LockThreadTouch); the transaction is then already over.
@@ -54,7 +69,11 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	t := &LockedTx{conn: conn}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	b.Queue(setIdleTimeout)
+	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
+	if lock == LockThreadUpsert {
+		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	}
 	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) error {
 		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
 		return err

@@ -27,7 +27,7 @@ func Migrate(ctx context.Context, b TxBeginner) error {
 		return fmt.Errorf("list migrations: %w", err)
 	}
 	sort.Strings(names)
-	return WithTx(ctx, b, func(tx pgx.Tx) error {
+	return WithTx(ctx, b, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLockID)); err != nil {
 			return fmt.Errorf("lock migrations: %w", err)
 		}

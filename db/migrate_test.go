@@ -193,3 +193,51 @@ func populate(t *testing.T, migrations []string, stmts ...string) *pgxpool.Pool 
 	}
 	return pool
 }
+
+// TestUpgradeToBatchesAndTombstones: a database populated under schema 005 upgrades to the
+// current one: its threads keep their rows and counters and start without usage marks; a turn
+// starts as before (now also saying when its thread was created); a batch of usage counts once
+// however often it is sent; and a thread deleted and created again numbers its events and
+// preferences on from the deleted one's.
+func TestUpgradeToBatchesAndTombstones(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, prompt_tokens) VALUES ('old', 4, 3, 5, 40)`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('old', 2, 'Formal', 'hard')`,
+		`INSERT INTO events (thread_id, id, actor, kind, target_type, target_id) VALUES ('old', 4, 'user', 'preference_added', 'preference', 2)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences) VALUES ('old', 4, 5, NULL, '[{"id":2,"title":"Formal","subtitle":"","kind":"hard","locked":false}]')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int64(40), th.PromptTokens)
+	var marks int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_batches`).Scan(&marks))
+	require.Zero(t, marks, "no usage marks yet")
+
+	start, err := q.TurnStart(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int32(5), start.Turn)
+	require.JSONEq(t, `[{"id":2,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(start.Preferences))
+	require.True(t, start.CreatedAt.Time.Equal(th.CreatedAt.Time))
+
+	for range 2 {
+		require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "old", WriterID: "w", Batch: 1, PromptTokens: 2}}))
+	}
+	th, err = q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int64(42), th.PromptTokens, "a batch sent twice counts once")
+
+	n, err := q.ThreadDelete(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	start, err = q.TurnStart(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int32(1), start.Turn)
+	th, err = q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, []int64{5, 3}, []int64{th.NextEventID, th.NextPreferenceID}, "the counters go on from the deleted thread's")
+}

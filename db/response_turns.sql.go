@@ -15,7 +15,7 @@ FROM response_turns r
 LEFT JOIN LATERAL unnest(r.owed_call_ids) AS o (call_id) ON true
 LEFT JOIN LATERAL (
     SELECT c.result FROM tool_calls c
-    WHERE c.thread_id = r.thread_id AND c.call_id = o.call_id
+    WHERE c.thread_id = r.thread_id AND c.turn = r.turn AND c.call_id = o.call_id
     ORDER BY c.id DESC
     LIMIT 1
 ) tc ON true
@@ -35,7 +35,8 @@ type ResponseTurnContinuationRow struct {
 
 // What continuing a Responses turn takes: the upstream response that ended it, and one row per
 // workspace call it owes the upstream an output for, with that call's latest record (null when
-// the call was not run); or one row with an empty call_id when it owes none.
+// the call was not run); or one row with an empty call_id when it owes none. A call is that
+// turn's own (an upstream may reuse call ids in other turns).
 func (q *Queries) ResponseTurnContinuation(ctx context.Context, db DBTX, arg ResponseTurnContinuationParams) ([]ResponseTurnContinuationRow, error) {
 	rows, err := db.Query(ctx, responseTurnContinuation, arg.ThreadID, arg.ResponseID)
 	if err != nil {

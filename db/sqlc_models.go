@@ -64,6 +64,12 @@ type Thread struct {
 	NextEventID        int64
 }
 
+type ThreadTombstone struct {
+	ThreadID         string
+	NextEventID      int64
+	NextPreferenceID int64
+}
+
 type ToolCall struct {
 	ThreadID           string
 	ID                 int64
@@ -76,6 +82,13 @@ type ToolCall struct {
 	Result             []byte
 	CreatedAt          pgtype.Timestamptz
 	CallID             string
+}
+
+type UsageBatch struct {
+	ThreadID string
+	WriterID string
+	Batch    int64
+	At       pgtype.Timestamptz
 }
 
 type WorkspaceSnapshot struct {

@@ -12,9 +12,18 @@ import (
 )
 
 const threadDelete = `-- name: ThreadDelete :execrows
-DELETE FROM threads WHERE id = $1
+WITH gone AS (
+    DELETE FROM threads WHERE id = $1 RETURNING id, next_event_id, next_preference_id
+)
+INSERT INTO thread_tombstones AS d (thread_id, next_event_id, next_preference_id)
+SELECT id, next_event_id, next_preference_id FROM gone
+ON CONFLICT (thread_id) DO UPDATE
+SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
+    next_preference_id = greatest(d.next_preference_id, excluded.next_preference_id)
 `
 
+// Erases the thread and everything of it, and leaves a tombstone of its counters: a thread
+// created again under its id never takes an event or preference id it had.
 func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, error) {
 	result, err := db.Exec(ctx, threadDelete, id)
 	if err != nil {
@@ -51,15 +60,17 @@ FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length($1::text)) = $1::text
   AND ($2::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = $2::text))
+   OR (t.updated_at, t.id) < (coalesce($3::timestamptz,
+                                       (SELECT c.updated_at FROM threads c WHERE c.id = $2::text)), $2::text))
 ORDER BY t.updated_at DESC, t.id DESC
-LIMIT $3
+LIMIT $4
 `
 
 type ThreadListParams struct {
-	Prefix  string
-	After   string
-	MaxRows int32
+	Prefix         string
+	AfterID        string
+	AfterUpdatedAt pgtype.Timestamptz
+	MaxRows        int32
 }
 
 type ThreadListRow struct {
@@ -71,10 +82,16 @@ type ThreadListRow struct {
 	PreferenceCount int64
 }
 
-// Threads whose id starts with prefix, most recently updated first, after the thread named by the
-// cursor (none: from the top).
+// Threads whose id starts with prefix, most recently updated first, after the cursor: the
+// updated_at and id of the last thread of the previous page (after_id ” for none, from the
+// top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams) ([]ThreadListRow, error) {
-	rows, err := db.Query(ctx, threadList, arg.Prefix, arg.After, arg.MaxRows)
+	rows, err := db.Query(ctx, threadList,
+		arg.Prefix,
+		arg.AfterID,
+		arg.AfterUpdatedAt,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -101,51 +118,123 @@ func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams)
 }
 
 const threadLock = `-- name: ThreadLock :one
-SELECT next_preference_id FROM threads WHERE id = $1 FOR UPDATE
+SELECT next_preference_id, created_at FROM threads WHERE id = $1 FOR UPDATE
 `
+
+type ThreadLockRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
 
 // Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 // workspace takes this lock first, so agent and user edits of one thread never interleave.
-func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (int64, error) {
+func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLockRow, error) {
 	row := db.QueryRow(ctx, threadLock, id)
-	var next_preference_id int64
+	var i ThreadLockRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
+}
+
+const threadLockTouch = `-- name: ThreadLockTouch :one
+UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING next_preference_id, created_at
+`
+
+type ThreadLockTouchRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
+
+// Locks an existing thread's row and marks it updated (a user edit).
+func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (ThreadLockTouchRow, error) {
+	row := db.QueryRow(ctx, threadLockTouch, id)
+	var i ThreadLockTouchRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
+}
+
+const threadRevive = `-- name: ThreadRevive :one
+SELECT next_preference_id FROM thread_revive($1)
+`
+
+// Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
+// and returns its next preference id.
+func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (pgtype.Int8, error) {
+	row := db.QueryRow(ctx, threadRevive, id)
+	var next_preference_id pgtype.Int8
 	err := row.Scan(&next_preference_id)
 	return next_preference_id, err
 }
 
-const threadLockTouch = `-- name: ThreadLockTouch :one
-UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING next_preference_id
+const threadSummary = `-- name: ThreadSummary :one
+SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+FROM threads t
+LEFT JOIN objectives o ON o.thread_id = t.id
+WHERE t.id = $1
 `
 
-// Locks an existing thread's row and marks it updated (a user edit).
-func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (int64, error) {
-	row := db.QueryRow(ctx, threadLockTouch, id)
-	var next_preference_id int64
-	err := row.Scan(&next_preference_id)
-	return next_preference_id, err
+type ThreadSummaryRow struct {
+	ID              string
+	CreatedAt       pgtype.Timestamptz
+	UpdatedAt       pgtype.Timestamptz
+	Turns           int32
+	Objective       pgtype.Text
+	PreferenceCount int64
+}
+
+// One thread as the listing shows it.
+func (q *Queries) ThreadSummary(ctx context.Context, db DBTX, id string) (ThreadSummaryRow, error) {
+	row := db.QueryRow(ctx, threadSummary, id)
+	var i ThreadSummaryRow
+	err := row.Scan(
+		&i.ID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Turns,
+		&i.Objective,
+		&i.PreferenceCount,
+	)
+	return i, err
 }
 
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one
 INSERT INTO threads AS th (id) VALUES ($1)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-RETURNING th.next_preference_id
+RETURNING th.next_preference_id, th.created_at
 `
 
-// Creates the thread when new, else marks it updated; either way the row stays locked.
-func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (int64, error) {
+type ThreadUpsertTouchRow struct {
+	NextPreferenceID int64
+	CreatedAt        pgtype.Timestamptz
+}
+
+// Creates the thread when new, else marks it updated; either way the row stays locked. A thread
+// it creates takes its counters past a tombstone of its id by the statement after it
+// (ThreadRevive).
+func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (ThreadUpsertTouchRow, error) {
 	row := db.QueryRow(ctx, threadUpsertTouch, id)
-	var next_preference_id int64
-	err := row.Scan(&next_preference_id)
-	return next_preference_id, err
+	var i ThreadUpsertTouchRow
+	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	return i, err
 }
 
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
+WITH mark AS (
+    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
+    SELECT t.id, $5::text, $6::bigint FROM threads t WHERE t.id = $4
+    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
+    WHERE m.batch < excluded.batch
+    RETURNING 1
+), stale AS (
+    DELETE FROM usage_batches s
+    WHERE s.thread_id = $4 AND s.writer_id <> $5::text AND s.at < now() - interval '7 days'
+)
 UPDATE threads
 SET prompt_tokens = prompt_tokens + $1::bigint,
     cached_prompt_tokens = cached_prompt_tokens + $2::bigint,
     completion_tokens = completion_tokens + $3::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE id = $4
+WHERE threads.id = $4 AND EXISTS (SELECT FROM mark)
 `
 
 type ThreadUsageAddParams struct {
@@ -153,37 +242,50 @@ type ThreadUsageAddParams struct {
 	CachedPromptTokens int64
 	CompletionTokens   int64
 	ID                 string
+	WriterID           string
+	Batch              int64
 }
 
-// Adds turns' usage to their thread's totals, committing without waiting for the disk
-// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
-// per thread).
+// Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
+// writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
+// adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
+// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
+// thread). A thread that does not exist is skipped.
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.PromptTokens,
 		arg.CachedPromptTokens,
 		arg.CompletionTokens,
 		arg.ID,
+		arg.WriterID,
+		arg.Batch,
 	)
 	return err
 }
 
 const turnStart = `-- name: TurnStart :one
-SELECT turn::integer AS turn, objective, preferences FROM turn_start($1)
+SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start($1)
 `
 
 type TurnStartRow struct {
 	Turn        int32
 	Objective   pgtype.Text
 	Preferences []byte
+	CreatedAt   pgtype.Timestamptz
 }
 
-// Begins a turn of a thread (turn_start, migration 005): the thread created on its first turn,
-// its next turn number, and the workspace as it stood, snapshotted under that number when it
-// changed since the last snapshot. Commits without waiting for the disk.
+// Begins a turn of a thread (turn_start, migrations 005 and 006): the thread created on its
+// first turn, its next turn number, and the workspace as it stood, snapshotted under that number
+// when it changed since the last snapshot; and when the thread was created. Commits without
+// waiting for the disk.
 func (q *Queries) TurnStart(ctx context.Context, db DBTX, threadID string) (TurnStartRow, error) {
 	row := db.QueryRow(ctx, turnStart, threadID)
 	var i TurnStartRow
-	err := row.Scan(&i.Turn, &i.Objective, &i.Preferences)
+	err := row.Scan(
+		&i.Turn,
+		&i.Objective,
+		&i.Preferences,
+		&i.CreatedAt,
+	)
 	return i, err
 }

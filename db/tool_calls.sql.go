@@ -89,10 +89,12 @@ func (q *Queries) ToolCallListByThread(ctx context.Context, db DBTX, arg ToolCal
 }
 
 const toolCallPrune = `-- name: ToolCallPrune :execrows
-DELETE FROM tool_calls WHERE created_at < $1
+DELETE FROM tool_calls
+WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM tool_calls o WHERE o.created_at < $1 FOR UPDATE SKIP LOCKED)
 `
 
-// HISTORY_RETENTION: tool-call records older than the cutoff.
+// HISTORY_RETENTION: tool-call records older than the cutoff, but those another transaction
+// holds (as EventPrune).
 func (q *Queries) ToolCallPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
 	result, err := db.Exec(ctx, toolCallPrune, cutoff)
 	if err != nil {

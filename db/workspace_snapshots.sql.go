@@ -79,13 +79,16 @@ func (q *Queries) SnapshotListByThread(ctx context.Context, db DBTX, arg Snapsho
 }
 
 const snapshotPrune = `-- name: SnapshotPrune :execrows
-DELETE FROM workspace_snapshots s
-WHERE s.created_at < $1
-  AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = s.thread_id AND n.turn > s.turn)
+DELETE FROM workspace_snapshots
+WHERE (thread_id, turn) IN (
+    SELECT o.thread_id, o.turn FROM workspace_snapshots o
+    WHERE o.created_at < $1
+      AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = o.thread_id AND n.turn > o.turn)
+    FOR UPDATE OF o SKIP LOCKED)
 `
 
 // HISTORY_RETENTION: snapshots older than the cutoff, but each thread's last (the workspace of
-// its later turns).
+// its later turns) and those another transaction holds (as EventPrune).
 func (q *Queries) SnapshotPrune(ctx context.Context, db DBTX, cutoff pgtype.Timestamptz) (int64, error) {
 	result, err := db.Exec(ctx, snapshotPrune, cutoff)
 	if err != nil {

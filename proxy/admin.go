@@ -230,24 +230,32 @@ func (s *Server) adminListThreads(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	after, q := r.URL.Query().Get("after"), r.URL.Query().Get("q")
-	// The id prefix: q, within the principal's namespace; a link's holder sees its thread alone.
+	// The id prefix: q, within the principal's namespace; a link's holder lists its thread alone
+	// (one page: a cursor can only follow it).
 	p := principalFrom(r.Context())
-	prefix := q
-	switch {
-	case p.thread != "":
-		if !strings.HasPrefix(p.thread, q) {
-			return writeJSON(w, http.StatusOK, page[tools.Thread]{Data: []tools.Thread{}})
+	if p.thread != "" {
+		threads := []tools.Thread{}
+		if strings.HasPrefix(p.thread, q) && after == "" {
+			id, err := tools.ParseThreadID(p.thread)
+			if err != nil {
+				return err
+			}
+			th, err := s.opts.Store.Workspace(id).Summary(r.Context())
+			switch {
+			case err == nil:
+				threads = append(threads, th)
+			case !errors.Is(err, tools.ErrNotFound):
+				return err
+			}
 		}
-		prefix = p.thread
-	case !p.admin:
+		return writeJSON(w, http.StatusOK, page[tools.Thread]{Data: threads})
+	}
+	prefix := q
+	if !p.admin {
 		prefix = tools.ThreadID{Client: p.client, Name: q}.String()
 	}
 	return list(w, limit, func(n int) ([]tools.Thread, error) {
-		threads, err := s.opts.Store.Threads(r.Context(), after, prefix, n)
-		if p.thread != "" && len(threads) > 0 && threads[0].ID != p.thread {
-			threads = threads[:0] // another thread whose id starts with the link's
-		}
-		return threads, err
+		return s.opts.Store.Threads(r.Context(), after, prefix, n)
 	})
 }
 

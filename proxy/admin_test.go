@@ -112,7 +112,7 @@ func TestAdminWorkspace(t *testing.T) {
 	require.Equal(t, "Write a review", threads.Data[0]["objective"])
 	require.Equal(t, float64(1), threads.Data[0]["preference_count"])
 	require.Equal(t, float64(0), threads.Data[0]["turns"])
-	require.ElementsMatch(t, []string{"id", "created_at", "updated_at", "turns", "objective", "preference_count"}, keys(threads.Data[0]))
+	require.ElementsMatch(t, []string{"id", "created_at", "updated_at", "turns", "objective", "preference_count", "cursor"}, keys(threads.Data[0]))
 
 	e.admin("DELETE", "/admin/v1/threads/t1", nil, 204, nil)
 	e.admin("DELETE", "/admin/v1/threads/t1", nil, 404, nil)

@@ -62,7 +62,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Name: "wsproxy_locked_skips_total", Help: "Locked preferences a tool call named and left untouched, by tool.",
 		}, []string{"tool"}),
 		toolRounds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "wsproxy_tool_rounds", Help: "Tool rounds per thread turn (0 when the model answered at once).",
+			Name: "wsproxy_tool_rounds", Help: "Rounds per thread turn that ran workspace tool calls: its tool rounds, and a last round that ran them beside the client's calls (0 when the model answered at once).",
 			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16},
 		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -74,3 +74,24 @@ func TestMetrics(t *testing.T) {
 		t.Log("promtool not installed; the metrics text was not linted")
 	}
 }
+
+// TestToolRoundsCountAMixedRound: a turn whose round ran the workspace's calls beside a client's
+// call is not a turn the model answered at once: wsproxy_tool_rounds records that round.
+func TestToolRoundsCountAMixedRound(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.up.Script(reply(cmpl("",
+		call{ID: "p1", Name: "add_preferences", Arguments: `{"items":[{"title":"Celsius"}]}`},
+		call{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`})))
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "mixed"},
+		`{"messages":[{"role":"user","content":"Weather in Paris, in Celsius."}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`)
+	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	var got []string
+	for _, line := range strings.Split(scrape(t, e), "\n") {
+		if strings.HasPrefix(line, `wsproxy_tool_rounds_bucket{le="0"}`) || strings.HasPrefix(line, "wsproxy_tool_rounds_sum") ||
+			strings.HasPrefix(line, "wsproxy_tool_rounds_count") {
+			got = append(got, line)
+		}
+	}
+	require.Equal(t, []string{`wsproxy_tool_rounds_bucket{le="0"} 0`, "wsproxy_tool_rounds_sum 1", "wsproxy_tool_rounds_count 1"}, got)
+}

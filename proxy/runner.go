@@ -50,9 +50,10 @@ type Runner struct {
 // workspace block.
 type Turn struct {
 	Workspace *tools.Workspace
-	Number    int    // the thread's turn number
-	Model     string // the model the request names
-	Upstream  Upstream
+	// Start is the turn's start: its number, and the workspace its first round shows the model.
+	Start    tools.TurnStart
+	Model    string // the model the request names
+	Upstream Upstream
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage tools.Usage
@@ -106,10 +107,17 @@ type dialect interface {
 func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
+	// ran counts the rounds that ran workspace calls, for wsproxy_tool_rounds: the tool rounds,
+	// and a last round that ran them beside the client's calls (no tool round, docs/spec.md §6,
+	// but no turn the model answered at once either, which the metric's 0 is for, §9).
+	ran := 0
 	defer func() {
-		r.Metrics.observeToolRounds(toolRounds)
+		r.Metrics.observeToolRounds(ran)
 		t.Usage = usage.tokens
 	}()
+	// The list the model was shown, which the indices of each round's calls name (docs/spec.md
+	// §5): the block of the turn's start, then the list as each round's calls left it.
+	view := tools.NewView(t.Start)
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
 		body := d.request(!final)
@@ -145,10 +153,12 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		if err := d.pause(); err != nil {
 			return n, err
 		}
-		results, err := r.runTools(ctx, t, n, mine)
+		results, err := r.runTools(ctx, t, n, view, mine)
 		if err != nil {
 			return n, err
 		}
+		ran++
+		view.NextRound()
 		if len(theirs) > 0 {
 			return n, d.finish(theirs, &usage, n)
 		}
@@ -229,20 +239,24 @@ func retryable(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
-// runTools runs the workspace's calls in order and returns their tool-message contents. Only a
-// failure of the store ends the turn; a call the tool refuses is an error envelope for the model.
-func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall) ([]string, error) {
+// runTools runs the workspace's calls in order, their indices naming view, and returns their
+// tool-message contents. Only a failure of the store ends the turn; a call the tool refuses is
+// an error envelope for the model. Once started, the calls run to their end whether or not the
+// client stays (a round is never left half done: "remove #1" without the "add" of its new
+// wording); each is bounded by the store's timeout.
+func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
+	ctx = context.WithoutCancel(ctx)
 	out := make([]string, len(calls))
 	for i, call := range calls {
 		if len(call.Parts) > 0 {
-			res, err := r.runParts(ctx, t, n, call.Parts)
+			res, err := r.runParts(ctx, t, n, view, call.Parts)
 			if err != nil {
 				return nil, err
 			}
 			out[i] = res
 			continue
 		}
-		res, err := r.runTool(ctx, t, n, call)
+		res, err := r.runTool(ctx, t, n, view, call)
 		if err != nil {
 			return nil, err
 		}
@@ -252,9 +266,9 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, calls []toolCall)
 }
 
 // runTool runs one workspace call.
-func (r *Runner) runTool(ctx context.Context, t *Turn, n int, call toolCall) (tools.Result, error) {
+func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, call toolCall) (tools.Result, error) {
 	tctx, span := r.tracing.toolSpan(ctx, call)
-	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments})
+	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments, View: view})
 	r.tracing.endTool(span, res, err)
 	if err != nil {
 		return res, err
@@ -269,10 +283,10 @@ func (r *Runner) runTool(ctx context.Context, t *Turn, n int, call toolCall) (to
 
 // runParts runs the workspace calls of a parallel wrapper and returns the wrapper's output: the
 // list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …].
-func (r *Runner) runParts(ctx context.Context, t *Turn, n int, parts []toolCall) (string, error) {
+func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View, parts []toolCall) (string, error) {
 	items := make([]json.RawMessage, len(parts))
 	for i, p := range parts {
-		res, err := r.runTool(ctx, t, n, p)
+		res, err := r.runTool(ctx, t, n, view, p)
 		if err != nil {
 			return "", err
 		}

@@ -80,7 +80,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	require.NoError(t, err)
 	var got int
 	var chunks int
-	rounds, err := (&Runner{}).run(context.Background(), &Turn{Workspace: ws, Number: turn.Number, Upstream: up},
+	rounds, err := (&Runner{}).run(context.Background(), &Turn{Workspace: ws, Start: turn, Upstream: up},
 		newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
@@ -159,7 +159,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 			}
 			req, err := ParseChatRequest([]byte(fmt.Sprintf(`{"model":"m","stream":%t,"stream_options":{"include_usage":%t},"messages":[{"role":"user","content":"go"}]}`, streamed, streamed)))
 			require.NoError(t, err)
-			tt := &Turn{Workspace: ws, Number: turn.Number, Upstream: up}
+			tt := &Turn{Workspace: ws, Start: turn, Upstream: up}
 			var answer string
 			var usage map[string]any
 			if streamed {

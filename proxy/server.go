@@ -130,6 +130,11 @@ type Server struct {
 	cacheKey bool // set prompt_cache_key on thread turns
 	// usage writes the turns' usage in the background; Wait writes what is left.
 	usage *usageWriter
+	// turns are the thread turns in flight, which Wait waits for; draining (set by Wait) refuses
+	// new ones.
+	turnsMu  sync.Mutex
+	draining bool
+	turns    sync.WaitGroup
 	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
 	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
 	signer     signer
@@ -410,15 +415,28 @@ func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request) (thread too
 	return thread, placement, body, release, true
 }
 
-// startTurn begins a thread turn: the next turn number, and the workspace text to inject.
+// errShuttingDown answers a turn that would start once Wait has begun.
+var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
+	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
+
+// startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
+// caller ends a turn it started with endTurn.
 func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Placement, model, path string) (*Turn, string, error) {
+	s.turnsMu.Lock()
+	if s.draining {
+		s.turnsMu.Unlock()
+		return nil, "", errShuttingDown
+	}
+	s.turns.Add(1) // under turnsMu: before Wait's
+	s.turnsMu.Unlock()
 	start, err := ws.StartTurn(r.Context())
 	if err != nil {
+		s.turns.Done()
 		return nil, "", err
 	}
 	t := &Turn{
 		Workspace: ws,
-		Number:    start.Number,
+		Start:     start,
 		Model:     model,
 		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
 			header: s.outboundHeader(r.Header), tracing: s.tracing},
@@ -452,7 +470,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if s.cacheKey {
 		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
 	}
-	defer s.addUsage(t) // in the background, once the turn has ended
+	defer s.endTurn(t)
 	if req.Stream {
 		out := s.sseWriter(w, thread)
 		defer out.close()
@@ -505,9 +523,11 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if first == "" || last == "" {
 			return nil // nothing a client could continue from
 		}
-		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed)
+		// Recorded also when the client left while the round's workspace calls ran (they run
+		// to their end): a continuation from the turn must find them.
+		return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed)
 	}
-	defer s.addUsage(t)
+	defer s.endTurn(t)
 	if req.Stream {
 		out := s.sseWriter(w, thread)
 		defer out.close()
@@ -536,14 +556,26 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *Turn, d dialec
 	_, _ = w.Write(body)
 }
 
-// addUsage queues a turn's usage for its thread's totals, written in the background (neither the
-// answer nor the next request on the connection waits for it); a failure to write it costs the
-// count, not the answer.
-func (s *Server) addUsage(t *Turn) { s.usage.add(t.Workspace.ThreadID(), t.Usage) }
+// endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
+// written in the background (neither the answer nor the next request on the connection waits
+// for it; a failure to write it costs the count, not the answer).
+func (s *Server) endTurn(t *Turn) {
+	s.usage.add(t.Workspace.ThreadID(), t.Usage)
+	s.turns.Done()
+}
 
-// Wait writes the usage of the turns that ended and waits for the writer to stop. Call it after
-// the HTTP server has shut down, before the store's pool closes.
-func (s *Server) Wait() { s.usage.close() }
+// Wait waits for the thread turns still running, refusing new ones (503 shutting_down), then
+// writes the usage of every turn and waits for the writer to stop. Call it after the HTTP server
+// has shut down, before the store's pool closes: turns that outlived the shutdown deadline have
+// had their connections closed, so they end soon (their workspace calls within the store's
+// timeout), and their usage is kept.
+func (s *Server) Wait() {
+	s.turnsMu.Lock()
+	s.draining = true
+	s.turnsMu.Unlock()
+	s.turns.Wait()
+	s.usage.close()
+}
 
 // Close ends the event streams and stops listening to Postgres. Call it when the HTTP server
 // starts to shut down (http.Server.RegisterOnShutdown), so that the streams let it finish.

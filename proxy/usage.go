@@ -20,37 +20,47 @@ const maxUsageBackoff = 5 * time.Second
 // usageWriter adds the turns' usage to their threads' totals in the background: neither a turn's
 // answer nor the client's next request waits for it, and a thread's many turns cost one
 // statement per interval. The first turn after a quiet spell is written at once; the turns that
-// end while a write is under way or within usageInterval after it wait for the next write. A
-// failed write keeps its usage for the next attempt. Its goroutine runs only while there is
-// usage to write.
+// end while a write is under way or within usageInterval after it wait for the next write. Its
+// batches are numbered (under an id of its own), and a failed write is sent again as it was —
+// the same number, the same usage — until it succeeds, so that a batch whose answer was lost
+// after it committed counts once (tools.Store.AddUsage); what came meanwhile goes in the next.
+// Its goroutine runs only while there is usage to write.
 type usageWriter struct {
 	store *tools.Store
 	log   *slog.Logger
+	id    string // the writer's id in its batches
 
 	mu       sync.Mutex
 	pending  map[tools.ThreadID]tools.Usage
+	number   int64         // the last batch's number
 	running  bool          // a goroutine is writing
+	closed   bool          // close was called: add keeps nothing more
 	closing  chan struct{} // closed by close: write what is left at once, then stop
 	closeOne sync.Once
 	wg       sync.WaitGroup
 }
 
 func newUsageWriter(store *tools.Store, log *slog.Logger) *usageWriter {
-	return &usageWriter{store: store, log: log, pending: map[tools.ThreadID]tools.Usage{}, closing: make(chan struct{})}
+	return &usageWriter{store: store, log: log, id: randomHex(16), pending: map[tools.ThreadID]tools.Usage{}, closing: make(chan struct{})}
 }
 
-// add queues a turn's usage.
+// add queues a turn's usage. Once close was called it counts nothing (the caller's turns have
+// ended before it).
 func (u *usageWriter) add(id tools.ThreadID, usage tools.Usage) {
 	if usage == (tools.Usage{}) {
 		return
 	}
 	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		u.log.LogAttrs(context.Background(), slog.LevelError, "a turn's usage lost: it ended after the usage writer stopped",
+			slog.String("thread", id.String()))
+		return
+	}
 	addTo(u.pending, id, usage)
-	start := !u.running
-	u.running = true
-	u.mu.Unlock()
-	if start {
-		u.wg.Go(u.run)
+	if !u.running {
+		u.running = true
+		u.wg.Go(u.run) // under mu: before close's Wait
 	}
 }
 
@@ -65,33 +75,34 @@ func addTo(m map[tools.ThreadID]tools.Usage, id tools.ThreadID, usage tools.Usag
 // while writes fail).
 func (u *usageWriter) run() {
 	wait := usageInterval
+	var batch tools.UsageBatch // the batch being written, kept as it is until it is
 	for {
 		u.mu.Lock()
-		batch := u.pending
-		if len(batch) == 0 {
-			u.running = false
-			u.mu.Unlock()
-			return
+		if batch.Usage == nil {
+			if len(u.pending) == 0 {
+				u.running = false
+				u.mu.Unlock()
+				return
+			}
+			u.number++
+			batch = tools.UsageBatch{Writer: u.id, Number: u.number, Usage: u.pending}
+			u.pending = map[tools.ThreadID]tools.Usage{}
 		}
-		u.pending = map[tools.ThreadID]tools.Usage{}
 		u.mu.Unlock()
 
-		closing := u.closed()
+		closing := u.isClosing()
 		err := u.store.AddUsage(context.Background(), batch)
 		switch {
 		case err == nil:
 			wait = usageInterval
+			batch = tools.UsageBatch{}
 		case closing:
-			u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch)), slog.Any("err", err))
+			u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch.Usage)), slog.Any("err", err))
+			batch = tools.UsageBatch{}
 		default:
 			wait = min(wait*2, maxUsageBackoff)
-			u.log.LogAttrs(context.Background(), slog.LevelWarn, "turns' usage not written yet; retrying", slog.Int("threads", len(batch)),
+			u.log.LogAttrs(context.Background(), slog.LevelWarn, "turns' usage not written yet; retrying", slog.Int("threads", len(batch.Usage)),
 				slog.Duration("wait", wait), slog.Any("err", err))
-			u.mu.Lock()
-			for id, usage := range batch {
-				addTo(u.pending, id, usage)
-			}
-			u.mu.Unlock()
 		}
 		if !closing {
 			timer := time.NewTimer(wait)
@@ -104,7 +115,7 @@ func (u *usageWriter) run() {
 	}
 }
 
-func (u *usageWriter) closed() bool {
+func (u *usageWriter) isClosing() bool {
 	select {
 	case <-u.closing:
 		return true
@@ -116,6 +127,11 @@ func (u *usageWriter) closed() bool {
 // close writes what is pending at once (one attempt) and waits for the writer to stop. Call it
 // once no turn can end any more.
 func (u *usageWriter) close() {
-	u.closeOne.Do(func() { close(u.closing) })
+	u.closeOne.Do(func() {
+		u.mu.Lock()
+		u.closed = true
+		u.mu.Unlock()
+		close(u.closing)
+	})
 	u.wg.Wait()
 }

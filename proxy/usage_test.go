@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
@@ -68,4 +69,58 @@ func TestUsageKeptWhilePostgresIsAway(t *testing.T) {
 	d, err := store.Workspace(id).Get(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, tools.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}, d.Usage)
+}
+
+// TestUsageCountedOnceWhenTheAnswerIsLost: a batch that committed but whose answer was lost
+// (the connection cut after the commit) is retried as it was, and counted once; the usage that
+// came meanwhile is counted too.
+func TestUsageCountedOnceWhenTheAnswerIsLost(t *testing.T) {
+	t.Parallel()
+	// One connection, which prepares the writer's statement on the first write (a statement
+	// still to prepare waits for its description, which would be lost too).
+	pool, fault := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	store := tools.NewStore(pool, tools.Options{})
+	id := tools.ThreadID{Name: "lost-answer"}
+	_, err := store.Workspace(id).StartTurn(context.Background())
+	require.NoError(t, err)
+	direct := tools.NewStore(dbtest.Bypass(t, pool), tools.Options{}).Workspace(id)
+	usage := func() tools.Usage {
+		d, err := direct.Get(context.Background())
+		require.NoError(t, err)
+		return d.Usage
+	}
+	logs := &lockedBuffer{}
+	u := newUsageWriter(store, slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(u.close)
+
+	u.add(id, tools.Usage{CompletionTokens: 1})
+	require.Eventually(t, func() bool { return usage().CompletionTokens == 1 }, 20e9, 1e7)
+
+	fault.DropAnswers()
+	u.add(id, tools.Usage{PromptTokens: 100, CompletionTokens: 10})
+	require.Eventually(t, func() bool { return usage().PromptTokens == 100 }, 20e9, 1e7, "the batch commits; its answer is lost")
+	u.add(id, tools.Usage{PromptTokens: 1})
+	fault.Cut() // the writer's connection breaks: it cannot know that its batch committed
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "retrying") }, 20e9, 1e7)
+	fault.Restore()
+	u.close()
+	require.Equal(t, tools.Usage{PromptTokens: 101, CompletionTokens: 11}, usage())
+}
+
+// TestUsageAddNeverRacesClose: a turn's usage added while the writer closes (a turn that
+// outlived the shutdown deadline) never races the writer's Wait (the race detector watches).
+func TestUsageAddNeverRacesClose(t *testing.T) {
+	t.Parallel()
+	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
+	id := tools.ThreadID{Name: "racing"}
+	_, err := store.Workspace(id).StartTurn(context.Background())
+	require.NoError(t, err)
+	for range 200 {
+		u := newUsageWriter(store, slog.New(slog.DiscardHandler))
+		added := make(chan struct{})
+		go func() { u.add(id, tools.Usage{PromptTokens: 1}); close(added) }()
+		u.close()
+		<-added
+		u.close()
+	}
 }

@@ -47,5 +47,8 @@ LIMIT 1;
 SELECT (next_event_id - 1)::bigint AS last_id FROM threads WHERE id = @thread_id;
 
 -- name: EventPrune :execrows
--- HISTORY_RETENTION: events older than the cutoff.
-DELETE FROM events WHERE at < @cutoff;
+-- HISTORY_RETENTION: events older than the cutoff. It waits for no row another transaction
+-- holds (a thread's DELETE, whose cascade locks the thread's rows in its own order): those are
+-- left to the next prune, so the two never deadlock.
+DELETE FROM events
+WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < @cutoff FOR UPDATE SKIP LOCKED);

@@ -1,50 +1,89 @@
 -- name: TurnStart :one
--- Begins a turn of a thread (turn_start, migration 005): the thread created on its first turn,
--- its next turn number, and the workspace as it stood, snapshotted under that number when it
--- changed since the last snapshot. Commits without waiting for the disk.
-SELECT turn::integer AS turn, objective, preferences FROM turn_start(@thread_id);
+-- Begins a turn of a thread (turn_start, migrations 005 and 006): the thread created on its
+-- first turn, its next turn number, and the workspace as it stood, snapshotted under that number
+-- when it changed since the last snapshot; and when the thread was created. Commits without
+-- waiting for the disk.
+SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start(@thread_id);
 
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 -- workspace takes this lock first, so agent and user edits of one thread never interleave.
-SELECT next_preference_id FROM threads WHERE id = @id FOR UPDATE;
+SELECT next_preference_id, created_at FROM threads WHERE id = @id FOR UPDATE;
 
 -- name: ThreadLockTouch :one
 -- Locks an existing thread's row and marks it updated (a user edit).
-UPDATE threads SET updated_at = now() WHERE id = @id RETURNING next_preference_id;
+UPDATE threads SET updated_at = now() WHERE id = @id RETURNING next_preference_id, created_at;
 
 -- name: ThreadUpsertTouch :one
--- Creates the thread when new, else marks it updated; either way the row stays locked.
+-- Creates the thread when new, else marks it updated; either way the row stays locked. A thread
+-- it creates takes its counters past a tombstone of its id by the statement after it
+-- (ThreadRevive).
 INSERT INTO threads AS th (id) VALUES (@id)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-RETURNING th.next_preference_id;
+RETURNING th.next_preference_id, th.created_at;
+
+-- name: ThreadRevive :one
+-- Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
+-- and returns its next preference id.
+SELECT next_preference_id FROM thread_revive(@id);
 
 -- name: ThreadGet :one
 SELECT * FROM threads WHERE id = @id;
 
 -- name: ThreadList :many
--- Threads whose id starts with prefix, most recently updated first, after the thread named by the
--- cursor (none: from the top).
+-- Threads whose id starts with prefix, most recently updated first, after the cursor: the
+-- updated_at and id of the last thread of the previous page (after_id '' for none, from the
+-- top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length(@prefix::text)) = @prefix::text
-  AND (@after::text = ''
-   OR (t.updated_at, t.id) < (SELECT c.updated_at, c.id FROM threads c WHERE c.id = @after::text))
+  AND (@after_id::text = ''
+   OR (t.updated_at, t.id) < (coalesce(sqlc.narg(after_updated_at)::timestamptz,
+                                       (SELECT c.updated_at FROM threads c WHERE c.id = @after_id::text)), @after_id::text))
 ORDER BY t.updated_at DESC, t.id DESC
 LIMIT @max_rows;
 
+-- name: ThreadSummary :one
+-- One thread as the listing shows it.
+SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+FROM threads t
+LEFT JOIN objectives o ON o.thread_id = t.id
+WHERE t.id = @id;
+
 -- name: ThreadDelete :execrows
-DELETE FROM threads WHERE id = @id;
+-- Erases the thread and everything of it, and leaves a tombstone of its counters: a thread
+-- created again under its id never takes an event or preference id it had.
+WITH gone AS (
+    DELETE FROM threads WHERE id = @id RETURNING id, next_event_id, next_preference_id
+)
+INSERT INTO thread_tombstones AS d (thread_id, next_event_id, next_preference_id)
+SELECT id, next_event_id, next_preference_id FROM gone
+ON CONFLICT (thread_id) DO UPDATE
+SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
+    next_preference_id = greatest(d.next_preference_id, excluded.next_preference_id);
 
 -- name: ThreadUsageAdd :exec
--- Adds turns' usage to their thread's totals, committing without waiting for the disk
--- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
--- per thread).
+-- Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
+-- writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
+-- adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
+-- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
+-- thread). A thread that does not exist is skipped.
+WITH mark AS (
+    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
+    SELECT t.id, @writer_id::text, @batch::bigint FROM threads t WHERE t.id = @id
+    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
+    WHERE m.batch < excluded.batch
+    RETURNING 1
+), stale AS (
+    DELETE FROM usage_batches s
+    WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days'
+)
 UPDATE threads
 SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
     cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,
     completion_tokens = completion_tokens + @completion_tokens::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE id = @id;
+WHERE threads.id = @id AND EXISTS (SELECT FROM mark);

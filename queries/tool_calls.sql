@@ -9,5 +9,7 @@ ORDER BY id
 LIMIT @max_rows;
 
 -- name: ToolCallPrune :execrows
--- HISTORY_RETENTION: tool-call records older than the cutoff.
-DELETE FROM tool_calls WHERE created_at < @cutoff;
+-- HISTORY_RETENTION: tool-call records older than the cutoff, but those another transaction
+-- holds (as EventPrune).
+DELETE FROM tool_calls
+WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM tool_calls o WHERE o.created_at < @cutoff FOR UPDATE SKIP LOCKED);

@@ -13,7 +13,10 @@ LIMIT 1;
 
 -- name: SnapshotPrune :execrows
 -- HISTORY_RETENTION: snapshots older than the cutoff, but each thread's last (the workspace of
--- its later turns).
-DELETE FROM workspace_snapshots s
-WHERE s.created_at < @cutoff
-  AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = s.thread_id AND n.turn > s.turn);
+-- its later turns) and those another transaction holds (as EventPrune).
+DELETE FROM workspace_snapshots
+WHERE (thread_id, turn) IN (
+    SELECT o.thread_id, o.turn FROM workspace_snapshots o
+    WHERE o.created_at < @cutoff
+      AND EXISTS (SELECT 1 FROM workspace_snapshots n WHERE n.thread_id = o.thread_id AND n.turn > o.turn)
+    FOR UPDATE OF o SKIP LOCKED);

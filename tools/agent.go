@@ -9,8 +9,9 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 )
 
-// The five tools: each plans its call on the list as it stands (pure, in plan.go), then runs a
-// few lines of SQL inside the call's transaction (call.go).
+// The five tools: each plans its call on the list as it stands and the view its indices name
+// (pure, in plan.go and view.go), then runs a few lines of SQL inside the call's transaction
+// (call.go), and says what the list is after it.
 
 func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
 	fresh, dups, err := w.store.planAdd(args, nextID, list)
@@ -18,6 +19,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		return toolOutput{}, err
 	}
 	var changes []change
+	after := list
 	if len(fresh) > 0 {
 		rows, err := w.insert(ctx, tx, nextID, fresh)
 		if err != nil {
@@ -27,17 +29,18 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 			p := fromRow(len(list)+i+1, r)
 			c, _ := prefChange(nil, &p)
 			changes = append(changes, c)
+			after = append(after[:len(after):len(after)], p) // a copy: list stays as it was
 		}
 	}
 	text := "recorded " + plural(len(fresh), "preference")
 	if len(dups) > 0 {
 		text += "; already recorded: " + strings.Join(dups, ", ")
 	}
-	return toolOutput{text: text, changes: changes}, nil
+	return toolOutput{text: text, changes: changes, list: after}, nil
 }
 
-func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
-	t, err := w.store.planUpdate(args, list)
+func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
+	t, err := w.store.planUpdate(args, view, list)
 	if err != nil {
 		return toolOutput{}, err
 	}
@@ -49,16 +52,17 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 			p.Subtitles = append(p.Subtitles, u.Subtitle)
 			p.Kinds = append(p.Kinds, u.Kind)
 		}
-		ids, err := w.store.q.PreferenceUpdateUnlocked(ctx, tx, p)
+		done, err := w.store.q.PreferenceUpdateUnlocked(ctx, tx, p)
 		if err != nil {
 			return toolOutput{}, fmt.Errorf("update preferences: %w", err)
 		}
-		t.applied(ids)
+		t.applied(done)
 	}
-	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(list, true)}, nil
+	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true),
+		list: replaced(list, t.open), touched: idsOf(t.open)}, nil
 }
 
-func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
+func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
 	var a struct {
 		Indices *[]index `json:"indices"`
 	}
@@ -75,22 +79,29 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 	for i, n := range *a.Indices {
 		indices[i] = int(n)
 	}
-	t := resolve(list, indices)
+	t := view.resolve(list, indices)
 	if len(t.open) > 0 {
-		ids := make([]int64, len(t.open))
-		for i, p := range t.open {
-			ids[i] = p.ID
-		}
-		deleted, err := w.store.q.PreferenceDeleteUnlocked(ctx, tx, db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: ids})
+		deleted, err := w.store.q.PreferenceDeleteUnlocked(ctx, tx, db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: idsOf(t.open)})
 		if err != nil {
 			return toolOutput{}, fmt.Errorf("remove preferences: %w", err)
 		}
 		t.applied(deleted)
 	}
-	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(list, false)}, nil
+	removed := idsOf(t.open)
+	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false),
+		list: without(list, removed), touched: removed}, nil
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage) (toolOutput, error) {
+// idsOf are the stable ids of prefs.
+func idsOf(prefs []Preference) []int64 {
+	out := make([]int64, len(prefs))
+	for i, p := range prefs {
+		out[i] = p.ID
+	}
+	return out
+}
+
+func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}
@@ -108,7 +119,7 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 	if err != nil {
 		return toolOutput{}, fmt.Errorf("set objective: %w", err)
 	}
-	out := toolOutput{text: "objective set: " + text}
+	out := toolOutput{text: "objective set: " + text, list: list}
 	if c, ok := objectiveChange(r.Previous, text); ok {
 		out.changes = []change{c}
 	}

@@ -20,6 +20,9 @@ type Call struct {
 	ID        string // the id the model gave the call (kept with its record)
 	Name      string
 	Arguments string // as the model sent them
+	// View is the list the call's indices name, the model's view of the round (see View); the
+	// call moves it on. Nil: the list as the call finds it.
+	View *View
 }
 
 // Result is what a call gives back to the model.
@@ -71,9 +74,17 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	defer tx.Rollback(ctx)
-	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, fromRows(tx.Preferences))
+	view, list := c.View, fromRows(tx.Preferences)
+	if view == nil {
+		view = viewOf(list)
+	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
+		// The thread was deleted and created again under its id: not the one the model was shown.
+		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+	}
+	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
 	if err != nil {
 		// A refused call has written nothing: every check runs before the tool's statement.
+		view.ran(list, nil)
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), LockedSkips: out.lockedSkips}
@@ -86,6 +97,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
+	view.ran(out.list, out.touched)
 	return res, nil
 }
 
@@ -116,23 +128,26 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 type toolOutput struct {
 	text        string
 	lockedSkips int
-	changes     []change // the events of the call
+	changes     []change     // the events of the call
+	list        []Preference // the list after the call
+	touched     []int64      // the preferences the call changed or removed
 }
 
 var errUnknownTool = errors.New("unknown tool")
 
-func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
+func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
 	switch name {
 	case AddPreferences:
 		return w.addPreferences(ctx, tx, args, nextID, list)
 	case ListPreferences:
-		return toolOutput{text: listText(list)}, nil
+		view.show(list)
+		return toolOutput{text: listText(list), list: list}, nil
 	case UpdatePreferences:
-		return w.updatePreferences(ctx, tx, args, list)
+		return w.updatePreferences(ctx, tx, args, view, list)
 	case RemovePreferences:
-		return w.removePreferences(ctx, tx, args, list)
+		return w.removePreferences(ctx, tx, args, view, list)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args)
+		return w.setObjective(ctx, tx, args, list)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }

@@ -410,7 +410,8 @@ type Pruned struct{ Events, Snapshots, ToolCalls int64 }
 
 // PruneHistory removes the events, snapshots (but each thread's last, which still applies) and
 // tool-call records older than cutoff (HISTORY_RETENTION). A removed preference's text lives on
-// in them until then.
+// in them until then. Rows another transaction holds (a thread being deleted) are left to the
+// next prune: it never waits on them, so it never deadlocks with a thread's DELETE.
 func (s *Store) PruneHistory(ctx context.Context, cutoff time.Time) (_ Pruned, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)

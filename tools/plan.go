@@ -22,32 +22,16 @@ func listText(list []Preference) string {
 	return strings.Join(lines, "\n")
 }
 
-// targets sorts a call's indices into the preferences they name (in the order given, each once),
-// the locked ones among them and those out of range.
+// targets are what a call's indices name (View.resolve): the preferences to change, as they
+// stand (with the index the model named; an update's carry their new values), the locked ones
+// among them, those removed or changed since the model was shown them (as shown), and the
+// indices out of range; before holds the list as the call found it, by id.
 type targets struct {
 	open       []Preference
 	locked     []Preference
+	changed    []Preference
 	outOfRange []int
-}
-
-func resolve(list []Preference, indices []int) targets {
-	var t targets
-	seen := make(map[int]bool, len(indices))
-	for _, i := range indices {
-		if seen[i] {
-			continue
-		}
-		seen[i] = true
-		switch {
-		case i > len(list):
-			t.outOfRange = append(t.outOfRange, i)
-		case list[i-1].Locked:
-			t.locked = append(t.locked, list[i-1])
-		default:
-			t.open = append(t.open, list[i-1])
-		}
-	}
-	return t
+	before     map[int64]Preference
 }
 
 // applied moves the open targets the statement did not touch (the SQL found them locked) to the
@@ -70,12 +54,12 @@ func (t *targets) applied(ids []int64) {
 }
 
 // changes are the events of an update (the open targets carry their new values) or a removal
-// (updated false): one per preference changed, one locked_skip per locked one, as they stood in
-// list.
-func (t targets) changes(list []Preference, updated bool) []change {
+// (updated false): one per preference changed, one locked_skip per locked one, as they stood
+// before the call.
+func (t targets) changes(updated bool) []change {
 	var out []change
 	for _, p := range t.open {
-		orig := list[p.Index-1]
+		orig := t.before[p.ID]
 		after := &p
 		if !updated {
 			after = nil
@@ -85,7 +69,7 @@ func (t targets) changes(list []Preference, updated bool) []change {
 		}
 	}
 	for _, p := range t.locked {
-		orig := list[p.Index-1]
+		orig := t.before[p.ID]
 		orig.Locked = true // the statement found it locked, whatever the list said
 		out = append(out, lockedSkip(orig))
 	}
@@ -93,21 +77,20 @@ func (t targets) changes(list []Preference, updated bool) []change {
 }
 
 // summary renders the result of an update or remove: one part per item done, then the locked
-// ones, then those out of range.
+// ones, then those changed since they were shown, then those out of range.
 func (t targets) summary(verb string) string {
 	var parts []string
 	for _, p := range t.open {
 		parts = append(parts, verb+" "+ref(p))
 	}
-	if len(t.open) == 0 && len(t.locked) == 0 {
+	if len(t.open) == 0 && len(t.locked) == 0 && len(t.changed) == 0 {
 		parts = append(parts, "no matching preferences found")
 	}
 	if len(t.locked) > 0 {
-		refs := make([]string, len(t.locked))
-		for i, p := range t.locked {
-			refs[i] = ref(p)
-		}
-		parts = append(parts, "locked, ask the user to unlock first: "+strings.Join(refs, ", "))
+		parts = append(parts, "locked, ask the user to unlock first: "+refs(t.locked))
+	}
+	if len(t.changed) > 0 {
+		parts = append(parts, "changed since it was shown; call list_preferences: "+refs(t.changed))
 	}
 	if len(t.outOfRange) > 0 {
 		refs := make([]string, len(t.outOfRange))
@@ -122,6 +105,15 @@ func (t targets) summary(verb string) string {
 // ref names a preference in a summary: #N "title".
 func ref(p Preference) string {
 	return "#" + strconv.Itoa(p.Index) + ` "` + oneLine(p.Title) + `"`
+}
+
+// refs names preferences in a summary: #N "title", #M "title".
+func refs(list []Preference) string {
+	out := make([]string, len(list))
+	for i, p := range list {
+		out[i] = ref(p)
+	}
+	return strings.Join(out, ", ")
 }
 
 func plural(n int, noun string) string {
@@ -194,9 +186,10 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 	return fresh, dups, nil
 }
 
-// planUpdate decides what update_preferences changes: the targets of the call, the open ones
-// carrying their new values, or the error the call is refused with (nothing is then updated).
-func (s *Store) planUpdate(args json.RawMessage, list []Preference) (targets, error) {
+// planUpdate decides what update_preferences changes in list (the list as it stands), its indices
+// naming the view: the targets of the call, the open ones carrying their new values, or the
+// error the call is refused with (nothing is then updated).
+func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) (targets, error) {
 	var a struct {
 		Updates *[]struct {
 			Index    *index  `json:"index"`
@@ -252,9 +245,7 @@ func (s *Store) planUpdate(args json.RawMessage, list []Preference) (targets, er
 			e.kind = &v
 		}
 	}
-	t := resolve(list, indices)
-	// The list as it would read afterwards, to refuse an edit that duplicates a title.
-	after := append([]Preference(nil), list...)
+	t := view.resolve(list, indices)
 	for i, p := range t.open {
 		e := edits[p.Index]
 		if e.title != nil {
@@ -267,8 +258,9 @@ func (s *Store) planUpdate(args json.RawMessage, list []Preference) (targets, er
 			p.Kind = *e.kind
 		}
 		t.open[i] = p
-		after[p.Index-1] = p
 	}
+	// The list as it would read afterwards, to refuse an edit that duplicates a title.
+	after := replaced(list, t.open)
 	for _, p := range t.open {
 		if edits[p.Index].title == nil {
 			continue
@@ -279,4 +271,33 @@ func (s *Store) planUpdate(args json.RawMessage, list []Preference) (targets, er
 		}
 	}
 	return t, nil
+}
+
+// replaced is a copy of list in which the preferences of prefs (matched by id) replace theirs,
+// at the list's positions.
+func replaced(list, prefs []Preference) []Preference {
+	out := append([]Preference(nil), list...)
+	for _, p := range prefs {
+		if i := indexOf(out, p.ID); i >= 0 {
+			p.Index = out[i].Index
+			out[i] = p
+		}
+	}
+	return out
+}
+
+// without is list without the preferences of ids, indexed anew.
+func without(list []Preference, ids []int64) []Preference {
+	gone := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	var out []Preference
+	for _, p := range list {
+		if !gone[p.ID] {
+			p.Index = len(out) + 1
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -30,7 +30,7 @@ func TestPlanUpdate(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := s.planUpdate([]byte(tt.args), list)
+			got, err := s.planUpdate([]byte(tt.args), viewOf(list), list)
 			if tt.err != "" {
 				require.ErrorContains(t, err, tt.err)
 				return
@@ -40,7 +40,7 @@ func TestPlanUpdate(t *testing.T) {
 		})
 	}
 	t.Run("NewValues", func(t *testing.T) {
-		got, err := s.planUpdate([]byte(`{"updates":[{"index":3,"kind":"hard"},{"index":3,"subtitle":"3 lines"}]}`), list)
+		got, err := s.planUpdate([]byte(`{"updates":[{"index":3,"kind":"hard"},{"index":3,"subtitle":"3 lines"}]}`), viewOf(list), list)
 		require.NoError(t, err)
 		require.Equal(t, []Preference{{ID: 7, Index: 3, Title: "Short paragraphs", Subtitle: "3 lines", Kind: Hard}}, got.open)
 		require.Equal(t, "Short paragraphs", list[2].Title, "the list itself is not changed")
@@ -58,4 +58,45 @@ func TestPlanAdd(t *testing.T) {
 	require.Equal(t, []string{`#1 "Formal tone"`, `#2 "B"`}, dups)
 	_, _, err = s.planAdd([]byte(`{"items":[{"title":"C"},{"title":"D"},{"title":"E"}]}`), 5, list)
 	require.ErrorContains(t, err, "a thread holds at most 3 preferences: 1 recorded, 3 new; nothing was recorded")
+}
+
+// TestViewResolve: indices name the list the model was shown; a call acts on the preferences
+// behind them as they stand, and reports one removed or changed since it was shown (unless the
+// round's own calls changed it), never another in its place.
+func TestViewResolve(t *testing.T) {
+	t.Parallel()
+	shown := []Preference{
+		{ID: 1, Index: 1, Title: "A", Kind: Soft},
+		{ID: 2, Index: 2, Title: "B", Kind: Soft},
+		{ID: 3, Index: 3, Title: "C", Kind: Soft},
+		{ID: 4, Index: 4, Title: "D", Kind: Soft},
+	}
+	// Since then: A removed, B locked by the user, C's title changed, E added.
+	now := []Preference{
+		{ID: 2, Index: 1, Title: "B", Kind: Soft, Locked: true},
+		{ID: 3, Index: 2, Title: "C, edited", Kind: Soft},
+		{ID: 4, Index: 3, Title: "D", Kind: Soft},
+		{ID: 5, Index: 4, Title: "E", Kind: Soft},
+	}
+	v := NewView(TurnStart{Preferences: shown})
+	got := v.resolve(now, []int{4, 1, 2, 3, 4, 5})
+	require.Equal(t, []Preference{{ID: 4, Index: 4, Title: "D", Kind: Soft}}, got.open, "D, at the index shown")
+	require.Equal(t, []Preference{{ID: 2, Index: 2, Title: "B", Kind: Soft, Locked: true}}, got.locked)
+	require.Equal(t, []Preference{shown[0], shown[2]}, got.changed)
+	require.Equal(t, []int{5}, got.outOfRange)
+	require.Equal(t, `removed #4 "D"; locked, ask the user to unlock first: #2 "B"; changed since it was shown; call list_preferences: #1 "A", #3 "C"; out of range: #5`,
+		got.summary("removed"))
+
+	// The round's own calls: D updated, B removed; the list they left is the next round's view.
+	d := Preference{ID: 4, Index: 3, Title: "D2", Kind: Hard}
+	v.ran([]Preference{now[0], now[1], d, now[3]}, []int64{4})
+	got = v.resolve([]Preference{now[0], now[1], d, now[3]}, []int{4})
+	require.Equal(t, []Preference{{ID: 4, Index: 4, Title: "D2", Kind: Hard}}, got.open, "its own change is no change since it was shown")
+	v.ran([]Preference{now[1], d, now[3]}, []int64{2})
+	got = v.resolve([]Preference{now[1], d, now[3]}, []int{2})
+	require.Equal(t, []Preference{shown[1]}, got.changed, "removed by the round itself")
+	v.NextRound()
+	got = v.resolve([]Preference{now[1], d, now[3]}, []int{1, 2, 3})
+	require.Equal(t, `removed #1 "C, edited"; removed #2 "D2"; removed #3 "E"`, got.summary("removed"),
+		"the next round names the list the round left")
 }

@@ -40,7 +40,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 		_, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: c.Name, Arguments: c.Arguments})
 		require.NoError(t, err)
 	}
-	require.NoError(t, store.AddUsage(ctx, map[ThreadID]Usage{ws.ThreadID(): {PromptTokens: 1}}))
+	require.NoError(t, store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{ws.ThreadID(): {PromptTokens: 1}}}))
 	// A Responses turn's record, and a later turn continuing from it.
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}))
 	_, err = ws.Continuation(ctx, "resp_1")

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/wsproxy/wsproxy/db"
 )
@@ -25,6 +28,8 @@ type Thread struct {
 	Turns           int       `json:"turns"`
 	Objective       *string   `json:"objective"`
 	PreferenceCount int       `json:"preference_count"`
+	// Cursor is what a listing takes to go on after this thread (its updated_at and id).
+	Cursor string `json:"cursor"`
 }
 
 // Detail is one thread's whole workspace, with the block as it would be injected now and the
@@ -105,34 +110,65 @@ type PreferencePatch struct {
 }
 
 // Threads lists the threads whose stored id starts with prefix ("" for all), most recently
-// updated first, after the thread named by after.
+// updated first, after the cursor after: a listed thread's Cursor (the page goes on from that
+// thread's place when it was listed, whatever happened to it since), or a bare thread id (from
+// that thread's place now; nothing when it is gone). "" lists from the top.
 func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_ []Thread, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
-	rows, err := s.q.ThreadList(ctx, s.pool, db.ThreadListParams{Prefix: prefix, After: after, MaxRows: int32(limit)})
+	p := db.ThreadListParams{Prefix: prefix, AfterID: after, MaxRows: int32(limit)}
+	if micros, id, ok := strings.Cut(after, cursorSep); ok {
+		n, err := strconv.ParseInt(micros, 10, 64)
+		if err != nil {
+			return nil, invalid("after", "is not a thread's cursor")
+		}
+		p.AfterID, p.AfterUpdatedAt = id, pgtype.Timestamptz{Time: time.UnixMicro(n), Valid: true}
+	}
+	rows, err := s.q.ThreadList(ctx, s.pool, p)
 	if err != nil {
 		return nil, fmt.Errorf("list threads: %w", err)
 	}
 	out := make([]Thread, len(rows))
 	for i, r := range rows {
-		id, _ := ParseThreadID(r.ID) // every stored id was checked when the thread was made
-		out[i] = Thread{
-			ID: r.ID, Client: id.Client, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
-			Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
-		}
-		if r.Objective.Valid {
-			out[i].Objective = &r.Objective.String
-		}
+		out[i] = listed(db.ThreadSummaryRow(r))
 	}
 	return out, nil
 }
 
-// Get returns the thread's workspace. ErrNotFound when the thread does not exist.
+// cursorSep joins a listed thread's updated_at and id in its cursor; a thread id never holds it.
+const cursorSep = ","
+
+// Summary is the thread as the admin listing shows it. ErrNotFound when it does not exist.
+func (w *Workspace) Summary(ctx context.Context) (_ Thread, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	r, err := w.store.q.ThreadSummary(ctx, w.store.pool, w.threadID)
+	if err != nil {
+		return Thread{}, db.NotFound(err)
+	}
+	return listed(r), nil
+}
+
+func listed(r db.ThreadSummaryRow) Thread {
+	id, _ := ParseThreadID(r.ID) // every stored id was checked when the thread was made
+	th := Thread{
+		ID: r.ID, Client: id.Client, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
+		Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
+		Cursor: strconv.FormatInt(r.UpdatedAt.Time.UnixMicro(), 10) + cursorSep + r.ID,
+	}
+	if r.Objective.Valid {
+		th.Objective = &r.Objective.String
+	}
+	return th
+}
+
+// Get returns the thread's workspace. ErrNotFound when the thread does not exist. Its reads
+// share one snapshot (REPEATABLE READ): the workspace as it stood at one moment.
 func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	var d Detail
-	err = db.WithTx(ctx, w.store.pool, func(tx pgx.Tx) error {
+	err = db.WithTx(ctx, w.store.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		th, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
 		if err != nil {
 			return db.NotFound(err)
@@ -165,16 +201,25 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	return d, nil
 }
 
-// AddUsage adds turns' usage to their threads' totals, in one round trip that does not wait for
-// the disk: a crash may lose the last turns' counts, never anything of the workspace. A thread
-// that no longer exists is skipped.
-func (s *Store) AddUsage(ctx context.Context, usage map[ThreadID]Usage) (err error) {
+// UsageBatch is the usage of the turns that ended within one interval, as one writer (a
+// replica's usage writer) sends it: numbered, so that the batch sent again after its answer was
+// lost is counted once.
+type UsageBatch struct {
+	Writer string // the writer's id: random per process
+	Number int64  // increasing per writer; a batch that failed is sent again with its number
+	Usage  map[ThreadID]Usage
+}
+
+// AddUsage adds a batch to its threads' totals, in one round trip that does not wait for the
+// disk: a crash may lose the last turns' counts, never anything of the workspace. A thread gets
+// a batch once, however often it is sent; a thread that no longer exists is skipped.
+func (s *Store) AddUsage(ctx context.Context, b UsageBatch) (err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
-	params := make([]db.ThreadUsageAddParams, 0, len(usage))
-	for id, u := range usage {
-		params = append(params, db.ThreadUsageAddParams{ID: id.String(), PromptTokens: u.PromptTokens,
-			CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
+	params := make([]db.ThreadUsageAddParams, 0, len(b.Usage))
+	for id, u := range b.Usage {
+		params = append(params, db.ThreadUsageAddParams{ID: id.String(), WriterID: b.Writer, Batch: b.Number,
+			PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
 	}
 	if err := db.AddUsage(ctx, s.pool, params); err != nil {
 		return fmt.Errorf("add usage: %w", err)

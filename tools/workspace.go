@@ -183,6 +183,9 @@ type TurnStart struct {
 	Number      int
 	Objective   string // "" when none yet
 	Preferences []Preference
+	// Created is when the thread was created: the thread the turn's calls may run against (a
+	// thread deleted and created again under its id is another).
+	Created time.Time
 }
 
 // Block renders the turn's workspace block.
@@ -205,7 +208,7 @@ func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
 	if err != nil {
 		return TurnStart{}, err
 	}
-	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs}, nil
+	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs, Created: row.CreatedAt.Time}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,

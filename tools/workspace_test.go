@@ -448,11 +448,11 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	_, err = other.StartTurn(context.Background())
 	require.NoError(t, err)
 	before = tracer.n.Load()
-	require.NoError(t, f.store.AddUsage(context.Background(), map[ThreadID]Usage{
+	require.NoError(t, f.store.AddUsage(context.Background(), UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{
 		f.ws.ThreadID():         {PromptTokens: 10, CachedPromptTokens: 4, CompletionTokens: 3},
 		other.ThreadID():        {PromptTokens: 7},
 		{Name: "never-started"}: {PromptTokens: 1}, // no thread: skipped
-	}))
+	}}))
 	require.Equal(t, int64(1), tracer.n.Load()-before)
 	d, err := f.ws.Get(context.Background())
 	require.NoError(t, err)

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -128,9 +127,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.tp != nil {
 		poolConfig.ConnConfig.Tracer = db.NewTracer(m.tp)
 	}
-	if _, set := poolConfig.ConnConfig.RuntimeParams["statement_timeout"]; !set {
-		poolConfig.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(m.Config.DatabaseTimeout.Milliseconds(), 10)
-	}
+	db.ConfigurePool(poolConfig, m.Config.DatabaseTimeout)
 	if m.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}

@@ -1,10 +1,10 @@
-// Package dbfault is a TCP proxy in front of Postgres that cuts its connections on demand, as
-// if the server restarted or went away: for the fault tests and the soak of the load tool.
+// Package dbfault is a TCP proxy in front of Postgres that fails its connections on demand: cut
+// (as if the server restarted or went away), losing Postgres's answers, or partitioned (nothing
+// passes and neither side hears of it); for the fault tests and the soak of the load tool.
 package dbfault
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -12,12 +12,14 @@ import (
 )
 
 // Proxy is a TCP proxy in front of the test database that a test cuts, as if Postgres
-// restarted or went away, and restores.
+// restarted or went away, or partitions, and restores.
 type Proxy struct {
 	ln             net.Listener
 	network, addr  string
 	mu             sync.Mutex
-	down           bool
+	down           bool // Cut: connections refused
+	dropAnswers    bool // DropAnswers: what Postgres sends is lost
+	partitioned    bool // Partition: what either side sends is lost; new connections hang
 	conns          map[net.Conn]struct{}
 	wg             sync.WaitGroup
 	closeListening sync.Once
@@ -52,9 +54,14 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		if p.down {
+		switch {
+		case p.down:
 			p.mu.Unlock()
 			_ = c.Close() // refused: the server is away
+			continue
+		case p.partitioned:
+			p.conns[c] = struct{}{} // held, never answered, until Cut or Close
+			p.mu.Unlock()
 			continue
 		}
 		up, err := net.Dial(p.network, p.addr)
@@ -66,20 +73,47 @@ func (p *Proxy) accept() {
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		go p.pipe(c, up, true)
+		go p.pipe(up, c, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// pipe copies what src sends to dst, dropping what the proxy's state says is lost; answers tells
+// that src is Postgres.
+func (p *Proxy) pipe(dst, src net.Conn, answers bool) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && p.passes(answers) {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if !p.passes(answers) {
+		// Partitioned: the other side never hears that src closed; dst stays open until Cut.
+		p.mu.Lock()
+		delete(p.conns, src)
+		p.mu.Unlock()
+		_ = src.Close()
+		return
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+func (p *Proxy) passes(answer bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.partitioned && !(answer && p.dropAnswers)
 }
 
 // Cut drops every open connection and refuses new ones until Restore.
@@ -92,11 +126,30 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore lets connections through again.
+// DropAnswers loses what Postgres sends from now on, while what the clients send still reaches
+// it: statements run and commit, and their clients never hear of it. Cut the connections before
+// Restore (they lost bytes).
+func (p *Proxy) DropAnswers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropAnswers = true
+}
+
+// Partition loses what either side sends from now on and leaves every connection open, as a
+// network that went away without a word to either side: Postgres keeps the sessions (and their
+// transactions) of clients that are gone, and new connections hang. Cut the connections before
+// Restore (they lost bytes).
+func (p *Proxy) Partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partitioned = true
+}
+
+// Restore lets connections and bytes through again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.down = false
+	p.down, p.dropAnswers, p.partitioned = false, false, false
 }
 
 // Close stops the proxy and drops its connections.

@@ -178,6 +178,31 @@ func NewFaultPool(t testing.TB, configure func(*pgxpool.Config)) (*pgxpool.Pool,
 	return pool, p
 }
 
+// Bypass returns a pool on the schema (or database) of pool, one of NewFaultPool, that reaches
+// Postgres directly: what a test reads while the fault proxy loses bytes. It is closed when the
+// test ends.
+func Bypass(t testing.TB, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	origin := URL(t)
+	if bouncer := os.Getenv("TEST_PGBOUNCER_URL"); bouncer != "" {
+		origin = bouncer
+	}
+	direct, err := pgxpool.ParseConfig(origin)
+	if err != nil {
+		t.Fatalf("parse test database URL: %v", err)
+	}
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = direct.ConnConfig.Host, direct.ConnConfig.Port
+	cfg.ConnConfig.Fallbacks, cfg.ConnConfig.TLSConfig = direct.ConnConfig.Fallbacks, direct.ConnConfig.TLSConfig
+	cfg.ConnConfig.Tracer = nil
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("connect to test database: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
 // ListenURL is a URL of a direct connection to the database of cfg (from Schema): LISTEN cannot
 // go through PgBouncer in transaction mode (DATABASE_LISTEN_URL), so with TEST_PGBOUNCER_URL it
 // reaches Postgres itself; otherwise it is cfg's own.

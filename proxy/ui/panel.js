@@ -130,7 +130,7 @@ function threadsView() {
         el("a", { href: "#/t/" + encodeURIComponent(t.id), text: t.id }),
         el("div", { class: "meta", text: t.turns + " turns · " + t.preference_count + " preferences · updated " + new Date(t.updated_at).toLocaleString() }),
         t.objective ? el("div", { class: "objective", text: t.objective }) : null));
-      after = t.id;
+      after = t.cursor;
     }
     if (!list.children.length) list.append(el("li", { class: "muted", text: "No threads." }));
     more.hidden = !page.has_more;

@@ -1,0 +1,48 @@
+package tools
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUsageBatchCountedOnce: each writer's batch adds to a thread once, however often it is sent
+// and whatever other writers (replicas) sent in between; a writer's mark that no one moved for a
+// week goes with the thread's next usage.
+func TestUsageBatchCountedOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	send := func(writer string, n int64, tokens int64) {
+		require.NoError(t, f.store.AddUsage(ctx, UsageBatch{Writer: writer, Number: n, Usage: map[ThreadID]Usage{
+			f.ws.ThreadID(): {PromptTokens: tokens},
+		}}))
+	}
+	prompt := func() int64 {
+		d, err := f.ws.Get(ctx)
+		require.NoError(t, err)
+		return d.Usage.PromptTokens
+	}
+	send("a", 1, 5)
+	send("a", 1, 5)
+	send("b", 1, 7)
+	send("a", 1, 5)
+	send("b", 1, 7)
+	require.Equal(t, int64(12), prompt())
+	send("a", 2, 1)
+	send("b", 2, 2)
+	send("a", 1, 5) // an older batch of a: counted already
+	require.Equal(t, int64(15), prompt())
+
+	marks := func() (n int) {
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE thread_id = 't1'`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 2, marks())
+	_, err := f.pool.Exec(ctx, `UPDATE usage_batches SET at = at - interval '8 days' WHERE writer_id = 'a'`)
+	require.NoError(t, err)
+	send("b", 3, 1)
+	require.Equal(t, 1, marks(), "a's week-old mark is gone")
+	require.Equal(t, int64(16), prompt())
+}
