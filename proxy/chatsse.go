@@ -236,6 +236,8 @@ func (s *chatSSE) chunk(data []byte) error {
 	fr := text(choice.Get("finish_reason"))
 	usageOnly := hasUsage && fr == "" && (len(choices) == 0 || (emptyDelta(delta, "role") && !carriesMore(choice)))
 	switch {
+	case usageOnly && !s.req.IncludeUsage:
+		return nil // the proxy asked for it (to count the turn), not the client
 	case usageOnly && !s.rd.inPlace:
 		s.rd.usageChunk = c.Own() // the usage of its own: for the end of the turn
 		return nil

@@ -453,3 +453,18 @@ func TestRoundTextCapNonStreamed(t *testing.T) {
 	require.Equal(t, maxRoundText, len(sent))
 	require.True(t, strings.HasPrefix(long, sent))
 }
+
+// TestUsageTheClientDidNotAskFor: the proxy asks a streamed turn's upstream for its usage (to
+// count the turn); a client that did not ask gets none of it, wherever the upstream put it.
+func TestUsageTheClientDidNotAskFor(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	finish := `{"id":"c-u","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}`
+	e.up.Script(upstreamtest.Stream(append(upstreamtest.ContentChunks("c-u", "Hi")[:2], finish, upstreamtest.UsageChunk("c-u", 3, 1))...))
+	body := streamBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "nu"}, `{"model":"m","stream":true,"messages":[]}`))
+	tr := checkStream(t, body)
+	require.Nil(t, tr.usage)
+	require.NotContains(t, body, `"usage":{`)
+	require.Equal(t, "Hi", tr.content)
+	require.Eventually(t, func() bool { return e.workspace("nu").Usage.PromptTokens == 3 }, 10*time.Second, 20*time.Millisecond, "the turn is counted")
+}
