@@ -226,7 +226,13 @@ func NewServer(opts Options) *Server {
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ambiguousFraming(r) { // on a connection of Listen (proxy/framing.go)
+		writeError(w, r, s.log, errAmbiguousFraming)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
