@@ -97,8 +97,7 @@ func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	setSessionCookie(w, r, &http.Cookie{MaxAge: -1})
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
 // rawExchange writes raw to a new connection to the proxy and reads every response until the
@@ -125,4 +128,122 @@ func TestFramingConnHeads(t *testing.T) {
 		}
 		require.Equal(t, want, got, "size %d", size)
 	}
+}
+
+// TestCredentialsNotForwarded: the panel's session cookie is scoped to the panel and the admin
+// REST, and no Cookie reaches the upstream; with client keys no client credential of any kind
+// does (the upstream gets the operator's key alone), on thread turns and pass-through alike.
+func TestCredentialsNotForwarded(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.up.Fallback = reply(cmpl("ok"))
+	resp, err := http.Post(e.srv.URL+"/ui/session", "application/json", strings.NewReader(`{"token":"`+adminToken+`"}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	var paths []string
+	for _, c := range resp.Cookies() {
+		require.Equal(t, sessionCookie, c.Name)
+		paths = append(paths, c.Path)
+	}
+	require.ElementsMatch(t, []string{"/ui/", "/admin/"}, paths, "the session cookie goes where the panel needs it, nowhere else")
+	for _, thread := range []string{"", "t1"} {
+		resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": thread,
+			"Cookie": sessionCookie + "=s.abc; other=1", "Content-Type": "application/json"}, `{"messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		got := e.up.Requests()
+		require.Empty(t, got[len(got)-1].Header.Values("Cookie"), "thread %q", thread)
+	}
+
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	e = setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	e.up.Fallback = reply(cmpl("ok"))
+	creds := map[string]string{"X-Api-Key": "k1", "Api-Key": "k2", "Ocp-Apim-Subscription-Key": "k3", "Azure-Api-Key": "k4",
+		"X-Goog-Api-Key": "k5", "Cookie": "session=k6", "X-Auth-Token": "k7", "Anthropic-Api-Key": "k8"}
+	for _, thread := range []string{"", "t1"} {
+		h := map[string]string{"Authorization": "Bearer sk-alice-secret", "X-Thread-Id": thread, "Idempotency-Key": "idem-1"}
+		for k, v := range creds {
+			h[k] = v
+		}
+		resp, body := e.do("POST", "/v1/chat/completions", h, `{"messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		got := e.up.Requests()
+		last := got[len(got)-1].Header
+		for k := range creds {
+			require.Empty(t, last.Values(k), "%s reached the upstream (thread %q)", k, thread)
+		}
+		require.Equal(t, "Bearer sk-operator", last.Get("Authorization"))
+		require.Equal(t, "idem-1", last.Get("Idempotency-Key"), "headers that are no credential still pass")
+	}
+}
+
+// withIdentity replies as reply does, with the headers that name the operator's account and a
+// cookie of the upstream's.
+func withIdentity(reply upstreamtest.Reply) upstreamtest.Reply {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("OpenAI-Organization", "org-operator")
+		w.Header().Set("OpenAI-Project", "proj_operator")
+		w.Header().Add("Set-Cookie", "__cf_bm=operator; Path=/")
+		w.Header().Set("X-Request-Id", "req_1")
+		reply(w, r)
+	}
+}
+
+// TestUpstreamIdentityNotReturned: with client keys, the upstream's headers that name the
+// operator's organization and project, and its cookies, never reach a client; nor does the
+// operator's key quoted in an upstream's error body (redacted wherever UPSTREAM_API_KEY is set).
+func TestUpstreamIdentityNotReturned(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	const operatorKey = "sk-operator-0123456789abcdef"
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, operatorKey })
+	keyError := upstreamtest.JSON(401, `{"error":{"message":"Incorrect API key provided: `+operatorKey+`. You can find your API key at https://platform.openai.com.","type":"invalid_request_error","code":"invalid_api_key"}}`)
+	alice := func(thread string) map[string]string {
+		return map[string]string{"Authorization": "Bearer sk-alice-secret", "X-Thread-Id": thread, "Content-Type": "application/json"}
+	}
+	check := func(name string, resp *http.Response, body string) {
+		for _, h := range []string{"OpenAI-Organization", "OpenAI-Project", "Set-Cookie"} {
+			require.Empty(t, resp.Header.Values(h), "%s: %s reached the client", name, h)
+		}
+		require.NotContains(t, body, operatorKey, name)
+	}
+	for _, thread := range []string{"", "t1"} {
+		e.up.Script(withIdentity(reply(cmpl("ok"))))
+		resp, body := e.do("POST", "/v1/chat/completions", alice(thread), `{"messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		check("answer, thread "+thread, resp, body)
+		require.Equal(t, "req_1", resp.Header.Get("X-Request-Id"), "other headers pass")
+
+		e.up.Script(withIdentity(keyError))
+		resp, body = e.do("POST", "/v1/chat/completions", alice(thread), `{"messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 401, resp.StatusCode, body)
+		check("error, thread "+thread, resp, body)
+		require.Contains(t, body, "Incorrect API key provided: [redacted]", "the rest of the error as it came")
+	}
+	e.up.Script(withIdentity(upstreamtest.Stream(upstreamtest.Chunk("c1", `{"role":"assistant","content":"ok"}`, "stop"))))
+	resp, body := e.do("POST", "/v1/chat/completions", alice("t1"), `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	check("stream", resp, body)
+	e.up.Script(withIdentity(reply(`{"object":"list","data":[]}`)))
+	resp, body = e.do("GET", "/v1/models", alice(""), "")
+	require.Equal(t, 200, resp.StatusCode, body)
+	check("models", resp, body)
+
+	// A gzipped error body is read too (the client gets it plain).
+	e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, "gzip", r.Header.Get("Accept-Encoding"))
+		w.Header().Set("Content-Encoding", "gzip")
+		w.WriteHeader(401)
+		zw := gzip.NewWriter(w)
+		_, _ = io.WriteString(zw, `{"error":{"message":"Incorrect API key provided: `+operatorKey+`"}}`)
+		_ = zw.Close()
+	})
+	h := alice("")
+	h["Accept-Encoding"] = "gzip, deflate, br"
+	resp, body = e.do("GET", "/v1/models", h, "")
+	require.Equal(t, 401, resp.StatusCode)
+	require.Empty(t, resp.Header.Get("Content-Encoding"))
+	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
 }

@@ -189,9 +189,10 @@ func NewServer(opts Options) *Server {
 	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
-		Rewrite:    s.rewritePassThrough,
-		Transport:  transport,
-		BufferPool: copyBuffers{}, // nil would allocate 32 KB per response
+		Rewrite:        s.rewritePassThrough,
+		ModifyResponse: s.fromUpstream().passThroughResponse,
+		Transport:      transport,
+		BufferPool:     copyBuffers{}, // nil would allocate 32 KB per response
 		// FlushInterval 0: ReverseProxy flushes every write of a text/event-stream response, or
 		// of one without a Content-Length, and buffers the others (a flush per write of a plain
 		// JSON body costs a syscall each).
@@ -349,6 +350,14 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
 	pr.Out.Host = ""
 	s.stripHeaders(pr.Out.Header)
+	if s.opts.UpstreamAPIKey != "" {
+		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
+		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
+			pr.Out.Header.Set("Accept-Encoding", "gzip")
+		} else {
+			pr.Out.Header.Del("Accept-Encoding")
+		}
+	}
 	s.tracing.inject(pr.In.Context(), pr.Out.Header)
 }
 
@@ -419,7 +428,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Place
 		Number:    start.Number,
 		Model:     model,
 		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
-			header: s.outboundHeader(r.Header), tracing: s.tracing},
+			header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()},
 	}
 	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
 }

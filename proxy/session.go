@@ -152,9 +152,21 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
 	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: randomHex(16)}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.signer.sign("s", ses), Path: "/", Expires: exp,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	setSessionCookie(w, r, &http.Cookie{Value: s.signer.sign("s", ses), Expires: exp})
 	return ses
+}
+
+// sessionPaths are where the browser sends the session cookie: the panel's own routes and the
+// admin REST it calls, never /v1 (whose requests go upstream).
+var sessionPaths = []string{"/ui/", "/admin/"}
+
+// setSessionCookie sets the session cookie c (its value and expiry) on every path of sessionPaths.
+func setSessionCookie(w http.ResponseWriter, r *http.Request, c *http.Cookie) {
+	for _, path := range sessionPaths {
+		c := *c
+		c.Name, c.Path, c.HttpOnly, c.SameSite, c.Secure = sessionCookie, path, true, http.SameSiteStrictMode, r.TLS != nil
+		http.SetCookie(w, &c)
+	}
 }
 
 // sameOrigin checks a write made with a session cookie: it must come from the panel's own
