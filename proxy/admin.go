@@ -73,15 +73,14 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 // The handler finds who called in its context (principalFrom).
 func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.adminPrincipal(r)
-		if !ok {
+		p, err := s.adminPrincipal(r)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy admin"`)
-			writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
-				Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"})
+			writeError(w, r, s.log, err)
 			return
 		}
 		if p.via != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := sameOrigin(r, p.via); err != nil {
+			if err := s.sameOrigin(r, p.via); err != nil {
 				writeError(w, r, s.log, err)
 				return
 			}
@@ -90,18 +89,33 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	})
 }
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder.
-func (s *Server) adminPrincipal(r *http.Request) (principal, bool) {
+var errAdminToken = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
+	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
+
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder. A wrong
+// token counts as a failed authentication of the client's address (throttled).
+func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := bearerToken(r); ok {
-		return principal{admin: true}, s.opts.AdminToken != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) == 1
+		addr := s.clientAddr(r)
+		if err := s.failures.check(addr); err != nil {
+			return principal{}, err
+		}
+		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) != 1 {
+			s.failures.fail(addr)
+			return principal{}, errAdminToken
+		}
+		return principal{admin: true}, nil
 	}
 	ses, ok := s.sessionOf(r)
 	if !ok {
-		return principal{}, false
+		return principal{}, errAdminToken
 	}
 	p, ok := principalOf(ses.Scope)
+	if !ok {
+		return principal{}, errAdminToken
+	}
 	p.via = ses
-	return p, ok
+	return p, nil
 }
 
 // page is a list response.
@@ -458,25 +472,8 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
 	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
 	return writeJSON(w, http.StatusCreated, map[string]any{
-		"url": baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
+		"url": s.baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
 	})
-}
-
-// baseURL is the scheme and host the client reached wsproxy by (X-Forwarded-Proto and
-// X-Forwarded-Host when a proxy in front set them): where a link points.
-func baseURL(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
-		scheme = p
-	}
-	host := r.Host
-	if h := r.Header.Get("X-Forwarded-Host"); h != "" && !strings.ContainsAny(h, "/\\@ ") {
-		host = h
-	}
-	return scheme + "://" + host
 }
 
 // heartbeat is how often an idle event stream gets a comment line (SPEC §13).

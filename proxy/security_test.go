@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -246,4 +247,117 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	require.Equal(t, 401, resp.StatusCode)
 	require.Empty(t, resp.Header.Get("Content-Encoding"))
 	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
+}
+
+// failedThenLocked makes maxFailures failed attempts with try(false), each a 401, and checks that
+// the right credential, try(true), then waits out the window: 429 with a Retry-After.
+func failedThenLocked(t *testing.T, name string, try func(right bool) *http.Response) {
+	t.Helper()
+	for i := range maxFailures {
+		resp := try(false)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: failure %d", name, i+1)
+	}
+	resp := try(true)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: the next try is refused, the right credential too", name)
+	require.NotEmpty(t, resp.Header.Get("Retry-After"), name)
+}
+
+// TestFailedAuthenticationThrottled: failed authentication is throttled per address on every
+// surface — the admin REST's bearer token, the client keys of /v1, the panel's sign-in — and
+// behind a trusted proxy the address is the client's (X-Forwarded-For), so one client's
+// failures lock out no other; from a peer that is not trusted, X-Forwarded-For changes nothing.
+func TestFailedAuthenticationThrottled(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	trusted, err := ParseTrustedProxies("127.0.0.0/8, ::1")
+	require.NoError(t, err)
+	configure := func(trust []netip.Prefix) func(*Options) {
+		return func(o *Options) { o.ClientKeys, o.UpstreamAPIKey, o.TrustedProxies = keys, "sk-operator", trust }
+	}
+	e := setup(t, configure(trusted))
+	e.up.Fallback = reply(`{"object":"list","data":[]}`)
+	from := func(addr string, h map[string]string) map[string]string {
+		h["X-Forwarded-For"] = "198.51.100.1, " + addr // the client's, then a trusted proxy's own peer
+		return h
+	}
+	pick := func(right bool, good, bad string) string {
+		if right {
+			return good
+		}
+		return bad
+	}
+	t.Run("AdminREST", func(t *testing.T) {
+		failedThenLocked(t, "admin REST", func(right bool) *http.Response {
+			resp, _ := e.do("GET", "/admin/v1/threads", from("203.0.113.1", map[string]string{"Authorization": "Bearer " + pick(right, adminToken, "guess")}), "")
+			return resp
+		})
+	})
+	t.Run("ClientKeys", func(t *testing.T) {
+		failedThenLocked(t, "client keys", func(right bool) *http.Response {
+			resp, _ := e.do("GET", "/v1/models", from("203.0.113.2", map[string]string{"Authorization": "Bearer " + pick(right, "sk-alice-secret", "sk-guess")}), "")
+			return resp
+		})
+	})
+	t.Run("SignInBehindProxy", func(t *testing.T) {
+		for range maxFailures {
+			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		}
+		// Another client behind the same proxy is not locked out.
+		resp, body := e.do("POST", "/ui/session", from("203.0.113.4", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		resp, _ = e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the client that failed waits")
+	})
+	t.Run("IPv6", func(t *testing.T) {
+		// An IPv6 client's address is its /64: another address of it waits too, a /64 apart does not.
+		failedThenLocked(t, "IPv6", func(right bool) *http.Response {
+			resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:2::"+pick(right, "2", "1"), map[string]string{"Authorization": "Bearer " + pick(right, adminToken, "guess")}), "")
+			return resp
+		})
+		resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:3::1", map[string]string{"Authorization": "Bearer " + adminToken}), "")
+		require.Equal(t, 200, resp.StatusCode)
+	})
+	t.Run("Untrusted", func(t *testing.T) {
+		// Without trust, X-Forwarded-For is the client's to write: it changes nothing.
+		e := setup(t, configure(nil))
+		failedThenLocked(t, "untrusted", func(right bool) *http.Response {
+			resp, _ := e.do("GET", "/admin/v1/threads", map[string]string{"X-Forwarded-For": "203.0.113." + pick(right, "200", randomHex(1)),
+				"Authorization": "Bearer " + pick(right, adminToken, "guess")}, "")
+			return resp
+		})
+	})
+}
+
+// TestForwardedProtoFromTrustedProxies: behind a trusted proxy that terminates TLS
+// (X-Forwarded-Proto: https), the session cookie is Secure and links and the panel's origin
+// are https; from any other peer the header is the client's, and ignored.
+func TestForwardedProtoFromTrustedProxies(t *testing.T) {
+	t.Parallel()
+	trusted, err := ParseTrustedProxies("127.0.0.1/32")
+	require.NoError(t, err)
+	for _, trust := range []bool{true, false} {
+		e := setup(t, func(o *Options) {
+			if trust {
+				o.TrustedProxies = trusted
+			}
+		})
+		h := map[string]string{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "ws.example.com", "Content-Type": "application/json"}
+		resp, body := e.do("POST", "/ui/session", h, `{"token":"`+adminToken+`"}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.NotEmpty(t, resp.Cookies())
+		for _, c := range resp.Cookies() {
+			require.Equal(t, trust, c.Secure, "trusted %v", trust)
+		}
+		e.admin("PUT", "/admin/v1/threads/p/objective", map[string]any{"text": "x"}, 200, nil)
+		h["Authorization"] = "Bearer " + adminToken
+		resp, body = e.do("POST", "/admin/v1/threads/p/links", h, "")
+		require.Equal(t, 201, resp.StatusCode, body)
+		want := e.srv.URL + "/ui/link?token="
+		if trust {
+			want = "https://ws.example.com/ui/link?token="
+		}
+		require.Contains(t, body, `"url":"`+want, "trusted %v", trust)
+	}
 }

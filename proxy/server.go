@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -70,6 +71,11 @@ type Options struct {
 	// PassThroughRoutes are the routes forwarded as they are when ClientKeys is set (others:
 	// 403). Nil means DefaultPassThroughRoutes.
 	PassThroughRoutes *Routes
+	// TrustedProxies are the peers (proxies in front of wsproxy) whose X-Forwarded-For,
+	// X-Forwarded-Proto and X-Forwarded-Host are believed: the client's address (failed
+	// authentication is throttled per address), and the scheme and host it reached wsproxy by
+	// (the session cookie's Secure, links, the panel's origin). Nil believes no peer.
+	TrustedProxies []netip.Prefix
 	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
@@ -128,7 +134,7 @@ type Server struct {
 	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
 	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
 	signer     signer
-	signIns    throttle
+	failures   throttle // failed authentication, per address
 	hub        *eventHub
 	closing    chan struct{}
 	closeOnce  sync.Once

@@ -42,6 +42,8 @@ type Config struct {
 	DatabaseListenURL string
 	// HistoryRetention prunes events, snapshots and tool-call records older than it (0 keeps them).
 	HistoryRetention time.Duration
+	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
+	TrustedProxies string
 	// UI is "on" or "off": the workspace panel.
 	UI              string
 	ShutdownTimeout time.Duration
@@ -94,6 +96,7 @@ func (c *Config) settings() []setting {
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
+		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
@@ -169,6 +172,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
 		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)
+	}
+	if _, err := proxy.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
 	if c.UI != "on" && c.UI != "off" {
 		return fmt.Errorf("UI: %q is not on or off", c.UI)

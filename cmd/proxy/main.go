@@ -159,6 +159,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement) // checked by Validate
 	routes, _ := proxy.ParseRoutes(m.Config.PassThroughRoutes)
+	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
@@ -170,6 +171,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		AdminToken:         m.AdminToken,
 		ClientKeys:         clientKeys,
 		PassThroughRoutes:  routes,
+		TrustedProxies:     trusted,
 		Placement:          placement,
 		PromptCacheKey:     m.Config.PromptCacheKey,
 		MaxToolRounds:      m.Config.MaxToolRounds,

@@ -239,7 +239,7 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1",
 		"MAX_BUFFERED_BYTES": "512 MiB", "MAX_REQUEST_BYTES": "16MiB", "REQUEST_READ_TIMEOUT": "5s", "WORKSPACE_PLACEMENT": "system",
-		"PASSTHROUGH_ROUTES": "GET /v1/models"}
+		"PASSTHROUGH_ROUTES": "GET /v1/models", "TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1"}
 	c := DefaultConfig()
 	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
 	require.NoError(t, c.Validate())
@@ -252,6 +252,7 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.RequestReadTimeout)
 	require.Equal(t, "system", c.WorkspacePlacement)
 	require.Equal(t, "GET /v1/models", c.PassThroughRoutes)
+	require.Equal(t, "10.0.0.0/8, 192.168.1.1", c.TrustedProxies)
 	d := DefaultConfig()
 	require.Equal(t, "tail", d.WorkspacePlacement)
 	require.Equal(t, "auto", d.PromptCacheKey)
@@ -278,6 +279,8 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "1MiB"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "lots"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "REQUEST_READ_TIMEOUT": "0s"}, "REQUEST_READ_TIMEOUT"},
+		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "10.0.0.0/33"}, "TRUSTED_PROXIES"},
+		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "proxy.local"}, "TRUSTED_PROXIES"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()
