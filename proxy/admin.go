@@ -476,13 +476,17 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
+// errSessionEnded ends an event stream whose session expired.
+var errSessionEnded = errors.New("the session ended")
+
 // heartbeat is how often an idle event stream gets a comment line (SPEC §13).
 const heartbeat = 15 * time.Second
 
-// adminEventStream streams the thread's new events as they commit (SPEC §13): headers at once,
-// then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets every
-// event after it. Postgres's notifications wake the stream (any replica's commits); the
-// heartbeat also reads, so a lost notification delays an event by one heartbeat at most.
+// adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
+// once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets
+// every event after it. Postgres's notifications wake the stream (any replica's commits); the
+// heartbeat also reads, so a lost notification delays an event by one heartbeat at most. A
+// stream opened with a panel session ends when the session expires (a link's, with the link).
 func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
@@ -510,7 +514,18 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
+	var expired <-chan time.Time // never, for the admin token
+	var end time.Time
+	if ses := principalFrom(r.Context()).via; ses != nil {
+		end = time.Unix(ses.Expires, 0)
+		t := time.NewTimer(time.Until(end))
+		defer t.Stop()
+		expired = t.C
+	}
 	send := func() error {
+		if !end.IsZero() && !time.Now().Before(end) {
+			return errSessionEnded
+		}
 		for {
 			evs, err := ws.Events(r.Context(), tools.EventQuery{After: last, Limit: maxPageSize})
 			if err != nil {
@@ -543,7 +558,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	defer ticker.Stop()
 	for err := send(); ; err = send() {
 		if err != nil {
-			if r.Context().Err() == nil {
+			if r.Context().Err() == nil && !errors.Is(err, errSessionEnded) {
 				s.log.LogAttrs(r.Context(), slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 			}
 			return nil
@@ -552,6 +567,8 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		case <-r.Context().Done():
 			return nil
 		case <-s.closing:
+			return nil
+		case <-expired:
 			return nil
 		case <-wake:
 		case <-ticker.C:

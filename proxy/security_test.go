@@ -361,3 +361,50 @@ func TestForwardedProtoFromTrustedProxies(t *testing.T) {
 		require.Contains(t, body, `"url":"`+want, "trusted %v", trust)
 	}
 }
+
+// TestEventStreamEndsWithItsSession: an event stream opened with a panel session ends when the
+// session does (a link's session at the link's expiry): it delivers nothing after it.
+func TestEventStreamEndsWithItsSession(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/s/objective", map[string]any{"text": "before"}, 200, nil)
+	var l struct {
+		URL       string    `json:"url"`
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	e.admin("POST", "/admin/v1/threads/s/links", map[string]any{"ttl_seconds": 2}, 201, &l)
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	require.Equal(t, 200, code)
+	resp, err := visitor.http.Get(e.srv.URL + "/admin/v1/threads/s/events/stream")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	time.Sleep(time.Until(l.ExpiresAt) + 100*time.Millisecond)
+	code, _ = visitor.do("GET", "/admin/v1/threads/s/events/stream", "", nil)
+	require.Equal(t, 401, code, "a new stream is refused")
+	e.admin("PUT", "/admin/v1/threads/s/objective", map[string]any{"text": "after the link expired"}, 200, nil)
+	// Read until the stream ends or delivers the change (a guard bounds the wait otherwise).
+	rd := bufio.NewReader(resp.Body)
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			line, err := rd.ReadString('\n')
+			if strings.Contains(line, "after the link expired") {
+				ended <- errors.New("the stream delivered a change after its session expired")
+				return
+			}
+			if err != nil {
+				ended <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream outlived its session")
+	}
+}
