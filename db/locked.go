@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -45,7 +47,11 @@ type LockedTx struct {
 }
 
 // BeginLocked begins a LockedTx on a connection of pool. ErrNotFound when the lock found no
-// thread (LockThread, LockThreadTouch); the transaction is then already over.
+// thread (LockThread, LockThreadTouch); the transaction is then already over. When ctx has a
+// deadline, the transaction's wait for a lock and each of its statements are bounded by the time
+// left (SET LOCAL lock_timeout and statement_timeout), on the server: the thread's lock is never
+// held past the operation's bound, also when the client is gone or the connection sets no
+// statement_timeout (PgBouncer drops startup parameters).
 func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string) (*LockedTx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -54,6 +60,11 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	t := &LockedTx{conn: conn}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	if deadline, ok := ctx.Deadline(); ok {
+		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+		b.Queue("SET LOCAL lock_timeout = " + ms)
+		b.Queue("SET LOCAL statement_timeout = " + ms)
+	}
 	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
 	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) error {
 		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])

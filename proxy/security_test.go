@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // rawExchange writes raw to a new connection to the proxy and reads every response until the
@@ -406,5 +407,60 @@ func TestEventStreamEndsWithItsSession(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the stream outlived its session")
+	}
+}
+
+// TestWorkspaceCallsBounded: the workspace calls of a round past MAX_TOOL_CALLS_PER_ROUND, and
+// of a turn past MAX_TOOL_CALLS_PER_TURN, are not run: each gets an error envelope (nothing is
+// written or recorded), the rest of the round goes on as usual, streamed or not.
+func TestWorkspaceCallsBounded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.MaxToolCallsPerRound, o.MaxToolCallsPerTurn = 3, 5 })
+	set := func(id string) call {
+		return call{ID: id, Name: "set_objective", Arguments: `{"text":"Objective ` + id + `"}`}
+	}
+	for _, stream := range []bool{false, true} {
+		thread := fmt.Sprint("bounded-", stream)
+		first, second := []call{set("a"), set("b"), set("c"), set("d"), set("e")}, []call{set("f"), set("g"), set("h")}
+		if stream {
+			e.up.Script(upstreamtest.Stream(upstreamtest.ToolCallChunks("c1", 8, first...)...), upstreamtest.Stream(upstreamtest.ToolCallChunks("c2", 8, second...)...),
+				upstreamtest.Stream(upstreamtest.ContentChunks("c3", "done")...))
+		} else {
+			e.up.Script(reply(cmpl("", first...)), reply(cmpl("", second...)), reply(cmpl("done")))
+		}
+		before := len(e.up.Requests())
+		resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": thread, "Content-Type": "application/json"},
+			fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"x"}]}`, stream))
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.Contains(t, body, "done")
+		reqs := e.up.Requests()[before:]
+		require.Len(t, reqs, 3)
+		results := func(n int) []string {
+			var out []string
+			for _, m := range messages(reqs[n].JSON(t)) {
+				if m["role"] == "tool" {
+					out = append(out, m["content"].(string))
+				}
+			}
+			return out
+		}
+		r1 := results(1)
+		require.Len(t, r1, 5)
+		for i, r := range r1 {
+			if i < 3 {
+				require.Contains(t, r, `"ok":true`, i)
+			} else {
+				require.Contains(t, r, "not run: a round runs at most 3 workspace calls", i)
+			}
+		}
+		r2 := results(2)[5:]
+		require.Len(t, r2, 3)
+		require.Contains(t, r2[0], `"ok":true`)
+		require.Contains(t, r2[1], `"ok":true`)
+		require.Contains(t, r2[2], "not run: a turn runs at most 5 workspace calls")
+		require.Equal(t, "Objective g", e.workspace(thread).Objective.Text)
+		var calls page[tools.ToolCallRecord]
+		e.admin("GET", "/admin/v1/threads/"+thread+"/tool-calls", nil, 200, &calls)
+		require.Len(t, calls.Data, 5, "the calls not run are not recorded")
 	}
 }

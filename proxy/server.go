@@ -80,6 +80,8 @@ type Options struct {
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
 	MaxToolRounds int
+	// MaxToolCallsPerRound and MaxToolCallsPerTurn: see Runner.
+	MaxToolCallsPerRound, MaxToolCallsPerTurn int
 	// Retries and RetryBackoff: see Runner.
 	Retries      int
 	RetryBackoff time.Duration
@@ -178,7 +180,8 @@ func NewServer(opts Options) *Server {
 		opts:    opts,
 		log:     opts.Logger,
 		tracing: tracing,
-		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
+		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
+			Metrics: opts.Metrics, Logger: opts.Logger,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,

@@ -49,6 +49,12 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
+
+	// Bounds of a model's workspace calls: per round and per turn, items and argument bytes per call.
+	MaxToolCallsPerRound int
+	MaxToolCallsPerTurn  int
+	MaxToolItems         int
+	MaxToolArgumentBytes int64
 }
 
 // DefaultConfig is the configuration with nothing set.
@@ -69,6 +75,11 @@ func DefaultConfig() Config {
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
+
+		MaxToolCallsPerRound: proxy.DefaultMaxToolCallsPerRound,
+		MaxToolCallsPerTurn:  proxy.DefaultMaxToolCallsPerTurn,
+		MaxToolItems:         tools.DefaultLimits().ItemsMax,
+		MaxToolArgumentBytes: int64(tools.DefaultLimits().ArgumentBytesMax),
 	}
 }
 
@@ -89,6 +100,10 @@ func (c *Config) settings() []setting {
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
+		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerRound)},
+		{"MAX_TOOL_CALLS_PER_TURN", "max-tool-calls-per-turn", "workspace calls run in one turn; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerTurn)},
+		{"MAX_TOOL_ITEMS", "max-tool-items", "items, edits or indices in one workspace call; more: the call's error envelope", (*intValue)(&c.MaxToolItems)},
+		{"MAX_TOOL_ARGUMENT_BYTES", "max-tool-argument-bytes", "arguments of one workspace call (bytes, or with KiB, MiB, GiB); more: the call's error envelope", (*byteSize)(&c.MaxToolArgumentBytes)},
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
@@ -146,6 +161,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxToolRounds < 1 || c.MaxToolRounds > 100 {
 		return fmt.Errorf("MAX_TOOL_ROUNDS: %d is out of range 1-100", c.MaxToolRounds)
+	}
+	for _, b := range []struct {
+		name string
+		n    int64
+	}{{"MAX_TOOL_CALLS_PER_ROUND", int64(c.MaxToolCallsPerRound)}, {"MAX_TOOL_CALLS_PER_TURN", int64(c.MaxToolCallsPerTurn)},
+		{"MAX_TOOL_ITEMS", int64(c.MaxToolItems)}, {"MAX_TOOL_ARGUMENT_BYTES", c.MaxToolArgumentBytes}} {
+		if b.n < 1 || b.n > 1<<31-1 {
+			return fmt.Errorf("%s: %d is out of range 1-%d", b.name, b.n, 1<<31-1)
+		}
 	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)

@@ -163,8 +163,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
+	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	m.proxy = proxy.NewServer(proxy.Options{
-		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
+		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
 		UpstreamURL:        upstreamURL,
 		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
 		UpstreamTimeout:    m.Config.UpstreamTimeout,
@@ -184,6 +185,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ListenURL:          cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		NoPanel:            m.Config.UI == "off",
 		Logger:             m.log,
+
+		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
+		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,
 	})
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
