@@ -80,7 +80,12 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			return nil, err
 		}
 	}
-	c.ClientPrevious, _ = rawjson.Unquote(top.Get("previous_response_id"))
+	if p := top.Get("previous_response_id"); p != nil && string(p) != "null" {
+		var ok bool
+		if c.ClientPrevious, ok = rawjson.Unquote(p); !ok {
+			return nil, badRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
+		}
+	}
 	if s := top.Get("stream"); s != nil {
 		_ = json.Unmarshal(s, &c.Stream)
 	}

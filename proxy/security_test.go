@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -463,4 +464,112 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 		e.admin("GET", "/admin/v1/threads/"+thread+"/tool-calls", nil, 200, &calls)
 		require.Len(t, calls.Data, 5, "the calls not run are not recorded")
 	}
+}
+
+// TestContinuationsScopedPerClient: with client keys, every response id a Responses request
+// continues from (previous_response_id) or references (an input item's id, item_reference
+// included) must be one the client's own requests produced through wsproxy — pass-through, JSON
+// or streamed, and thread turns alike; another's is a 404 previous_response_not_found and nothing
+// reaches the upstream. A client continues its own anywhere.
+func TestContinuationsScopedPerClient(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	as := func(key, path, body string) (*http.Response, string) {
+		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
+	}
+	item := func(id, text string) upstreamtest.Item { return upstreamtest.Message(id, text) }
+
+	// Bob's responses: a pass-through (JSON and streamed) and a thread turn.
+	e.up.Script(upstreamtest.ResponseSpec{ID: "resp_bob_json", Items: []upstreamtest.Item{item("msg_bob_json", "hi")}}.Reply(),
+		upstreamtest.ResponseSpec{ID: "resp_bob_sse", Items: []upstreamtest.Item{item("msg_bob_sse", "hi")}}.Stream(),
+		upstreamtest.ResponseSpec{ID: "resp_bob_turn", Items: []upstreamtest.Item{item("msg_bob_turn", "hi")}}.Reply())
+	for _, r := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"m","input":"x"}`},
+		{"/v1/responses", `{"model":"m","input":"x","stream":true}`},
+		{"/threads/b/v1/responses", `{"model":"m","input":"x"}`},
+	} {
+		resp, body := as("sk-bob-secret", r.path, r.body)
+		require.Equal(t, 200, resp.StatusCode, body)
+	}
+	sent := len(e.up.Requests())
+
+	// Alice names them: 404, nothing upstream; a previous_response_id that is not a string: 400.
+	for _, r := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_json"}`},
+		{"/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_sse"}`},
+		{"/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_turn"}`},
+		{"/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_json"},{"role":"user","content":"more"}]}`},
+		{"/v1/responses", `{"model":"m","input":[{"id":"msg_bob_sse"}]}`},
+		{"/threads/a/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_turn"},{"role":"user","content":"more"}]}`},
+		{"/threads/a/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_json"}`},
+	} {
+		resp, body := as("sk-alice-secret", r.path, r.body)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s %s: %s", r.path, r.body, body)
+		requireErrorBody(t, body, "invalid_request_error", "previous_response_not_found")
+	}
+	for _, path := range []string{"/v1/responses", "/threads/a/v1/responses"} {
+		resp, body := as("sk-alice-secret", path, `{"model":"m","input":"more","previous_response_id":["resp_bob_json"]}`)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, body)
+		requireErrorBody(t, body, "invalid_request_error", "invalid_type")
+	}
+	require.Len(t, e.up.Requests(), sent, "nothing of alice's reached the upstream")
+
+	// Bob continues and references his own, anywhere.
+	for _, r := range []struct{ path, body string }{
+		{"/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_json"}`},
+		{"/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_turn"}`},
+		{"/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_sse"},{"role":"user","content":"more"}]}`},
+		{"/threads/b/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_json"},{"role":"user","content":"more"}]}`},
+		{"/threads/b2/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_sse"}`},
+	} {
+		e.up.Script(upstreamtest.ResponseSpec{ID: "resp_bob_more", Items: []upstreamtest.Item{item("msg_bob_more", "ok")}}.Reply())
+		resp, body := as("sk-bob-secret", r.path, r.body)
+		require.Equal(t, 200, resp.StatusCode, "%s %s: %s", r.path, r.body, body)
+		got := e.up.Requests()
+		if r.path == "/v1/responses" {
+			require.Equal(t, r.body, string(got[len(got)-1].Body), "a pass-through goes as it came")
+		}
+	}
+}
+
+// TestPassThroughResponsesWithoutPostgres: with client keys and Postgres away, a Responses
+// pass-through that names no earlier response still goes through unchanged (its ids cannot be
+// recorded, so it cannot be continued later); one that names one cannot be checked: 503.
+func TestPassThroughResponsesWithoutPostgres(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	e := setupWithPool(t, pool, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	alice := map[string]string{"Authorization": "Bearer sk-alice-secret", "Content-Type": "application/json"}
+	answer := upstreamtest.ResponseSpec{ID: "resp_away", Items: []upstreamtest.Item{upstreamtest.Message("msg_away", "hi")}}
+	fault.Cut()
+	e.up.Script(answer.Reply())
+	resp, body := e.do("POST", "/v1/responses", alice, `{"model":"m","input":"x"}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, answer.JSON(), body, "the answer as it came")
+	resp, body = e.do("POST", "/v1/responses", alice, `{"model":"m","input":"x","previous_response_id":"resp_away"}`)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	requireErrorBody(t, body, "server_error", "workspace_unavailable")
+	fault.Restore()
+	require.Eventually(t, func() bool {
+		resp, _ := e.do("POST", "/v1/responses", alice, `{"model":"m","input":"x","previous_response_id":"resp_away"}`)
+		return resp.StatusCode == http.StatusNotFound
+	}, 10*time.Second, 50*time.Millisecond, "a response not recorded cannot be continued")
+}
+
+// TestPreviousResponseIDMustBeAString: a thread turn's previous_response_id that is not a string
+// (nor null) is a 400; it would otherwise skip the lookup of the turn it continues.
+func TestPreviousResponseIDMustBeAString(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, prev := range []string{`123`, `["resp_1"]`, `{"id":"resp_1"}`, `true`} {
+		resp, body := e.do("POST", "/threads/p/v1/responses", map[string]string{"Content-Type": "application/json"},
+			`{"model":"m","input":"x","previous_response_id":`+prev+`}`)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", prev, body)
+		requireErrorBody(t, body, "invalid_request_error", "invalid_type")
+	}
+	require.Empty(t, e.up.Requests())
 }

@@ -199,7 +199,7 @@ func NewServer(opts Options) *Server {
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:        s.rewritePassThrough,
-		ModifyResponse: s.fromUpstream().passThroughResponse,
+		ModifyResponse: s.modifyResponse,
 		Transport:      transport,
 		BufferPool:     copyBuffers{}, // nil would allocate 32 KB per response
 		// FlushInterval 0: ReverseProxy flushes every write of a text/event-stream response, or
@@ -280,8 +280,9 @@ func (s *Server) instructions(p Placement) string {
 }
 
 // threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
-// request's client ("" without client keys). ok is false when it names none. Empty headers
-// count as absent; two that differ, or a header and a path that differ, are a thread_mismatch.
+// request's client ("" without client keys). ok is false when it names none (the id then holds
+// the client alone). Empty headers count as absent; two that differ, or a header and a path that
+// differ, are a thread_mismatch.
 func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
 	name := r.PathValue("thread")
 	for _, h := range r.Header.Values(threadHeader) {
@@ -295,7 +296,7 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 		}
 	}
 	if name == "" {
-		return tools.ThreadID{}, false, nil
+		return tools.ThreadID{Client: client}, false, nil
 	}
 	if id, err = tools.NewThreadID(client, name); err != nil {
 		return tools.ThreadID{}, false, badRequest("invalid_thread_id", threadHeader, "%s", err.Error())
@@ -406,13 +407,14 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 }
 
 // turnInbound is what a chat or Responses request brings: a thread turn's thread, placement and
-// body. A request without a thread is forwarded as it is (the proxy is invisible) and one that
-// fails is answered; ok is then false. The caller calls release when done with the body.
-func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
+// body. A request without a thread is passed to forward, for its client ("" without client
+// keys), and one that fails is answered; ok is then false. The caller calls release when done
+// with the body.
+func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
 	thread, ok, body, release, err := s.inbound(w, r, nil)
 	if err == nil && !ok {
 		if err = s.passThroughAllowed(r); err == nil {
-			s.forward(w, r, body)
+			forward(w, r, thread.Client, body)
 			return thread, "", nil, release, false
 		}
 	}
@@ -444,7 +446,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Place
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r)
+	thread, placement, body, release, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
 	defer release()
 	if !ok {
 		return
@@ -478,9 +480,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
 }
 
-// responses serves POST /v1/responses and its thread-path form (SPEC §12).
+// responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r)
+	thread, placement, body, release, ok := s.turnInbound(w, r, s.forwardResponses)
 	defer release()
 	if !ok {
 		return
@@ -496,20 +498,25 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			req.Continue(cont)
-		case errors.Is(err, tools.ErrNotFound) && s.opts.ClientKeys != nil:
-			// The upstream key is the operator's: a client continues only its own thread's turns.
-			writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "previous_response_id",
-				Code: "previous_response_not_found", Message: "Previous response with id '" + req.ClientPrevious + "' not found on this thread."})
-			return
 		case !errors.Is(err, tools.ErrNotFound):
 			writeError(w, r, s.log, err)
 			return
 		}
 	}
+	// With client keys: another thread's turn, or a response of a pass-through, is the client's
+	// own or a 404; so is every item the input references.
+	if err := s.ownedContinuation(r.Context(), thread, body, req.Continued); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	t, text, err := s.startTurn(r, ws, placement, req.Model(), "/responses")
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
+	}
+	ids := &answerIDs{}
+	if s.opts.ClientKeys != nil {
+		t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
 	}
 	req.InjectWorkspace(text, placement)
 	req.askReasoning()
@@ -520,7 +527,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if first == "" || last == "" {
 			return nil // nothing a client could continue from
 		}
-		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed)
+		return ws.RecordResponseTurn(r.Context(), t.Number, first, last, owed, ids.all())
 	}
 	defer s.addUsage(t)
 	if req.Stream {

@@ -86,3 +86,27 @@ func TestToolTransactionTimeouts(t *testing.T) {
 		require.InDelta(t, time.Minute.Milliseconds(), ms, float64(10*time.Second.Milliseconds()), setting)
 	}
 }
+
+// TestPruneResponses: HISTORY_RETENTION prunes the Responses turns and the clients' response
+// records older than the cutoff, as it prunes the rest of the history.
+func TestPruneResponses(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	ws := f.store.Workspace(ThreadID{Client: "alice", Name: "t1"})
+	_, err := ws.StartTurn(ctx)
+	require.NoError(t, err)
+	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_old", "resp_old_last", nil, []string{"resp_old", "msg_old"}))
+	_, err = f.pool.Exec(ctx, `UPDATE response_turns SET created_at = created_at - interval '2 days'; UPDATE client_responses SET created_at = created_at - interval '2 days'`)
+	require.NoError(t, err)
+	require.NoError(t, ws.RecordResponseTurn(ctx, 2, "resp_new", "resp_new", nil, []string{"resp_new"}))
+	_, err = f.store.PruneHistory(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	_, err = ws.Continuation(ctx, "resp_old")
+	require.ErrorIs(t, err, ErrNotFound, "the old turn is pruned")
+	_, err = ws.Continuation(ctx, "resp_new")
+	require.NoError(t, err)
+	unknown, err := f.store.UnknownResponses(ctx, "alice", []string{"resp_old", "msg_old", "resp_new"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"resp_old", "msg_old"}, unknown)
+}

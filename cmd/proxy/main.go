@@ -241,7 +241,8 @@ func (m *Main) prune(retention time.Duration) func() {
 				m.log.Warn("pruning history failed", slog.Any("err", err))
 			} else if p != (tools.Pruned{}) {
 				m.log.Info("history pruned", slog.Duration("retention", retention), slog.Int64("events", p.Events),
-					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls))
+					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls),
+					slog.Int64("response_turns", p.ResponseTurns), slog.Int64("client_responses", p.ClientResponses))
 			}
 			select {
 			case <-ctx.Done():
