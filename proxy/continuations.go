@@ -26,6 +26,11 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 	if err != nil {
 		return "", nil, badRequest("invalid_json", "", "the request body is not a JSON object")
 	}
+	if top.Has("conversation") {
+		// A conversation is an object the upstream keeps under the operator's key, which no
+		// client made through wsproxy (thread turns refuse it too).
+		return "", nil, badRequest("unsupported_parameter", "conversation", "conversation is not supported for clients of this proxy; previous_response_id continues a response")
+	}
 	if p := top.Get("previous_response_id"); p != nil && string(p) != "null" {
 		var ok bool
 		if previous, ok = rawjson.Unquote(p); !ok {

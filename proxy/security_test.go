@@ -514,6 +514,9 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, body)
 		requireErrorBody(t, body, "invalid_request_error", "invalid_type")
 	}
+	resp, body := as("sk-alice-secret", "/v1/responses", `{"model":"m","input":"more","conversation":"conv_operator"}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
+	requireErrorBody(t, body, "invalid_request_error", "unsupported_parameter")
 	require.Len(t, e.up.Requests(), sent, "nothing of alice's reached the upstream")
 
 	// Bob continues and references his own, anywhere.
