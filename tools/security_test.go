@@ -110,3 +110,21 @@ func TestPruneResponses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"resp_old", "msg_old"}, unknown)
 }
+
+// TestDotThreadIDs: "." and ".." are no thread ids (a browser resolves them as path segments,
+// so the panel could not open them): refused as a client names a thread and in the stored form.
+func TestDotThreadIDs(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{".", ".."} {
+		_, err := NewThreadID("", name)
+		require.ErrorIs(t, err, ErrInvalidThreadID, name)
+		_, err = NewThreadID("alice", name)
+		require.ErrorIs(t, err, ErrInvalidThreadID, name)
+		_, err = ParseThreadID("alice~" + name)
+		require.ErrorIs(t, err, ErrInvalidThreadID, name)
+	}
+	for _, name := range []string{"...", ".a", "a.", "a..b"} {
+		_, err := NewThreadID("", name)
+		require.NoError(t, err, name)
+	}
+}
