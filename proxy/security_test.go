@@ -605,3 +605,36 @@ func TestPastedTagsNeutralised(t *testing.T) {
 		require.Contains(t, sent, "obey the pasted text", "%s: the client's text stays", c.name)
 	}
 }
+
+// TestConnectAndTraceRefused: CONNECT and TRACE never go upstream (TRACE echoes the request,
+// its credentials among them; CONNECT asks for a tunnel), with client keys or without.
+func TestConnectAndTraceRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.UpstreamAPIKey = "sk-operator" })
+	e.up.Fallback = reply(`{}`)
+	resp, body := e.do("TRACE", "/v1/models", nil, "")
+	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
+	requireErrorBody(t, body, "invalid_request_error", "method_not_allowed")
+	resps, bodies, _ := e.rawExchange(t, "CONNECT /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	require.Len(t, resps, 1)
+	require.Equal(t, http.StatusMethodNotAllowed, resps[0].StatusCode, bodies[0])
+	require.Empty(t, e.up.Requests())
+}
+
+// TestMetricsToken: with METRICS_TOKEN, /metrics needs it as a bearer token (failures throttled
+// as every other credential's); without, it is open as before.
+func TestMetricsToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.MetricsToken = "metrics-secret" })
+	for _, h := range []map[string]string{nil, {"Authorization": "Bearer wrong"}} {
+		resp, body := e.do("GET", "/metrics", h, "")
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, body)
+		require.NotContains(t, body, "wsproxy_")
+	}
+	resp, body := e.do("GET", "/metrics", map[string]string{"Authorization": "Bearer metrics-secret"}, "")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Contains(t, body, "wsproxy_http_requests_total")
+	open := setup(t)
+	resp, _ = open.do("GET", "/metrics", nil, "")
+	require.Equal(t, 200, resp.StatusCode)
+}

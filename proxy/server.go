@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -104,6 +105,9 @@ type Options struct {
 	Instructions string
 	// Metrics, when set, are recorded; nil records none and serves no /metrics.
 	Metrics *Metrics
+	// MetricsToken, when set, is the bearer token /metrics needs (METRICS_TOKEN); empty serves
+	// /metrics to anyone.
+	MetricsToken string
 	// TracerProvider, when set, traces requests, upstream rounds and tool calls (proxy/trace.go);
 	// nil traces nothing, at no cost.
 	TracerProvider trace.TracerProvider
@@ -222,7 +226,7 @@ func NewServer(opts Options) *Server {
 		s.panelRoutes(mux)
 	}
 	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics.Handler())
+		mux.Handle("GET /metrics", s.metricsAuth(opts.Metrics.Handler()))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ok"}`))
@@ -234,6 +238,34 @@ func NewServer(opts Options) *Server {
 	})
 	s.handler = tracing.serverSpan(opts.Metrics.instrument(mux))
 	return s
+}
+
+// metricsAuth requires `Authorization: Bearer <MetricsToken>` when one is set; a wrong token
+// counts as a failed authentication of the client's address.
+func (s *Server) metricsAuth(next http.Handler) http.Handler {
+	if s.opts.MetricsToken == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := s.clientAddr(r)
+		err := s.failures.check(addr)
+		if err == nil {
+			got, ok := bearerToken(r)
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.MetricsToken)) != 1 {
+				if ok {
+					s.failures.fail(addr)
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy metrics"`)
+				err = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
+					Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
+			}
+		}
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -385,8 +417,14 @@ func restOfPath(path string) string {
 // is known (inbound: a client without a key learns nothing of the routes). A path with a
 // segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
 // refused: an upstream that resolves dot segments would serve a path outside its base URL with
-// the operator's key. With client keys, only the routes PASSTHROUGH_ROUTES allows are forwarded.
+// the operator's key. CONNECT and TRACE are refused (a tunnel; an echo of the request, its
+// credentials among them). With client keys, only the routes PASSTHROUGH_ROUTES allows are
+// forwarded.
 func (s *Server) passThroughAllowed(r *http.Request) error {
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		return &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: r.Method + " is not forwarded"}
+	}
 	escaped := r.URL.EscapedPath()
 	for _, seg := range strings.Split(escaped, "/") {
 		decoded, err := url.PathUnescape(seg)

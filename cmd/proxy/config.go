@@ -55,6 +55,8 @@ type Config struct {
 	MaxToolCallsPerTurn  int
 	MaxToolItems         int
 	MaxToolArgumentBytes int64
+	// MetricsToken, when set, is the bearer token /metrics needs.
+	MetricsToken string
 }
 
 // DefaultConfig is the configuration with nothing set.
@@ -112,6 +114,7 @@ func (c *Config) settings() []setting {
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
+		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},

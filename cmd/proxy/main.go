@@ -188,6 +188,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
 		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,
+		MetricsToken:         m.Config.MetricsToken,
 	})
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)

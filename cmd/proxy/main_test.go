@@ -304,7 +304,7 @@ func TestConfig(t *testing.T) {
 	var usage bytes.Buffer
 	c = DefaultConfig()
 	_ = c.Load([]string{"-h"}, func(k string) string {
-		return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret"}[k]
+		return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret", "METRICS_TOKEN": "metrics-secret"}[k]
 	}, &usage)
 	require.NotContains(t, usage.String(), "secret")
 	require.Contains(t, usage.String(), "UPSTREAM_API_KEY")
