@@ -95,6 +95,8 @@ func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.setSessionCookie(w, r, &http.Cookie{MaxAge: -1})
+	// and a session cookie of Path=/, which would otherwise outlive this sign-out
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }
 
