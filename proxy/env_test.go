@@ -68,7 +68,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	}
 	p := NewServer(opts)
 	srv := httptest.NewUnstartedServer(p)
-	srv.Listener = Listen(srv.Listener)
+	srv.Listener = Listener(srv.Listener)
 	srv.Config.ConnContext = ConnContext
 	srv.Start()
 	t.Cleanup(func() { p.Close(); srv.Close(); p.Wait() })

@@ -14,15 +14,15 @@ import (
 // Content-Length from the header before a handler runs (net/http transfer.go, fixLength), so a
 // front proxy that frames by Content-Length would have the rest of the body run here as a
 // second request. The handler cannot see the header that went, so the connection watches the
-// raw request heads as Go's server reads them: Listen wraps the listener, ConnContext lets the
+// raw request heads as Go's server reads them: Listener wraps the listener, ConnContext lets the
 // handler find its connection.
 
-// Listen wraps ln's connections so that ServeHTTP can refuse a request whose head named both
+// Listener wraps ln's connections so that ServeHTTP can refuse a request whose head named both
 // Content-Length and Transfer-Encoding. Serve plain HTTP on it (the connections see the bytes
 // as they come from the network), with http.Server.ConnContext set to ConnContext.
-func Listen(ln net.Listener) net.Listener { return framingListener{ln} }
+func Listener(ln net.Listener) net.Listener { return framingListener{ln} }
 
-// ConnContext is the http.Server.ConnContext that goes with Listen.
+// ConnContext is the http.Server.ConnContext that goes with Listener.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if fc, ok := c.(*framingConn); ok {
 		return context.WithValue(ctx, framingKey{}, fc)
@@ -243,7 +243,7 @@ func isTokenChar(c byte) bool {
 }
 
 // ambiguousFraming reports whether the request's head named both Content-Length and
-// Transfer-Encoding (on a connection of Listen).
+// Transfer-Encoding (on a connection of Listener).
 func ambiguousFraming(r *http.Request) bool {
 	fc, ok := r.Context().Value(framingKey{}).(*framingConn)
 	return ok && fc.both.Load()

@@ -269,7 +269,7 @@ func (s *Server) metricsAuth(next http.Handler) http.Handler {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if ambiguousFraming(r) { // on a connection of Listen (proxy/framing.go)
+	if ambiguousFraming(r) { // on a connection of Listener (proxy/framing.go)
 		writeError(w, r, s.log, errAmbiguousFraming)
 		return
 	}

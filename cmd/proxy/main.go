@@ -205,11 +205,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		// connection is closed after this.
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
-		ConnContext: proxy.ConnContext, // with proxy.Listen: requests of ambiguous framing are refused
+		ConnContext: proxy.ConnContext, // with proxy.Listener: requests of ambiguous framing are refused
 	}
 	m.server.RegisterOnShutdown(m.proxy.Close) // the event streams end, so that shutdown can finish
 	m.served = make(chan error, 1)
-	go func() { m.served <- m.server.Serve(proxy.Listen(ln)) }()
+	go func() { m.served <- m.server.Serve(proxy.Listener(ln)) }()
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
 		slog.String("version", version()))
 	return nil
