@@ -72,7 +72,8 @@ func Unavailable(err error) bool {
 			strings.HasPrefix(code, "53"),  // insufficient resources: too many connections, out of memory, disk full
 			strings.HasPrefix(code, "57P"), // admin or crash shutdown, cannot connect now, database dropped
 			strings.HasPrefix(code, "58"),  // system error (I/O)
-			code == "57014":                // query canceled: statement_timeout
+			code == "57014",                // query canceled: statement_timeout
+			code == "55P03":                // lock not available: lock_timeout
 			return true
 		}
 		var ce *pgconn.ConnectError

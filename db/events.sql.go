@@ -49,12 +49,14 @@ WITH n AS (
     RETURNING next_event_id - cardinality($1::text[]) AS first
 ), ins AS (
     INSERT INTO events (thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts)
-    SELECT $2::text, n.first + i - 1, clock_timestamp(), $3::text, $4::integer, $5::integer,
+    SELECT $2::text, n.first + e.i - 1, clock_timestamp(), $3::text, $4::integer, $5::integer,
            CASE WHEN $6::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
-           $7::text, ($1::text[])[i], ($8::text[])[i],
-           NULLIF(($9::bigint[])[i], 0), NULLIF(($10::text[])[i], '')::jsonb,
-           NULLIF(($11::text[])[i], '')::jsonb, NULLIF(($12::bigint[])[i], 0)
-    FROM n, generate_subscripts($1::text[], 1) AS i
+           $7::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
+           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0)
+    -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
+    FROM n, ROWS FROM (unnest($1::text[]), unnest($8::text[]), unnest($9::bigint[]),
+                       unnest($10::text[]), unnest($11::text[]), unnest($12::bigint[]))
+         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, i)
     RETURNING id
 ), notify AS (
     SELECT pg_notify('wsproxy_events', $2::text || ',' || max(id)) FROM ins HAVING count(*) > 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,7 +61,11 @@ const IdleTimeout = 5 * time.Second
 var setIdleTimeout = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", IdleTimeout.Milliseconds())
 
 // BeginLocked begins a LockedTx on a connection of pool. ErrNotFound when the lock found no
-// thread (LockThread, LockThreadTouch); the transaction is then already over.
+// thread (LockThread, LockThreadTouch); the transaction is then already over. When ctx has a
+// deadline, the transaction's wait for a lock and each of its statements are bounded by the time
+// left (SET LOCAL lock_timeout and statement_timeout), on the server: the thread's lock is never
+// held past the operation's bound, also when the client is gone or the connection sets no
+// statement_timeout (PgBouncer drops startup parameters).
 func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string) (*LockedTx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -70,6 +75,11 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout)
+	if deadline, ok := ctx.Deadline(); ok {
+		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+		b.Queue("SET LOCAL lock_timeout = " + ms)
+		b.Queue("SET LOCAL statement_timeout = " + ms)
+	}
 	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
 	if lock == LockThreadUpsert {
 		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })

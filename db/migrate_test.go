@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -170,6 +172,46 @@ func TestUpgradeToTurnStart(t *testing.T) {
 	require.Len(t, s, 2)
 	require.Equal(t, int32(3), s[1].Turn)
 	require.Equal(t, int64(2), s[1].Version.Int64)
+}
+
+// TestUpgradeToClientResponses: a database populated under schema 005 upgrades to the current
+// one (migration 007): no client's response is recorded, so with client keys a continuation of
+// a response made before is a 404 until the client makes new ones; a Responses turn recorded
+// before still continues on its thread, records its client's ids with the next turn, and the
+// history retention prunes both.
+func TestUpgradeToClientResponses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('alice~t1', 2, 1, 1)`,
+		`INSERT INTO response_turns (thread_id, response_id, turn, last_response_id, created_at) VALUES ('alice~t1', 'resp_old', 1, 'resp_old_last', now() - interval '2 days')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	unknown, err := q.ClientResponseUnknown(ctx, pool, db.ClientResponseUnknownParams{Client: "alice", Ids: []string{"resp_old", "msg_old"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"resp_old", "msg_old"}, unknown, "nothing recorded for a client yet")
+	rows, err := q.ResponseTurnContinuation(ctx, pool, db.ResponseTurnContinuationParams{ThreadID: "alice~t1", ResponseID: "resp_old"})
+	require.NoError(t, err)
+	require.Equal(t, "resp_old_last", rows[0].LastResponseID)
+
+	require.NoError(t, db.RecordResponseTurn(ctx, pool, db.ResponseTurnRecordParams{ThreadID: "alice~t1", ResponseID: "resp_new", Turn: 3,
+		LastResponseID: "resp_new_last", OwedCallIds: []string{}}, db.ClientResponseRecordParams{Client: "alice", Ids: []string{"resp_new", "msg_new", "resp_new"}}))
+	unknown, err = q.ClientResponseUnknown(ctx, pool, db.ClientResponseUnknownParams{Client: "alice", Ids: []string{"resp_new", "msg_new", "resp_old"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"resp_old"}, unknown)
+	unknown, err = q.ClientResponseUnknown(ctx, pool, db.ClientResponseUnknownParams{Client: "bob", Ids: []string{"resp_new"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"resp_new"}, unknown, "another client's")
+
+	day := pgtype.Timestamptz{Time: time.Now().Add(-24 * time.Hour), Valid: true}
+	n, err := q.ResponseTurnPrune(ctx, pool, day)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the turn older than the retention")
+	n, err = q.ClientResponsePrune(ctx, pool, day)
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 // populate applies the named migrations (as the program would have, recording them) and then

@@ -7,6 +7,8 @@ package db
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const responseTurnContinuation = `-- name: ResponseTurnContinuation :many
@@ -55,6 +57,18 @@ func (q *Queries) ResponseTurnContinuation(ctx context.Context, db DBTX, arg Res
 		return nil, err
 	}
 	return items, nil
+}
+
+const responseTurnPrune = `-- name: ResponseTurnPrune :execrows
+DELETE FROM response_turns WHERE created_at < $1
+`
+
+func (q *Queries) ResponseTurnPrune(ctx context.Context, db DBTX, before pgtype.Timestamptz) (int64, error) {
+	result, err := db.Exec(ctx, responseTurnPrune, before)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const responseTurnRecord = `-- name: ResponseTurnRecord :exec

@@ -8,6 +8,12 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type ClientResponse struct {
+	Client    string
+	ID        string
+	CreatedAt pgtype.Timestamptz
+}
+
 type Event struct {
 	ThreadID   string
 	ID         int64

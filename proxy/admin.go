@@ -73,15 +73,14 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 // The handler finds who called in its context (principalFrom).
 func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := s.adminPrincipal(r)
-		if !ok {
+		p, err := s.adminPrincipal(r)
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy admin"`)
-			writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
-				Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"})
+			writeError(w, r, s.log, err)
 			return
 		}
 		if p.via != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			if err := sameOrigin(r, p.via); err != nil {
+			if err := s.sameOrigin(r, p.via); err != nil {
 				writeError(w, r, s.log, err)
 				return
 			}
@@ -90,18 +89,33 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	})
 }
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder.
-func (s *Server) adminPrincipal(r *http.Request) (principal, bool) {
+var errAdminToken = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
+	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
+
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder. A wrong
+// token counts as a failed authentication of the client's address (throttled).
+func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := bearerToken(r); ok {
-		return principal{admin: true}, s.opts.AdminToken != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) == 1
+		addr := s.clientAddr(r)
+		if err := s.failures.check(addr); err != nil {
+			return principal{}, err
+		}
+		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) != 1 {
+			s.failures.fail(addr)
+			return principal{}, errAdminToken
+		}
+		return principal{admin: true}, nil
 	}
 	ses, ok := s.sessionOf(r)
 	if !ok {
-		return principal{}, false
+		return principal{}, errAdminToken
 	}
 	p, ok := principalOf(ses.Scope)
+	if !ok {
+		return principal{}, errAdminToken
+	}
 	p.via = ses
-	return p, ok
+	return p, nil
 }
 
 // page is a list response.
@@ -466,34 +480,21 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
 	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
 	return writeJSON(w, http.StatusCreated, map[string]any{
-		"url": baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
+		"url": s.baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
 	})
 }
 
-// baseURL is the scheme and host the client reached wsproxy by (X-Forwarded-Proto and
-// X-Forwarded-Host when a proxy in front set them): where a link points.
-func baseURL(r *http.Request) string {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
-	}
-	if p := r.Header.Get("X-Forwarded-Proto"); p == "https" || p == "http" {
-		scheme = p
-	}
-	host := r.Host
-	if h := r.Header.Get("X-Forwarded-Host"); h != "" && !strings.ContainsAny(h, "/\\@ ") {
-		host = h
-	}
-	return scheme + "://" + host
-}
+// errSessionEnded ends an event stream whose session expired.
+var errSessionEnded = errors.New("the session ended")
 
 // heartbeat is how often an idle event stream gets a comment line (SPEC §13).
 const heartbeat = 15 * time.Second
 
-// adminEventStream streams the thread's new events as they commit (SPEC §13): headers at once,
-// then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets every
-// event after it. Postgres's notifications wake the stream (any replica's commits); the
-// heartbeat also reads, so a lost notification delays an event by one heartbeat at most.
+// adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
+// once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets
+// every event after it. Postgres's notifications wake the stream (any replica's commits); the
+// heartbeat also reads, so a lost notification delays an event by one heartbeat at most. A
+// stream opened with a panel session ends when the session expires (a link's, with the link).
 func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
@@ -521,7 +522,18 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
+	var expired <-chan time.Time // never, for the admin token
+	var end time.Time
+	if ses := principalFrom(r.Context()).via; ses != nil {
+		end = time.Unix(ses.Expires, 0)
+		t := time.NewTimer(time.Until(end))
+		defer t.Stop()
+		expired = t.C
+	}
 	send := func() error {
+		if !end.IsZero() && !time.Now().Before(end) {
+			return errSessionEnded
+		}
 		for {
 			evs, err := ws.Events(r.Context(), tools.EventQuery{After: last, Limit: maxPageSize})
 			if err != nil {
@@ -554,7 +566,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	defer ticker.Stop()
 	for err := send(); ; err = send() {
 		if err != nil {
-			if r.Context().Err() == nil {
+			if r.Context().Err() == nil && !errors.Is(err, errSessionEnded) {
 				s.log.LogAttrs(r.Context(), slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 			}
 			return nil
@@ -563,6 +575,8 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		case <-r.Context().Done():
 			return nil
 		case <-s.closing:
+			return nil
+		case <-expired:
 			return nil
 		case <-wake:
 		case <-ticker.C:

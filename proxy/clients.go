@@ -50,15 +50,6 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 	return k, nil
 }
 
-// client returns the client whose key the request carries (Authorization: Bearer <key>).
-func (k *ClientKeys) client(r *http.Request) (string, bool) {
-	key, ok := bearerToken(r)
-	if !ok {
-		return "", false
-	}
-	return k.lookup(key)
-}
-
 // lookup returns the client whose key key is.
 func (k *ClientKeys) lookup(key string) (string, bool) {
 	name, ok := k.byHash[sha256.Sum256([]byte(key))]
@@ -79,13 +70,24 @@ func bearerToken(r *http.Request) (string, bool) {
 var errClientKey = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
 
-// clientOf authenticates a /v1 request and returns its client ("" when client keys are off).
+// clientOf authenticates a /v1 request (Authorization: Bearer <key>) and returns its client (""
+// when client keys are off). A wrong key counts as a failed authentication of the client's
+// address (throttled).
 func (s *Server) clientOf(r *http.Request) (string, error) {
 	if s.opts.ClientKeys == nil {
 		return "", nil
 	}
-	name, ok := s.opts.ClientKeys.client(r)
+	addr := s.clientAddr(r)
+	if err := s.failures.check(addr); err != nil {
+		return "", err
+	}
+	key, ok := bearerToken(r)
 	if !ok {
+		return "", errClientKey
+	}
+	name, ok := s.opts.ClientKeys.lookup(key)
+	if !ok {
+		s.failures.fail(addr)
 		return "", errClientKey
 	}
 	return name, nil

@@ -67,7 +67,10 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		c(&opts)
 	}
 	p := NewServer(opts)
-	srv := httptest.NewServer(p)
+	srv := httptest.NewUnstartedServer(p)
+	srv.Listener = Listener(srv.Listener)
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	t.Cleanup(func() { p.Close(); srv.Close(); p.Wait() })
 	return &env{t: t, up: up, srv: srv, proxy: p, pool: pool, store: store, reg: reg, o: opts}
 }

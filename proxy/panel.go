@@ -6,7 +6,6 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -57,11 +56,9 @@ func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 // panelSignIn signs in with the admin token (every thread) or, with CLIENT_KEYS, a client's key
 // (that client's threads). Failures are throttled per address.
 func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
-	addr := remoteAddr(r)
-	if wait := s.signIns.blocked(addr); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
-		writeError(w, r, s.log, &Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_sign_ins",
-			Message: "too many failed sign-ins from this address; wait a minute"})
+	addr := s.clientAddr(r)
+	if err := s.failures.check(addr); err != nil {
+		writeError(w, r, s.log, err)
 		return
 	}
 	var in struct {
@@ -80,7 +77,7 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 		p.client, ok = s.opts.ClientKeys.lookup(in.Token)
 	}
 	if !ok {
-		s.signIns.fail(addr)
+		s.failures.fail(addr)
 		writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
 			Message: "that is neither the admin token nor a client key"})
 		return
@@ -92,13 +89,14 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 // panelSignOut ends the session in this browser.
 func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 	if ses, ok := s.sessionOf(r); ok {
-		if err := sameOrigin(r, ses); err != nil {
+		if err := s.sameOrigin(r, ses); err != nil {
 			writeError(w, r, s.log, err)
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	s.setSessionCookie(w, r, &http.Cookie{MaxAge: -1})
+	// and a session cookie of Path=/, which would otherwise outlive this sign-out
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -81,7 +81,12 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			return nil, err
 		}
 	}
-	c.ClientPrevious, _ = rawjson.Unquote(top.Get("previous_response_id"))
+	if p := top.Get("previous_response_id"); p != nil && string(p) != "null" {
+		var ok bool
+		if c.ClientPrevious, ok = rawjson.Unquote(p); !ok {
+			return nil, badRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
+		}
+	}
 	if s := top.Get("stream"); s != nil {
 		_ = json.Unmarshal(s, &c.Stream)
 	}
@@ -175,6 +180,10 @@ func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 			}
 		}
 	}
+	// The block goes before the input: the client's latest turn must not pose as it.
+	if c.n > 0 {
+		c.input = neutralizedTurn(c.items, c.first.start, c.last.end, isResponsesTurn)
+	}
 	instructions := c.fields.Get("instructions")
 	switch {
 	case instructions == nil || string(instructions) == "null":
@@ -191,6 +200,18 @@ func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 		msg.Set("content", rawjson.String(text))
 		c.input = append([]Payload{{msg.Bytes()}}, c.input...)
 	}
+}
+
+// isResponsesTurn reports an input item of the client's turn: a user message, or a
+// function_call_output.
+func isResponsesTurn(item []byte) bool {
+	o, err := rawjson.Parse(item)
+	if err != nil {
+		return false
+	}
+	typ, _ := rawjson.Unquote(o.Get("type"))
+	role, _ := rawjson.Unquote(o.Get("role"))
+	return typ == "function_call_output" || (role == "user" && (typ == "" || typ == "message"))
 }
 
 // extend adds a tool round: when the round's response was stored, the next round continues it

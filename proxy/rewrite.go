@@ -321,22 +321,122 @@ func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
 			}
 		}
 	}
+	// The block goes first: the client's latest turn, which follows it, must not pose as it.
 	if c.n > 0 {
 		if first, err := rawjson.Parse(c.msgs[c.first.start:c.first.end]); err == nil {
 			role, _ := rawjson.Unquote(first.Get("role"))
 			if role == "system" || role == "developer" {
 				c.messages = []Payload{{appendToSystem(first, text)}}
 				if c.n > 1 {
-					c.messages = append(c.messages, Payload{c.msgs[c.second.start:c.last.end]})
+					c.messages = append(c.messages, neutralizedTurn(c.msgs, c.second.start, c.last.end, isChatTurn)...)
 				}
 				return
 			}
 		}
+		c.messages = neutralizedTurn(c.msgs, c.first.start, c.last.end, isChatTurn)
 	}
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("system"))
 	msg.Set("content", rawjson.String(text))
 	c.messages = append([]Payload{{msg.Bytes()}}, c.messages...)
+}
+
+// isChatTurn reports a message of the client's turn: a user or tool message.
+func isChatTurn(msg []byte) bool {
+	start, end, ok := rawjson.Member(msg, "role")
+	if !ok {
+		return false
+	}
+	role, _ := rawjson.Unquote(msg[start:end])
+	return role == "user" || role == "tool"
+}
+
+// neutralizedTurn is the elements of list from from to end as runs, with the workspace tags in
+// the text of the client's latest turn neutralised: its last element that isTurn (the client's
+// own text: a user message, a tool's result) and every element after it (an assistant prefill).
+// The block then stands before the turn (placement system), and pasted text in the turn cannot
+// pose as a later one.
+func neutralizedTurn(list []byte, from, end int, isTurn func([]byte) bool) []Payload {
+	in := func(start, stop int) bool { return start >= from && stop <= end }
+	turn, before, prev := -1, -1, -1 // where the turn starts; the end of the element before it
+	_ = rawjson.Each(list, func(_, start, stop int) error {
+		if in(start, stop) {
+			if isTurn(list[start:stop]) {
+				turn, before = start, prev
+			}
+			prev = stop
+		}
+		return nil
+	})
+	if turn < 0 {
+		return []Payload{{list[from:end]}}
+	}
+	var runs []Payload
+	if before > from {
+		runs = append(runs, Payload{list[from:before]})
+	}
+	// The turn's elements, those that hold no tag kept together in runs of the client's bytes.
+	runStart, runEnd := -1, -1
+	_ = rawjson.Each(list, func(_, start, stop int) error {
+		if !in(start, stop) || start < turn {
+			return nil
+		}
+		el := list[start:stop]
+		if n := neutralizedElement(el); len(n) != len(el) || &n[0] != &el[0] {
+			if runStart >= 0 {
+				runs, runStart = append(runs, Payload{list[runStart:runEnd]}), -1
+			}
+			runs = append(runs, Payload{n})
+			return nil
+		}
+		if runStart < 0 {
+			runStart = start
+		}
+		runEnd = stop
+		return nil
+	})
+	if runStart >= 0 {
+		runs = append(runs, Payload{list[runStart:runEnd]})
+	}
+	return runs
+}
+
+// neutralizedElement is a message or input item with the workspace tags in the text of its
+// content (or a function_call_output's output) neutralised; el itself when it holds none.
+func neutralizedElement(el []byte) []byte {
+	if !mayHoldTag(el) {
+		return el
+	}
+	for _, member := range []string{"content", "output"} {
+		start, end, ok := rawjson.Member(el, member)
+		if !ok || (el[start] != '"' && el[start] != '[') {
+			continue
+		}
+		if n := neutralizedContent(el[start:end]); string(n) != string(el[start:end]) {
+			return append(append(append([]byte(nil), el[:start]...), n...), el[end:]...)
+		}
+	}
+	return el
+}
+
+// neutralizedContent is a content (a JSON string, or an array of parts) with the workspace tags
+// of its text neutralised.
+func neutralizedContent(content json.RawMessage) json.RawMessage {
+	if content[0] == '"' {
+		return neutralized(content)
+	}
+	if !mayHoldTag(content) {
+		return content
+	}
+	out := []byte{'['}
+	_ = rawjson.Each(content, func(i, start, end int) error {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, neutralizedPart(content[start:end])...)
+		return nil
+	})
+	return append(out, ']')
 }
 
 // appendToSystem appends text to a system message's content: to a string (after a blank line),
@@ -376,25 +476,14 @@ func appendToLast(msg []byte, member, partType, text string) Payload {
 	}
 	var open json.RawMessage // the content up to where the text goes
 	var tail []byte          // the text and what closes the content
+	content = neutralizedContent(content)
 	if content[0] == '"' {
-		content = neutralized(content)
 		open = content[:len(content)-1]
 		if !blankString(content) {
 			tail = append(tail, `\n\n`...)
 		}
 		tail = append(rawjson.AppendEscaped(tail, text), '"')
 	} else {
-		if mayHoldTag(content) {
-			out := []byte{'['}
-			_ = rawjson.Each(content, func(i, start, end int) error {
-				if i > 0 {
-					out = append(out, ',')
-				}
-				out = append(out, neutralizedPart(content[start:end])...)
-				return nil
-			})
-			content = append(out, ']')
-		}
 		open = content[:len(content)-1]
 		if len(bytes.TrimSpace(open)) > 1 {
 			tail = append(tail, ',')

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	mathrand "math/rand/v2"
@@ -20,6 +22,13 @@ import (
 // which goes without the workspace tools.
 const DefaultMaxToolRounds = 8
 
+// Bounds of the workspace calls a model makes, far above real use: more in one round, or in one
+// turn, are not run (each gets an error envelope).
+const (
+	DefaultMaxToolCallsPerRound = 100
+	DefaultMaxToolCallsPerTurn  = 400
+)
+
 // maxRoundText caps the assistant content (and reasoning) a chat round sends back to the
 // upstream with its workspace calls, streamed or not: the client gets all of it, and a stream
 // keeps no more than this of it, so memory stays flat however long a stream runs.
@@ -32,6 +41,9 @@ const maxRoundText = 1 << 20
 type Runner struct {
 	// MaxToolRounds bounds the tool rounds of a turn; zero means DefaultMaxToolRounds.
 	MaxToolRounds int
+	// MaxToolCallsPerRound and MaxToolCallsPerTurn bound the workspace calls run in a round and
+	// in a turn; zero means DefaultMaxToolCallsPerRound and DefaultMaxToolCallsPerTurn.
+	MaxToolCallsPerRound, MaxToolCallsPerTurn int
 	// Metrics, when set, counts tool calls, locked skips, tool rounds and tokens.
 	Metrics *Metrics
 	// Logger, when set, logs tool failures the model sees and retries; nil logs nothing.
@@ -57,6 +69,8 @@ type Turn struct {
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage tools.Usage
+	// calls counts the workspace calls run in the turn (MaxToolCallsPerTurn).
+	calls int
 }
 
 func (r *Runner) maxToolRounds() int {
@@ -239,15 +253,38 @@ func retryable(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
+// notRun is the envelope of a workspace call over a bound, which is not run.
+func notRun(msg string) string {
+	b, _ := rawjson.Marshal(tools.Envelope{Error: "not run: " + msg})
+	return string(b)
+}
+
 // runTools runs the workspace's calls in order, their indices naming view, and returns their
 // tool-message contents. Only a failure of the store ends the turn; a call the tool refuses is
-// an error envelope for the model. Once started, the calls run to their end whether or not the
-// client stays (a round is never left half done: "remove #1" without the "add" of its new
-// wording); each is bounded by the store's timeout.
+// an error envelope for the model, and so is a call past MaxToolCallsPerRound or
+// MaxToolCallsPerTurn, which is not run (a parallel wrapper counts as one call). Once started,
+// the calls run to their end whether or not the client stays (a round is never left half done:
+// "remove #1" without the "add" of its new wording); each is bounded by the store's timeout.
 func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
 	ctx = context.WithoutCancel(ctx)
 	out := make([]string, len(calls))
+	perRound, perTurn := cmp.Or(r.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), cmp.Or(r.MaxToolCallsPerTurn, DefaultMaxToolCallsPerTurn)
+	if over := len(calls) - min(perRound, max(perTurn-t.calls, 0)); over > 0 && r.Logger != nil {
+		r.Logger.LogAttrs(ctx, slog.LevelWarn, "workspace calls over their bound not run", slog.String("thread", t.Workspace.ThreadID().String()),
+			slog.Int("round", n), slog.Int("calls", len(calls)), slog.Int("not_run", over))
+	}
 	for i, call := range calls {
+		switch {
+		case i >= perRound:
+			out[i] = notRun(fmt.Sprintf("a round runs at most %d workspace calls; make fewer calls with more items each", perRound))
+		case t.calls >= perTurn:
+			out[i] = notRun(fmt.Sprintf("a turn runs at most %d workspace calls; answer the user", perTurn))
+		}
+		if out[i] != "" {
+			r.Metrics.toolCall(call.Name, false, 0)
+			continue
+		}
+		t.calls++
 		if len(call.Parts) > 0 {
 			res, err := r.runParts(ctx, t, n, view, call.Parts)
 			if err != nil {

@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -71,10 +73,17 @@ type Options struct {
 	// PassThroughRoutes are the routes forwarded as they are when ClientKeys is set (others:
 	// 403). Nil means DefaultPassThroughRoutes.
 	PassThroughRoutes *Routes
+	// TrustedProxies are the peers (proxies in front of wsproxy) whose X-Forwarded-For,
+	// X-Forwarded-Proto and X-Forwarded-Host are believed: the client's address (failed
+	// authentication is throttled per address), and the scheme and host it reached wsproxy by
+	// (the session cookie's Secure, links, the panel's origin). Nil believes no peer.
+	TrustedProxies []netip.Prefix
 	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
 	MaxToolRounds int
+	// MaxToolCallsPerRound and MaxToolCallsPerTurn: see Runner.
+	MaxToolCallsPerRound, MaxToolCallsPerTurn int
 	// Retries and RetryBackoff: see Runner.
 	Retries      int
 	RetryBackoff time.Duration
@@ -97,6 +106,9 @@ type Options struct {
 	Instructions string
 	// Metrics, when set, are recorded; nil records none and serves no /metrics.
 	Metrics *Metrics
+	// MetricsToken, when set, is the bearer token /metrics needs (METRICS_TOKEN); empty serves
+	// /metrics to anyone.
+	MetricsToken string
 	// TracerProvider, when set, traces requests, upstream rounds and tool calls (proxy/trace.go);
 	// nil traces nothing, at no cost.
 	TracerProvider trace.TracerProvider
@@ -138,7 +150,7 @@ type Server struct {
 	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
 	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
 	signer     signer
-	signIns    throttle
+	failures   throttle // failed authentication, per address
 	hub        *eventHub
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -185,7 +197,8 @@ func NewServer(opts Options) *Server {
 		opts:    opts,
 		log:     opts.Logger,
 		tracing: tracing,
-		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, Metrics: opts.Metrics, Logger: opts.Logger,
+		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
+			Metrics: opts.Metrics, Logger: opts.Logger,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,
@@ -202,9 +215,10 @@ func NewServer(opts Options) *Server {
 	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
-		Rewrite:    s.rewritePassThrough,
-		Transport:  transport,
-		BufferPool: copyBuffers{}, // nil would allocate 32 KB per response
+		Rewrite:        s.rewritePassThrough,
+		ModifyResponse: s.modifyResponse,
+		Transport:      transport,
+		BufferPool:     copyBuffers{}, // nil would allocate 32 KB per response
 		// FlushInterval 0: ReverseProxy flushes every write of a text/event-stream response, or
 		// of one without a Content-Length, and buffers the others (a flush per write of a plain
 		// JSON body costs a syscall each).
@@ -225,7 +239,7 @@ func NewServer(opts Options) *Server {
 		s.panelRoutes(mux)
 	}
 	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics.Handler())
+		mux.Handle("GET /metrics", s.metricsAuth(opts.Metrics.Handler()))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ok"}`))
@@ -239,7 +253,41 @@ func NewServer(opts Options) *Server {
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// metricsAuth requires `Authorization: Bearer <MetricsToken>` when one is set; a wrong token
+// counts as a failed authentication of the client's address.
+func (s *Server) metricsAuth(next http.Handler) http.Handler {
+	if s.opts.MetricsToken == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr := s.clientAddr(r)
+		err := s.failures.check(addr)
+		if err == nil {
+			got, ok := bearerToken(r)
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.MetricsToken)) != 1 {
+				if ok {
+					s.failures.fail(addr)
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy metrics"`)
+				err = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
+					Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
+			}
+		}
+		if err != nil {
+			writeError(w, r, s.log, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ambiguousFraming(r) { // on a connection of Listener (proxy/framing.go)
+		writeError(w, r, s.log, errAmbiguousFraming)
+		return
+	}
+	s.handler.ServeHTTP(w, r)
+}
 
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -277,8 +325,9 @@ func (s *Server) instructions(p Placement) string {
 }
 
 // threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
-// request's client ("" without client keys). ok is false when it names none. Empty headers
-// count as absent; two that differ, or a header and a path that differ, are a thread_mismatch.
+// request's client ("" without client keys). ok is false when it names none (the id then holds
+// the client alone). Empty headers count as absent; two that differ, or a header and a path that
+// differ, are a thread_mismatch.
 func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
 	name := r.PathValue("thread")
 	for _, h := range r.Header.Values(threadHeader) {
@@ -292,7 +341,7 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 		}
 	}
 	if name == "" {
-		return tools.ThreadID{}, false, nil
+		return tools.ThreadID{Client: client}, false, nil
 	}
 	if id, err = tools.NewThreadID(client, name); err != nil {
 		return tools.ThreadID{}, false, badRequest("invalid_thread_id", threadHeader, "%s", err.Error())
@@ -356,6 +405,14 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
 	pr.Out.Host = ""
 	s.stripHeaders(pr.Out.Header)
+	if s.opts.UpstreamAPIKey != "" {
+		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
+		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
+			pr.Out.Header.Set("Accept-Encoding", "gzip")
+		} else {
+			pr.Out.Header.Del("Accept-Encoding")
+		}
+	}
 	s.tracing.inject(pr.In.Context(), pr.Out.Header)
 }
 
@@ -373,8 +430,14 @@ func restOfPath(path string) string {
 // is known (inbound: a client without a key learns nothing of the routes). A path with a
 // segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
 // refused: an upstream that resolves dot segments would serve a path outside its base URL with
-// the operator's key. With client keys, only the routes PASSTHROUGH_ROUTES allows are forwarded.
+// the operator's key. CONNECT and TRACE are refused (a tunnel; an echo of the request, its
+// credentials among them). With client keys, only the routes PASSTHROUGH_ROUTES allows are
+// forwarded.
 func (s *Server) passThroughAllowed(r *http.Request) error {
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		return &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: r.Method + " is not forwarded"}
+	}
 	escaped := r.URL.EscapedPath()
 	for _, seg := range strings.Split(escaped, "/") {
 		decoded, err := url.PathUnescape(seg)
@@ -395,13 +458,14 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 }
 
 // turnInbound is what a chat or Responses request brings: a thread turn's thread, placement and
-// body. A request without a thread is forwarded as it is (the proxy is invisible) and one that
-// fails is answered; ok is then false. The caller calls release when done with the body.
-func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
+// body. A request without a thread is passed to forward, for its client ("" without client
+// keys), and one that fails is answered; ok is then false. The caller calls release when done
+// with the body.
+func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
 	thread, ok, body, release, err := s.inbound(w, r, nil)
 	if err == nil && !ok {
 		if err = s.passThroughAllowed(r); err == nil {
-			s.forward(w, r, body)
+			forward(w, r, thread.Client, body)
 			return thread, "", nil, release, false
 		}
 	}
@@ -439,14 +503,14 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Place
 		Start:     start,
 		Model:     model,
 		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
-			header: s.outboundHeader(r.Header), tracing: s.tracing},
+			header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()},
 	}
 	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
 }
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r)
+	thread, placement, body, release, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
 	defer release()
 	if !ok {
 		return
@@ -481,9 +545,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
 }
 
-// responses serves POST /v1/responses and its thread-path form (SPEC §12).
+// responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r)
+	thread, placement, body, release, ok := s.turnInbound(w, r, s.forwardResponses)
 	defer release()
 	if !ok {
 		return
@@ -499,20 +563,25 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			req.Continue(cont)
-		case errors.Is(err, tools.ErrNotFound) && s.opts.ClientKeys != nil:
-			// The upstream key is the operator's: a client continues only its own thread's turns.
-			writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "previous_response_id",
-				Code: "previous_response_not_found", Message: "Previous response with id '" + req.ClientPrevious + "' not found on this thread."})
-			return
 		case !errors.Is(err, tools.ErrNotFound):
 			writeError(w, r, s.log, err)
 			return
 		}
 	}
+	// With client keys: another thread's turn, or a response of a pass-through, is the client's
+	// own or a 404; so is every item the input references.
+	if err := s.ownedContinuation(r.Context(), thread, body, req.Continued); err != nil {
+		writeError(w, r, s.log, err)
+		return
+	}
 	t, text, err := s.startTurn(r, ws, placement, req.Model(), "/responses")
 	if err != nil {
 		writeError(w, r, s.log, err)
 		return
+	}
+	ids := &answerIDs{}
+	if s.opts.ClientKeys != nil {
+		t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
 	}
 	req.InjectWorkspace(text, placement)
 	req.askReasoning()
@@ -525,7 +594,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		}
 		// Recorded also when the client left while the round's workspace calls ran (they run
 		// to their end): a continuation from the turn must find them.
-		return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed)
+		return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all())
 	}
 	defer s.endTurn(t)
 	if req.Stream {

@@ -7,8 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
-	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,15 +152,29 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
 	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: randomHex(16)}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.signer.sign("s", ses), Path: "/", Expires: exp,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.sign("s", ses), Expires: exp})
 	return ses
 }
 
+// sessionPaths are where the browser sends the session cookie: the panel's own routes and the
+// admin REST it calls, never /v1 (whose requests go upstream).
+var sessionPaths = []string{"/ui/", "/admin/"}
+
+// setSessionCookie sets the session cookie c (its value and expiry) on every path of
+// sessionPaths; Secure when the client reached wsproxy over https (scheme).
+func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *http.Cookie) {
+	secure := s.scheme(r) == "https"
+	for _, path := range sessionPaths {
+		c := *c
+		c.Name, c.Path, c.HttpOnly, c.SameSite, c.Secure = sessionCookie, path, true, http.SameSiteStrictMode, secure
+		http.SetCookie(w, &c)
+	}
+}
+
 // sameOrigin checks a write made with a session cookie: it must come from the panel's own
-// origin (Origin and Sec-Fetch-Site, when the browser sends them) and carry the session's CSRF
-// token.
-func sameOrigin(r *http.Request, ses *session) error {
+// origin (Origin and Sec-Fetch-Site, when the browser sends them; the origin as baseURL sees it)
+// and carry the session's CSRF token.
+func (s *Server) sameOrigin(r *http.Request, ses *session) error {
 	refuse := func(msg string) error {
 		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
 	}
@@ -168,11 +182,7 @@ func sameOrigin(r *http.Request, ses *session) error {
 		return refuse("a write from another site is refused")
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		if origin != scheme+"://"+r.Host {
+		if origin != s.baseURL(r) {
 			return refuse("a write from another origin is refused")
 		}
 	}
@@ -182,8 +192,9 @@ func sameOrigin(r *http.Request, ses *session) error {
 	return nil
 }
 
-// throttle slows down guessing: past maxFailures failed sign-ins from one address within
-// failureWindow, further tries are refused until the window ends.
+// throttle slows down guessing: past maxFailures failed authentications from one address
+// within failureWindow (a wrong admin token, client key, sign-in token or metrics token), every
+// further try from it is refused, the right credential too, until the window ends.
 type throttle struct {
 	mu       sync.Mutex
 	failures map[string]*failures
@@ -199,15 +210,17 @@ const (
 	failureWindow = time.Minute
 )
 
-// blocked reports how long the address must wait (0: it may try).
-func (t *throttle) blocked(addr string) time.Duration {
+// check is the error an address that must wait gets (429 with Retry-After), or nil.
+func (t *throttle) check(addr string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.failures[addr]
 	if f == nil || time.Now().After(f.until) || f.n < maxFailures {
-		return 0
+		return nil
 	}
-	return time.Until(f.until)
+	return &Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_failures",
+		Message: "too many failed authentications from this address; wait a minute",
+		Header:  http.Header{"Retry-After": {strconv.Itoa(int(time.Until(f.until)/time.Second) + 1)}}}
 }
 
 func (t *throttle) fail(addr string) {
@@ -230,12 +243,4 @@ func (t *throttle) fail(addr string) {
 		t.failures[addr] = f
 	}
 	f.n++
-}
-
-func remoteAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

@@ -9,12 +9,14 @@ WITH n AS (
     RETURNING next_event_id - cardinality(@kinds::text[]) AS first
 ), ins AS (
     INSERT INTO events (thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts)
-    SELECT @thread_id::text, n.first + i - 1, clock_timestamp(), @actor::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
+    SELECT @thread_id::text, n.first + e.i - 1, clock_timestamp(), @actor::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
            CASE WHEN @after_tool_call::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
-           sqlc.narg(reason)::text, (@kinds::text[])[i], (@target_types::text[])[i],
-           NULLIF((@target_ids::bigint[])[i], 0), NULLIF((@befores::text[])[i], '')::jsonb,
-           NULLIF((@afters::text[])[i], '')::jsonb, NULLIF((@reverts::bigint[])[i], 0)
-    FROM n, generate_subscripts(@kinds::text[], 1) AS i
+           sqlc.narg(reason)::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
+           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0)
+    -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
+    FROM n, ROWS FROM (unnest(@kinds::text[]), unnest(@target_types::text[]), unnest(@target_ids::bigint[]),
+                       unnest(@befores::text[]), unnest(@afters::text[]), unnest(@reverts::bigint[]))
+         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, i)
     RETURNING id
 ), notify AS (
     SELECT pg_notify('wsproxy_events', @thread_id::text || ',' || max(id)) FROM ins HAVING count(*) > 0

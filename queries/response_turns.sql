@@ -22,3 +22,6 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) tc ON true
 WHERE r.thread_id = @thread_id AND r.response_id = @response_id;
+
+-- name: ResponseTurnPrune :execrows
+DELETE FROM response_turns WHERE created_at < @before;

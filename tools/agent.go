@@ -75,6 +75,9 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 	if len(*a.Indices) == 0 {
 		return toolOutput{}, invalid("indices", "must hold at least one index")
 	}
+	if err := w.store.checkItems("indices", len(*a.Indices), "removed"); err != nil {
+		return toolOutput{}, err
+	}
 	indices := make([]int, len(*a.Indices))
 	for i, n := range *a.Indices {
 		indices[i] = int(n)

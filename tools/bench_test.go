@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 )
@@ -107,4 +110,99 @@ func BenchmarkTurnOnDisk(b *testing.B) {
 	rel1, wal1 := size()
 	b.ReportMetric(float64(rel1-rel0)/float64(b.N), "table+index-B/turn")
 	b.ReportMetric(float64(wal1-wal0)/float64(b.N), "WAL-B/turn")
+}
+
+// hugeCall is a call of the tool with n items (add_preferences), edits (update_preferences) or
+// indices (remove_preferences), each of a distinct preference.
+func hugeCall(tool string, n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		switch tool {
+		case AddPreferences:
+			parts[i] = fmt.Sprintf(`{"title":"Preference number %d","subtitle":"s","kind":"soft"}`, i)
+		case UpdatePreferences:
+			parts[i] = fmt.Sprintf(`{"index":%d,"title":"Renamed preference %d"}`, i+1, i)
+		default:
+			parts[i] = fmt.Sprint(i + 1)
+		}
+	}
+	member := map[string]string{AddPreferences: "items", UpdatePreferences: "updates", RemovePreferences: "indices"}[tool]
+	return `{"` + member + `":[` + strings.Join(parts, ",") + `],"action_and_reasoning":"a model gone wrong"}`
+}
+
+// BenchmarkHugeToolCall: a call of 10,000 items, edits or indices (on a thread of as many
+// preferences for update and remove): refused (the default bounds), or done with the bounds
+// raised to let it through, at 1,000 and 10,000 to show the cost linear in the call's size. The
+// target is a 10,000-item call refused or done under 100 ms.
+func BenchmarkHugeToolCall(b *testing.B) {
+	pool := dbtest.NewPool(b, nil)
+	ctx := context.Background()
+	for _, bounds := range []struct {
+		name   string
+		n      int
+		limits Limits
+	}{
+		{"refused/10000", 10_000, Limits{}},
+		{"done/1000", 1_000, Limits{PreferencesMax: 20_000, ItemsMax: 20_000, ArgumentBytesMax: 8 << 20}},
+		{"done/10000", 10_000, Limits{PreferencesMax: 20_000, ItemsMax: 20_000, ArgumentBytesMax: 8 << 20}},
+	} {
+		store := NewStore(pool, Options{Limits: bounds.limits, Timeout: time.Minute})
+		done := strings.HasPrefix(bounds.name, "done")
+		for _, tool := range []string{AddPreferences, UpdatePreferences, RemovePreferences} {
+			args := hugeCall(tool, bounds.n)
+			b.Run(bounds.name+"/"+tool, func(b *testing.B) {
+				for i := 0; b.Loop(); i++ {
+					b.StopTimer()
+					ws := store.Workspace(ThreadID{Name: fmt.Sprintf("huge-%s-%s-%d", strings.ReplaceAll(bounds.name, "/", "-"), tool, i)})
+					turn, err := ws.StartTurn(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if tool != AddPreferences && done {
+						if _, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: AddPreferences, Arguments: hugeCall(AddPreferences, bounds.n)}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StartTimer()
+					res, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: tool, Arguments: args})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if res.OK != done {
+						b.Fatalf("%s: %s", tool, truncate(res.Content, 200))
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkStartTurnBesideHugeCalls: a turn's start on one thread while four other threads'
+// models make 10,000-item calls back to back (as four hostile turns did), on a pool of four
+// connections: the huge calls must not starve the other threads of connections.
+func BenchmarkStartTurnBesideHugeCalls(b *testing.B) {
+	pool := dbtest.NewPool(b, &dbtest.Options{MaxConns: 4})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	args := hugeCall(AddPreferences, 10_000)
+	for g := range 4 {
+		ws := store.Workspace(ThreadID{Name: fmt.Sprint("hostile-", g)})
+		turn, err := ws.StartTurn(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, _ = ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: AddPreferences, Arguments: args})
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	ws := store.Workspace(ThreadID{Name: "bystander"})
+	for b.Loop() {
+		if _, err := ws.StartTurn(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -60,6 +60,9 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
+	if n, max := len(c.Arguments), w.store.limits.ArgumentBytesMax; n > max {
+		return w.refuse(ctx, w.store.pool, c, "", invalid("arguments", "at most %d bytes (got %d); nothing was written", max, n), nil)
+	}
 	args, reasoning, err := parseArguments(c.Arguments)
 	if err != nil {
 		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)
@@ -101,8 +104,13 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	return res, nil
 }
 
+// maxRefusedArguments bounds the arguments kept of a refused call: longer ones are recorded as
+// a JSON string of their first bytes, ending in "…".
+const maxRefusedArguments = 4 << 10
+
 // refuse answers a call the tool refused with an error envelope and records it (committing tx
-// when the call ran in one). An error that is not a refusal (the store failed) is returned.
+// when the call ran in one), with at most maxRefusedArguments of its arguments. An error that is
+// not a refusal (the store failed) is returned.
 func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning string, err error, tx *db.LockedTx) (Result, error) {
 	var ve *ValidationError
 	var de *DuplicateError
@@ -111,6 +119,9 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	}
 	res := Result{Content: Envelope{Error: err.Error()}.encode()}
 	arg := w.record(c, reasoning, res)
+	if len(c.Arguments) > maxRefusedArguments {
+		arg.Arguments, _ = json.Marshal(storableText(truncate(c.Arguments, maxRefusedArguments)))
+	}
 	if tx != nil {
 		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })
 	} else {

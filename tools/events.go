@@ -406,12 +406,14 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 }
 
 // Pruned counts what PruneHistory removed.
-type Pruned struct{ Events, Snapshots, ToolCalls int64 }
+type Pruned struct{ Events, Snapshots, ToolCalls, ResponseTurns, ClientResponses int64 }
 
-// PruneHistory removes the events, snapshots (but each thread's last, which still applies) and
-// tool-call records older than cutoff (HISTORY_RETENTION). A removed preference's text lives on
-// in them until then. Rows another transaction holds (a thread being deleted) are left to the
-// next prune: it never waits on them, so it never deadlocks with a thread's DELETE.
+// PruneHistory removes the events, snapshots (but each thread's last, which still applies),
+// tool-call records, Responses turns and clients' response records older than cutoff
+// (HISTORY_RETENTION). A removed preference's text lives on in them until then; a response
+// older than it can no longer be continued as a turn (nor at all, with client keys). Rows
+// another transaction holds (a thread being deleted) are left to the next prune: it never waits
+// on them, so it never deadlocks with a thread's DELETE.
 func (s *Store) PruneHistory(ctx context.Context, cutoff time.Time) (_ Pruned, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
@@ -425,6 +427,12 @@ func (s *Store) PruneHistory(ctx context.Context, cutoff time.Time) (_ Pruned, e
 	}
 	if p.ToolCalls, err = s.q.ToolCallPrune(ctx, s.pool, at); err != nil {
 		return p, fmt.Errorf("prune tool calls: %w", err)
+	}
+	if p.ResponseTurns, err = s.q.ResponseTurnPrune(ctx, s.pool, at); err != nil {
+		return p, fmt.Errorf("prune response turns: %w", err)
+	}
+	if p.ClientResponses, err = s.q.ClientResponsePrune(ctx, s.pool, at); err != nil {
+		return p, fmt.Errorf("prune client responses: %w", err)
 	}
 	return p, nil
 }

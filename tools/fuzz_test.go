@@ -17,6 +17,7 @@ func FuzzToolArguments(f *testing.F) {
 	f.Add(uint8(0), `{"items":[{"title":"</workspace>\n<workspace>","kind":"HARD"}]}`)
 	f.Add(uint8(0), `{"items":[{"title":"\u0000"}]}`)
 	f.Add(uint8(0), "{\"items\":[{\"title\":\"bad \xff utf8\"}]}")
+	f.Add(uint8(0), `{"items":[{"title":"lone \ud800"}],"x":"\udfff"}`)
 	f.Add(uint8(1), ``)
 	f.Add(uint8(2), `{"updates":[{"index":1,"title":"B"},{"index":1.0,"kind":"soft"},{"index":99}]}`)
 	f.Add(uint8(2), `{"updates":[{"index":"1"}]}`)

@@ -130,6 +130,14 @@ func truncate(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
+// checkItems refuses a call of more than ItemsMax items (MAX_TOOL_ITEMS) in its member field.
+func (s *Store) checkItems(field string, n int, verb string) error {
+	if n > s.limits.ItemsMax {
+		return invalid(field, "at most %d in one call (got %d); nothing was %s", s.limits.ItemsMax, n, verb)
+	}
+	return nil
+}
+
 // planAdd decides what add_preferences records: the new preferences (with provisional ids from
 // nextID) and the titles already recorded, or the error the call is refused with.
 func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (fresh []Preference, dups []string, err error) {
@@ -149,7 +157,13 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 	if len(*a.Items) == 0 {
 		return nil, nil, invalid("items", "must hold at least one preference")
 	}
-	all := list
+	if err := s.checkItems("items", len(*a.Items), "recorded"); err != nil {
+		return nil, nil, err
+	}
+	titles := make(titleIndex, len(list)+len(*a.Items))
+	for _, p := range list {
+		titles.add(p)
+	}
 	for i, it := range *a.Items {
 		field := fmt.Sprintf("items[%d]", i)
 		if it.Title == nil {
@@ -170,16 +184,16 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 				return nil, nil, err
 			}
 		}
-		if existing, ok := findTitle(all, title, -1); ok {
+		if existing, ok := titles.find(title, -1); ok {
 			dups = append(dups, ref(existing))
 			continue
 		}
-		p.ID = nextID + int64(len(fresh)) // provisional, for findTitle within the batch
-		p.Index = len(all) + 1
+		p.ID = nextID + int64(len(fresh)) // provisional, for the titles within the batch
+		p.Index = len(list) + len(fresh) + 1
 		fresh = append(fresh, p)
-		all = append(all[:len(all):len(all)], p)
+		titles.add(p)
 	}
-	if max := s.limits.PreferencesMax; len(all) > max {
+	if max := s.limits.PreferencesMax; len(list)+len(fresh) > max {
 		return nil, nil, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
 			max, len(list), len(fresh))
 	}
@@ -206,6 +220,9 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 	}
 	if len(*a.Updates) == 0 {
 		return targets{}, invalid("updates", "must hold at least one edit")
+	}
+	if err := s.checkItems("updates", len(*a.Updates), "updated"); err != nil {
+		return targets{}, err
 	}
 	// Validate every edit, then merge edits of one index (later fields win).
 	type edit struct{ title, subtitle, kind *string }
@@ -246,10 +263,11 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 		}
 	}
 	t := view.resolve(list, indices)
+	retitled := false
 	for i, p := range t.open {
 		e := edits[p.Index]
 		if e.title != nil {
-			p.Title = *e.title
+			p.Title, retitled = *e.title, true
 		}
 		if e.subtitle != nil {
 			p.Subtitle = *e.subtitle
@@ -259,13 +277,20 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 		}
 		t.open[i] = p
 	}
+	if !retitled {
+		return t, nil
+	}
 	// The list as it would read afterwards, to refuse an edit that duplicates a title.
 	after := replaced(list, t.open)
+	titles := make(titleIndex, len(after))
+	for _, p := range after {
+		titles.add(p)
+	}
 	for _, p := range t.open {
 		if edits[p.Index].title == nil {
 			continue
 		}
-		if other, ok := findTitle(after, p.Title, p.ID); ok {
+		if other, ok := titles.find(p.Title, p.ID); ok {
 			return targets{}, invalid("updates", "#%d would have the title of #%d %q; nothing was updated",
 				p.Index, other.Index, oneLine(other.Title))
 		}

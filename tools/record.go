@@ -7,11 +7,11 @@ import (
 )
 
 // argumentsJSON is how a call's arguments are stored (jsonb): the JSON value the model sent, or
-// a JSON string of the raw text when it was not JSON. jsonb cannot hold NUL characters or invalid
-// UTF-8, so those become U+FFFD.
+// a JSON string of the raw text when it was not JSON. jsonb cannot hold NUL characters, invalid
+// UTF-8 or a lone surrogate escape (\ud800), so those become U+FFFD.
 func argumentsJSON(raw string) []byte {
 	if json.Valid([]byte(raw)) {
-		if utf8.ValidString(raw) && !strings.Contains(raw, `\u0000`) {
+		if utf8.ValidString(raw) && !strings.Contains(raw, `\u0000`) && !hasSurrogateEscape(raw) {
 			return []byte(raw)
 		}
 		var v any
@@ -23,6 +23,21 @@ func argumentsJSON(raw string) []byte {
 	}
 	b, _ := json.Marshal(storableText(raw))
 	return b
+}
+
+// hasSurrogateEscape reports a \uD800-\uDFFF escape in raw JSON (decoding and encoding again
+// replaces the lone ones with U+FFFD and writes the pairs as UTF-8).
+func hasSurrogateEscape(raw string) bool {
+	for i := 0; i+5 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] == 'u' && (raw[i+2]|0x20) == 'd' && strings.IndexByte("89abcdefABCDEF", raw[i+3]) >= 0 {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 // scrub replaces NUL characters in every string of a decoded JSON value.

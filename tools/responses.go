@@ -58,21 +58,43 @@ func (w *Workspace) Continuation(ctx context.Context, responseID string) (_ Cont
 
 // RecordResponseTurn records, durably, which upstream response ended a Responses turn whose
 // client got responseID, and the workspace calls of that response whose outputs the upstream
-// was not sent. A thread deleted meanwhile records nothing.
-func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID, lastResponseID string, owed []string) (err error) {
+// was not sent; for a client's thread, with the ids of the turn's responses and output items
+// (ids), which the client may continue from and reference (RecordResponses), in the same round
+// trip. A thread deleted meanwhile records nothing.
+func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID, lastResponseID string, owed, ids []string) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	if owed == nil {
 		owed = []string{}
 	}
-	err = w.store.q.ResponseTurnRecord(ctx, w.store.pool, db.ResponseTurnRecordParams{
+	err = db.RecordResponseTurn(ctx, w.store.pool, db.ResponseTurnRecordParams{
 		ThreadID: w.threadID, ResponseID: responseID, Turn: int32(turn), LastResponseID: lastResponseID, OwedCallIds: owed,
-	})
+	}, db.ClientResponseRecordParams{Client: w.id.Client, Ids: ids})
 	if isForeignKeyViolation(err) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("record response turn: %w", err)
+	return err
+}
+
+// RecordResponses records, durably, the ids of responses made through wsproxy for a client (of
+// CLIENT_KEYS) and of their output items: what the client may continue from
+// (previous_response_id) and reference (an input item's id) later.
+func (s *Store) RecordResponses(ctx context.Context, client string, ids []string) (err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
+	if err := s.q.ClientResponseRecord(ctx, s.pool, db.ClientResponseRecordParams{Client: client, Ids: ids}); err != nil {
+		return fmt.Errorf("record responses: %w", err)
 	}
 	return nil
+}
+
+// UnknownResponses returns the ids among ids that no response made for the client holds.
+func (s *Store) UnknownResponses(ctx context.Context, client string, ids []string) (_ []string, err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
+	unknown, err := s.q.ClientResponseUnknown(ctx, s.pool, db.ClientResponseUnknownParams{Client: client, Ids: ids})
+	if err != nil {
+		return nil, fmt.Errorf("read responses: %w", err)
+	}
+	return unknown, nil
 }

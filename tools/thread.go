@@ -17,7 +17,7 @@ type ThreadID struct {
 
 // Errors of the parsers: the id or the client name breaks its pattern.
 var (
-	ErrInvalidThreadID = errors.New("a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -")
+	ErrInvalidThreadID = errors.New("a thread id is 1-128 characters of A-Z a-z 0-9 . _ : @ -, other than . and ..")
 	ErrInvalidClient   = errors.New("a client name is 1-64 characters of A-Z a-z 0-9 . _ -")
 )
 
@@ -29,9 +29,10 @@ var (
 )
 
 // NewThreadID checks a thread id as a client names it (a header or a path), for the client
-// ("" for none).
+// ("" for none). "." and ".." are refused: in a URL's path (the panel's, the admin REST's) they
+// are dot segments, which browsers and routers resolve away.
 func NewThreadID(client, name string) (ThreadID, error) {
-	if !threadNamePattern.MatchString(name) {
+	if !threadNamePattern.MatchString(name) || name == "." || name == ".." {
 		return ThreadID{}, ErrInvalidThreadID
 	}
 	if client != "" && !ValidClientName(client) {

@@ -54,17 +54,23 @@ type Objective struct {
 	UpdatedBy string    `json:"updated_by"`
 }
 
-// Limits bound what a thread's workspace holds. Lengths count characters (runes).
+// Limits bound what a thread's workspace holds, and what one tool call may ask. Lengths count
+// characters (runes).
 type Limits struct {
 	TitleMax       int
 	SubtitleMax    int
 	ObjectiveMax   int
 	PreferencesMax int
+	// ItemsMax bounds the items, edits or indices of one call (MAX_TOOL_ITEMS).
+	ItemsMax int
+	// ArgumentBytesMax bounds a call's arguments, in bytes (MAX_TOOL_ARGUMENT_BYTES).
+	ArgumentBytesMax int
 }
 
-// DefaultLimits are the limits of SPEC §5.
+// DefaultLimits are the limits of docs/spec.md §5, and bounds of a call far above what a model
+// asks of these tools: 1,000 items and 1 MiB of arguments.
 func DefaultLimits() Limits {
-	return Limits{TitleMax: 200, SubtitleMax: 500, ObjectiveMax: 1000, PreferencesMax: 100}
+	return Limits{TitleMax: 200, SubtitleMax: 500, ObjectiveMax: 1000, PreferencesMax: 100, ItemsMax: 1000, ArgumentBytesMax: 1 << 20}
 }
 
 // ValidationError is input that breaks a rule (a limit, an allowed kind, a required field).
@@ -128,6 +134,12 @@ func NewStore(pool *pgxpool.Pool, opts Options) *Store {
 	}
 	if limits.PreferencesMax <= 0 {
 		limits.PreferencesMax = d.PreferencesMax
+	}
+	if limits.ItemsMax <= 0 {
+		limits.ItemsMax = d.ItemsMax
+	}
+	if limits.ArgumentBytesMax <= 0 {
+		limits.ArgumentBytesMax = d.ArgumentBytesMax
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -270,6 +282,24 @@ func isForeignKeyViolation(err error) bool {
 // normalizeTitle is the key titles are compared by: case-insensitive, spaces trimmed and collapsed.
 func normalizeTitle(s string) string {
 	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// titleIndex finds preferences by title (normalizeTitle), in time independent of the list's length.
+type titleIndex map[string][]Preference
+
+func (ix titleIndex) add(p Preference) {
+	k := normalizeTitle(p.Title)
+	ix[k] = append(ix[k], p)
+}
+
+// find returns the first preference added whose title equals title, skipping the one with id skip.
+func (ix titleIndex) find(title string, skip int64) (Preference, bool) {
+	for _, p := range ix[normalizeTitle(title)] {
+		if p.ID != skip {
+			return p, true
+		}
+	}
+	return Preference{}, false
 }
 
 // findTitle returns the preference in list whose title equals title, skipping the one with id skip.

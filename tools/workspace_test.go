@@ -654,21 +654,24 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 	require.Equal(t, len(files), n, "each migration applied once")
 }
 
-// TestOversizedArguments: a model's megabytes of arguments get an error envelope, nothing is
-// written but the call's record, and nested or broken arguments are recorded as sent.
+// TestOversizedArguments: a model's megabytes of arguments get an error envelope (over
+// MAX_TOOL_ARGUMENT_BYTES, or within it over a field's limit), nothing is written but the call's
+// record, which keeps a bounded prefix of them; nested or broken arguments are recorded too.
 func TestOversizedArguments(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	huge := strings.Repeat("x", 2<<20)
-	msg := f.fails(t, AddPreferences, `{"items":[{"title":"`+huge+`"}]}`)
-	require.Contains(t, msg, "items[0].title: must be at most 200 characters")
-	require.Contains(t, f.fails(t, SetObjective, `{"text":"`+huge+`"}`), "text: must be at most 1000 characters")
+	require.Contains(t, f.fails(t, AddPreferences, `{"items":[{"title":"`+strings.Repeat("x", 2<<20)+`"}]}`), "arguments: at most 1048576 bytes")
+	long := strings.Repeat("x", 500<<10)
+	require.Contains(t, f.fails(t, AddPreferences, `{"items":[{"title":"`+long+`"}]}`), "items[0].title: must be at most 200 characters")
+	require.Contains(t, f.fails(t, SetObjective, `{"text":"`+long+`"}`), "text: must be at most 1000 characters")
 	require.Contains(t, f.fails(t, RemovePreferences, `{"indices":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}`), "an index must be an integer")
 	require.Empty(t, f.list(t))
 	calls, err := f.ws.ToolCalls(context.Background(), 0, 10)
 	require.NoError(t, err)
-	require.Len(t, calls, 3)
-	require.Greater(t, len(calls[0].Arguments), 2<<20, "recorded as sent")
+	require.Len(t, calls, 4)
+	for _, c := range calls {
+		require.LessOrEqual(t, len(c.Arguments), maxRefusedArguments+16, "a bounded prefix")
+	}
 }
 
 // TestEveryChangeReachesTheNextTurn: a turn's start reads the workspace's tables only when the

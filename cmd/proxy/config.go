@@ -44,11 +44,21 @@ type Config struct {
 	DatabaseListenURL string
 	// HistoryRetention prunes events, snapshots and tool-call records older than it (0 keeps them).
 	HistoryRetention time.Duration
+	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
+	TrustedProxies string
 	// UI is "on" or "off": the workspace panel.
 	UI              string
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
+
+	// Bounds of a model's workspace calls: per round and per turn, items and argument bytes per call.
+	MaxToolCallsPerRound int
+	MaxToolCallsPerTurn  int
+	MaxToolItems         int
+	MaxToolArgumentBytes int64
+	// MetricsToken, when set, is the bearer token /metrics needs.
+	MetricsToken string
 }
 
 // DefaultConfig is the configuration with nothing set.
@@ -70,6 +80,11 @@ func DefaultConfig() Config {
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
+
+		MaxToolCallsPerRound: proxy.DefaultMaxToolCallsPerRound,
+		MaxToolCallsPerTurn:  proxy.DefaultMaxToolCallsPerTurn,
+		MaxToolItems:         tools.DefaultLimits().ItemsMax,
+		MaxToolArgumentBytes: int64(tools.DefaultLimits().ArgumentBytesMax),
 	}
 }
 
@@ -90,6 +105,10 @@ func (c *Config) settings() []setting {
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
+		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerRound)},
+		{"MAX_TOOL_CALLS_PER_TURN", "max-tool-calls-per-turn", "workspace calls run in one turn; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerTurn)},
+		{"MAX_TOOL_ITEMS", "max-tool-items", "items, edits or indices in one workspace call; more: the call's error envelope", (*intValue)(&c.MaxToolItems)},
+		{"MAX_TOOL_ARGUMENT_BYTES", "max-tool-argument-bytes", "arguments of one workspace call (bytes, or with KiB, MiB, GiB); more: the call's error envelope", (*byteSize)(&c.MaxToolArgumentBytes)},
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
@@ -97,6 +116,8 @@ func (c *Config) settings() []setting {
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
+		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
+		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment", (*durationValue)(&c.StreamKeepalive)},
@@ -148,6 +169,15 @@ func (c Config) Validate() error {
 	if c.MaxToolRounds < 1 || c.MaxToolRounds > 100 {
 		return fmt.Errorf("MAX_TOOL_ROUNDS: %d is out of range 1-100", c.MaxToolRounds)
 	}
+	for _, b := range []struct {
+		name string
+		n    int64
+	}{{"MAX_TOOL_CALLS_PER_ROUND", int64(c.MaxToolCallsPerRound)}, {"MAX_TOOL_CALLS_PER_TURN", int64(c.MaxToolCallsPerTurn)},
+		{"MAX_TOOL_ITEMS", int64(c.MaxToolItems)}, {"MAX_TOOL_ARGUMENT_BYTES", c.MaxToolArgumentBytes}} {
+		if b.n < 1 || b.n > 1<<31-1 {
+			return fmt.Errorf("%s: %d is out of range 1-%d", b.name, b.n, 1<<31-1)
+		}
+	}
 	if c.MaxRequestBytes < 1024 {
 		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)
 	}
@@ -176,6 +206,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := proxy.ParsePlacement(c.WorkspacePlacement); err != nil {
 		return fmt.Errorf("WORKSPACE_PLACEMENT: %w", err)
+	}
+	if _, err := proxy.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		return fmt.Errorf("TRUSTED_PROXIES: %w", err)
 	}
 	if c.UI != "on" && c.UI != "off" {
 		return fmt.Errorf("UI: %q is not on or off", c.UI)

@@ -156,11 +156,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement) // checked by Validate
 	routes, _ := proxy.ParseRoutes(m.Config.PassThroughRoutes)
+	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
 	reg := prometheus.NewRegistry()
+	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	m.proxy = proxy.NewServer(proxy.Options{
-		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout}),
+		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
 		UpstreamURL:        upstreamURL,
 		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
 		UpstreamTimeout:    m.Config.UpstreamTimeout,
@@ -168,6 +170,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		AdminToken:         m.AdminToken,
 		ClientKeys:         clientKeys,
 		PassThroughRoutes:  routes,
+		TrustedProxies:     trusted,
 		Placement:          placement,
 		PromptCacheKey:     m.Config.PromptCacheKey,
 		MaxToolRounds:      m.Config.MaxToolRounds,
@@ -180,6 +183,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ListenURL:          cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		NoPanel:            m.Config.UI == "off",
 		Logger:             m.log,
+
+		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
+		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,
+		MetricsToken:         m.Config.MetricsToken,
 	})
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
@@ -196,10 +203,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		// connection is closed after this.
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+		ConnContext: proxy.ConnContext, // with proxy.Listener: requests of ambiguous framing are refused
 	}
 	m.server.RegisterOnShutdown(m.proxy.Close) // the event streams end, so that shutdown can finish
 	m.served = make(chan error, 1)
-	go func() { m.served <- m.server.Serve(ln) }()
+	go func() { m.served <- m.server.Serve(proxy.Listener(ln)) }()
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
 		slog.String("version", version()))
 	return nil
@@ -232,7 +240,8 @@ func (m *Main) prune(retention time.Duration) func() {
 				m.log.Warn("pruning history failed", slog.Any("err", err))
 			} else if p != (tools.Pruned{}) {
 				m.log.Info("history pruned", slog.Duration("retention", retention), slog.Int64("events", p.Events),
-					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls))
+					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls),
+					slog.Int64("response_turns", p.ResponseTurns), slog.Int64("client_responses", p.ClientResponses))
 			}
 			select {
 			case <-ctx.Done():

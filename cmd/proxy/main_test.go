@@ -239,7 +239,8 @@ func TestConfig(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1",
 		"MAX_BUFFERED_BYTES": "512 MiB", "MAX_REQUEST_BYTES": "16MiB", "REQUEST_READ_TIMEOUT": "5s", "WORKSPACE_PLACEMENT": "system",
-		"PASSTHROUGH_ROUTES": "GET /v1/models"}
+		"PASSTHROUGH_ROUTES": "GET /v1/models", "TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1",
+		"MAX_TOOL_CALLS_PER_ROUND": "7", "MAX_TOOL_CALLS_PER_TURN": "9", "MAX_TOOL_ITEMS": "11", "MAX_TOOL_ARGUMENT_BYTES": "64KiB"}
 	c := DefaultConfig()
 	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
 	require.NoError(t, c.Validate())
@@ -252,11 +253,16 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, 5*time.Second, c.RequestReadTimeout)
 	require.Equal(t, "system", c.WorkspacePlacement)
 	require.Equal(t, "GET /v1/models", c.PassThroughRoutes)
+	require.Equal(t, "10.0.0.0/8, 192.168.1.1", c.TrustedProxies)
+	require.Equal(t, []int{7, 9, 11}, []int{c.MaxToolCallsPerRound, c.MaxToolCallsPerTurn, c.MaxToolItems})
+	require.Equal(t, int64(64<<10), c.MaxToolArgumentBytes)
 	d := DefaultConfig()
 	require.Equal(t, "tail", d.WorkspacePlacement)
 	require.Equal(t, "auto", d.PromptCacheKey)
 	require.Equal(t, int64(256<<20), d.MaxBufferedBytes)
 	require.Equal(t, 60*time.Second, d.RequestReadTimeout)
+	require.Equal(t, []int{100, 400, 1000}, []int{d.MaxToolCallsPerRound, d.MaxToolCallsPerTurn, d.MaxToolItems})
+	require.Equal(t, int64(1<<20), d.MaxToolArgumentBytes)
 
 	bad := []struct {
 		env  map[string]string
@@ -278,6 +284,12 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "1MiB"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "lots"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "REQUEST_READ_TIMEOUT": "0s"}, "REQUEST_READ_TIMEOUT"},
+		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "10.0.0.0/33"}, "TRUSTED_PROXIES"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_CALLS_PER_ROUND": "0"}, "MAX_TOOL_CALLS_PER_ROUND"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_CALLS_PER_TURN": "-1"}, "MAX_TOOL_CALLS_PER_TURN"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ITEMS": "0"}, "MAX_TOOL_ITEMS"},
+		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ARGUMENT_BYTES": "4GiB"}, "MAX_TOOL_ARGUMENT_BYTES"},
+		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "proxy.local"}, "TRUSTED_PROXIES"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()
@@ -292,7 +304,7 @@ func TestConfig(t *testing.T) {
 	var usage bytes.Buffer
 	c = DefaultConfig()
 	_ = c.Load([]string{"-h"}, func(k string) string {
-		return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret"}[k]
+		return map[string]string{"UPSTREAM_API_KEY": "sk-secret", "ADMIN_TOKEN": "adm-secret", "METRICS_TOKEN": "metrics-secret"}[k]
 	}, &usage)
 	require.NotContains(t, usage.String(), "secret")
 	require.Contains(t, usage.String(), "UPSTREAM_API_KEY")

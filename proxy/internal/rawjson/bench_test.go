@@ -106,3 +106,29 @@ func BenchmarkMembers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkParseWide: an object of 10,000 and 100,000 members (a hostile body's top level): the
+// cost is linear in the members, so that a body of MAX_REQUEST_BYTES parses in milliseconds.
+func BenchmarkParseWide(b *testing.B) {
+	for _, n := range []int{10_000, 100_000} {
+		var sb strings.Builder
+		sb.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, `"k%d":%d`, i, i)
+		}
+		sb.WriteString(`,"k0":"last"}`)
+		body := []byte(sb.String())
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				o, err := Parse(body)
+				if err != nil || len(o.Keys) != n || string(o.Get("k0")) != `"last"` {
+					b.Fatal(err, len(o.Keys))
+				}
+			}
+		})
+	}
+}

@@ -43,6 +43,10 @@ func ParseInto(o Object, b []byte) (Object, error) {
 	if i < len(b) && b[i] == '}' {
 		return o, end(b, i+1, ErrNotObject)
 	}
+	// A member given twice keeps its place and takes the last value (as encoding/json decodes
+	// it); past a few members they are found through a map, so that a wide object costs time
+	// linear in its members.
+	var index map[string]int
 	for i < len(b) {
 		if b[i] != '"' {
 			return Object{}, ErrNotObject
@@ -64,7 +68,27 @@ func ParseInto(o Object, b []byte) (Object, error) {
 		if vend < 0 {
 			return Object{}, ErrNotObject
 		}
-		o.Set(key, json.RawMessage(b[i:vend:vend]))
+		v := json.RawMessage(b[i:vend:vend])
+		if index == nil && len(o.Keys) >= 16 {
+			index = make(map[string]int, 2*len(o.Keys))
+			for j, k := range o.Keys {
+				index[k] = j
+			}
+		}
+		j, dup := -1, false
+		if index != nil {
+			j, dup = index[key]
+		} else if j = o.Index(key); j >= 0 {
+			dup = true
+		}
+		if dup {
+			o.Vals[j] = v
+		} else {
+			o.Keys, o.Vals = append(o.Keys, key), append(o.Vals, v)
+			if index != nil {
+				index[key] = len(o.Keys) - 1
+			}
+		}
 		i = skipSpace(b, vend)
 		if i >= len(b) {
 			break
