@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -46,7 +47,7 @@ var adminRouteTable = []adminRoute{
 	{"POST", "/admin/v1/threads/{thread}/events/{id}/revert", (*Server).adminRevert},
 	{"POST", "/admin/v1/threads/{thread}/links", (*Server).adminLink},
 	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
-		writeJSONBytes(w, http.StatusOK, openAPIDocument)
+		apierr.WriteJSON(w, http.StatusOK, openAPIDocument)
 		return nil
 	}},
 }
@@ -55,7 +56,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	handle := func(pattern string, h func(s *Server, w http.ResponseWriter, r *http.Request) error) {
 		mux.Handle(pattern, s.adminAuth(func(w http.ResponseWriter, r *http.Request) {
 			if err := h(s, w, r); err != nil {
-				writeError(w, r, s.log, err)
+				apierr.Write(w, r, s.log, err)
 			}
 		}))
 	}
@@ -63,7 +64,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		handle(rt.method+" "+rt.path, rt.handle)
 	}
 	handle("/admin/", func(_ *Server, w http.ResponseWriter, r *http.Request) error {
-		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		return &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no admin route for " + r.Method + " " + r.URL.Path}
 	})
 }
@@ -76,12 +77,12 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 		p, err := s.adminPrincipal(r)
 		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy admin"`)
-			writeError(w, r, s.log, err)
+			apierr.Write(w, r, s.log, err)
 			return
 		}
 		if p.via != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
 			if err := s.sameOrigin(r, p.via); err != nil {
-				writeError(w, r, s.log, err)
+				apierr.Write(w, r, s.log, err)
 				return
 			}
 		}
@@ -89,7 +90,7 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	})
 }
 
-var errAdminToken = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
+var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
 
 // adminPrincipal is who calls: the admin by its token, or a panel session's holder. A wrong
@@ -132,7 +133,7 @@ func limitOf(r *http.Request) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, badRequest("invalid_value", "limit", "limit must be a positive integer")
+		return 0, apierr.BadRequest("invalid_value", "limit", "limit must be a positive integer")
 	}
 	return min(n, maxPageSize), nil
 }
@@ -145,7 +146,7 @@ func afterInt(r *http.Request) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, badRequest("invalid_value", "after", "after must be the cursor of the last item of the previous page")
+		return 0, apierr.BadRequest("invalid_value", "after", "after must be the cursor of the last item of the previous page")
 	}
 	return n, nil
 }
@@ -168,7 +169,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode response: %w", err)
 	}
-	writeJSONBytes(w, status, b)
+	apierr.WriteJSON(w, status, b)
 	return nil
 }
 
@@ -177,7 +178,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	id, err := tools.ParseThreadID(r.PathValue("thread"))
 	if err != nil {
-		return nil, badRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
+		return nil, apierr.BadRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
 	}
 	if !principalFrom(r.Context()).mayThread(id.String()) {
 		return nil, tools.ErrNotFound // another's thread is not shown to exist
@@ -225,15 +226,15 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te):
-			return badRequest("invalid_type", te.Field, "%s has the wrong type", te.Field)
+			return apierr.BadRequest("invalid_type", te.Field, "%s has the wrong type", te.Field)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return badRequest("unknown_parameter", field, "unknown field %q", field)
+			return apierr.BadRequest("unknown_parameter", field, "unknown field %q", field)
 		}
-		return badRequest("invalid_json", "", "the request body is not a valid JSON object")
+		return apierr.BadRequest("invalid_json", "", "the request body is not a valid JSON object")
 	}
 	if dec.More() {
-		return badRequest("invalid_json", "", "the request body holds more than one JSON value")
+		return apierr.BadRequest("invalid_json", "", "the request body holds more than one JSON value")
 	}
 	return nil
 }
@@ -309,7 +310,7 @@ func (s *Server) adminSetObjective(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	if in.Text == nil {
-		return badRequest("missing_required_parameter", "text", "text is required")
+		return apierr.BadRequest("missing_required_parameter", "text", "text is required")
 	}
 	o, err := ws.SetObjective(r.Context(), *in.Text)
 	if err != nil {
@@ -333,7 +334,7 @@ func (s *Server) adminAddPreference(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	if in.Title == nil {
-		return badRequest("missing_required_parameter", "title", "title is required")
+		return apierr.BadRequest("missing_required_parameter", "title", "title is required")
 	}
 	p, err := ws.AddPreference(r.Context(), tools.PreferenceInput{Title: *in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
 	if err != nil {
@@ -383,7 +384,7 @@ func (s *Server) adminSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if v := r.URL.Query().Get("turn"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return badRequest("invalid_value", "turn", "turn must be a turn number (from 1)")
+			return apierr.BadRequest("invalid_value", "turn", "turn must be a turn number (from 1)")
 		}
 		snap, err := ws.SnapshotForTurn(r.Context(), n)
 		if err != nil {
@@ -413,7 +414,7 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 	case "desc":
 		q.Descending = true
 	default:
-		return badRequest("invalid_value", "order", `order must be "asc" or "desc"`)
+		return apierr.BadRequest("invalid_value", "order", `order must be "asc" or "desc"`)
 	}
 	if v := r.URL.Query().Get("target"); v != "" {
 		t, err := tools.ParseTarget(v)
@@ -453,7 +454,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	}
 	if principalFrom(r.Context()).thread != "" {
 		// A link's holder could otherwise outlive its link with a longer one.
-		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
+		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
 			Message: "a link opens its thread; it cannot make links"}
 	}
 	var in struct {
@@ -467,12 +468,12 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	ttl := DefaultLinkTTL
 	if in.TTLSeconds != nil {
 		if *in.TTLSeconds < 1 || *in.TTLSeconds > int64(MaxLinkTTL/time.Second) {
-			return badRequest("invalid_value", "ttl_seconds", "ttl_seconds must be from 1 to %d", int64(MaxLinkTTL/time.Second))
+			return apierr.BadRequest("invalid_value", "ttl_seconds", "ttl_seconds must be from 1 to %d", int64(MaxLinkTTL/time.Second))
 		}
 		ttl = time.Duration(*in.TTLSeconds) * time.Second
 	}
 	if s.opts.NoPanel {
-		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
+		return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
 	}
 	if _, err := ws.LastEventID(r.Context()); err != nil { // the thread exists
 		return err
@@ -507,7 +508,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			return badRequest("invalid_value", "Last-Event-ID", "Last-Event-ID must be an event id")
+			return apierr.BadRequest("invalid_value", "Last-Event-ID", "Last-Event-ID must be an event id")
 		}
 		last = n
 	}

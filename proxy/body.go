@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"os"
@@ -27,9 +28,6 @@ const (
 	drainTimeout = 10 * time.Second
 )
 
-// errAnswered: the request was already answered (readBody's 413 after a drain).
-var errAnswered = errors.New("request already answered")
-
 // bodyBudget bounds the bytes of request bodies held at once across all requests.
 type bodyBudget struct {
 	max  int64
@@ -47,13 +45,13 @@ func (b *bodyBudget) reserve(n int64) bool {
 
 func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
 
-var errOverBudget = &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "server_busy",
+var errOverBudget = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "server_busy",
 	Message: "the proxy holds too many request bytes at once; retry shortly", Header: http.Header{"Retry-After": {"1"}}}
 
 // readBody reads the whole request body, at most MaxRequestBytes of it, before anything is sent
 // upstream (a re-read after the server closed it could cut a streamed response short:
 // golang/go#40747). The caller calls release when it no longer needs the body. A body over the
-// limit is answered here (413, errAnswered); one slower than RequestReadTimeout gets 408; one
+// limit is answered here (413, apierr.ErrAnswered); one slower than RequestReadTimeout gets 408; one
 // that does not fit in MaxBufferedBytes gets 503.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error) {
 	release = func() {}
@@ -103,10 +101,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				w.Header().Set("Connection", "close")
-				return nil, release, &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+				return nil, release, &apierr.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 					Message: "the request body did not arrive within " + s.opts.RequestReadTimeout.String()}
 			}
-			return nil, release, badRequest("invalid_body", "", "the request body could not be read")
+			return nil, release, apierr.BadRequest("invalid_body", "", "the request body could not be read")
 		}
 	}
 	if int64(len(buf)) > s.maxBytes {
@@ -124,7 +122,7 @@ func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request, rc *http.Respo
 		_, _ = io.CopyN(io.Discard, r.Body, maxDrain)
 	}
 	w.Header().Set("Connection", "close")
-	writeError(w, r, s.log, &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+	apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "the request body is over " + strconv.FormatInt(s.maxBytes, 10) + " bytes"})
-	return errAnswered
+	return apierr.ErrAnswered
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"strconv"
@@ -445,24 +446,24 @@ func TestErrorMapping(t *testing.T) {
 		status int
 		code   string
 	}{
-		{ErrUpstreamTimeout, 504, "upstream_timeout"},
-		{ErrUpstreamUnreachable, 502, "upstream_unreachable"},
-		{ErrUpstreamProtocol, 502, "upstream_invalid_response"},
+		{apierr.ErrUpstreamTimeout, 504, "upstream_timeout"},
+		{apierr.ErrUpstreamUnreachable, 502, "upstream_unreachable"},
+		{apierr.ErrUpstreamProtocol, 502, "upstream_invalid_response"},
 		{tools.ErrNotFound, 404, "not_found"},
 		{&tools.ValidationError{Field: "title", Message: "x"}, 400, "invalid_value"},
 		{&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}, 409, "duplicate_preference"},
-		{context.Canceled, StatusClientClosedRequest, "client_closed_request"},
+		{context.Canceled, apierr.StatusClientClosedRequest, "client_closed_request"},
 		{fmt.Errorf("%w: %w", tools.ErrUnavailable, errors.New("dial tcp: connection refused")), 503, "workspace_unavailable"},
 		{fmt.Errorf("%w: %w", tools.ErrUnavailable, context.DeadlineExceeded), 503, "workspace_unavailable"},
 		{errors.New("boom"), 500, "internal_error"},
 		{fmt.Errorf("encode response: %w", errors.New("json: unsupported value")), 500, "internal_error"},
 	}
 	for _, tt := range tests {
-		e := toError(tt.err)
+		e := apierr.From(tt.err)
 		require.Equal(t, tt.status, e.Status, "%v", tt.err)
 		require.Equal(t, tt.code, e.Code, "%v", tt.err)
 	}
-	require.Contains(t, toError(&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}).Message, `#2 "A"`)
+	require.Contains(t, apierr.From(&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}).Message, `#2 "A"`)
 }
 
 // TestPassThroughFlushesEvents: a streamed pass-through response reaches the client event by

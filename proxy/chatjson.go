@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,10 +42,10 @@ func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Head
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
 	if err != nil {
-		return nil, nil, classifyTransportError(ctx, err)
+		return nil, nil, apierr.Transport(ctx, err)
 	}
 	if len(raw) > maxResponseBody {
-		return nil, nil, fmt.Errorf("%w: response over %d bytes", ErrUpstreamProtocol, maxResponseBody)
+		return nil, nil, fmt.Errorf("%w: response over %d bytes", apierr.ErrUpstreamProtocol, maxResponseBody)
 	}
 	return raw, resp.Header, nil
 }
@@ -137,7 +138,7 @@ func parseCompletion(raw []byte, client func(string) bool) (*completion, error) 
 	c := &completion{}
 	var err error
 	if c.top, err = rawjson.Parse(raw); err != nil {
-		return nil, fmt.Errorf("%w: the body is not a JSON object", ErrUpstreamProtocol)
+		return nil, fmt.Errorf("%w: the body is not a JSON object", apierr.ErrUpstreamProtocol)
 	}
 	if v := c.top.Get("choices"); !isNull(v) {
 		c.choices, _ = rawjson.Split(v)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"slices"
@@ -24,15 +25,6 @@ type Emitter interface {
 	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
 	// arrived together leave together.
 	Flush() error
-}
-
-// StreamError is an error the upstream sent inside its stream (`data: {"error":…}`).
-type StreamError struct {
-	Data []byte // the event's JSON, as sent
-}
-
-func (e *StreamError) Error() string {
-	return "upstream stream error: " + truncate(string(e.Data), 200)
 }
 
 // chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
@@ -188,7 +180,7 @@ func (s *chatSSE) round(ctx context.Context, body Payload) error {
 		}
 	}
 	if !s.rd.done && s.rd.finish == "" {
-		return fmt.Errorf("%w: %w", ErrUpstreamProtocol, errStreamEnded)
+		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
 	}
 	return nil
 }
@@ -202,7 +194,7 @@ func (s *chatSSE) chunk(data []byte) error {
 	}
 	s.scratch.chunk = c
 	if c.Has("error") {
-		return &StreamError{Data: append([]byte(nil), data...)}
+		return &apierr.StreamError{Data: append([]byte(nil), data...)}
 	}
 	if s.id == "" {
 		s.id = text(c.Get("id"))
@@ -599,7 +591,7 @@ func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
 // failure is the event that ends a stream whose turn failed after its first byte: the
 // upstream's own error event, or the proxy's error.
 func (s *chatSSE) failure(err error) (string, []byte) {
-	var se *StreamError
+	var se *apierr.StreamError
 	if errors.As(err, &se) {
 		if !s.emitted && s.last.Keys != nil {
 			// The chunks before it carried nothing: the client still gets one, as it would
@@ -614,7 +606,7 @@ func (s *chatSSE) failure(err error) (string, []byte) {
 		}
 		return "", se.Data
 	}
-	return "", streamFailure(err).body()
+	return "", apierr.StreamFailure(err).Body()
 }
 
 // end is what follows the last chunk of a stream that succeeded.

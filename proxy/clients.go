@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net/http"
 	"strings"
 
@@ -67,7 +68,7 @@ func bearerToken(r *http.Request) (string, bool) {
 	return token, true
 }
 
-var errClientKey = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
 	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
 
 // clientOf authenticates a /v1 request (Authorization: Bearer <key>) and returns its client (""

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,17 +25,17 @@ import (
 func referencedIDs(body []byte) (previous string, items []string, err error) {
 	top, err := rawjson.Parse(body)
 	if err != nil {
-		return "", nil, badRequest("invalid_json", "", "the request body is not a JSON object")
+		return "", nil, apierr.BadRequest("invalid_json", "", "the request body is not a JSON object")
 	}
 	if top.Has("conversation") {
 		// A conversation is an object the upstream keeps under the operator's key, which no
 		// client made through wsproxy (thread turns refuse it too).
-		return "", nil, badRequest("unsupported_parameter", "conversation", "conversation is not supported for clients of this proxy; previous_response_id continues a response")
+		return "", nil, apierr.BadRequest("unsupported_parameter", "conversation", "conversation is not supported for clients of this proxy; previous_response_id continues a response")
 	}
 	if p := top.Get("previous_response_id"); p != nil && string(p) != "null" {
 		var ok bool
 		if previous, ok = rawjson.Unquote(p); !ok {
-			return "", nil, badRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
+			return "", nil, apierr.BadRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
 		}
 	}
 	in := top.Get("input")
@@ -52,16 +53,16 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 		}
 		s, ok := rawjson.Unquote(id)
 		if !ok {
-			return badRequest("invalid_type", "input", "input[%d].id must be a string", i)
+			return apierr.BadRequest("invalid_type", "input", "input[%d].id must be a string", i)
 		}
 		items = append(items, s)
 		return nil
 	})
 	if err != nil {
-		if e, ok := err.(*Error); ok {
+		if e, ok := err.(*apierr.Error); ok {
 			return "", nil, e
 		}
-		return "", nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
+		return "", nil, apierr.BadRequest("invalid_type", "input", "input must be a string or an array of items")
 	}
 	return previous, items, nil
 }
@@ -81,10 +82,10 @@ func (s *Server) checkOwned(ctx context.Context, client, previous string, items 
 		return err
 	}
 	if unknown[0] == previous {
-		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "previous_response_id",
+		return &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "previous_response_id",
 			Code: "previous_response_not_found", Message: "Previous response with id '" + previous + "' not found."}
 	}
-	return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input",
+	return &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "input",
 		Code: "previous_response_not_found", Message: "Item with id '" + unknown[0] + "' not found."}
 }
 
@@ -138,7 +139,7 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, client
 		err = s.checkOwned(r.Context(), client, previous, items)
 	}
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	ids := &answerIDs{}

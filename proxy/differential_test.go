@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	mathrand "math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -393,7 +394,7 @@ func (h *wireHarness) compare(t testing.TB, e wireEntry, body []byte, bytewise b
 		}
 	}
 	if !equalReadouts(want, got) {
-		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), truncate(string(body), 3000))
+		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), apierr.Truncate(string(body), 3000))
 	}
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -249,5 +250,5 @@ func ambiguousFraming(r *http.Request) bool {
 	return ok && fc.both.Load()
 }
 
-var errAmbiguousFraming = &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_framing",
+var errAmbiguousFraming = &apierr.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_framing",
 	Message: "a request may carry Content-Length or Transfer-Encoding, not both", Header: http.Header{"Connection": {"close"}}}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"reflect"
 	"strings"
@@ -41,7 +42,7 @@ func FuzzRewrite(f *testing.F) {
 		}
 		req, err := ParseChatRequest(body)
 		if err != nil {
-			var e *Error
+			var e *apierr.Error
 			if !asError(err, &e) || e.Status != 400 {
 				t.Fatalf("refusal is not a 400: %v", err)
 			}
@@ -80,8 +81,8 @@ func FuzzRewrite(f *testing.F) {
 	})
 }
 
-func asError(err error, target **Error) bool {
-	e, ok := err.(*Error)
+func asError(err error, target **apierr.Error) bool {
+	e, ok := err.(*apierr.Error)
 	*target = e
 	return ok
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"encoding/json"
 	"io"
@@ -58,7 +59,7 @@ func TestAdminHistory(t *testing.T) {
 	require.Equal(t, int64(4), *rev.Reverts)
 	require.Nil(t, e.workspace("h").Objective)
 	e.admin("POST", "/admin/v1/threads/h/events/3/revert", nil, 400, nil)
-	var conflict struct{ Error Error }
+	var conflict struct{ Error apierr.Error }
 	e.admin("POST", "/admin/v1/threads/h/events/1/revert", nil, 409, &conflict)
 	require.Contains(t, conflict.Error.Message, "event 2")
 	e.admin("POST", "/admin/v1/threads/h/events/99/revert", nil, 404, nil)

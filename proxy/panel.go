@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/subtle"
 	"embed"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -47,7 +48,7 @@ func (s *Server) panelRoutes(mux *http.ServeMux) {
 func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 	ses, ok := s.sessionOf(r)
 	if !ok {
-		writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "no_session", Message: "not signed in"})
+		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "no_session", Message: "not signed in"})
 		return
 	}
 	_ = writeJSON(w, http.StatusOK, map[string]any{"scope": ses.Scope, "csrf": ses.CSRF, "expires_at": time.Unix(ses.Expires, 0).UTC()})
@@ -58,14 +59,14 @@ func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 	addr := s.clientAddr(r)
 	if err := s.failures.check(addr); err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	var in struct {
 		Token string `json:"token"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	var p principal
@@ -78,7 +79,7 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		s.failures.fail(addr)
-		writeError(w, r, s.log, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
+		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
 			Message: "that is neither the admin token nor a client key"})
 		return
 	}
@@ -90,7 +91,7 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 	if ses, ok := s.sessionOf(r); ok {
 		if err := s.sameOrigin(r, ses); err != nil {
-			writeError(w, r, s.log, err)
+			apierr.Write(w, r, s.log, err)
 			return
 		}
 	}
@@ -113,7 +114,7 @@ var linkPage = template.Must(template.New("link").Parse(`<!doctype html>
 func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
 	var l link
 	if !s.signer.verify("l", r.URL.Query().Get("token"), &l) || time.Now().Unix() >= l.Expires {
-		writeError(w, r, s.log, &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "invalid_link",
+		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "invalid_link",
 			Message: "this link is not valid or has expired; ask for a new one"})
 		return
 	}

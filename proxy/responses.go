@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"strconv"
 	"strings"
 
@@ -44,16 +45,16 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	top, err := rawjson.Parse(body)
 	if err != nil {
 		if !rawjson.Valid(body) {
-			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
+			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
 		}
-		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
 	}
 	c := &ResponsesRequest{topLevel: topLevel{top}}
 	if string(top.Get("background")) == "true" {
-		return nil, badRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
+		return nil, apierr.BadRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
 	}
 	if v := top.Get("conversation"); v != nil && string(v) != "null" {
-		return nil, badRequest("unsupported_parameter", "conversation",
+		return nil, apierr.BadRequest("unsupported_parameter", "conversation",
 			"conversation is not supported on a thread turn; the thread keeps the workspace, previous_response_id continues a response")
 	}
 	switch in := top.Get("input"); {
@@ -66,7 +67,7 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	case in[0] == '[':
 		c.items = in
 	default:
-		return nil, badRequest("invalid_type", "input", "input must be a string or an array of items")
+		return nil, apierr.BadRequest("invalid_type", "input", "input must be a string or an array of items")
 	}
 	if c.items != nil {
 		if c.elements, err = objects(c.items, "input", "input must be a string or an array of items"); err != nil {
@@ -84,7 +85,7 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	if p := top.Get("previous_response_id"); p != nil && string(p) != "null" {
 		var ok bool
 		if c.ClientPrevious, ok = rawjson.Unquote(p); !ok {
-			return nil, badRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
+			return nil, apierr.BadRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
 		}
 	}
 	if s := top.Get("stream"); s != nil {
@@ -300,7 +301,7 @@ var clientCallTypes = map[string]bool{
 func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
 	top, err := rawjson.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the response is not a JSON object", ErrUpstreamProtocol)
+		return nil, fmt.Errorf("%w: the response is not a JSON object", apierr.ErrUpstreamProtocol)
 	}
 	// Stored only when the response says so: a server that omits store may keep nothing, and a
 	// round resent whole works on every server.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"strings"
@@ -466,7 +467,7 @@ func TestResponsesRequestRules(t *testing.T) {
 	} {
 		resp := e.post("/threads/rules/v1/responses", nil, tc.body)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, tc.body)
-		var eb struct{ Error Error }
+		var eb struct{ Error apierr.Error }
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
 		require.Equal(t, tc.code, eb.Error.Code, tc.body)
 	}
@@ -514,7 +515,7 @@ func TestResponsesClientKeysScopeContinuations(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	resp = e.post("/threads/t1/v1/responses", map[string]string{"Authorization": "Bearer sk-bob-secret"}, `{"model":"m","input":"x","previous_response_id":"resp_alice"}`)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	var eb struct{ Error Error }
+	var eb struct{ Error apierr.Error }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
 	require.Equal(t, "previous_response_not_found", eb.Error.Code)
 	require.Len(t, e.up.Requests(), 1)

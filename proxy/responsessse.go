@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"strconv"
 
@@ -37,7 +38,7 @@ type responsesSSE struct {
 		hidden  map[string]bool // the item ids of the workspace calls
 		emitted bool            // the client got part of this round
 		// failed is the round's error event, when the upstream sent one.
-		failed *StreamError
+		failed *apierr.StreamError
 		// pending is the output_index of a function call whose owner is not known yet (its name
 		// came empty, or it is a parallel wrapper, decided by its arguments), -1 for none; held
 		// are the events that arrived since, as they came, replayed once it is decided.
@@ -88,7 +89,7 @@ func (s *responsesSSE) stream(ctx context.Context, body Payload) error {
 			if s.rd.failed != nil {
 				return s.rd.failed // the upstream's error event, then no terminal one
 			}
-			return fmt.Errorf("%w: %w", ErrUpstreamProtocol, errStreamEnded)
+			return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
 		}
 		if err != nil {
 			return readError(ctx, err)
@@ -111,7 +112,7 @@ func (s *responsesSSE) event(data []byte) error {
 	typ := text(ev.Get("type"))
 	switch typ {
 	case "error":
-		s.rd.failed = &StreamError{Data: append([]byte(nil), data...)} // forwarded: a response.failed follows
+		s.rd.failed = &apierr.StreamError{Data: append([]byte(nil), data...)} // forwarded: a response.failed follows
 	case "response.created", "response.in_progress", "response.queued":
 		if s.round > 1 {
 			return nil // the client has the turn's
@@ -324,7 +325,7 @@ func (s *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
 // failure is the response.failed event that ends a stream whose turn failed after its first
 // byte: the turn's response so far, with the error's code and message.
 func (s *responsesSSE) failure(err error) (string, []byte) {
-	f := streamFailure(err)
+	f := apierr.StreamFailure(err)
 	code := f.Code
 	if code == "" {
 		code = "server_error"

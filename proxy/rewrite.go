@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net"
 	"strconv"
@@ -56,7 +57,7 @@ func objects(list json.RawMessage, name, notArray string) (elements, error) {
 	var el elements
 	err := rawjson.Each(list, func(i, start, end int) error {
 		if list[start] != '{' {
-			return badRequest("invalid_type", fmt.Sprintf("%s[%d]", name, i), "%s[%d] must be an object", name, i)
+			return apierr.BadRequest("invalid_type", fmt.Sprintf("%s[%d]", name, i), "%s[%d] must be an object", name, i)
 		}
 		switch i {
 		case 0:
@@ -68,11 +69,11 @@ func objects(list json.RawMessage, name, notArray string) (elements, error) {
 		return nil
 	})
 	if err != nil {
-		var e *Error
+		var e *apierr.Error
 		if errors.As(err, &e) {
 			return elements{}, e
 		}
-		return elements{}, badRequest("invalid_type", name, "%s", notArray)
+		return elements{}, apierr.BadRequest("invalid_type", name, "%s", notArray)
 	}
 	return el, nil
 }
@@ -82,13 +83,13 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	top, err := rawjson.Parse(body) // checks the whole body as it goes
 	if err != nil {
 		if !rawjson.Valid(body) {
-			return nil, badRequest("invalid_json", "", "the request body is not valid JSON")
+			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
 		}
-		return nil, badRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
 	}
 	c := &ChatRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
 	if c.msgs == nil {
-		return nil, badRequest("missing_required_parameter", "messages", "messages is required")
+		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages is required")
 	}
 	if c.elements, err = objects(c.msgs, "messages", "messages must be an array"); err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if n := top.Get("n"); n != nil && string(n) != "null" {
 		var v float64
 		if json.Unmarshal(n, &v) != nil || v > 1 {
-			return nil, badRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
+			return nil, apierr.BadRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
 		}
 	}
 	if s := top.Get("stream"); s != nil {
@@ -149,7 +150,7 @@ func (c *clientTools) check(list json.RawMessage) error {
 			return nil
 		}
 		if tools.IsTool(string(name)) {
-			return badRequest("reserved_tool_name", "tools",
+			return apierr.BadRequest("reserved_tool_name", "tools",
 				"the tool name %q is reserved by the workspace proxy; rename the client tool", name)
 		}
 		if names != nil {
@@ -173,7 +174,7 @@ func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMes
 	err := rawjson.Each(list, func(i, start, end int) error {
 		elem := list[start:end]
 		if elem[0] != '{' {
-			return badRequest("invalid_type", fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object", i)
+			return apierr.BadRequest("invalid_type", fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object", i)
 		}
 		if first < 0 {
 			first = start
@@ -202,11 +203,11 @@ func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMes
 		return fn(name)
 	})
 	if err != nil {
-		var e *Error
+		var e *apierr.Error
 		if errors.As(err, &e) || errors.Is(err, errFound) {
 			return nil, err
 		}
-		return nil, badRequest("invalid_type", "tools", "tools must be an array")
+		return nil, apierr.BadRequest("invalid_type", "tools", "tools must be an array")
 	}
 	if first < 0 {
 		return nil, nil

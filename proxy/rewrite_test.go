@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"os"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestParseChatRequestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := ParseChatRequest([]byte(tt.body))
-			var e *Error
+			var e *apierr.Error
 			require.True(t, errors.As(err, &e), "%v", err)
 			require.Equal(t, 400, e.Status)
 			require.Equal(t, "invalid_request_error", e.Type)
@@ -280,7 +281,7 @@ func TestHostileBodies(t *testing.T) {
 	t.Parallel()
 	deep := `{"messages":[],"x":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
 	_, err := ParseChatRequest([]byte(deep))
-	var e *Error
+	var e *apierr.Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, "invalid_json", e.Code)
 

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"log/slog"
 	"math"
 	mathrand "math/rand/v2"
@@ -207,7 +208,7 @@ func (r *Runner) retry(ctx context.Context, n int, call func() error) error {
 			return err
 		}
 		wait := time.Duration(float64(base<<attempt) * (0.8 + 0.4*mathrand.Float64()))
-		var ue *UpstreamError
+		var ue *apierr.UpstreamError
 		if errors.As(err, &ue) {
 			if secs, perr := strconv.Atoi(ue.Header.Get("Retry-After")); perr == nil && secs > 0 {
 				wait = max(wait, min(time.Duration(secs)*time.Second, maxRetryAfter))
@@ -241,7 +242,7 @@ func retryable(err error) bool {
 	if errors.As(err, &nr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var ue *UpstreamError
+	var ue *apierr.UpstreamError
 	if errors.As(err, &ue) {
 		switch ue.StatusCode {
 		case 429, 500, 502, 503, 504, 529:
@@ -249,8 +250,8 @@ func retryable(err error) bool {
 		}
 		return false
 	}
-	var se *StreamError
-	return errors.As(err, &se) || errors.Is(err, ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
+	var se *apierr.StreamError
+	return errors.As(err, &se) || errors.Is(err, apierr.ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
 // notRun is the envelope of a workspace call over a bound, which is not run.

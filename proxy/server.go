@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
@@ -223,7 +224,7 @@ func NewServer(opts Options) *Server {
 		// of one without a Content-Length, and buffers the others (a flush per write of a plain
 		// JSON body costs a syscall each).
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, r, s.log, classifyTransportError(r.Context(), err))
+			apierr.Write(w, r, s.log, apierr.Transport(r.Context(), err))
 		},
 	}
 
@@ -242,11 +243,11 @@ func NewServer(opts Options) *Server {
 		mux.Handle("GET /metrics", s.metricsAuth(opts.Metrics.Handler()))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ok"}`))
+		apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.log, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
 	s.handler = tracing.serverSpan(opts.Metrics.instrument(mux))
@@ -269,12 +270,12 @@ func (s *Server) metricsAuth(next http.Handler) http.Handler {
 					s.failures.fail(addr)
 				}
 				w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy metrics"`)
-				err = &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
+				err = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
 					Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
 			}
 		}
 		if err != nil {
-			writeError(w, r, s.log, err)
+			apierr.Write(w, r, s.log, err)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -283,7 +284,7 @@ func (s *Server) metricsAuth(next http.Handler) http.Handler {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ambiguousFraming(r) { // on a connection of Listener (proxy/framing.go)
-		writeError(w, r, s.log, errAmbiguousFraming)
+		apierr.Write(w, r, s.log, errAmbiguousFraming)
 		return
 	}
 	s.handler.ServeHTTP(w, r)
@@ -293,10 +294,10 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if err := s.opts.Store.Ping(ctx); err != nil {
-		writeJSONBytes(w, http.StatusServiceUnavailable, []byte(`{"status":"postgres unavailable"}`))
+		apierr.WriteJSON(w, http.StatusServiceUnavailable, []byte(`{"status":"postgres unavailable"}`))
 		return
 	}
-	writeJSONBytes(w, http.StatusOK, []byte(`{"status":"ready"}`))
+	apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
 // placementOf is the request's placement: its X-Workspace-Placement header, else the
@@ -308,7 +309,7 @@ func (s *Server) placementOf(r *http.Request) (Placement, error) {
 	}
 	p, err := ParsePlacement(h)
 	if err != nil {
-		return "", badRequest("invalid_placement", placementHeader, "%s: %s", placementHeader, err.Error())
+		return "", apierr.BadRequest("invalid_placement", placementHeader, "%s: %s", placementHeader, err.Error())
 	}
 	return p, nil
 }
@@ -336,7 +337,7 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 		case name == "":
 			name = h
 		case h != name:
-			return tools.ThreadID{}, false, badRequest("thread_mismatch", threadHeader,
+			return tools.ThreadID{}, false, apierr.BadRequest("thread_mismatch", threadHeader,
 				"the %s headers and the path name different threads", threadHeader)
 		}
 	}
@@ -344,7 +345,7 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 		return tools.ThreadID{Client: client}, false, nil
 	}
 	if id, err = tools.NewThreadID(client, name); err != nil {
-		return tools.ThreadID{}, false, badRequest("invalid_thread_id", threadHeader, "%s", err.Error())
+		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", threadHeader, "%s", err.Error())
 	}
 	return id, true, nil
 }
@@ -383,7 +384,7 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 	_, _, body, release, err := s.inbound(w, r, s.passThroughAllowed)
 	defer release()
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	s.forward(w, r, body)
@@ -435,23 +436,23 @@ func restOfPath(path string) string {
 // forwarded.
 func (s *Server) passThroughAllowed(r *http.Request) error {
 	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
-		return &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: r.Method + " is not forwarded"}
 	}
 	escaped := r.URL.EscapedPath()
 	for _, seg := range strings.Split(escaped, "/") {
 		decoded, err := url.PathUnescape(seg)
 		if err != nil {
-			return badRequest("invalid_path", "", "the path is not a valid escaped URL path")
+			return apierr.BadRequest("invalid_path", "", "the path is not a valid escaped URL path")
 		}
 		for _, part := range strings.FieldsFunc(decoded, func(r rune) bool { return r == '/' || r == '\\' }) {
 			if part == "." || part == ".." {
-				return badRequest("invalid_path", "", "the path has a dot segment (. or ..); it is not forwarded")
+				return apierr.BadRequest("invalid_path", "", "the path has a dot segment (. or ..); it is not forwarded")
 			}
 		}
 	}
 	if s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, "/v1"+restOfPath(escaped)) {
-		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
+		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
 			Message: r.Method + " /v1" + restOfPath(escaped) + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
 	}
 	return nil
@@ -473,14 +474,14 @@ func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward fun
 		placement, err = s.placementOf(r)
 	}
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return thread, "", nil, release, false
 	}
 	return thread, placement, body, release, true
 }
 
 // errShuttingDown answers a turn that would start once Wait has begun.
-var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
+var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
 	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
@@ -517,7 +518,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := ParseChatRequest(body)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	if req.Legacy {
@@ -526,7 +527,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	t, text, err := s.startTurn(r, s.opts.Store.Workspace(thread), placement, req.Model(), "/chat/completions")
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	req.InjectWorkspace(text, placement)
@@ -554,7 +555,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := ParseResponsesRequest(body)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	ws := s.opts.Store.Workspace(thread)
@@ -564,19 +565,19 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			req.Continue(cont)
 		case !errors.Is(err, tools.ErrNotFound):
-			writeError(w, r, s.log, err)
+			apierr.Write(w, r, s.log, err)
 			return
 		}
 	}
 	// With client keys: another thread's turn, or a response of a pass-through, is the client's
 	// own or a 404; so is every item the input references.
 	if err := s.ownedContinuation(r.Context(), thread, body, req.Continued); err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	t, text, err := s.startTurn(r, ws, placement, req.Model(), "/responses")
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	ids := &answerIDs{}
@@ -611,12 +612,12 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *Turn, d dialect, answer func() ([]byte, http.Header)) {
 	rounds, err := s.runner.run(r.Context(), t, d)
 	if err != nil {
-		writeError(w, r, s.log, err)
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	body, header := answer()
 	h := w.Header()
-	copyHeader(h, responseHeader(header))
+	apierr.CopyHeader(h, responseHeader(header))
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set(threadHeader, t.Workspace.ThreadID().Name)
@@ -689,22 +690,22 @@ func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWrite
 		}
 		return
 	}
-	var se *StreamError
+	var se *apierr.StreamError
 	if started := out.close(); !started && !errors.As(err, &se) {
-		writeError(out.w, r, s.log, err) // nothing went out yet: a plain error response
+		apierr.Write(out.w, r, s.log, err) // nothing went out yet: a plain error response
 		return
 	}
 	// After the first byte, or for the upstream's own error event (which a client straight from
 	// the upstream reads inside a stream too): one failure event ends the stream.
-	var ue *UpstreamError
+	var ue *apierr.UpstreamError
 	if errors.As(err, &se) || errors.As(err, &ue) {
 		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error after the stream started", slog.String("thread", t.Workspace.ThreadID().String()))
 	} else {
-		e := toError(err)
-		if e.Status == StatusClientClosedRequest {
+		e := apierr.From(err)
+		if e.Status == apierr.StatusClientClosedRequest {
 			return
 		}
-		e.log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
+		e.Log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
 	}
 	name, data := d.failure(err)
 	_ = out.write(sse.AppendNamedEvent(nil, name, data))

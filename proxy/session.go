@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net/http"
 	"strconv"
 	"strings"
@@ -176,7 +177,7 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *htt
 // and carry the session's CSRF token.
 func (s *Server) sameOrigin(r *http.Request, ses *session) error {
 	refuse := func(msg string) error {
-		return &Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
+		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
 		return refuse("a write from another site is refused")
@@ -218,7 +219,7 @@ func (t *throttle) check(addr string) error {
 	if f == nil || time.Now().After(f.until) || f.n < maxFailures {
 		return nil
 	}
-	return &Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_failures",
+	return &apierr.Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_failures",
 		Message: "too many failed authentications from this address; wait a minute",
 		Header:  http.Header{"Retry-After": {strconv.Itoa(int(time.Until(f.until)/time.Second) + 1)}}}
 }

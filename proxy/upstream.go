@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"net/url"
@@ -21,8 +22,8 @@ import (
 // …/chat/completions). It is all the loop knows of the model server, so a fake upstream makes
 // the loop testable without HTTP.
 type Upstream interface {
-	// Post posts body. A non-2xx answer is an *UpstreamError (its body read and kept); failing
-	// to reach the upstream wraps ErrUpstreamUnreachable or ErrUpstreamTimeout. The caller
+	// Post posts body. A non-2xx answer is an *apierr.UpstreamError (its body read and kept); failing
+	// to reach the upstream wraps apierr.ErrUpstreamUnreachable or apierr.ErrUpstreamTimeout. The caller
 	// closes the response body.
 	Post(ctx context.Context, body Payload) (*UpstreamResponse, error)
 }
@@ -59,39 +60,27 @@ func (u *clientUpstream) Post(ctx context.Context, body Payload) (*UpstreamRespo
 	u.tracing.inject(ctx, req.Header)
 	resp, err := u.client.Do(req)
 	if err != nil {
-		return nil, classifyTransportError(ctx, err)
+		return nil, apierr.Transport(ctx, err)
 	}
 	u.back.header(resp.Header)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		if err != nil {
-			return nil, classifyTransportError(ctx, err)
+			return nil, apierr.Transport(ctx, err)
 		}
-		return nil, &UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: u.back.redact(b)}
+		return nil, &apierr.UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: u.back.redact(b)}
 	}
 	return &UpstreamResponse{Header: resp.Header, Body: resp.Body}, nil
-}
-
-// classifyTransportError wraps a failure to talk to the upstream in ErrUpstreamTimeout or
-// ErrUpstreamUnreachable; a cancelled client context stays context.Canceled.
-func classifyTransportError(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, ErrUpstreamUnreachable):
-		return err
-	case ctx.Err() != nil:
-		return fmt.Errorf("upstream: %w", context.Cause(ctx))
-	}
-	return fmt.Errorf("%w: %w", ErrUpstreamUnreachable, err)
 }
 
 // readError classifies a failure to read an upstream's response body: a stream that breaks the
 // event format is the upstream's protocol error; the rest is a transport failure.
 func readError(ctx context.Context, err error) error {
 	if errors.Is(err, sse.ErrInvalid) {
-		return fmt.Errorf("%w: %w", ErrUpstreamProtocol, err)
+		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, err)
 	}
-	return classifyTransportError(ctx, err)
+	return apierr.Transport(ctx, err)
 }
 
 // upstreamURL joins the upstream base URL (…/v1) and the part of the path after the client's
@@ -254,15 +243,9 @@ func responseHeader(in http.Header) http.Header {
 	return h
 }
 
-func copyHeader(dst, src http.Header) {
-	for k, vs := range src {
-		dst[k] = append(dst[k][:0:0], vs...)
-	}
-}
-
 // timeoutTransport bounds how long the upstream may stay silent: the wait for the response
 // headers, and each wait for body bytes after them, streamed or not. A silence longer than
-// Timeout cancels the request and surfaces as ErrUpstreamTimeout. It also reports every
+// Timeout cancels the request and surfaces as apierr.ErrUpstreamTimeout. It also reports every
 // exchange to observe (when set) with its status code label and duration.
 type timeoutTransport struct {
 	Base    http.RoundTripper
@@ -275,12 +258,12 @@ type timeoutTransport struct {
 func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	ctx, cancel := context.WithCancelCause(req.Context())
-	timer := time.AfterFunc(t.Timeout, func() { cancel(ErrUpstreamTimeout) })
+	timer := time.AfterFunc(t.Timeout, func() { cancel(apierr.ErrUpstreamTimeout) })
 	resp, err := t.Base.RoundTrip(req.WithContext(ctx))
 	if err != nil {
 		timer.Stop()
-		if context.Cause(ctx) == ErrUpstreamTimeout {
-			err = fmt.Errorf("%w (no response headers within %s)", ErrUpstreamTimeout, t.Timeout)
+		if context.Cause(ctx) == apierr.ErrUpstreamTimeout {
+			err = fmt.Errorf("%w (no response headers within %s)", apierr.ErrUpstreamTimeout, t.Timeout)
 		}
 		cancel(nil)
 		t.observe(req.Context(), "error", start)
@@ -312,8 +295,8 @@ type idleBody struct {
 
 func (b *idleBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if err != nil && context.Cause(b.ctx) == ErrUpstreamTimeout {
-		return n, fmt.Errorf("%w (silent for %s)", ErrUpstreamTimeout, b.timeout)
+	if err != nil && context.Cause(b.ctx) == apierr.ErrUpstreamTimeout {
+		return n, fmt.Errorf("%w (silent for %s)", apierr.ErrUpstreamTimeout, b.timeout)
 	}
 	if n > 0 {
 		b.timer.Reset(b.timeout)

@@ -1,4 +1,7 @@
-package proxy
+// Package apierr is the proxy's errors and their funnel: the Error the proxy answers with in its
+// API's shape, the upstream's own errors (an error answer, an error event of a stream, a failure
+// to reach it), and Write, the one place that decides a failure's status and logs it.
+package apierr
 
 import (
 	"context"
@@ -7,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
@@ -37,10 +41,10 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// log logs a failure that is the proxy's or a dependency's (5xx): a bug (500) at Error, a
+// Log logs a failure that is the proxy's or a dependency's (5xx): a bug (500) at Error, a
 // dependency that failed (the upstream, Postgres) or a proxy at its limits at Warn. A client's
 // mistakes are not logged.
-func (e *Error) log(ctx context.Context, log *slog.Logger, msg string, attrs ...slog.Attr) {
+func (e *Error) Log(ctx context.Context, log *slog.Logger, msg string, attrs ...slog.Attr) {
 	if e.Status < 500 {
 		return
 	}
@@ -51,7 +55,8 @@ func (e *Error) log(ctx context.Context, log *slog.Logger, msg string, attrs ...
 	log.LogAttrs(ctx, level, msg, append(attrs, slog.Int("status", e.Status), slog.String("code", e.Code), slog.Any("err", e.Err))...)
 }
 
-func badRequest(code, param, format string, args ...any) *Error {
+// BadRequest is a 400 invalid_request_error.
+func BadRequest(code, param, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -63,7 +68,7 @@ type UpstreamError struct {
 }
 
 func (e *UpstreamError) Error() string {
-	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, truncate(string(e.Body), 200))
+	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, Truncate(string(e.Body), 200))
 }
 
 // Sentinels for failures to reach the upstream.
@@ -84,7 +89,8 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func (e *Error) body() []byte {
+// Body is the error's JSON.
+func (e *Error) Body() []byte {
 	var b errorBody
 	b.Error.Message = e.Message
 	b.Error.Type = e.Type
@@ -98,9 +104,9 @@ func (e *Error) body() []byte {
 	return out
 }
 
-// toError maps any failure of a request to the Error the client gets. It is the one place that
+// From maps any failure of a request to the Error the client gets. It is the one place that
 // decides statuses; UpstreamError is handled by the caller (its body goes back unchanged).
-func toError(err error) *Error {
+func From(err error) *Error {
 	var e *Error
 	var ve *tools.ValidationError
 	var de *tools.DuplicateError
@@ -135,10 +141,10 @@ func toError(err error) *Error {
 	return &Error{Status: http.StatusInternalServerError, Type: "server_error", Code: "internal_error", Message: "internal error", Err: err}
 }
 
-// streamFailure is the error a stream's failure event reports for err, which ended a turn
+// StreamFailure is the error a stream's failure event reports for err, which ended a turn
 // after its first byte: the upstream's own error (an error event of its stream, or an error
 // answer of a later round) with its type, code and message, else the proxy's.
-func streamFailure(err error) *Error {
+func StreamFailure(err error) *Error {
 	var se *StreamError
 	var ue *UpstreamError
 	var raw []byte
@@ -170,43 +176,77 @@ func streamFailure(err error) *Error {
 			return e
 		}
 	}
-	return toError(err)
+	return From(err)
 }
 
-// writeError is the error funnel: it answers err in OpenAI's shape (an upstream's own error goes
+// Write is the error funnel: it answers err in OpenAI's shape (an upstream's own error goes
 // back with its status and body unchanged) and logs only the failures that are the proxy's or
 // its dependencies', once.
-func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var ue *UpstreamError
 	if errors.As(err, &ue) {
-		copyHeader(w.Header(), ue.Header)
+		CopyHeader(w.Header(), ue.Header)
 		w.Header().Del("Content-Length")
 		w.WriteHeader(ue.StatusCode)
 		_, _ = w.Write(ue.Body)
 		log.LogAttrs(r.Context(), slog.LevelDebug, "upstream error returned", slog.Int("status", ue.StatusCode))
 		return
 	}
-	if errors.Is(err, errAnswered) {
+	if errors.Is(err, ErrAnswered) {
 		return
 	}
-	e := toError(err)
-	e.log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
+	e := From(err)
+	e.Log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
 	if e.Status == StatusClientClosedRequest {
 		return // nobody is listening
 	}
-	copyHeader(w.Header(), e.Header)
-	writeJSONBytes(w, e.Status, e.body())
+	CopyHeader(w.Header(), e.Header)
+	WriteJSON(w, e.Status, e.Body())
 }
 
-func writeJSONBytes(w http.ResponseWriter, status int, body []byte) {
+// WriteJSON answers status with a JSON body.
+func WriteJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
 
-func truncate(s string, n int) string {
+// Truncate is s cut to its first n bytes at a character's boundary, marked with an ellipsis.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// ErrAnswered is a failure whose answer already went out (a 413 after a drain).
+var ErrAnswered = errors.New("request already answered")
+
+// StreamError is an error the upstream sent inside its stream (`data: {"error":…}`, or the
+// Responses API's error event).
+type StreamError struct {
+	Data []byte // the event's JSON, as sent
+}
+
+func (e *StreamError) Error() string {
+	return "upstream stream error: " + Truncate(string(e.Data), 200)
+}
+
+// Transport wraps a failure to talk to the upstream in ErrUpstreamTimeout or
+// ErrUpstreamUnreachable; a cancelled client context stays context.Canceled.
+func Transport(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, ErrUpstreamTimeout) || errors.Is(err, ErrUpstreamUnreachable):
+		return err
+	case ctx.Err() != nil:
+		return fmt.Errorf("upstream: %w", context.Cause(ctx))
+	}
+	return fmt.Errorf("%w: %w", ErrUpstreamUnreachable, err)
+}
+
+// CopyHeader copies the values of src into dst, replacing dst's of the same names.
+func CopyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
 }
