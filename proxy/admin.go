@@ -2,16 +2,17 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
@@ -96,14 +97,9 @@ var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invali
 // adminPrincipal is who calls: the admin by its token, or a panel session's holder. A wrong
 // token counts as a failed authentication of the client's address (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
-	if got, ok := bearerToken(r); ok {
-		addr := s.clientAddr(r)
-		if err := s.failures.check(addr); err != nil {
+	if got, ok := auth.BearerToken(r); ok {
+		if err := s.guard.Attempt(r, func() bool { return s.guard.IsAdmin(got) }, errAdminToken); err != nil {
 			return principal{}, err
-		}
-		if s.opts.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.AdminToken)) != 1 {
-			s.failures.fail(addr)
-			return principal{}, errAdminToken
 		}
 		return principal{admin: true}, nil
 	}
@@ -481,7 +477,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
 	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
 	return writeJSON(w, http.StatusCreated, map[string]any{
-		"url": s.baseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
+		"url": s.guard.Peers.BaseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
 	})
 }
 

@@ -2,13 +2,14 @@ package proxy
 
 import (
 	"errors"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
 // Request bodies: read once, into a buffer that grows as bytes arrive (a client that declares

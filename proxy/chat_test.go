@@ -6,13 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 )

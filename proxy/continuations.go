@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"context"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"

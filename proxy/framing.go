@@ -3,10 +3,11 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
 // Requests that carry both Content-Length and Transfer-Encoding are refused with 400 and their

@@ -3,11 +3,12 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"

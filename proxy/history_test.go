@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 
 	"encoding/json"
 	"io"
@@ -328,7 +330,7 @@ func TestPanelSessions(t *testing.T) {
 	require.Equal(t, 204, code)
 	code, _ = alice.do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 401, code)
-	for range maxFailures {
+	for range auth.MaxFailures {
 		require.Equal(t, 401, anon.signIn("wrong"))
 	}
 	require.Equal(t, 429, anon.signIn("wrong"))

@@ -1,13 +1,13 @@
 package proxy
 
 import (
-	"crypto/subtle"
 	"embed"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
 // The workspace panel (SPEC §13): static files embedded in the binary, which read and write
@@ -57,11 +57,6 @@ func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 // panelSignIn signs in with the admin token (every thread) or, with CLIENT_KEYS, a client's key
 // (that client's threads). Failures are throttled per address.
 func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
-	addr := s.clientAddr(r)
-	if err := s.failures.check(addr); err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
 	var in struct {
 		Token string `json:"token"`
 	}
@@ -70,17 +65,18 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p principal
-	ok := false
-	switch {
-	case s.opts.AdminToken != "" && subtle.ConstantTimeCompare([]byte(in.Token), []byte(s.opts.AdminToken)) == 1:
-		p, ok = principal{admin: true}, true
-	case s.opts.ClientKeys != nil:
-		p.client, ok = s.opts.ClientKeys.lookup(in.Token)
-	}
-	if !ok {
-		s.failures.fail(addr)
-		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
-			Message: "that is neither the admin token nor a client key"})
+	err := s.guard.Attempt(r, func() bool {
+		if s.guard.IsAdmin(in.Token) {
+			p.admin = true
+			return true
+		}
+		var ok bool
+		p.client, ok = s.guard.Client(in.Token)
+		return ok
+	}, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
+		Message: "that is neither the admin token nor a client key"})
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
 		return
 	}
 	ses := s.startSession(w, r, p, time.Now().Add(sessionTTL))

@@ -3,9 +3,10 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"strconv"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"

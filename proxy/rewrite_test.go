@@ -3,10 +3,11 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/stretchr/testify/require"
 

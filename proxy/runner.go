@@ -8,12 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"log/slog"
 	"math"
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -251,11 +252,11 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
 }
 
-// failedThenLocked makes maxFailures failed attempts with try(false), each a 401, and checks that
+// failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks that
 // the right credential, try(true), then waits out the window: 429 with a Retry-After.
 func failedThenLocked(t *testing.T, name string, try func(right bool) *http.Response) {
 	t.Helper()
-	for i := range maxFailures {
+	for i := range auth.MaxFailures {
 		resp := try(false)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: failure %d", name, i+1)
 	}
@@ -302,7 +303,7 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 		})
 	})
 	t.Run("SignInBehindProxy", func(t *testing.T) {
-		for range maxFailures {
+		for range auth.MaxFailures {
 			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		}

@@ -6,20 +6,20 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -70,7 +70,7 @@ type Options struct {
 	Transport http.RoundTripper
 	// ClientKeys, when set, are required on every /v1 request and namespace threads per client;
 	// UpstreamAPIKey must then be set (clients' keys are wsproxy's, not the upstream's).
-	ClientKeys *ClientKeys
+	ClientKeys *auth.ClientKeys
 	// PassThroughRoutes are the routes forwarded as they are when ClientKeys is set (others:
 	// 403). Nil means DefaultPassThroughRoutes.
 	PassThroughRoutes *Routes
@@ -78,7 +78,7 @@ type Options struct {
 	// X-Forwarded-Proto and X-Forwarded-Host are believed: the client's address (failed
 	// authentication is throttled per address), and the scheme and host it reached wsproxy by
 	// (the session cookie's Secure, links, the panel's origin). Nil believes no peer.
-	TrustedProxies []netip.Prefix
+	TrustedProxies auth.Peers
 	// AdminToken is the bearer token of the admin REST. Empty refuses every admin call.
 	AdminToken string
 	// MaxToolRounds: see Runner. Zero means DefaultMaxToolRounds.
@@ -131,6 +131,7 @@ type Options struct {
 
 // Server serves wsproxy's routes.
 type Server struct {
+	guard    *auth.Guard // who may call
 	opts     Options
 	log      *slog.Logger
 	runner   *Runner
@@ -151,7 +152,6 @@ type Server struct {
 	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
 	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
 	signer     signer
-	failures   throttle // failed authentication, per address
 	hub        *eventHub
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -206,6 +206,7 @@ func NewServer(opts Options) *Server {
 		usage:    newUsageWriter(opts.Store, opts.Logger),
 	}
 	s.budget.max = opts.MaxBufferedBytes
+	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.signer, s.hub, s.closing, s.heartbeat = newSigner(opts.AdminToken), newEventHub(), make(chan struct{}), heartbeat
 	listenCtx, stop := context.WithCancel(context.Background())
 	s.stopListen = stop
@@ -254,6 +255,40 @@ func NewServer(opts Options) *Server {
 	return s
 }
 
+// ClientKeys are the keys of wsproxy's own clients (CLIENT_KEYS); ParseClientKeys reads them.
+type ClientKeys = auth.ClientKeys
+
+// ParseClientKeys reads CLIENT_KEYS: name=key pairs separated by commas or new lines.
+func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClientKeys(spec) }
+
+// ParseTrustedProxies reads TRUSTED_PROXIES: addresses or CIDRs separated by commas.
+func ParseTrustedProxies(spec string) (auth.Peers, error) { return auth.ParseTrustedProxies(spec) }
+
+var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
+
+// clientOf authenticates a /v1 request (Authorization: Bearer <key>) and returns its client (""
+// when client keys are off). A wrong key counts as a failed authentication of the client's
+// address (throttled).
+func (s *Server) clientOf(r *http.Request) (string, error) {
+	if s.opts.ClientKeys == nil {
+		return "", nil
+	}
+	key, ok := auth.BearerToken(r)
+	if !ok {
+		return "", errClientKey
+	}
+	var name string
+	err := s.guard.Attempt(r, func() bool {
+		name, ok = s.guard.Client(key)
+		return ok
+	}, errClientKey)
+	return name, err
+}
+
+var errMetricsToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
+	Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
+
 // metricsAuth requires `Authorization: Bearer <MetricsToken>` when one is set; a wrong token
 // counts as a failed authentication of the client's address.
 func (s *Server) metricsAuth(next http.Handler) http.Handler {
@@ -261,20 +296,13 @@ func (s *Server) metricsAuth(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		addr := s.clientAddr(r)
-		err := s.failures.check(addr)
-		if err == nil {
-			got, ok := bearerToken(r)
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.MetricsToken)) != 1 {
-				if ok {
-					s.failures.fail(addr)
-				}
-				w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy metrics"`)
-				err = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
-					Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
-			}
+		got, ok := auth.BearerToken(r)
+		var err error = errMetricsToken
+		if ok {
+			err = s.guard.Attempt(r, func() bool { return s.guard.IsMetrics(got) }, errMetricsToken)
 		}
 		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="wsproxy metrics"`)
 			apierr.Write(w, r, s.log, err)
 			return
 		}

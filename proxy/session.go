@@ -7,12 +7,11 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -164,7 +163,7 @@ var sessionPaths = []string{"/ui/", "/admin/"}
 // setSessionCookie sets the session cookie c (its value and expiry) on every path of
 // sessionPaths; Secure when the client reached wsproxy over https (scheme).
 func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *http.Cookie) {
-	secure := s.scheme(r) == "https"
+	secure := s.guard.Peers.Scheme(r) == "https"
 	for _, path := range sessionPaths {
 		c := *c
 		c.Name, c.Path, c.HttpOnly, c.SameSite, c.Secure = sessionCookie, path, true, http.SameSiteStrictMode, secure
@@ -183,7 +182,7 @@ func (s *Server) sameOrigin(r *http.Request, ses *session) error {
 		return refuse("a write from another site is refused")
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
-		if origin != s.baseURL(r) {
+		if origin != s.guard.Peers.BaseURL(r) {
 			return refuse("a write from another origin is refused")
 		}
 	}
@@ -191,57 +190,4 @@ func (s *Server) sameOrigin(r *http.Request, ses *session) error {
 		return refuse("a write needs the session's " + csrfHeader)
 	}
 	return nil
-}
-
-// throttle slows down guessing: past maxFailures failed authentications from one address
-// within failureWindow (a wrong admin token, client key, sign-in token or metrics token), every
-// further try from it is refused, the right credential too, until the window ends.
-type throttle struct {
-	mu       sync.Mutex
-	failures map[string]*failures
-}
-
-type failures struct {
-	n     int
-	until time.Time
-}
-
-const (
-	maxFailures   = 5
-	failureWindow = time.Minute
-)
-
-// check is the error an address that must wait gets (429 with Retry-After), or nil.
-func (t *throttle) check(addr string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	f := t.failures[addr]
-	if f == nil || time.Now().After(f.until) || f.n < maxFailures {
-		return nil
-	}
-	return &apierr.Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_failures",
-		Message: "too many failed authentications from this address; wait a minute",
-		Header:  http.Header{"Retry-After": {strconv.Itoa(int(time.Until(f.until)/time.Second) + 1)}}}
-}
-
-func (t *throttle) fail(addr string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
-	if t.failures == nil || len(t.failures) > 10000 {
-		for a, f := range t.failures {
-			if now.After(f.until) {
-				delete(t.failures, a)
-			}
-		}
-		if t.failures == nil {
-			t.failures = map[string]*failures{}
-		}
-	}
-	f := t.failures[addr]
-	if f == nil || now.After(f.until) {
-		f = &failures{until: now.Add(failureWindow)}
-		t.failures[addr] = f
-	}
-	f.n++
 }

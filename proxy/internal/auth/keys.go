@@ -1,10 +1,12 @@
-package proxy
+// Package auth is who may call wsproxy: its clients' keys, the admin and metrics tokens, the
+// address a request comes from (through trusted proxies), and the throttle of failed
+// authentication that every surface shares.
+package auth
 
 import (
 	"bufio"
 	"crypto/sha256"
 	"fmt"
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"net/http"
 	"strings"
 
@@ -51,45 +53,19 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 	return k, nil
 }
 
-// lookup returns the client whose key key is.
-func (k *ClientKeys) lookup(key string) (string, bool) {
+// Lookup returns the client whose key key is.
+func (k *ClientKeys) Lookup(key string) (string, bool) {
 	name, ok := k.byHash[sha256.Sum256([]byte(key))]
 	return name, ok
 }
 
-// bearerToken is the token of a request's `Authorization: Bearer <token>`; the scheme is
+// BearerToken is the token of a request's `Authorization: Bearer <token>`; the scheme is
 // matched without regard to case (RFC 9110 §11.1).
-func bearerToken(r *http.Request) (string, bool) {
+func BearerToken(r *http.Request) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 	token = strings.TrimSpace(token)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", false
 	}
 	return token, true
-}
-
-var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
-
-// clientOf authenticates a /v1 request (Authorization: Bearer <key>) and returns its client (""
-// when client keys are off). A wrong key counts as a failed authentication of the client's
-// address (throttled).
-func (s *Server) clientOf(r *http.Request) (string, error) {
-	if s.opts.ClientKeys == nil {
-		return "", nil
-	}
-	addr := s.clientAddr(r)
-	if err := s.failures.check(addr); err != nil {
-		return "", err
-	}
-	key, ok := bearerToken(r)
-	if !ok {
-		return "", errClientKey
-	}
-	name, ok := s.opts.ClientKeys.lookup(key)
-	if !ok {
-		s.failures.fail(addr)
-		return "", errClientKey
-	}
-	return name, nil
 }

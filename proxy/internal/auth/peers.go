@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 )
 
 // ParseTrustedProxies reads TRUSTED_PROXIES: CIDRs (or single addresses) separated by commas.
-func ParseTrustedProxies(spec string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
+func ParseTrustedProxies(spec string) (Peers, error) {
+	var out Peers
 	for _, item := range strings.Split(spec, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -34,10 +34,14 @@ func ParseTrustedProxies(spec string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// trusted reports whether a is one of TrustedProxies.
-func (s *Server) trusted(a netip.Addr) bool {
+// Peers are the proxies in front of wsproxy whose X-Forwarded-* headers it believes
+// (TRUSTED_PROXIES); the zero value believes none.
+type Peers []netip.Prefix
+
+// trusted reports whether a is one of the trusted proxies.
+func (s Peers) trusted(a netip.Addr) bool {
 	a = a.Unmap()
-	for _, p := range s.opts.TrustedProxies {
+	for _, p := range s {
 		if p.Contains(a) {
 			return true
 		}
@@ -53,16 +57,16 @@ func peer(r *http.Request) (netip.Addr, bool) {
 
 // fromTrustedProxy reports whether the request came from one of TrustedProxies, whose
 // X-Forwarded-* headers are then believed.
-func (s *Server) fromTrustedProxy(r *http.Request) bool {
+func (s Peers) fromTrustedProxy(r *http.Request) bool {
 	a, ok := peer(r)
 	return ok && s.trusted(a)
 }
 
-// clientAddr is the address failed authentication is counted by: the TCP peer's or, from a
+// ClientAddr is the address failed authentication is counted by: the TCP peer's or, from a
 // trusted proxy, the client's in X-Forwarded-For — read from the right, the first address that
 // is not a trusted proxy's (each proxy appends its own peer; what stands left of that is the
 // client's to write). An IPv6 address counts as its /64, which one client holds.
-func (s *Server) clientAddr(r *http.Request) string {
+func (s Peers) ClientAddr(r *http.Request) string {
 	a, ok := peer(r)
 	if !ok {
 		return r.RemoteAddr
@@ -94,9 +98,9 @@ func (s *Server) clientAddr(r *http.Request) string {
 	return a.String()
 }
 
-// scheme is the scheme the client reached wsproxy by: https over TLS, or from a trusted proxy
+// Scheme is the scheme the client reached wsproxy by: https over TLS, or from a trusted proxy
 // that says so (X-Forwarded-Proto, the first proxy's).
-func (s *Server) scheme(r *http.Request) string {
+func (s Peers) Scheme(r *http.Request) string {
 	if r.TLS != nil {
 		return "https"
 	}
@@ -109,14 +113,14 @@ func (s *Server) scheme(r *http.Request) string {
 	return "http"
 }
 
-// baseURL is the scheme and host the client reached wsproxy by (a trusted proxy's
+// BaseURL is the scheme and host the client reached wsproxy by (a trusted proxy's
 // X-Forwarded-Proto and X-Forwarded-Host): where a link points, the panel's origin.
-func (s *Server) baseURL(r *http.Request) string {
+func (s Peers) BaseURL(r *http.Request) string {
 	host := r.Host
 	if s.fromTrustedProxy(r) {
 		if h := r.Header.Get("X-Forwarded-Host"); h != "" && !strings.ContainsAny(h, "/\\@ ,") {
 			host = h
 		}
 	}
-	return s.scheme(r) + "://" + host
+	return s.Scheme(r) + "://" + host
 }

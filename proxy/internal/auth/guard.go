@@ -1,0 +1,110 @@
+package auth
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+)
+
+// Guard authenticates the requests of one wsproxy: the admin and metrics tokens, the clients'
+// keys, and the address a request comes from; it throttles failed authentication per address
+// on every surface.
+type Guard struct {
+	AdminToken   string      // "" refuses every admin call
+	MetricsToken string      // "" leaves /metrics open
+	ClientKeys   *ClientKeys // nil: no client keys
+	Peers        Peers
+	failures     throttle
+}
+
+// IsAdmin reports whether token is the admin token (compared in constant time).
+func (g *Guard) IsAdmin(token string) bool { return g.AdminToken != "" && equal(token, g.AdminToken) }
+
+// IsMetrics reports whether token is the metrics token.
+func (g *Guard) IsMetrics(token string) bool {
+	return g.MetricsToken != "" && equal(token, g.MetricsToken)
+}
+
+// Client is the client whose key key is; false without client keys.
+func (g *Guard) Client(key string) (string, bool) {
+	if g.ClientKeys == nil {
+		return "", false
+	}
+	return g.ClientKeys.Lookup(key)
+}
+
+func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
+
+// Attempt is one authentication of r by verify: refused at once (429 too_many_failures) when
+// r's address failed too often lately; else nil when verify holds, and failed — counted against
+// the address — when it does not.
+func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error {
+	addr := g.Peers.ClientAddr(r)
+	if err := g.failures.check(addr); err != nil {
+		return err
+	}
+	if !verify() {
+		g.failures.fail(addr)
+		return failed
+	}
+	return nil
+}
+
+// throttle slows down guessing: past MaxFailures failed authentications from one address
+// within FailureWindow (a wrong admin token, client key, sign-in token or metrics token), every
+// further try from it is refused, the right credential too, until the window ends.
+type throttle struct {
+	mu       sync.Mutex
+	failures map[string]*failures
+}
+
+type failures struct {
+	n     int
+	until time.Time
+}
+
+// Past MaxFailures failed authentications from one address within FailureWindow, its tries
+// are refused until the window ends.
+const (
+	MaxFailures   = 5
+	FailureWindow = time.Minute
+)
+
+// check is the error an address that must wait gets (429 with Retry-After), or nil.
+func (t *throttle) check(addr string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.failures[addr]
+	if f == nil || time.Now().After(f.until) || f.n < MaxFailures {
+		return nil
+	}
+	return &apierr.Error{Status: http.StatusTooManyRequests, Type: "invalid_request_error", Code: "too_many_failures",
+		Message: "too many failed authentications from this address; wait a minute",
+		Header:  http.Header{"Retry-After": {strconv.Itoa(int(time.Until(f.until)/time.Second) + 1)}}}
+}
+
+func (t *throttle) fail(addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	if t.failures == nil || len(t.failures) > 10000 {
+		for a, f := range t.failures {
+			if now.After(f.until) {
+				delete(t.failures, a)
+			}
+		}
+		if t.failures == nil {
+			t.failures = map[string]*failures{}
+		}
+	}
+	f := t.failures[addr]
+	if f == nil || now.After(f.until) {
+		f = &failures{until: now.Add(FailureWindow)}
+		t.failures[addr] = f
+	}
+	f.n++
+}
