@@ -4,6 +4,12 @@ GO ?= go
 
 .PHONY: test vet generate check-generated chromium run build bench bench-load bench-cache soak
 
+## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
+ifndef VERSION
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+endif
+LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
+
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
 ## PGBOUNCER_TESTS again through a PgBouncer in transaction mode.
@@ -27,12 +33,13 @@ generate:
 check-generated:
 	@$(GO) tool sqlc diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
 
+## build: bin/wsproxy, static (CGO_ENABLED=0) and stamped with VERSION.
 build:
-	$(GO) build -o bin/wsproxy ./cmd/proxy
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/wsproxy ./cmd/proxy
 
-## run: start wsproxy (a local Postgres under ./.data unless DATABASE_URL is set; the demo
-## model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
-run:
+## run: start wsproxy on LISTEN_ADDR (127.0.0.1:8080 unless set; a local Postgres under ./.data
+## unless DATABASE_URL is set; the demo model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
+run: build
 	scripts/run.sh
 
 ## bench: the Go benchmarks of the hot paths (on a real Postgres), 6 runs each for benchstat.
