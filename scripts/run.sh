@@ -45,7 +45,7 @@ release() {
   for f in "$runs"/*; do
     [ -e "$f" ] || continue
     if kill -0 "${f##*/}" 2>/dev/null; then
-      echo "run.sh: leaving the PostgreSQL cluster of .data running: make run (pid ${f##*/}) still uses it" >&2
+      echo "run.sh: leaving the PostgreSQL cluster of .data running: make run (pid ${f##*/}) still uses it (scripts/pg.sh stop .data stops it)" >&2
       return 0
     fi
     rm -f "$f" # a make run that was killed
@@ -57,7 +57,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
   : >"$runs/$$"
   trap release EXIT
   if scripts/pg.sh running .data; then
-    echo "run.sh: using the PostgreSQL cluster already running for .data (left running when this make run stops)" >&2
+    echo "run.sh: using the PostgreSQL cluster already running for .data (left running when this make run stops; scripts/pg.sh stop .data stops it)" >&2
   else
     started_pg=1
   fi
