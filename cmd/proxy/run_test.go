@@ -49,8 +49,9 @@ func repoCopy(t *testing.T) string {
 		require.NoError(t, err, "git %v: %s", args, out)
 	}
 	t.Cleanup(func() {
-		stop := exec.Command("bash", "-c", `scripts/pg.sh stop .data
-			if [ "$(id -u)" = 0 ]; then rm -rf "/var/lib/wsproxy/$(printf '%s' "$PWD" | cksum | cut -d' ' -f1)"; fi`)
+		stop := exec.Command("bash", "-c", `[ -d .data ] || exit 0
+			scripts/pg.sh stop .data
+			if [ "$(id -u)" = 0 ]; then rm -rf "/var/lib/wsproxy/$(cd .data && printf '%s' "$PWD" | cksum | cut -d' ' -f1)"; fi`)
 		stop.Dir = dir
 		if out, err := stop.CombinedOutput(); err != nil {
 			t.Logf("stop the cluster of %s: %v: %s", dir, err, out)
