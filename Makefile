@@ -2,12 +2,18 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated chromium run build bench bench-load bench-cache soak
+.PHONY: test vet generate check-generated chromium buildah run build image release bench bench-load bench-cache soak
+
+## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
+ifndef VERSION
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+endif
+LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
 ## PGBOUNCER_TESTS again through a PgBouncer in transaction mode.
-test: vet check-generated chromium
+test: vet check-generated chromium buildah
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
@@ -27,13 +33,40 @@ generate:
 check-generated:
 	@$(GO) tool sqlc diff || { echo "db/ is stale: run 'make generate' and commit the result"; exit 1; }
 
+## build: bin/wsproxy, static (CGO_ENABLED=0) and stamped with VERSION.
 build:
-	$(GO) build -o bin/wsproxy ./cmd/proxy
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/wsproxy ./cmd/proxy
 
-## run: start wsproxy (a local Postgres under ./.data unless DATABASE_URL is set; the demo
-## model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
-run:
+## run: start wsproxy on LISTEN_ADDR (127.0.0.1:8080 unless set; a local Postgres under ./.data
+## unless DATABASE_URL is set; the demo model unless UPSTREAM_BASE_URL or OPENAI_API_KEY is set).
+run: build
 	scripts/run.sh
+
+## image: the container image $(IMAGE):$(VERSION) and $(IMAGE):latest (Containerfile): from
+## scratch, bin/wsproxy and the CA certificates of this machine (CA_CERTS), built with podman or
+## buildah without any registry.
+IMAGE ?= localhost/wsproxy
+CA_CERTS ?= /etc/ssl/certs/ca-certificates.crt
+CONTAINER_TOOL ?= $(shell command -v podman || command -v buildah)
+image: build
+	@[ -n "$(CONTAINER_TOOL)" ] || { echo "make image needs podman or buildah (Debian/Ubuntu: apt-get install buildah)" >&2; exit 1; }
+	@[ -s "$(CA_CERTS)" ] || { echo "make image: no CA certificates in $(CA_CERTS) (Debian/Ubuntu: apt-get install ca-certificates; or set CA_CERTS)" >&2; exit 1; }
+	mkdir -p bin/image
+	cp bin/wsproxy bin/image/wsproxy
+	cp "$(CA_CERTS)" bin/image/ca-certificates.crt
+	$(CONTAINER_TOOL) build --pull=never -f Containerfile -t $(IMAGE):$(VERSION) -t $(IMAGE):latest bin/image
+
+## release: static binaries in dist/ for PLATFORMS, named wsproxy-VERSION-OS-ARCH and stamped
+## with VERSION, and their SHA-256 checksums (dist/SHA256SUMS, for sha256sum -c).
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	mkdir -p dist
+	rm -f dist/wsproxy-* dist/SHA256SUMS
+	for p in $(PLATFORMS); do \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(LDFLAGS)' \
+	    -o dist/wsproxy-$(VERSION)-$${p%/*}-$${p#*/} ./cmd/proxy || exit 1; \
+	done
+	cd dist && if command -v sha256sum >/dev/null; then sha256sum wsproxy-*; else shasum -a 256 wsproxy-*; fi > SHA256SUMS
 
 ## bench: the Go benchmarks of the hot paths (on a real Postgres), 6 runs each for benchstat.
 bench:
@@ -69,3 +102,12 @@ chromium:
 	  echo "make: Chromium is missing; installing it (apt-get install chromium) for the panel's browser tests" >&2 && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "make: no Chromium found: the panel's browser tests will fail (Debian/Ubuntu: apt-get install chromium)" >&2
+
+## buildah: the image's test builds it with podman or buildah; as root on Debian or Ubuntu buildah
+## is installed when neither is there, saying so; elsewhere that test fails and says what to install.
+buildah:
+	@command -v podman >/dev/null 2>&1 || command -v buildah >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make: podman and buildah are missing; installing buildah (apt-get install buildah) for the image's test" >&2 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah >/dev/null; } || \
+	echo "make: neither podman nor buildah found: the image's test will fail (Debian/Ubuntu: apt-get install buildah)" >&2

@@ -10,6 +10,7 @@
 #                               inside `pg.sh exec`: run CMD with TEST_PGBOUNCER_URL set to a
 #                               PgBouncer in transaction mode in front of the throwaway cluster
 #                               (Debian's pgbouncer, installed when missing as root)
+#   scripts/pg.sh running DIR   exit 0 when the cluster of DIR is running
 #   scripts/pg.sh stop DIR [MODE]
 #                               stop the cluster of DIR (pg_ctl's mode: fast, or immediate for a
 #                               crash)
@@ -52,11 +53,12 @@ owner() {
   if id postgres >/dev/null 2>&1; then echo postgres; else echo nobody; fi
 }
 
-# as USER CMD...: run CMD as USER (directly when that is us).
+# as USER CMD...: run CMD as USER (directly when that is us; from / otherwise, a folder USER
+# can enter: every path given is absolute).
 as() {
   local u=$1; shift
   if [ "$u" = "$(id -un)" ]; then "$@"; return; fi
-  if command -v runuser >/dev/null 2>&1; then runuser -u "$u" -- "$@"; else su -s /bin/sh "$u" -c "$(printf '%q ' "$@")"; fi
+  if command -v runuser >/dev/null 2>&1; then (cd / && runuser -u "$u" -- "$@"); else (cd / && su -s /bin/sh "$u" -c "$(printf '%q ' "$@")"); fi
 }
 
 # init_and_start DATADIR SOCKDIR [SERVER OPTIONS]: create the cluster when missing and start it.
@@ -132,8 +134,17 @@ case "$cmd" in
       mkdir -p "$(dirname "$data")"; chmod 755 /var/lib/wsproxy "$(dirname "$data")"
     fi
     s=$(sockdir "$data")
-    init_and_start "$data" "$s" "${PG_OPTS:-}"
+    # The socket trusts whoever connects: only the cluster's owner may.
+    init_and_start "$data" "$s" "-c unix_socket_permissions=0700 ${PG_OPTS:-}"
     url "$s"
+    ;;
+  running)
+    [ $# -eq 1 ] || die "usage: pg.sh running DIR"
+    [ -d "$1" ] || exit 1
+    data=$(datadir "$1")
+    [ -f "$data/PG_VERSION" ] || exit 1
+    bin=$(find_bindir) || exit 1
+    as "$(owner)" "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1
     ;;
   bouncer)
     [ $# -gt 0 ] && [ -n "${TEST_DATABASE_URL:-}" ] || die "usage: pg.sh exec scripts/pg.sh bouncer CMD..."
@@ -175,5 +186,5 @@ INI
     [ $# -ge 1 ] || die "usage: pg.sh stop DIR [fast|immediate]"
     stop_cluster "$(datadir "$1")" "${2:-fast}"
     ;;
-  *) die "usage: pg.sh exec CMD... | bouncer CMD... | start DIR | stop DIR [fast|immediate]" ;;
+  *) die "usage: pg.sh exec CMD... | bouncer CMD... | start DIR | running DIR | stop DIR [fast|immediate]" ;;
 esac

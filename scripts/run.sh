@@ -1,19 +1,70 @@
 #!/usr/bin/env bash
-# `make run`: start wsproxy in one step.
-#   - Postgres: DATABASE_URL when set, else a local cluster under ./.data (created on first run,
-#     stopped when the proxy stops, its data kept for the next run).
+# `make run`: start wsproxy (bin/wsproxy, built by make) in one step.
+#   - Listens on LISTEN_ADDR, 127.0.0.1:8080 unless set; refuses to start when that port is in
+#     use (another make run?).
+#   - Postgres: DATABASE_URL when set, else the cluster of ./.data. A cluster already running
+#     (started by another make run of this folder, or by hand) is used and left running; one
+#     this run started (creating it on the first run) is stopped when the proxy stops, unless
+#     another make run of this folder still uses it.
 #   - Upstream: UPSTREAM_BASE_URL when set; else OpenAI when OPENAI_API_KEY is set; else the
 #     built-in demo model.
+#   - Prints where to reach it once /readyz answers, and exits with the proxy's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+export LISTEN_ADDR=${LISTEN_ADDR:-127.0.0.1:8080}
+port=${LISTEN_ADDR##*:}
+host=${LISTEN_ADDR%:*}
+host=${host#[}
+host=${host%]}
+case "$host" in "" | 0.0.0.0 | :: | localhost) host=127.0.0.1 ;; esac # reached from here over loopback
+
+# connects: whether something accepts connections on host:port.
+connects() { (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; }
+# readyz: whether /readyz on host:port answers 200.
+readyz() (
+  exec 3<>"/dev/tcp/$host/$port" || exit 1
+  printf 'GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n' "$host" >&3
+  read -r _ code _ <&3 && [ "$code" = 200 ]
+) 2>/dev/null
+
+if connects; then
+  echo "run.sh: $LISTEN_ADDR is in use (another make run?): stop it, or set LISTEN_ADDR to another address" >&2
+  exit 1
+fi
+
 mkdir -p .data
+runs=.data/runs # one file per make run using the cluster of .data, named by its pid
 started_pg=""
+# release: on exit, stop the cluster this run started unless another make run still uses it.
+release() {
+  [ -e "$runs/$$" ] || return 0
+  rm -f "$runs/$$"
+  [ -n "$started_pg" ] || return 0
+  local f
+  for f in "$runs"/*; do
+    [ -e "$f" ] || continue
+    if kill -0 "${f##*/}" 2>/dev/null; then
+      echo "run.sh: leaving the PostgreSQL cluster of .data running: make run (pid ${f##*/}) still uses it (scripts/pg.sh stop .data stops it)" >&2
+      return 0
+    fi
+    rm -f "$f" # a make run that was killed
+  done
+  scripts/pg.sh stop .data
+}
 if [ -z "${DATABASE_URL:-}" ]; then
+  mkdir -p "$runs"
+  : >"$runs/$$"
+  trap release EXIT
+  if scripts/pg.sh running .data; then
+    echo "run.sh: using the PostgreSQL cluster already running for .data (left running when this make run stops; scripts/pg.sh stop .data stops it)" >&2
+  else
+    started_pg=1
+  fi
   DATABASE_URL=$(scripts/pg.sh start .data)
-  started_pg=1
   export DATABASE_URL
 fi
+
 if [ -z "${UPSTREAM_BASE_URL:-}" ]; then
   if [ -n "${OPENAI_API_KEY:-}" ]; then
     export UPSTREAM_BASE_URL=https://api.openai.com/v1
@@ -23,17 +74,25 @@ if [ -z "${UPSTREAM_BASE_URL:-}" ]; then
   fi
 fi
 if [ -z "${ADMIN_TOKEN:-}" ]; then
-  [ -s .data/admin-token ] || { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/wsp_/' > .data/admin-token; }
+  [ -s .data/admin-token ] || (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' | sed 's/^/wsp_/' >.data/admin-token)
+  chmod 600 .data/admin-token
   ADMIN_TOKEN=$(cat .data/admin-token)
   export ADMIN_TOKEN
 fi
-export LISTEN_ADDR=${LISTEN_ADDR:-:8080}
 
-go build -o bin/wsproxy ./cmd/proxy
+interrupted=""
+trap 'interrupted=1; kill -TERM "${pid:-}" 2>/dev/null || true' INT TERM
+bin/wsproxy &
+pid=$!
+until readyz; do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.2
+done
 
-port=${LISTEN_ADDR##*:}
-base="http://localhost:${port}"
-cat <<MSG
+if kill -0 "$pid" 2>/dev/null; then
+  case "$host" in 127.0.0.1) shown=localhost ;; *:*) shown="[$host]" ;; *) shown=$host ;; esac
+  base="http://${shown}:${port}"
+  cat <<MSG
 
   wsproxy on ${base}   (upstream: ${UPSTREAM_BASE_URL})
   OpenAI base URL for a thread:  ${base}/threads/my-thread/v1
@@ -46,10 +105,13 @@ cat <<MSG
     curl -s ${base}/admin/v1/threads/demo -H "Authorization: Bearer ${ADMIN_TOKEN}"
 
 MSG
+fi
 
-stop_pg() { [ -n "$started_pg" ] && scripts/pg.sh stop .data || true; }
-trap stop_pg EXIT
-trap 'kill -TERM "$pid" 2>/dev/null' INT TERM
-bin/wsproxy &
-pid=$!
-wait "$pid" || wait "$pid" || true
+status=0
+wait "$pid" || status=$?
+while [ -n "$interrupted" ]; do # that wait returned at a signal: wait for the proxy's own status
+  interrupted=""
+  status=0
+  wait "$pid" || status=$?
+done
+exit "$status"

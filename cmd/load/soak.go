@@ -244,18 +244,26 @@ type soakRun struct {
 	threads sync.Map // every thread used, to check at the end
 }
 
-// soak drives mixed traffic at the target for d with workers clients, then checks every write,
-// the goroutines and the live heap against the baseline taken after a warm-up.
-func soak(ctx context.Context, tgt soakTarget, up *soakUpstream, d time.Duration, workers int) (soakSummary, error) {
+// soakLoad is how much traffic a soak drives: for a duration (the soak command), or a number of
+// requests (the tests: the verdict then judges the same traffic however fast the machine runs
+// it). Zero is no limit; the soak stops at the first limit reached.
+type soakLoad struct {
+	d        time.Duration
+	requests int64 // thread turns (each with its retries), pass-through requests and admin edits
+}
+
+// soak drives mixed traffic at the target with workers clients, then checks every write, the
+// goroutines and the live heap against the baseline taken after a warm-up.
+func soak(ctx context.Context, tgt soakTarget, up *soakUpstream, load soakLoad, workers int) (soakSummary, error) {
 	s := &soakRun{tgt: tgt, up: up, client: &http.Client{Timeout: time.Minute}}
 	defer s.client.CloseIdleConnections()
-	s.sum = soakSummary{Duration: d, ClientErrors: map[string]int64{}}
+	s.sum = soakSummary{ClientErrors: map[string]int64{}}
 	s.warmUp(workers)
 	var err error
 	if s.sum.GoroutinesBefore, s.sum.HeapBefore, err = s.measure(0); err != nil {
 		return s.sum, err
 	}
-	s.drive(ctx, d, workers)
+	s.drive(ctx, load, workers)
 	if err := s.checkWrites(); err != nil {
 		return s.sum, err
 	}
@@ -341,30 +349,38 @@ func (s *soakRun) post(path string, header map[string]string, body string) (int,
 	return resp.StatusCode, string(b)
 }
 
-// drive runs the mixed traffic for d: thread turns streamed and not (each recording a new
-// preference, retried by the client on failure), pass-through, and the user's admin edits;
-// Postgres is cut every cutEvery.
-func (s *soakRun) drive(ctx context.Context, d time.Duration, workers int) {
-	var turns, streamed, pass, admin, seq atomic.Int64
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	var wg sync.WaitGroup
+// drive runs the mixed traffic until load is reached: thread turns streamed and not (each
+// recording a new preference, retried by the client on failure), pass-through, and the user's
+// admin edits; Postgres is cut as the traffic starts, then every cutEvery.
+func (s *soakRun) drive(ctx context.Context, load soakLoad, workers int) {
+	var turns, streamed, pass, admin, seq, requests atomic.Int64
+	start := time.Now()
+	if load.d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, load.d)
+		defer cancel()
+	}
+	ctx, stopCuts := context.WithCancel(ctx)
+	// more reports whether another request may go out.
+	more := func() bool { return ctx.Err() == nil && (load.requests == 0 || requests.Add(1) <= load.requests) }
+	var cuts sync.WaitGroup
 	if s.tgt.cutDB != nil {
-		wg.Go(func() {
+		cuts.Go(func() {
 			for {
+				s.tgt.cutDB(time.Second)
+				s.sum.DBCuts++
 				select {
 				case <-ctx.Done():
 					return
 				case <-time.After(s.tgt.cutEvery):
-					s.tgt.cutDB(time.Second)
-					s.sum.DBCuts++
 				}
 			}
 		})
 	}
+	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for n := 0; ctx.Err() == nil; n++ {
+			for n := 0; more(); n++ {
 				thread := fmt.Sprintf("soak-%d-%d", w, n/60) // a fresh thread before the 100-preference limit
 				s.threads.Store(thread, true)
 				switch x := rand.IntN(10); {
@@ -402,6 +418,9 @@ func (s *soakRun) drive(ctx context.Context, d time.Duration, workers int) {
 		})
 	}
 	wg.Wait()
+	stopCuts()
+	cuts.Wait()
+	s.sum.Duration = time.Since(start)
 	s.sum.Turns, s.sum.Streamed, s.sum.Pass, s.sum.Admin = turns.Load(), streamed.Load(), pass.Load(), admin.Load()
 }
 
@@ -554,7 +573,7 @@ func soakCmd(args []string) error {
 		tgt.baseURLs = append(tgt.baseURLs, "http://"+addr)
 	}
 	fmt.Printf("soaking %v for %s with %d clients…\n", tgt.baseURLs, *d, *workers)
-	sum, err := soak(context.Background(), tgt, up, *d, *workers)
+	sum, err := soak(context.Background(), tgt, up, soakLoad{d: *d}, *workers)
 	if err != nil {
 		return err
 	}

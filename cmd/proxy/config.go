@@ -66,7 +66,7 @@ func DefaultConfig() Config {
 	return Config{
 		DatabaseTimeout:    tools.DefaultTimeout,
 		UpstreamBaseURL:    proxy.DefaultUpstreamURL,
-		ListenAddr:         ":8080",
+		ListenAddr:         "127.0.0.1:8080", // loopback: a key behind the proxy is spent by whoever reaches it
 		MaxToolRounds:      proxy.DefaultMaxToolRounds,
 		MaxRequestBytes:    proxy.DefaultMaxRequestBytes,
 		RequestReadTimeout: proxy.DefaultRequestReadTimeout,
@@ -100,7 +100,7 @@ func (c *Config) settings() []setting {
 		{"DATABASE_TIMEOUT", "database-timeout", "longest a workspace operation may wait for a connection and run (also the statement_timeout)", (*durationValue)(&c.DatabaseTimeout)},
 		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
-		{"LISTEN_ADDR", "listen-addr", "address to serve on", (*stringValue)(&c.ListenAddr)},
+		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
@@ -129,7 +129,7 @@ func (c *Config) settings() []setting {
 
 // Load reads the environment (through getenv), then the flags in args.
 func (c *Config) Load(args []string, getenv func(string) string, output io.Writer) error {
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs := flag.NewFlagSet("wsproxy", flag.ContinueOnError)
 	fs.SetOutput(output)
 	for _, s := range c.settings() {
 		if v := getenv(s.env); v != "" {
@@ -140,7 +140,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 		fs.Var(s.value, s.flag, s.usage+" ($"+s.env+")")
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: proxy [flags]\n       proxy version\n\nEvery flag is also an environment variable.\n\n")
+		fmt.Fprintf(fs.Output(), "usage: wsproxy [flags]\n       wsproxy version\n\nEvery flag is also an environment variable.\n\n")
 		fs.PrintDefaults()
 	}
 	return fs.Parse(args)

@@ -45,17 +45,17 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
-		fmt.Fprintln(os.Stderr, "proxy:", err)
+		fmt.Fprintln(os.Stderr, "wsproxy:", err)
 		os.Exit(2)
 	}
 	if err := m.Run(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "proxy:", err)
+		fmt.Fprintln(os.Stderr, "wsproxy:", err)
 		os.Exit(1)
 	}
 	<-ctx.Done()
 	stop()
 	if err := m.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "proxy:", err)
+		fmt.Fprintln(os.Stderr, "wsproxy:", err)
 		os.Exit(1)
 	}
 }
@@ -196,6 +196,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
 	}
 	m.URL = "http://" + ln.Addr().String()
+	if m.Config.UpstreamAPIKey != "" && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
+		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
+			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
+	}
 	m.server = &http.Server{
 		Handler:           m.proxy,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -300,8 +304,22 @@ func newToken() string {
 	return "wsp_" + hex.EncodeToString(b)
 }
 
-// version is the module version the binary was built from ("devel" for a local build).
+// loopback reports whether a listener's address is reachable from this machine only.
+func loopback(addr net.Addr) bool {
+	a, ok := addr.(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
+}
+
+// buildVersion is the version `make build` stamps (-ldflags "-X main.buildVersion=…", from git
+// describe).
+var buildVersion string
+
+// version is the version make stamped; else the module version the binary was built from
+// ("(devel)" and the commit for a plain go build in a clone).
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v := bi.Main.Version
 		for _, s := range bi.Settings {

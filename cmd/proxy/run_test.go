@@ -6,21 +6,25 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
-// TestMakeRunFromAnyFolder is the README's first command as a newcomer types it: `make run` in
-// a copy of the repository in a fresh temporary folder (which, as root, the postgres user cannot
-// enter), with nothing configured. It serves /readyz 200 on the demo model, and Ctrl-C stops it
-// and its cluster.
-func TestMakeRunFromAnyFolder(t *testing.T) {
-	t.Parallel()
+// testVersion is the tag of the repository copies: what `make build` stamps in them.
+const testVersion = "v0.0.0-test"
+
+// repoCopy is a clone as a user has it: the repository's files (tracked and untracked, not
+// ignored) in a fresh temporary folder, committed there and tagged testVersion. When the test
+// ends, the PostgreSQL cluster of its .data is stopped (and, as root, removed from
+// /var/lib/wsproxy).
+func repoCopy(t *testing.T) string {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "wsproxy")
@@ -37,68 +41,207 @@ func TestMakeRunFromAnyFolder(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(dst, b, info.Mode()))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-
-	cmd := exec.Command("make", "run")
-	cmd.Dir = dir
-	var env []string
-	for _, kv := range os.Environ() {
-		switch strings.SplitN(kv, "=", 2)[0] {
-		case "DATABASE_URL", "TEST_DATABASE_URL", "UPSTREAM_BASE_URL", "OPENAI_API_KEY", "ADMIN_TOKEN", "LISTEN_ADDR":
-			continue
-		}
-		env = append(env, kv)
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"},
+		{"-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "copy"}, {"tag", testVersion}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, out)
 	}
-	cmd.Env = append(env, "LISTEN_ADDR="+addr)
-	out := &syncBuffer{} // written by the command's goroutines while the test reads it
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopped := false
 	t.Cleanup(func() {
-		if !stopped {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		// As root, the cluster lived outside the folder: remove it too.
-		if m := regexp.MustCompile(`keeping its PostgreSQL cluster in (\S+)/pg`).FindStringSubmatch(out.String()); m != nil {
-			_ = os.RemoveAll(m[1])
+		stop := exec.Command("bash", "-c", `[ -d .data ] || exit 0
+			scripts/pg.sh stop .data
+			if [ "$(id -u)" = 0 ]; then rm -rf "/var/lib/wsproxy/$(cd .data && printf '%s' "$PWD" | cksum | cut -d' ' -f1)"; fi`)
+		stop.Dir = dir
+		if out, err := stop.CombinedOutput(); err != nil {
+			t.Logf("stop the cluster of %s: %v: %s", dir, err, out)
 		}
 	})
+	return dir
+}
 
-	ready := func() bool {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err != nil {
-			return false
+// freeAddr is a loopback address with a free port.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// makeRun is one `make run` a test started.
+type makeRun struct {
+	t    *testing.T
+	addr string
+	cmd  *exec.Cmd
+	out  *syncBuffer // written by the command's goroutines while the test reads it
+	done chan struct{}
+	err  error // the command's result, once done is closed
+}
+
+// startMakeRun starts `make run` in dir on addr, with nothing else of wsproxy's configured but
+// env; it is killed when the test ends, if still running.
+func startMakeRun(t *testing.T, dir, addr string, env ...string) *makeRun {
+	t.Helper()
+	r := &makeRun{t: t, addr: addr, cmd: exec.Command("make", "run"), out: &syncBuffer{}, done: make(chan struct{})}
+	r.cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "DATABASE_URL", "TEST_DATABASE_URL", "UPSTREAM_BASE_URL", "UPSTREAM_API_KEY", "OPENAI_API_KEY", "CLIENT_KEYS",
+			"ADMIN_TOKEN", "LISTEN_ADDR":
+			continue
 		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+		r.cmd.Env = append(r.cmd.Env, kv)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for !ready() {
+	r.cmd.Env = append(r.cmd.Env, append(env, "LISTEN_ADDR="+addr)...)
+	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, r.cmd.Start())
+	go func() { r.err = r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(func() {
 		select {
-		case err := <-done:
-			stopped = true
-			t.Fatalf("make run exited (%v):\n%s", err, out.String())
+		case <-r.done:
+		default:
+			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+			<-r.done
+		}
+	})
+	return r
+}
+
+// ready reports whether /readyz at addr answers 200.
+func ready(addr string) bool {
+	resp, err := http.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// waitReady waits for /readyz to answer 200 and the banner to show, failing when make run exits
+// first.
+func (r *makeRun) waitReady() {
+	r.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !ready(r.addr) || !strings.Contains(r.out.String(), "Try it:") {
+		select {
+		case <-r.done:
+			r.t.Fatalf("make run exited (%v):\n%s", r.err, r.out.String())
 		case <-time.After(200 * time.Millisecond):
 		}
-		require.True(t, time.Now().Before(deadline), "not ready after 3 minutes:\n%s", out.String())
+		require.True(r.t, time.Now().Before(deadline), "not ready after 3 minutes:\n%s", r.out.String())
 	}
-	if os.Geteuid() == 0 {
-		require.Contains(t, out.String(), "keeping its PostgreSQL cluster in /var/lib/wsproxy/", "as root, the cluster lives where postgres can reach it")
-	}
+}
 
-	require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGINT), "Ctrl-C")
+// wait waits for make run to exit by itself and returns its result.
+func (r *makeRun) wait() error {
+	r.t.Helper()
 	select {
-	case <-done:
-		stopped = true
-	case <-time.After(time.Minute):
-		t.Fatalf("make run did not stop on Ctrl-C:\n%s", out.String())
+	case <-r.done:
+		return r.err
+	case <-time.After(3 * time.Minute):
+		r.t.Fatalf("make run still running after 3 minutes:\n%s", r.out.String())
+		return nil
 	}
-	require.False(t, ready(), "the proxy stopped")
+}
+
+// interrupt is Ctrl-C in make run's terminal; it waits for make run to exit.
+func (r *makeRun) interrupt() {
+	r.t.Helper()
+	require.NoError(r.t, syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT), "Ctrl-C")
+	select {
+	case <-r.done:
+	case <-time.After(time.Minute):
+		r.t.Fatalf("make run did not stop on Ctrl-C:\n%s", r.out.String())
+	}
+	require.False(r.t, ready(r.addr), "the proxy stopped")
+}
+
+// TestMakeRunFromAnyFolder is the README's first command as a newcomer types it: `make run` in
+// a clone in a fresh temporary folder (which, as root, the postgres user cannot enter), with
+// nothing configured. It serves /readyz 200 on the demo model, says so only once it does, with
+// the version git describes; the admin token it writes is readable by its owner only; Ctrl-C
+// stops it and the cluster it started.
+func TestMakeRunFromAnyFolder(t *testing.T) {
+	t.Parallel()
+	dir := repoCopy(t)
+	r := startMakeRun(t, dir, freeAddr(t))
+	r.waitReady()
+	out := r.out.String()
+	if os.Geteuid() == 0 {
+		require.Contains(t, out, "keeping its PostgreSQL cluster in /var/lib/wsproxy/", "as root, the cluster lives where postgres can reach it")
+	}
+	require.Contains(t, out, "version="+testVersion, "the start line names the version make stamped")
+	serving, banner := strings.Index(out, `msg="wsproxy serving"`), strings.Index(out, "Try it:")
+	require.True(t, serving >= 0 && banner > serving, "the banner comes once the proxy serves:\n%s", out)
+	info, err := os.Stat(filepath.Join(dir, ".data", "admin-token"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the admin token is a secret")
+
+	r.interrupt()
+	status := exec.Command("scripts/pg.sh", "running", ".data")
+	status.Dir = dir
+	require.Error(t, status.Run(), "the cluster this make run started is stopped")
+}
+
+// TestMakeRunTwiceInOneFolder: a second `make run` in the same folder never breaks the first.
+// On the first one's port it refuses, saying why; on another port it uses the running cluster
+// and leaves it running when it stops; and the first, stopped while another still uses the
+// cluster it started, leaves it running too.
+func TestMakeRunTwiceInOneFolder(t *testing.T) {
+	t.Parallel()
+	dir := repoCopy(t)
+	// An admin token as an earlier make run left it, readable by all.
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, ".data"), 0o755))
+	token := filepath.Join(dir, ".data", "admin-token")
+	require.NoError(t, os.WriteFile(token, []byte("wsp_earlier"), 0o644))
+
+	first := startMakeRun(t, dir, freeAddr(t))
+	first.waitReady()
+	info, err := os.Stat(token)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "an admin token left readable by all is made private")
+	require.Contains(t, first.out.String(), "wsp_earlier", "the token kept from the earlier run")
+
+	busy := startMakeRun(t, dir, first.addr)
+	require.Error(t, busy.wait(), "a make run that cannot listen fails")
+	require.Contains(t, busy.out.String(), "in use")
+	require.NotContains(t, busy.out.String(), "Try it:")
+	require.True(t, ready(first.addr), "the first make run still answers:\n%s", busy.out.String())
+
+	second := startMakeRun(t, dir, freeAddr(t))
+	second.waitReady()
+	require.Contains(t, second.out.String(), "using the PostgreSQL cluster already running")
+	second.interrupt()
+	require.True(t, ready(first.addr), "the first make run still answers once the second stopped:\n%s", second.out.String())
+
+	third := startMakeRun(t, dir, freeAddr(t))
+	third.waitReady()
+	first.interrupt()
+	require.True(t, ready(third.addr), "a make run still answers once the one that started the cluster stopped:\n%s", first.out.String())
+	third.interrupt()
+}
+
+// TestMakeRunFailedStart: when the proxy cannot start, make run fails, says why, and shows no
+// banner.
+func TestMakeRunFailedStart(t *testing.T) {
+	t.Parallel()
+	dir := repoCopy(t)
+	t.Run("BadDatabaseURL", func(t *testing.T) {
+		r := startMakeRun(t, dir, freeAddr(t), "DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+		err := r.wait()
+		require.Error(t, err, "make run fails:\n%s", r.out.String())
+		require.Contains(t, r.out.String(), "wsproxy: migrate database:")
+		require.NotContains(t, r.out.String(), "Try it:")
+	})
+	t.Run("BusyPort", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		r := startMakeRun(t, dir, ln.Addr().String(), "DATABASE_URL="+dbtest.SchemaURL(t))
+		require.Error(t, r.wait(), "make run fails:\n%s", r.out.String())
+		require.Contains(t, r.out.String(), "in use")
+		require.NotContains(t, r.out.String(), "Try it:")
+	})
 }

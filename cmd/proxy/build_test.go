@@ -1,0 +1,58 @@
+package main
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runIn runs a command in dir and returns its combined output, failing the test when it fails.
+func runIn(t *testing.T, dir string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %v:\n%s", name, args, out)
+	return string(out)
+}
+
+// requireStatic fails unless the ELF binary at p is statically linked (no interpreter, no
+// shared libraries), as a scratch image needs it.
+func requireStatic(t *testing.T, p string) *elf.File {
+	t.Helper()
+	f, err := elf.Open(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	for _, prog := range f.Progs {
+		require.NotEqual(t, elf.PT_INTERP, prog.Type, "%s has a dynamic loader", p)
+	}
+	libs, err := f.ImportedLibraries()
+	require.NoError(t, err)
+	require.Empty(t, libs, "%s links shared libraries", p)
+	return f
+}
+
+// TestMakeBuild: `make build` stamps the version git describes, and the binary names itself
+// wsproxy in its messages.
+func TestMakeBuild(t *testing.T) {
+	t.Parallel()
+	dir := repoCopy(t)
+	runIn(t, dir, "make", "build")
+	bin := filepath.Join(dir, "bin", "wsproxy")
+	requireStatic(t, bin)
+	require.Equal(t, "wsproxy "+testVersion+"\n", runIn(t, dir, bin, "version"))
+	require.Contains(t, runIn(t, dir, bin, "-h"), "usage: wsproxy [flags]")
+
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 1, exit.ExitCode(), "a bad configuration: %s", out)
+	require.True(t, strings.HasPrefix(string(out), "wsproxy: DATABASE_URL is required"), "%s", out)
+}
