@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -18,78 +17,9 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
-
-// chatBody is a realistic chat request of about size bytes: a system prompt, a conversation,
-// two client tools and vendor fields.
-func chatBody(size int) []byte {
-	var msgs []string
-	msgs = append(msgs, `{"role":"system","content":"You are a careful research assistant. Cite sources."}`)
-	line := strings.Repeat("The soil carbon literature is vast and uneven. ", 4)
-	for total := 0; total < size-400; total += 2 * (len(line) + 40) {
-		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, line), fmt.Sprintf(`{"role":"assistant","content":%q}`, line))
-	}
-	return []byte(`{"model":"gpt-4o","temperature":0.3,"top_k":40,"chat_template_kwargs":{"enable_thinking":false},"messages":[` +
-		strings.Join(msgs, ",") + `],"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}},` +
-		`{"type":"function","function":{"name":"fetch","parameters":{"type":"object","properties":{"url":{"type":"string"}}}}}]}`)
-}
-
-func BenchmarkRewrite(b *testing.B) {
-	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("Write a review", []tools.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}})
-	for _, size := range []int{1 << 10, 100 << 10} {
-		body := chatBody(size)
-		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
-			b.Logf("request body: %d bytes", len(body))
-			b.ReportAllocs()
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				req, err := ParseChatRequest(body)
-				if err != nil {
-					b.Fatal(err)
-				}
-				req.InjectWorkspace(block, PlaceTail)
-				_ = req.Body(true)
-			}
-		})
-	}
-}
-
-// BenchmarkSSEDecode: one upstream content chunk read, decoded and re-encoded for the client.
-func BenchmarkSSEDecode(b *testing.B) {
-	chunk := "data: " + upstreamtest.Chunk("chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG", `{"content":" the"}`, "") + "\n\n"
-	req, _ := ParseChatRequest([]byte(`{"messages":[]}`))
-	stream := strings.NewReader(strings.Repeat(chunk, 1024))
-	b.ReportAllocs()
-	b.SetBytes(int64(len(chunk)))
-	var out []byte
-	s := newChatSSE(req, nil, nil, "", emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil }))
-	r := sse.NewReader(stream)
-	for b.Loop() {
-		data, err := r.Next()
-		if err == io.EOF {
-			stream.Reset(strings.Repeat(chunk, 1024))
-			r = sse.NewReader(stream)
-			s.rd = newStreamRound()
-			continue
-		}
-		if err := s.chunk(data); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkSSEEncode: one chunk written as an event.
-func BenchmarkSSEEncode(b *testing.B) {
-	chunk := []byte(upstreamtest.Chunk("chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG", `{"content":" the"}`, ""))
-	b.ReportAllocs()
-	var out []byte
-	for b.Loop() {
-		out = sse.AppendEvent(out[:0], chunk)
-	}
-}
 
 // BenchmarkTurn is a whole thread turn over HTTP against an in-process upstream and real
 // Postgres: without a tool call, and with one tool round.
@@ -131,7 +61,7 @@ func BenchmarkTurn(b *testing.B) {
 				}
 				_, _ = w.Write(reply)
 			}
-			body, path := chatBody(1<<10), "/v1/chat/completions"
+			body, path := upstreamtest.ChatBody(1<<10), "/v1/chat/completions"
 			if tc.responses {
 				// The same conversation as Responses input items.
 				body, path = bytes.Replace(body, []byte(`"messages":`), []byte(`"input":`), 1), "/v1/responses"
@@ -169,7 +99,7 @@ func BenchmarkTurn(b *testing.B) {
 // httputil.ReverseProxy for comparison, against the same in-process upstream.
 func BenchmarkPassThrough(b *testing.B) {
 	answer := []byte(upstreamtest.Completion("Here is the plan."))
-	body := chatBody(1 << 10)
+	body := upstreamtest.ChatBody(1 << 10)
 	run := func(b *testing.B, url string) {
 		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 		b.ReportAllocs()
@@ -194,27 +124,4 @@ func BenchmarkPassThrough(b *testing.B) {
 	bare := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(target) }})
 	defer bare.Close()
 	b.Run("bare", func(b *testing.B) { run(b, bare.URL+"/v1/chat/completions") })
-}
-
-// BenchmarkHostileBodies: the rewrite of 8 MiB bodies of the hostile shapes (a security probe's),
-// as a thread turn does it: parse, inject, the upstream body. B/op over the body's size is the
-// memory a shape costs; a refused shape costs its parse.
-func BenchmarkHostileBodies(b *testing.B) {
-	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("", nil)
-	for _, hb := range upstreamtest.HostileBodies(8 << 20) {
-		b.Run(hb.Name, func(b *testing.B) {
-			b.ReportAllocs()
-			b.SetBytes(int64(len(hb.Body)))
-			var allocated uint64
-			for b.Loop() {
-				req, err := ParseChatRequest(hb.Body)
-				if err != nil {
-					continue // refused: a 400 naming the index
-				}
-				req.InjectWorkspace(block, PlaceTail)
-				allocated += uint64(req.Body(true).Len())
-				_ = req.IsClientTool("get_weather")
-			}
-		})
-	}
 }

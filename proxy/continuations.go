@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
+
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -114,11 +116,11 @@ type answerIDsKey struct{}
 
 // tappedUpstream is a thread turn's upstream whose answers are read for their ids.
 type tappedUpstream struct {
-	Upstream
+	turn.Upstream
 	ids *answerIDs
 }
 
-func (u tappedUpstream) Post(ctx context.Context, body Payload) (*UpstreamResponse, error) {
+func (u tappedUpstream) Post(ctx context.Context, body turn.Payload) (*turn.UpstreamResponse, error) {
 	resp, err := u.Upstream.Post(ctx, body)
 	if err == nil {
 		resp.Body = u.ids.tap(resp.Header, resp.Body)

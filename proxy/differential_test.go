@@ -192,7 +192,7 @@ func (h *wireHarness) read(t testing.TB, e wireEntry, id, base, thread string) r
 			}
 			_ = json.Unmarshal([]byte(chunk.RawJSON()), &raw)
 			for _, c := range raw.Choices {
-				for _, k := range reasoningKeys {
+				for _, k := range []string{"reasoning_content", "reasoning"} {
 					r.Reasoning += text(c.Delta[k])
 				}
 			}
@@ -305,7 +305,7 @@ func clientToolNames(body []byte) []string {
 			} else if x["type"] != "function_call" {
 				name = ""
 			}
-			if name != "" && !seen[name] && !tools.IsTool(name) && !parallelWrappers[name] {
+			if name != "" && !seen[name] && !tools.IsTool(name) && name != "multi_tool_use.parallel" && name != "parallel" {
 				seen[name] = true
 				names = append(names, name)
 			}
@@ -775,25 +775,27 @@ func recutArguments(e wireEntry) []byte {
 			continue
 		}
 		for j, it := range items {
-			c, entry, ok := readChatCall(it)
-			if !ok {
+			entry, err := rawjson.Parse(it)
+			if err != nil {
 				continue
 			}
+			fn, _ := rawjson.Parse(entry.Get("function"))
+			name, args := text(fn.Get("name")), text(fn.Get("arguments"))
 			slot := "open"
-			if c.index >= 0 {
-				slot = strconv.Itoa(c.index)
+			if index := entry.Get("index"); index != nil && string(index) != "null" {
+				slot = string(index)
 			}
-			if c.name != "" {
+			if name != "" {
 				owner[slot] = ""
-				if c.name == tools.ListPreferences {
+				if name == tools.ListPreferences {
 					owner[slot] = fmt.Sprintf("%d/%d", i, j)
 				}
 			}
 			key := owner[slot]
-			if key == "" || c.args == "" {
+			if key == "" || args == "" {
 				continue
 			}
-			add(key, c.args, func(s string) []byte {
+			add(key, args, func(s string) []byte {
 				fn, _ := rawjson.Parse(entry.Get("function"))
 				fn.Set("arguments", rawjson.String(s))
 				entry.Set("function", fn.Bytes())
@@ -938,4 +940,10 @@ func FuzzWire(f *testing.F) {
 		}
 		h.compare(t, e, e.body, bytewise)
 	})
+}
+
+// text is the text of a raw JSON string; "" for anything else.
+func text(v json.RawMessage) string {
+	s, _ := rawjson.Unquote(v)
+	return s
 }

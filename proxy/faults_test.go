@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"net/http"
 	"strings"
 	"testing"
@@ -194,7 +195,7 @@ func TestPostgresRefusesConnections(t *testing.T) {
 	admin, err := pgxpool.New(ctx, dbtest.URL(t))
 	require.NoError(t, err)
 	defer admin.Close()
-	name := "wsp_refuse_" + strings.ToLower(randomHex(4))
+	name := "wsp_refuse_" + strings.ToLower(rand.Text()[:8])
 	_, err = admin.Exec(ctx, "CREATE ROLE "+name+" LOGIN")
 	require.NoError(t, err)
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" OWNER "+name)

@@ -137,13 +137,15 @@ func (m *Metrics) observeUpstream(ctx context.Context, code string, d time.Durat
 	observe(ctx, m.upstreamDuration, d)
 }
 
-func (m *Metrics) upstreamRetry() {
+// UpstreamRetry counts a round sent again after the turn's tools ran (turn.Metrics).
+func (m *Metrics) UpstreamRetry() {
 	if m != nil {
 		m.upstreamRetries.Inc()
 	}
 }
 
-func (m *Metrics) toolCall(name string, ok bool, lockedSkips int) {
+// ToolCall counts a workspace call (turn.Metrics).
+func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int) {
 	if m == nil {
 		return
 	}
@@ -160,14 +162,15 @@ func (m *Metrics) toolCall(name string, ok bool, lockedSkips int) {
 	}
 }
 
-func (m *Metrics) observeToolRounds(n int) {
+// ToolRounds records a turn's rounds that ran workspace calls (turn.Metrics).
+func (m *Metrics) ToolRounds(n int) {
 	if m != nil {
 		m.toolRounds.Observe(float64(n))
 	}
 }
 
-// addTokens counts the tokens of one upstream round.
-func (m *Metrics) addTokens(u tools.Usage) {
+// Tokens counts the tokens of one upstream round (turn.Metrics).
+func (m *Metrics) Tokens(u tools.Usage) {
 	if m == nil {
 		return
 	}

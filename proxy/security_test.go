@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"compress/gzip"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -326,7 +327,7 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 		// Without trust, X-Forwarded-For is the client's to write: it changes nothing.
 		e := setup(t, configure(nil))
 		failedThenLocked(t, "untrusted", func(right bool) *http.Response {
-			resp, _ := e.do("GET", "/admin/v1/threads", map[string]string{"X-Forwarded-For": "203.0.113." + pick(right, "200", randomHex(1)),
+			resp, _ := e.do("GET", "/admin/v1/threads", map[string]string{"X-Forwarded-For": "203.0.113." + pick(right, "200", rand.Text()[:2]),
 				"Authorization": "Bearer " + pick(right, adminToken, "guess")}, "")
 			return resp
 		})

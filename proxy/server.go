@@ -3,28 +3,22 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -131,17 +125,18 @@ type Options struct {
 
 // Server serves wsproxy's routes.
 type Server struct {
-	guard    *auth.Guard // who may call
-	opts     Options
-	log      *slog.Logger
-	runner   *Runner
-	client   *http.Client // thread turns' upstream calls
-	reverse  *httputil.ReverseProxy
-	handler  http.Handler
-	tracing  tracing
-	maxBytes int64
-	budget   bodyBudget
-	cacheKey bool // set prompt_cache_key on thread turns
+	guard       *auth.Guard // who may call
+	upstreamKey []byte      // UpstreamAPIKey, redacted from what the client gets
+	opts        Options
+	log         *slog.Logger
+	runner      *turn.Runner
+	client      *http.Client // thread turns' upstream calls
+	reverse     *httputil.ReverseProxy
+	handler     http.Handler
+	tracing     tracing
+	maxBytes    int64
+	budget      bodyBudget
+	cacheKey    bool // set prompt_cache_key on thread turns
 	// usage writes the turns' usage in the background; Wait writes what is left.
 	usage *usageWriter
 	// turns are the thread turns in flight, which Wait waits for; draining (set by Wait) refuses
@@ -178,7 +173,7 @@ func NewServer(opts Options) *Server {
 		opts.PassThroughRoutes, _ = ParseRoutes(DefaultPassThroughRoutes)
 	}
 	if opts.Placement == "" {
-		opts.Placement = PlaceTail
+		opts.Placement = turn.PlaceTail
 	}
 	if opts.StreamKeepalive <= 0 {
 		opts.StreamKeepalive = DefaultStreamKeepalive
@@ -193,18 +188,23 @@ func NewServer(opts Options) *Server {
 		base = t
 	}
 	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Observe: opts.Metrics.observeUpstream}
-	tracing := newTracing(opts.TracerProvider, opts.TraceContent, opts.UpstreamURL)
+	tracing := newTracing(opts.TracerProvider)
+	provider := opts.UpstreamURL.Hostname() // gen_ai.provider.name
+	if isOpenAI(opts.UpstreamURL) {
+		provider = "openai"
+	}
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
 		tracing: tracing,
-		runner: &Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
+		runner: &turn.Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
 			Metrics: opts.Metrics, Logger: opts.Logger,
-			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, tracing: tracing},
+			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, Tracing: turn.NewTracing(opts.TracerProvider, opts.TraceContent, provider)},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,
 		usage:    newUsageWriter(opts.Store, opts.Logger),
 	}
+	s.upstreamKey = []byte(opts.UpstreamAPIKey)
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.signer, s.hub, s.closing, s.heartbeat = newSigner(opts.AdminToken), newEventHub(), make(chan struct{}), heartbeat
@@ -254,6 +254,26 @@ func NewServer(opts Options) *Server {
 	s.handler = tracing.serverSpan(opts.Metrics.instrument(mux))
 	return s
 }
+
+// Placement is where the workspace goes in a request (docs/spec.md §3.1): PlaceTail or
+// PlaceSystem; ParsePlacement reads its name.
+type Placement = turn.Placement
+
+// Placements.
+const (
+	PlaceTail   = turn.PlaceTail
+	PlaceSystem = turn.PlaceSystem
+)
+
+// ParsePlacement reads a placement's name (WORKSPACE_PLACEMENT, X-Workspace-Placement).
+func ParsePlacement(s string) (Placement, error) { return turn.ParsePlacement(s) }
+
+// Defaults of the loop's bounds (Options' zero values).
+const (
+	DefaultMaxToolRounds        = turn.DefaultMaxToolRounds
+	DefaultMaxToolCallsPerRound = turn.DefaultMaxToolCallsPerRound
+	DefaultMaxToolCallsPerTurn  = turn.DefaultMaxToolCallsPerTurn
+)
 
 // ClientKeys are the keys of wsproxy's own clients (CLIENT_KEYS); ParseClientKeys reads them.
 type ClientKeys = auth.ClientKeys
@@ -328,340 +348,6 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// placementOf is the request's placement: its X-Workspace-Placement header, else the
-// configured one.
-func (s *Server) placementOf(r *http.Request) (Placement, error) {
-	h := r.Header.Get(placementHeader)
-	if h == "" {
-		return s.opts.Placement, nil
-	}
-	p, err := ParsePlacement(h)
-	if err != nil {
-		return "", apierr.BadRequest("invalid_placement", placementHeader, "%s: %s", placementHeader, err.Error())
-	}
-	return p, nil
-}
-
-// instructions is the text that stands before the block.
-func (s *Server) instructions(p Placement) string {
-	switch {
-	case s.opts.Instructions != "":
-		return s.opts.Instructions
-	case p == PlaceSystem:
-		return tools.SystemInstructions
-	}
-	return tools.TailInstructions
-}
-
-// threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
-// request's client ("" without client keys). ok is false when it names none (the id then holds
-// the client alone). Empty headers count as absent; two that differ, or a header and a path that
-// differ, are a thread_mismatch.
-func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
-	name := r.PathValue("thread")
-	for _, h := range r.Header.Values(threadHeader) {
-		switch {
-		case h == "":
-		case name == "":
-			name = h
-		case h != name:
-			return tools.ThreadID{}, false, apierr.BadRequest("thread_mismatch", threadHeader,
-				"the %s headers and the path name different threads", threadHeader)
-		}
-	}
-	if name == "" {
-		return tools.ThreadID{Client: client}, false, nil
-	}
-	if id, err = tools.NewThreadID(client, name); err != nil {
-		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", threadHeader, "%s", err.Error())
-	}
-	return id, true, nil
-}
-
-// copyBuffers recycles the 32 KB buffers ReverseProxy copies response bodies with.
-type copyBuffers struct{}
-
-var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (copyBuffers) Get() []byte  { return *copyBufferPool.Get().(*[]byte) }
-func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
-
-// inbound reads what every /v1 request brings: the thread it names (ok false for none), for
-// its client when there are client keys, and its body; the caller calls release when done with
-// the body. check, when set, runs once the client is known, before anything else is read.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
-	release = func() {}
-	client, err := s.clientOf(r)
-	if err != nil {
-		return thread, false, nil, release, err
-	}
-	if check != nil {
-		if err := check(r); err != nil {
-			return thread, false, nil, release, err
-		}
-	}
-	if thread, ok, err = threadOf(r, client); err != nil {
-		return thread, false, nil, release, err
-	}
-	body, release, err = s.readBody(w, r)
-	return thread, ok, body, release, err
-}
-
-// passThrough forwards any other /v1 request to the upstream unchanged.
-func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	_, _, body, release, err := s.inbound(w, r, s.passThroughAllowed)
-	defer release()
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	s.forward(w, r, body)
-}
-
-// forward sends the request with body to the upstream and its response back, both unchanged.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		r.Body = http.NoBody
-	}
-	s.reverse.ServeHTTP(w, r)
-}
-
-func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
-	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
-	// any path with dot segments.
-	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
-	pr.Out.Host = ""
-	s.stripHeaders(pr.Out.Header)
-	if s.opts.UpstreamAPIKey != "" {
-		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
-		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
-			pr.Out.Header.Set("Accept-Encoding", "gzip")
-		} else {
-			pr.Out.Header.Del("Accept-Encoding")
-		}
-	}
-	s.tracing.inject(pr.In.Context(), pr.Out.Header)
-}
-
-// restOfPath is the part of a client path (escaped) after its /v1 (or /threads/{thread}/v1).
-func restOfPath(path string) string {
-	if rest, ok := strings.CutPrefix(path, "/threads/"); ok {
-		if i := strings.Index(rest, "/v1/"); i >= 0 {
-			return rest[i+len("/v1"):]
-		}
-	}
-	return strings.TrimPrefix(path, "/v1")
-}
-
-// passThroughAllowed checks a request that is about to be forwarded as it is, once its client
-// is known (inbound: a client without a key learns nothing of the routes). A path with a
-// segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
-// refused: an upstream that resolves dot segments would serve a path outside its base URL with
-// the operator's key. CONNECT and TRACE are refused (a tunnel; an echo of the request, its
-// credentials among them). With client keys, only the routes PASSTHROUGH_ROUTES allows are
-// forwarded.
-func (s *Server) passThroughAllowed(r *http.Request) error {
-	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
-		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-			Message: r.Method + " is not forwarded"}
-	}
-	escaped := r.URL.EscapedPath()
-	for _, seg := range strings.Split(escaped, "/") {
-		decoded, err := url.PathUnescape(seg)
-		if err != nil {
-			return apierr.BadRequest("invalid_path", "", "the path is not a valid escaped URL path")
-		}
-		for _, part := range strings.FieldsFunc(decoded, func(r rune) bool { return r == '/' || r == '\\' }) {
-			if part == "." || part == ".." {
-				return apierr.BadRequest("invalid_path", "", "the path has a dot segment (. or ..); it is not forwarded")
-			}
-		}
-	}
-	if s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, "/v1"+restOfPath(escaped)) {
-		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
-			Message: r.Method + " /v1" + restOfPath(escaped) + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
-	}
-	return nil
-}
-
-// turnInbound is what a chat or Responses request brings: a thread turn's thread, placement and
-// body. A request without a thread is passed to forward, for its client ("" without client
-// keys), and one that fails is answered; ok is then false. The caller calls release when done
-// with the body.
-func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (thread tools.ThreadID, placement Placement, body []byte, release func(), ok bool) {
-	thread, ok, body, release, err := s.inbound(w, r, nil)
-	if err == nil && !ok {
-		if err = s.passThroughAllowed(r); err == nil {
-			forward(w, r, thread.Client, body)
-			return thread, "", nil, release, false
-		}
-	}
-	if err == nil {
-		placement, err = s.placementOf(r)
-	}
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return thread, "", nil, release, false
-	}
-	return thread, placement, body, release, true
-}
-
-// errShuttingDown answers a turn that would start once Wait has begun.
-var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
-	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
-
-// startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
-// caller ends a turn it started with endTurn.
-func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement Placement, model, path string) (*Turn, string, error) {
-	s.turnsMu.Lock()
-	if s.draining {
-		s.turnsMu.Unlock()
-		return nil, "", errShuttingDown
-	}
-	s.turns.Add(1) // under turnsMu: before Wait's
-	s.turnsMu.Unlock()
-	start, err := ws.StartTurn(r.Context())
-	if err != nil {
-		s.turns.Done()
-		return nil, "", err
-	}
-	t := &Turn{
-		Workspace: ws,
-		Start:     start,
-		Model:     model,
-		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
-			header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()},
-	}
-	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
-}
-
-// chat serves POST /v1/chat/completions and its thread-path form.
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
-	defer release()
-	if !ok {
-		return
-	}
-	req, err := ParseChatRequest(body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	if req.Legacy {
-		s.forward(w, r, body) // legacy functions: no workspace, no turn
-		return
-	}
-	t, text, err := s.startTurn(r, s.opts.Store.Workspace(thread), placement, req.Model(), "/chat/completions")
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	req.InjectWorkspace(text, placement)
-	req.askUsage()
-	if s.cacheKey {
-		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
-	}
-	defer s.endTurn(t)
-	if req.Stream {
-		out := s.sseWriter(w, thread)
-		defer out.close()
-		s.stream(r, t, newChatSSE(req, t.Upstream, s.log, thread.String(), out), out)
-		return
-	}
-	d := &chatJSON{req: req, up: t.Upstream, log: s.log, thread: thread.String()}
-	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
-}
-
-// responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
-func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	thread, placement, body, release, ok := s.turnInbound(w, r, s.forwardResponses)
-	defer release()
-	if !ok {
-		return
-	}
-	req, err := ParseResponsesRequest(body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	ws := s.opts.Store.Workspace(thread)
-	if req.ClientPrevious != "" {
-		cont, err := ws.Continuation(r.Context(), req.ClientPrevious)
-		switch {
-		case err == nil:
-			req.Continue(cont)
-		case !errors.Is(err, tools.ErrNotFound):
-			apierr.Write(w, r, s.log, err)
-			return
-		}
-	}
-	// With client keys: another thread's turn, or a response of a pass-through, is the client's
-	// own or a 404; so is every item the input references.
-	if err := s.ownedContinuation(r.Context(), thread, body, req.Continued); err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	t, text, err := s.startTurn(r, ws, placement, req.Model(), "/responses")
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	ids := &answerIDs{}
-	if s.opts.ClientKeys != nil {
-		t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
-	}
-	req.InjectWorkspace(text, placement)
-	req.askReasoning()
-	if s.cacheKey {
-		req.setDefault("prompt_cache_key", rawjson.String(promptCacheKey(thread)))
-	}
-	record := func(first, last string, owed []string) error {
-		if first == "" || last == "" {
-			return nil // nothing a client could continue from
-		}
-		// Recorded also when the client left while the round's workspace calls ran (they run
-		// to their end): a continuation from the turn must find them.
-		return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all())
-	}
-	defer s.endTurn(t)
-	if req.Stream {
-		out := s.sseWriter(w, thread)
-		defer out.close()
-		s.stream(r, t, newResponsesSSE(req, t.Upstream, out, record), out)
-		return
-	}
-	d := &responsesJSON{responsesTurn: responsesTurn{req: req, up: t.Upstream, record: record}}
-	s.reply(w, r, t, d, func() ([]byte, http.Header) { return d.body, d.header })
-}
-
-// reply runs a non-streamed turn and answers with the body and header answer gives once it ended.
-func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *Turn, d dialect, answer func() ([]byte, http.Header)) {
-	rounds, err := s.runner.run(r.Context(), t, d)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
-		return
-	}
-	body, header := answer()
-	h := w.Header()
-	apierr.CopyHeader(h, responseHeader(header))
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set(threadHeader, t.Workspace.ThreadID().Name)
-	h.Set("X-Workspace-Rounds", strconv.Itoa(rounds))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
-}
-
-// endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
-// written in the background (neither the answer nor the next request on the connection waits
-// for it; a failure to write it costs the count, not the answer).
-func (s *Server) endTurn(t *Turn) {
-	s.usage.add(t.Workspace.ThreadID(), t.Usage)
-	s.turns.Done()
-}
-
 // Wait waits for the thread turns still running, refusing new ones (503 shutting_down), then
 // writes the usage of every turn and waits for the writer to stop. Call it after the HTTP server
 // has shut down, before the store's pool closes: turns that outlived the shutdown deadline have
@@ -687,165 +373,3 @@ func (s *Server) Close() {
 
 // isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).
 func isOpenAI(u *url.URL) bool { return strings.TrimSuffix(u.String(), "/") == DefaultUpstreamURL }
-
-// promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
-// the thread's id (SPEC §3.1).
-func promptCacheKey(thread tools.ThreadID) string {
-	sum := sha256.Sum256([]byte("wsproxy prompt_cache_key\n" + thread.String()))
-	return "wsp_" + hex.EncodeToString(sum[:16])
-}
-
-// streamDialect is a dialect that streams to the client.
-type streamDialect interface {
-	dialect
-	// failure is the event (name and data) that ends a stream whose turn failed after its
-	// first byte.
-	failure(err error) (event string, data []byte)
-	// end is what follows the last event of a stream that succeeded (nil for nothing).
-	end() []byte
-}
-
-// stream serves a streamed turn. The status and headers go out with the first event, so a
-// failure before it gets a plain error response (but for the upstream's error event); after it,
-// one failure event ends the stream.
-func (s *Server) stream(r *http.Request, t *Turn, d streamDialect, out *sseWriter) {
-	_, err := s.runner.run(r.Context(), t, d)
-	if err == nil {
-		if end := d.end(); end != nil {
-			if err := out.write(end); err != nil {
-				s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before the end of the stream", slog.Any("err", err))
-			}
-		}
-		return
-	}
-	var se *apierr.StreamError
-	if started := out.close(); !started && !errors.As(err, &se) {
-		apierr.Write(out.w, r, s.log, err) // nothing went out yet: a plain error response
-		return
-	}
-	// After the first byte, or for the upstream's own error event (which a client straight from
-	// the upstream reads inside a stream too): one failure event ends the stream.
-	var ue *apierr.UpstreamError
-	if errors.As(err, &se) || errors.As(err, &ue) {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error after the stream started", slog.String("thread", t.Workspace.ThreadID().String()))
-	} else {
-		e := apierr.From(err)
-		if e.Status == apierr.StatusClientClosedRequest {
-			return
-		}
-		e.Log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
-	}
-	name, data := d.failure(err)
-	_ = out.write(sse.AppendNamedEvent(nil, name, data))
-}
-
-// sseWriter is the client side of a streamed turn: server-sent events on the response, and a
-// keepalive comment when the client has had nothing for the keepalive interval (docs/spec.md
-// §16) — once the stream started, or once the proxy began a round the client cannot see (before
-// that, the client waits for the upstream's status as it would straight). The keepalive is a
-// runtime timer, not a goroutine: it fires only when the stream is silent.
-type sseWriter struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	thread  string
-	every   time.Duration
-	mu      sync.Mutex // the timer writes too
-	started bool
-	waiting bool // a round the client cannot see began: keepalives may start the stream
-	closed  bool
-	last    time.Time // the last write
-	timer   *time.Timer
-	buf     []byte
-}
-
-var keepaliveComment = []byte(": keepalive\n\n")
-
-func (s *Server) sseWriter(w http.ResponseWriter, thread tools.ThreadID) *sseWriter {
-	o := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name, every: s.opts.StreamKeepalive, last: time.Now()}
-	o.mu.Lock() // the timer may fire before it is assigned
-	o.timer = time.AfterFunc(o.every, o.keepalive)
-	o.mu.Unlock()
-	return o
-}
-
-func (o *sseWriter) Emit(event string, data []byte) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.start()
-	o.buf = sse.AppendNamedEvent(o.buf[:0], event, data)
-	o.last = time.Now()
-	_, err := o.w.Write(o.buf)
-	return err
-}
-
-// start sends the status and headers of the stream, once.
-func (o *sseWriter) start() {
-	if o.started {
-		return
-	}
-	h := o.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
-	h.Set(threadHeader, o.thread)
-	o.w.WriteHeader(http.StatusOK)
-	o.started = true
-}
-
-// Flush sends what was written; before the stream started it means a round the client cannot
-// see began (the runner flushes before it runs the workspace's tools).
-func (o *sseWriter) Flush() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if !o.started {
-		o.waiting = true
-		return nil
-	}
-	return o.rc.Flush()
-}
-
-// keepalive writes a comment when the stream has been silent for the interval, and sets the
-// timer for the next check.
-func (o *sseWriter) keepalive() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return
-	}
-	if !o.started && !o.waiting {
-		o.timer.Reset(o.every)
-		return
-	}
-	if idle := time.Since(o.last); idle < o.every {
-		o.timer.Reset(o.every - idle)
-		return
-	}
-	o.start()
-	o.last = time.Now()
-	if _, err := o.w.Write(keepaliveComment); err == nil {
-		_ = o.rc.Flush()
-	}
-	o.timer.Reset(o.every)
-}
-
-// write writes b and flushes it.
-func (o *sseWriter) write(b []byte) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.start()
-	o.last = time.Now()
-	if _, err := o.w.Write(b); err != nil {
-		return err
-	}
-	return o.rc.Flush()
-}
-
-// close stops the keepalives and reports whether the stream started; the handler calls it
-// before it answers otherwise, and before it returns.
-func (o *sseWriter) close() (started bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.closed = true
-	o.timer.Stop()
-	return o.started
-}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -151,7 +152,7 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
-	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: randomHex(16)}
+	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text()}
 	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.sign("s", ses), Expires: exp})
 	return ses
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -155,7 +156,7 @@ func TestTraceOfRefusalsAndFailures(t *testing.T) {
 	}, 5e9, 1e7)
 	require.Equal(t, int64(1), attrs(tool)["wsproxy.tool.locked_skips"].AsInt64())
 	require.Equal(t, codes.Error, round2.Status().Code)
-	require.Equal(t, int64(DefaultRetries), attrs(round2)["wsproxy.retries"].AsInt64())
+	require.Equal(t, int64(turn.DefaultRetries), attrs(round2)["wsproxy.retries"].AsInt64())
 }
 
 // TestExemplars: with tracing on, the latency histograms carry the trace id of a sampled request

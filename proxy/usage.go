@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"sync"
 	"time"
@@ -41,7 +42,7 @@ type usageWriter struct {
 }
 
 func newUsageWriter(store *tools.Store, log *slog.Logger) *usageWriter {
-	return &usageWriter{store: store, log: log, id: randomHex(16), pending: map[tools.ThreadID]tools.Usage{}, closing: make(chan struct{})}
+	return &usageWriter{store: store, log: log, id: rand.Text(), pending: map[tools.ThreadID]tools.Usage{}, closing: make(chan struct{})}
 }
 
 // add queues a turn's usage. Once close was called it counts nothing (the caller's turns have

@@ -444,6 +444,7 @@ func TestParallelWrapper(t *testing.T) {
 func TestRoundTextCapNonStreamed(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
+	const maxRoundText = 1 << 20              // docs/spec.md §7: 1 MiB
 	long := strings.Repeat("é", maxRoundText) // 2 bytes each: twice the cap
 	e.up.Script(reply(cmpl(long, call{ID: "a", Name: "list_preferences", Arguments: `{}`})), reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "cap"}, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)

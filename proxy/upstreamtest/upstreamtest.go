@@ -308,3 +308,17 @@ func HostileBodies(size int) []HostileBody {
 		{"OneLongMessage", []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("x", size-50) + `"}]}`)},
 	}
 }
+
+// ChatBody is a realistic chat request of about size bytes: a system prompt, a conversation,
+// two client tools and vendor fields.
+func ChatBody(size int) []byte {
+	var msgs []string
+	msgs = append(msgs, `{"role":"system","content":"You are a careful research assistant. Cite sources."}`)
+	line := strings.Repeat("The soil carbon literature is vast and uneven. ", 4)
+	for total := 0; total < size-400; total += 2 * (len(line) + 40) {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":%q}`, line), fmt.Sprintf(`{"role":"assistant","content":%q}`, line))
+	}
+	return []byte(`{"model":"gpt-4o","temperature":0.3,"top_k":40,"chat_template_kwargs":{"enable_thinking":false},"messages":[` +
+		strings.Join(msgs, ",") + `],"tools":[{"type":"function","function":{"name":"search","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}},` +
+		`{"type":"function","function":{"name":"fetch","parameters":{"type":"object","properties":{"url":{"type":"string"}}}}}]}`)
+}

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"encoding/json"

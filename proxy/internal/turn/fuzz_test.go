@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"bytes"
@@ -148,7 +148,7 @@ func FuzzResponsesSSE(f *testing.F) {
 				t.Fatalf("a workspace call reached the client: %s", ev)
 			}
 			return nil
-		}), func(string, string, []string) error { return nil })
+		}))
 		s.newRound()
 		r := sse.NewReader(strings.NewReader(stream))
 		for range 10000 {
@@ -157,7 +157,7 @@ func FuzzResponsesSSE(f *testing.F) {
 				break
 			}
 			if err := s.event(data); err != nil {
-				if _, failure := s.failure(err); !json.Valid(failure) {
+				if _, failure := s.Failure(err); !json.Valid(failure) {
 					t.Fatalf("the failure event is not JSON: %q", failure)
 				}
 				return

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"context"
@@ -6,17 +6,11 @@ import (
 	"net/http"
 )
 
-// recordTurn records, durably, which upstream response (last) ended a Responses turn whose
-// client got the id first, and the workspace calls of last whose outputs the upstream was not
-// sent (owed). The turn fails when it cannot: a later continuation would lose its context.
-type recordTurn func(first, last string, owed []string) error
-
 // responsesTurn is what both Responses dialects keep of a turn: its request and upstream, how its
 // end is recorded, its id, the visible output of the rounds before the last, and the last round.
 type responsesTurn struct {
 	req    *ResponsesRequest
 	up     Upstream
-	record recordTurn
 	first  string            // the turn's id: its first response's
 	output []json.RawMessage // the visible output items of the rounds before the last
 	last   *responseRound
@@ -32,7 +26,12 @@ func (t *responsesTurn) extend(calls []toolCall, results []string) {
 }
 
 // recordEnd records which upstream response ended the turn, and the calls it was owed outputs of.
-func (t *responsesTurn) recordEnd() error { return t.record(t.first, t.last.id, t.last.owed()) }
+func (t *responsesTurn) recordEnd() error {
+	if t.req.Record == nil || t.first == "" || t.last.id == "" {
+		return nil // nothing a client could continue from
+	}
+	return t.req.Record(t.first, t.last.id, t.last.owed())
+}
 
 // responsesJSON is the dialect of a non-streamed Responses turn (SPEC §12): each round's reply
 // is one response object, and the client gets one at the end.
@@ -61,6 +60,9 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 }
 
 func (d *responsesJSON) pause() error { return nil }
+
+// Answer is the client's body, and the last round's upstream header.
+func (d *responsesJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
 // finish records the turn and answers with the last response: untouched when the turn was one
 // round that held no workspace call and continued nothing recorded (the proxy is invisible),

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"bytes"
@@ -49,8 +49,8 @@ type responsesSSE struct {
 	scratch rawjson.Object
 }
 
-func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter, record recordTurn) *responsesSSE {
-	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up, record: record}, out: out}
+func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter) *responsesSSE {
+	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, out: out}
 }
 
 func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
@@ -323,9 +323,9 @@ func (s *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
 	return s.emit(s.terminal, ev)
 }
 
-// failure is the response.failed event that ends a stream whose turn failed after its first
+// Failure is the response.failed event that ends a stream whose turn failed after its first
 // byte: the turn's response so far, with the error's code and message.
-func (s *responsesSSE) failure(err error) (string, []byte) {
+func (s *responsesSSE) Failure(err error) (string, []byte) {
 	f := apierr.StreamFailure(err)
 	code := f.Code
 	if code == "" {
@@ -349,8 +349,11 @@ func (s *responsesSSE) failure(err error) (string, []byte) {
 	return "response.failed", ev.Bytes()
 }
 
-// end is what follows the terminal event: nothing (the Responses API sends no [DONE]).
-func (s *responsesSSE) end() []byte { return nil }
+// End is what follows the terminal event: nothing (the Responses API sends no [DONE]).
+func (s *responsesSSE) End() []byte { return nil }
+
+// Keepalive is a comment line, which SSE parsers skip.
+func (s *responsesSSE) Keepalive() []byte { return keepaliveComment }
 
 // emit sends an event with the next sequence_number.
 func (s *responsesSSE) emit(typ string, ev rawjson.Object) error {

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ func TestParseChatRequestFlags(t *testing.T) {
 	t.Parallel()
 	c, err := ParseChatRequest([]byte(`{"messages":[],"n":1,"stream":true,"stream_options":{"include_usage":true}}`))
 	require.NoError(t, err)
-	require.True(t, c.Stream)
+	require.True(t, c.Streamed())
 	require.True(t, c.IncludeUsage)
 	c, err = ParseChatRequest([]byte(`{"messages":[],"functions":[{"name":"f"}]}`))
 	require.NoError(t, err)

@@ -1,10 +1,9 @@
-package proxy
+package turn
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -13,9 +12,6 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 )
-
-// maxResponseBody caps a non-streamed upstream response.
-const maxResponseBody = 64 << 20
 
 // chatJSON is the dialect of a non-streamed chat completions turn: each round's reply is one
 // JSON body, and the client gets one body at the end.
@@ -32,24 +28,6 @@ type chatJSON struct {
 }
 
 func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
-
-// postJSON sends a round's body upstream and reads its non-streamed answer, up to
-// maxResponseBody.
-func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Header, error) {
-	resp, err := up.Post(ctx, body)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
-	if err != nil {
-		return nil, nil, apierr.Transport(ctx, err)
-	}
-	if len(raw) > maxResponseBody {
-		return nil, nil, fmt.Errorf("%w: response over %d bytes", apierr.ErrUpstreamProtocol, maxResponseBody)
-	}
-	return raw, resp.Header, nil
-}
 
 func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	raw, header, err := postJSON(ctx, d.up, body)
@@ -69,6 +47,9 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 }
 
 func (d *chatJSON) pause() error { return nil }
+
+// Answer is the client's body, and the last round's upstream header.
+func (d *chatJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
 func (d *chatJSON) extend(calls []toolCall, results []string) {
 	content, cut := capText(d.last.message.Get("content"))

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"cmp"
@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
@@ -47,7 +46,7 @@ type Runner struct {
 	// in a turn; zero means DefaultMaxToolCallsPerRound and DefaultMaxToolCallsPerTurn.
 	MaxToolCallsPerRound, MaxToolCallsPerTurn int
 	// Metrics, when set, counts tool calls, locked skips, tool rounds and tokens.
-	Metrics *Metrics
+	Metrics Metrics
 	// Logger, when set, logs tool failures the model sees and retries; nil logs nothing.
 	Logger *slog.Logger
 	// Retries bounds the retries of a round that follows executed tools; zero means
@@ -57,13 +56,17 @@ type Runner struct {
 	// DefaultRetryBackoff.
 	RetryBackoff time.Duration
 
-	tracing tracing // set by NewServer; the zero value traces nothing
+	// Tracing traces rounds and tool calls; the zero value traces nothing.
+	Tracing Tracing
 }
 
 // Turn is one request of a thread, ready to run: its dialect's request already carries the
 // workspace block.
 type Turn struct {
 	Workspace *tools.Workspace
+	// Log logs what the client does not see (a round's text sent back truncated); nil logs
+	// nothing.
+	Log *slog.Logger
 	// Start is the turn's start: its number, and the workspace its first round shows the model.
 	Start    tools.TurnStart
 	Model    string // the model the request names
@@ -75,6 +78,21 @@ type Turn struct {
 	calls int
 }
 
+// metrics are r.Metrics, or none.
+func (r *Runner) metrics() Metrics {
+	if r.Metrics == nil {
+		return noMetrics{}
+	}
+	return r.Metrics
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ToolCall(string, bool, int) {}
+func (noMetrics) ToolRounds(int)             {}
+func (noMetrics) Tokens(tools.Usage)         {}
+func (noMetrics) UpstreamRetry()             {}
+
 func (r *Runner) maxToolRounds() int {
 	if r.MaxToolRounds > 0 {
 		return r.MaxToolRounds
@@ -82,45 +100,8 @@ func (r *Runner) maxToolRounds() int {
 	return DefaultMaxToolRounds
 }
 
-// toolCall is one tool call of a reply.
-type toolCall struct {
-	ID        string
-	Name      string
-	Arguments string
-	Client    bool            // one of the client's tools: the client runs it
-	Raw       json.RawMessage // as the upstream sent it (non-streamed replies), or as the proxy made it
-	// shown: a streamed client call whose deltas the client already got.
-	shown bool
-	// Parts are the workspace calls of a parallel wrapper run as one call (its result lists
-	// theirs), for wire formats that send one output per call the model made.
-	Parts []toolCall
-}
-
-// dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
-// server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
-// (responsesSSE). The loop (Runner.run) is the same for every dialect: it asks for the next
-// round's request, has the dialect fetch and decode the reply, runs the workspace's calls, has
-// the dialect extend the request with them, and has it finish the turn. A new wire format is a
-// new dialect, never a new loop.
-type dialect interface {
-	// request is the upstream body of the next round, with or without the workspace tools.
-	request(withWorkspaceTools bool) Payload
-	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
-	// client's marked), its usage, and what it says of itself (for traces). An error after part
-	// of the round reached the client is wrapped in noRetry.
-	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, info roundInfo, err error)
-	// pause is called before the loop waits for the workspace's tools: a stream sends what it
-	// holds.
-	pause() error
-	// extend appends the last reply and the results of the workspace's calls to the request.
-	extend(calls []toolCall, results []string)
-	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
-	// with the usage of every round.
-	finish(clientCalls []toolCall, usage *usageSum, rounds int) error
-}
-
-// run is the loop of a turn (SPEC §6), whatever its dialect. It returns the upstream calls made.
-func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
+// Run is the loop of a turn (SPEC §6), whatever its dialect. It returns the upstream calls made.
+func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
 	// ran counts the rounds that ran workspace calls, for wsproxy_tool_rounds: the tool rounds,
@@ -128,7 +109,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 	// but no turn the model answered at once either, which the metric's 0 is for, §9).
 	ran := 0
 	defer func() {
-		r.Metrics.observeToolRounds(ran)
+		r.metrics().ToolRounds(ran)
 		t.Usage = usage.tokens
 	}()
 	// The list the model was shown, which the indices of each round's calls name (docs/spec.md
@@ -140,7 +121,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 		var calls []toolCall
 		var roundUsage json.RawMessage
 		var info roundInfo
-		rctx, span := r.tracing.roundSpan(ctx, t, n)
+		rctx, span := r.Tracing.roundSpan(ctx, t, n)
 		attempts := 0
 		err := r.retry(rctx, n, func() (err error) {
 			attempts++
@@ -153,7 +134,7 @@ func (r *Runner) run(ctx context.Context, t *Turn, d dialect) (int, error) {
 			return n, err
 		}
 		usage.add(roundUsage, tokens)
-		r.Metrics.addTokens(tokens)
+		r.metrics().Tokens(tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {
 			if c.Client {
@@ -215,7 +196,7 @@ func (r *Runner) retry(ctx context.Context, n int, call func() error) error {
 				wait = max(wait, min(time.Duration(secs)*time.Second, maxRetryAfter))
 			}
 		}
-		r.Metrics.upstreamRetry()
+		r.metrics().UpstreamRetry()
 		if r.Logger != nil {
 			r.Logger.LogAttrs(ctx, slog.LevelWarn, "retrying an upstream round after tools ran", slog.Int("round", n),
 				slog.Int("attempt", attempt+1), slog.Duration("wait", wait), slog.Any("err", err))
@@ -283,7 +264,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 			out[i] = notRun(fmt.Sprintf("a turn runs at most %d workspace calls; answer the user", perTurn))
 		}
 		if out[i] != "" {
-			r.Metrics.toolCall(call.Name, false, 0)
+			r.metrics().ToolCall(call.Name, false, 0)
 			continue
 		}
 		t.calls++
@@ -306,13 +287,13 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 
 // runTool runs one workspace call.
 func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, call toolCall) (tools.Result, error) {
-	tctx, span := r.tracing.toolSpan(ctx, call)
+	tctx, span := r.Tracing.toolSpan(ctx, call)
 	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments, View: view})
-	r.tracing.endTool(span, res, err)
+	r.Tracing.endTool(span, res, err)
 	if err != nil {
 		return res, err
 	}
-	r.Metrics.toolCall(call.Name, res.OK, res.LockedSkips)
+	r.metrics().ToolCall(call.Name, res.OK, res.LockedSkips)
 	if !res.OK && r.Logger != nil {
 		r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID().String()),
 			slog.String("tool", call.Name), slog.String("result", res.Content))
@@ -335,126 +316,6 @@ func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View,
 		items[i] = o.Bytes()
 	}
 	return string(rawjson.AppendArray(nil, items)), nil
-}
-
-// usageSum adds up the usage objects of a turn's rounds (docs/spec.md §16): one round's goes
-// to the client as the upstream sent it; several are merged member by member in the last
-// round's order (members only earlier rounds had after them): numbers summed (integers
-// saturating at the int64 bounds), objects merged alike, null the same as absent, anything else
-// the last round's. It keeps the raw objects and merges them only when asked, so a turn of one
-// round decodes nothing; the token counts it sums as it goes.
-type usageSum struct {
-	raws   []json.RawMessage
-	tokens tools.Usage
-}
-
-// add keeps a round's usage and its token counts (tokenCounts(raw)); raw must stay unchanged
-// until json is called.
-func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
-	if !isNull(raw) {
-		u.raws = append(u.raws, raw)
-		u.tokens.Add(tokens)
-	}
-}
-
-// tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
-// prompt_tokens_details.cached_tokens and completion_tokens, or the Responses API's
-// input_tokens, input_tokens_details.cached_tokens and output_tokens. Counts that are not
-// non-negative integers count 0; those past the int64 bounds count as its largest.
-func tokenCounts(raw json.RawMessage) tools.Usage {
-	var u tools.Usage
-	o, err := rawjson.Parse(raw)
-	if err != nil {
-		return u
-	}
-	count := func(o rawjson.Object, key string) int64 {
-		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64) // past the bounds: the largest
-		return max(n, 0)
-	}
-	cached := func(details string) int64 {
-		d, err := rawjson.Parse(o.Get(details))
-		if err != nil {
-			return 0
-		}
-		return count(d, "cached_tokens")
-	}
-	u.Add(tools.Usage{PromptTokens: count(o, "prompt_tokens"), CompletionTokens: count(o, "completion_tokens"),
-		CachedPromptTokens: cached("prompt_tokens_details")})
-	u.Add(tools.Usage{PromptTokens: count(o, "input_tokens"), CompletionTokens: count(o, "output_tokens"),
-		CachedPromptTokens: cached("input_tokens_details")})
-	return u
-}
-
-func (u *usageSum) empty() bool { return len(u.raws) == 0 }
-
-func (u *usageSum) json() json.RawMessage {
-	if len(u.raws) == 0 {
-		return nil
-	}
-	sum := u.raws[0]
-	for _, raw := range u.raws[1:] {
-		sum = mergeUsage(sum, raw)
-	}
-	return sum
-}
-
-// mergeUsage merges usage object b, the later, into a (see usageSum).
-func mergeUsage(a, b json.RawMessage) json.RawMessage {
-	bo, err := rawjson.Parse(b)
-	if err != nil {
-		return a
-	}
-	ao, err := rawjson.Parse(a)
-	if err != nil {
-		return b
-	}
-	out := rawjson.Object{}
-	for i, k := range bo.Keys {
-		out.Set(k, mergeValue(ao.Get(k), bo.Vals[i]))
-	}
-	for i, k := range ao.Keys {
-		if out.Index(k) < 0 {
-			out.Set(k, ao.Vals[i])
-		}
-	}
-	return out.Bytes()
-}
-
-func mergeValue(a, b json.RawMessage) json.RawMessage {
-	switch {
-	case isNull(a):
-		return b
-	case isNull(b):
-		return a
-	case a[0] == '{' && b[0] == '{':
-		return mergeUsage(a, b)
-	case isNumber(a) && isNumber(b):
-		return addNumbers(a, b)
-	}
-	return b
-}
-
-func isNumber(v json.RawMessage) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
-
-// addNumbers adds two JSON numbers: integers exactly, saturating at the int64 bounds; others as
-// float64.
-func addNumbers(a, b json.RawMessage) json.RawMessage {
-	x, errX := strconv.ParseInt(string(a), 10, 64)
-	y, errY := strconv.ParseInt(string(b), 10, 64)
-	if errX == nil && errY == nil {
-		return json.RawMessage(strconv.FormatInt(tools.AddTokens(x, y), 10))
-	}
-	f, _ := strconv.ParseFloat(string(a), 64)
-	g, _ := strconv.ParseFloat(string(b), 64)
-	sum := f + g
-	if math.IsInf(sum, 0) || math.IsNaN(sum) {
-		sum = math.Copysign(math.MaxFloat64, sum)
-	}
-	format := byte('f')
-	if math.Abs(sum) >= 1e21 {
-		format = 'g'
-	}
-	return json.RawMessage(strconv.FormatFloat(sum, format, -1, 64))
 }
 
 func newCallID() string { return "call_" + randomHex(12) }

@@ -1,9 +1,7 @@
-package proxy
+package turn
 
 import (
 	"encoding/json"
-	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -37,8 +35,13 @@ type ResponsesRequest struct {
 	// set when the proxy sent another in its place (a recorded turn's last response).
 	ClientPrevious string
 	Continued      bool
-	// Stream is the client's "stream".
-	Stream bool
+	// Record, when set, records durably which upstream response (last) ended the turn whose
+	// client got the id first, and the workspace calls of last whose outputs the upstream was not
+	// sent (owed); the turn fails when it cannot, since a later continuation would lose its
+	// context.
+	Record func(first, last string, owed []string) error
+	// streamed is the client's "stream".
+	streamed bool
 }
 
 // ParseResponsesRequest parses and checks a Responses thread turn's body (SPEC §12, §10).
@@ -90,9 +93,32 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		}
 	}
 	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.Stream)
+		_ = json.Unmarshal(s, &c.streamed)
 	}
 	return c, nil
+}
+
+// Streamed reports whether the client asked for a stream.
+func (c *ResponsesRequest) Streamed() bool { return c.streamed }
+
+// Prepare puts the workspace text where placement says, has an unstored reasoning turn get its
+// reasoning back encrypted, and sets the prompt_cache_key the client did not ("" for none).
+func (c *ResponsesRequest) Prepare(text string, placement Placement, cacheKey string) {
+	c.InjectWorkspace(text, placement)
+	c.askReasoning()
+	if cacheKey != "" {
+		c.setDefault("prompt_cache_key", rawjson.String(cacheKey))
+	}
+}
+
+// JSON is the dialect of a non-streamed Responses turn.
+func (c *ResponsesRequest) JSON(t *Turn) JSONDialect {
+	return &responsesJSON{responsesTurn: responsesTurn{req: c, up: t.Upstream}}
+}
+
+// Stream is the dialect of a streamed Responses turn.
+func (c *ResponsesRequest) Stream(t *Turn, out Emitter) StreamDialect {
+	return newResponsesSSE(c, t.Upstream, out)
 }
 
 // Stored reports whether the client asked the upstream to store the response (the API's
@@ -247,183 +273,4 @@ func (c *ResponsesRequest) inputRuns() []Payload {
 		return c.input
 	}
 	return append([]Payload{{c.owed}}, c.input...)
-}
-
-// responsesWorkspaceTools are the five tools in the Responses API's function-tool shape
-// ({"type":"function","name","description","parameters","strict":false}: the API's strict
-// default would require every property), as one run of elements.
-var responsesWorkspaceTools = func() Payload {
-	list := make([]json.RawMessage, len(tools.Definitions))
-	for i, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(def, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
-		o := rawjson.Object{}
-		o.Set("type", rawjson.String("function"))
-		o.Set("name", rawjson.String(d.Function.Name))
-		o.Set("description", rawjson.String(d.Function.Description))
-		o.Set("parameters", d.Function.Parameters)
-		o.Set("strict", json.RawMessage("false"))
-		list[i] = o.Bytes()
-	}
-	return Payload{elementRun(list)}
-}()
-
-// responseRound is one round's response object, as the upstream sent it (a non-streamed body,
-// or the `response` of a stream's terminal event).
-type responseRound struct {
-	top    rawjson.Object
-	id     string
-	model  string
-	status string
-	stored bool
-	items  []json.RawMessage // output, as it came
-	calls  []toolCall        // the function calls and other calls the client runs, in order
-	hidden []bool            // per item: a workspace call, never shown to the client
-}
-
-// clientCallTypes are the output items, other than function calls, that the client runs: a
-// round with one of them ends the turn like a call of the client's function.
-var clientCallTypes = map[string]bool{
-	"custom_tool_call": true, "local_shell_call": true, "shell_call": true, "apply_patch_call": true,
-	"computer_call": true, "mcp_approval_request": true,
-}
-
-// parseResponse reads a round's response object. Only its function calls are the proxy's to
-// understand; an output item of any other type (or one that is not an object) is the client's
-// to see, as it came, and an output that is not an array holds nothing the proxy runs.
-func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
-	top, err := rawjson.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: the response is not a JSON object", apierr.ErrUpstreamProtocol)
-	}
-	// Stored only when the response says so: a server that omits store may keep nothing, and a
-	// round resent whole works on every server.
-	rd := &responseRound{top: top, stored: string(top.Get("store")) == "true"}
-	rd.id, rd.model, rd.status = text(top.Get("id")), text(top.Get("model")), text(top.Get("status"))
-	if out := top.Get("output"); !isNull(out) {
-		rd.items, _ = rawjson.Split(out)
-	}
-	rd.hidden = make([]bool, len(rd.items))
-	for i, item := range rd.items {
-		o, err := rawjson.Parse(item)
-		if err != nil {
-			continue
-		}
-		typ := text(o.Get("type"))
-		switch {
-		case typ == "function_call":
-			c := responsesCall(o, req.IsClientTool)
-			c.Raw = item
-			rd.hidden[i] = !c.Client
-			rd.calls = append(rd.calls, c)
-		case clientCallTypes[typ]:
-			rd.calls = append(rd.calls, toolCall{ID: text(o.Get("call_id")), Name: typ, Client: true, Raw: item})
-		}
-	}
-	return rd, nil
-}
-
-// responsesCall is a function_call output item as the loop runs it: the workspace's call, the
-// client's, or a parallel wrapper of workspace calls only, run as one call (Parts); a wrapper
-// that also names the client's tools is the client's call, as the model made it (the upstream
-// expects one output per call_id).
-func responsesCall(item rawjson.Object, client func(string) bool) toolCall {
-	c := toolCall{ID: text(item.Get("call_id")), Name: text(item.Get("name")), Arguments: arguments(item.Get("arguments"))}
-	if c.ID == "" {
-		c.ID = text(item.Get("id"))
-	}
-	if c.ID == "" {
-		c.ID = newCallID()
-	}
-	c.Client = client(c.Name) // any other name is run as the workspace's, as in chat turns
-	if parts, ok := wrapperCalls(c, client); ok {
-		for n, p := range parts {
-			if !tools.IsTool(p.name) {
-				c.Client, c.Parts = true, nil
-				break
-			}
-			c.Parts = append(c.Parts, toolCall{ID: c.ID + "_" + strconv.Itoa(n+1), Name: p.name, Arguments: p.args})
-		}
-	} else if isParallelWrapper(c.Name, client) {
-		c.Client = true
-	}
-	return c
-}
-
-// workspaceCallIDs are the call_ids of the round's workspace calls.
-func (rd *responseRound) workspaceCallIDs() []string {
-	var ids []string
-	for _, c := range rd.calls {
-		if !c.Client {
-			ids = append(ids, c.ID)
-		}
-	}
-	return ids
-}
-
-// owed are the call_ids of the round's workspace calls when the upstream stored the round: a
-// client continuing from it owes the upstream their outputs, which the proxy sends (SPEC §12).
-// An unstored round owes nothing: its client sends the items it saw, which hold none of them.
-func (rd *responseRound) owed() []string {
-	if !rd.stored {
-		return nil
-	}
-	return rd.workspaceCallIDs()
-}
-
-// info is what the round says of itself, for traces.
-func (rd *responseRound) info() roundInfo {
-	info := roundInfo{model: rd.model, id: rd.id}
-	if rd.status != "" {
-		info.finishReasons = []string{rd.status}
-	}
-	return info
-}
-
-// turnID is a turn's id: its first response's, or one made up when the upstream gave none.
-func turnID(first string) string {
-	if first != "" {
-		return first
-	}
-	return "resp_" + randomHex(24)
-}
-
-// visible appends the round's items the client may see (all but the workspace's calls).
-func (rd *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
-	for i, item := range rd.items {
-		if !rd.hidden[i] {
-			dst = append(dst, item)
-		}
-	}
-	return dst
-}
-
-// answer is the response object the client gets at the end of a turn: the last round's, with the
-// turn's id, the visible output of every round, the usage summed over rounds, and the
-// previous_response_id the client sent.
-func (rd *responseRound) answer(id string, output []json.RawMessage, usage *usageSum, rounds int, req *ResponsesRequest) []byte {
-	o := rd.top.Clone()
-	o.Set("id", rawjson.String(id))
-	o.Set("output", rawjson.AppendArray(nil, output))
-	if rounds > 1 && !usage.empty() {
-		o.Set("usage", usage.json())
-	}
-	if rounds > 1 || req.Continued {
-		prev := json.RawMessage("null")
-		if req.ClientPrevious != "" {
-			prev = rawjson.String(req.ClientPrevious)
-		}
-		if o.Index("previous_response_id") >= 0 {
-			o.Set("previous_response_id", prev)
-		}
-	}
-	return o.Bytes()
 }

@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"bytes"
@@ -16,17 +16,6 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
-
-// Emitter is the client of a streamed turn.
-type Emitter interface {
-	// Emit writes one event: data (a chat.completion.chunk, a Responses event) under the event
-	// name event ("" for none).
-	Emit(event string, data []byte) error
-	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
-	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
-	// arrived together leave together.
-	Flush() error
-}
 
 // chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
 // to the client as the upstream sent them, in every round, but for what the proxy owns: the
@@ -589,9 +578,9 @@ func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
 	return s.send(u, choice.Clone(), delta, json.RawMessage("null"))
 }
 
-// failure is the event that ends a stream whose turn failed after its first byte: the
+// Failure is the event that ends a stream whose turn failed after its first byte: the
 // upstream's own error event, or the proxy's error.
-func (s *chatSSE) failure(err error) (string, []byte) {
+func (s *chatSSE) Failure(err error) (string, []byte) {
 	var se *apierr.StreamError
 	if errors.As(err, &se) {
 		if !s.emitted && s.last.Keys != nil {
@@ -610,5 +599,10 @@ func (s *chatSSE) failure(err error) (string, []byte) {
 	return "", apierr.StreamFailure(err).Body()
 }
 
-// end is what follows the last chunk of a stream that succeeded.
-func (s *chatSSE) end() []byte { return []byte("data: [DONE]\n\n") }
+// End is what follows the last chunk of a stream that succeeded.
+func (s *chatSSE) End() []byte { return []byte("data: [DONE]\n\n") }
+
+// Keepalive is a comment line, which SSE parsers skip.
+func (s *chatSSE) Keepalive() []byte { return keepaliveComment }
+
+var keepaliveComment = []byte(": keepalive\n\n")

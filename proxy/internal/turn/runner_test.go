@@ -1,4 +1,4 @@
-package proxy
+package turn
 
 import (
 	"bytes"
@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	openaigo "github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
@@ -80,7 +78,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	require.NoError(t, err)
 	var got int
 	var chunks int
-	rounds, err := (&Runner{}).run(context.Background(), &Turn{Workspace: ws, Start: turn, Upstream: up},
+	rounds, err := (&Runner{}).Run(context.Background(), &Turn{Workspace: ws, Start: turn, Upstream: up},
 		newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
@@ -99,36 +97,6 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	require.Equal(t, n*size+5, got, "the client got every byte")
 	require.Less(t, up.sizes[1], up.sizes[0]+maxRoundText+4096, "round 2 carries at most the cap of round 1's text")
 	require.Greater(t, up.sizes[1], up.sizes[0]+maxRoundText/2)
-}
-
-// TestOfficialClientNonStreamed: openai-go, not streamed, with a client tool and the workspace
-// tools in the loop.
-func TestOfficialClientNonStreamed(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.up.Script(
-		reply(cmpl("", call{ID: "a", Name: "set_objective", Arguments: `{"text":"Know the weather","action_and_reasoning":"goal"}`})),
-		reply(cmpl("", call{ID: "w", Name: "get_weather", Arguments: `{"city":"Oslo"}`})),
-	)
-	client := e.officialClient("official")
-	resp, err := client.Chat.Completions.New(context.Background(), openaigo.ChatCompletionNewParams{
-		Model:    "gpt-test",
-		Messages: []openaigo.ChatCompletionMessageParamUnion{openaigo.SystemMessage("Be terse."), openaigo.UserMessage("Weather in Oslo?")},
-		Tools: []openaigo.ChatCompletionToolUnionParam{openaigo.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
-			Name: "get_weather", Parameters: shared.FunctionParameters{"type": "object"},
-		})},
-	})
-	require.NoError(t, err)
-	require.Equal(t, "tool_calls", resp.Choices[0].FinishReason)
-	require.Len(t, resp.Choices[0].Message.ToolCalls, 1)
-	require.Equal(t, "get_weather", resp.Choices[0].Message.ToolCalls[0].Function.Name)
-	require.Equal(t, int64(30), resp.Usage.TotalTokens)
-	require.Equal(t, "Know the weather", e.workspace("official").Objective.Text)
-	require.Equal(t, []string{"get_weather", "add_preferences", "list_preferences", "update_preferences", "remove_preferences", "set_objective"},
-		toolNames(e.upstreamRequest(1)))
-	require.Equal(t, "Be terse.", messages(e.upstreamRequest(0))[0]["content"])
-	require.Equal(t, "Weather in Oslo?\n\nINSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>",
-		messages(e.upstreamRequest(0))[1]["content"])
 }
 
 // TestRunnerLoopWithoutHTTP drives the one loop through both chat dialects with a fake upstream
@@ -163,7 +131,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 			var answer string
 			var usage map[string]any
 			if streamed {
-				rounds, err := (&Runner{}).run(context.Background(), tt, newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
+				rounds, err := (&Runner{}).Run(context.Background(), tt, newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
 					var c struct {
 						Choices []struct {
 							Delta struct{ Content string } `json:"delta"`
@@ -183,7 +151,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 				require.Equal(t, 2, rounds)
 			} else {
 				d := &chatJSON{req: req, up: up}
-				rounds, err := (&Runner{}).run(context.Background(), tt, d)
+				rounds, err := (&Runner{}).Run(context.Background(), tt, d)
 				require.NoError(t, err)
 				require.Equal(t, 2, rounds)
 				var c struct {
@@ -205,3 +173,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 		})
 	}
 }
+
+type call = upstreamtest.Call
+
+var cmpl = upstreamtest.Completion

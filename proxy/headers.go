@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (the list net/http/httputil strips),
+// never forwarded by a proxy.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// outboundHeader is the header of a rewritten upstream request: the client's, less hop-by-hop
+// headers, those that described the original body and those stripHeaders removes.
+func (s *Server) outboundHeader(in http.Header) http.Header {
+	h := in.Clone()
+	removeHopHeaders(h)
+	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host"} {
+		h.Del(k)
+	}
+	s.stripHeaders(h)
+	return h
+}
+
+// stripHeaders removes, from a request to the upstream (a thread turn's or a pass-through),
+// the proxy's own headers, those that tell of the client's network (Forwarded, X-Forwarded-*,
+// X-Real-IP), its cookies (the panel's session among them: the upstream is no party to them),
+// and sets the upstream key when there is one. With client keys it also removes every header
+// that may carry a client's credential (clientCredential) and those by which a client could
+// pick the operator's organization or project.
+func (s *Server) stripHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Forwarded-") || (s.opts.ClientKeys != nil && clientCredential(k)) {
+			delete(h, k)
+		}
+	}
+	for _, k := range []string{threadHeader, placementHeader, "Forwarded", "X-Real-Ip", "Cookie"} {
+		h.Del(k)
+	}
+	if s.opts.ClientKeys != nil {
+		for _, k := range []string{"Openai-Organization", "Openai-Project"} {
+			h.Del(k)
+		}
+	}
+	if s.opts.UpstreamAPIKey != "" {
+		h.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
+	}
+}
+
+// credentialWords are the parts of a header name that mark a credential (Authorization,
+// X-Api-Key, Api-Key, Ocp-Apim-Subscription-Key, X-Auth-Token, X-Goog-Api-Key, …).
+var credentialWords = []string{"auth", "api-key", "apikey", "api_key", "subscription-key", "access-key", "token", "secret", "password", "credential", "cookie"}
+
+// clientCredential reports a request header that may carry a client's credential: none of them
+// goes upstream for clients with keys, who are wsproxy's and whose upstream credential is
+// UPSTREAM_API_KEY alone.
+func clientCredential(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range credentialWords {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromUpstream is what the proxy changes in an upstream's response before a client gets it:
+// with client keys, the headers that name the operator's account and the upstream's cookies go
+// (identity); the operator's key, should an error body or a stream's event quote it, is redacted (key, when
+// UPSTREAM_API_KEY is set).
+type fromUpstream struct {
+	identity bool
+	key      []byte
+}
+
+func (s *Server) fromUpstream() fromUpstream {
+	return fromUpstream{identity: s.opts.ClientKeys != nil, key: s.upstreamKey}
+}
+
+// identityHeaders name the operator's account, or are the upstream's cookies.
+var identityHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Set-Cookie2"}
+
+func (f fromUpstream) header(h http.Header) {
+	if f.identity {
+		for _, k := range identityHeaders {
+			h.Del(k)
+		}
+	}
+}
+
+// redacted stands where an error body, or an event of a stream, quoted the operator's key.
+const redacted = "[redacted]"
+
+func (f fromUpstream) redact(body []byte) []byte {
+	if len(f.key) == 0 || !bytes.Contains(body, f.key) {
+		return body
+	}
+	return bytes.ReplaceAll(body, f.key, []byte(redacted))
+}
+
+// passThroughResponse applies f to a pass-through's response (ReverseProxy.ModifyResponse): an
+// error body (not 2xx) is read, up to maxErrorBody, for redaction, and sent as it came but for
+// the key (decompressed when it came gzipped: rewritePassThrough asks for nothing else).
+func (f fromUpstream) passThroughResponse(resp *http.Response) error {
+	f.header(resp.Header)
+	if len(f.key) == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return fmt.Errorf("read upstream error body: %w", err)
+		}
+		body = zr
+		resp.Header.Del("Content-Encoding")
+	}
+	b, err := io.ReadAll(io.LimitReader(body, maxErrorBody))
+	if err != nil {
+		return fmt.Errorf("read upstream error body: %w", err)
+	}
+	b = f.redact(b)
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.TransferEncoding = nil
+	return nil
+}
+
+func removeHopHeaders(h http.Header) {
+	// Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// responseHeader is what the client gets of an upstream response's header when the proxy writes
+// the body itself.
+func responseHeader(in http.Header) http.Header {
+	h := in.Clone()
+	removeHopHeaders(h)
+	h.Del("Content-Length")
+	h.Del("Content-Encoding")
+	return h
+}

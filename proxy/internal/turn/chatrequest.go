@@ -1,0 +1,212 @@
+package turn
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+)
+
+// ChatRequest is a client's chat completion request on a thread turn, kept as raw JSON: the
+// proxy touches `messages` and `tools` (and drops `tool_choice` and `parallel_tool_calls` when
+// a round has no tools left); every other field reaches the upstream with its exact bytes. The
+// client's messages and tools are never split into per-element values: they stay runs of the
+// body's bytes, so a rewrite costs a small constant over the body's size whatever it holds.
+type ChatRequest struct {
+	topLevel
+	// msgs is the client's messages array, and where its elements lie.
+	msgs json.RawMessage
+	elements
+	// messages is the conversation sent upstream, as runs of raw elements (a run may hold
+	// several of the client's messages, as they came), each run in pieces: the client's
+	// messages with the workspace injected, then each tool round's messages.
+	messages []Payload
+	clientTools
+	// streamed is the client's "stream"; IncludeUsage its stream_options.include_usage.
+	streamed     bool
+	IncludeUsage bool
+	// Legacy: the request uses the legacy functions/function_call fields; it is passed through
+	// without a workspace.
+	Legacy bool
+}
+
+// span is where an element lies in its array: msgs[start:end].
+type span struct{ start, end int }
+
+// elements is where the elements of an array lie: n of them; first, second and last their spans,
+// beforeLast the end of the one before the last.
+type elements struct {
+	n                   int
+	first, second, last span
+	beforeLast          int
+}
+
+// objects finds the elements of list, an array of objects named name in the request: 400 for
+// an element that is not an object (naming it), or with notArray for a list that is not an array.
+func objects(list json.RawMessage, name, notArray string) (elements, error) {
+	var el elements
+	err := rawjson.Each(list, func(i, start, end int) error {
+		if list[start] != '{' {
+			return apierr.BadRequest("invalid_type", fmt.Sprintf("%s[%d]", name, i), "%s[%d] must be an object", name, i)
+		}
+		switch i {
+		case 0:
+			el.first = span{start, end}
+		case 1:
+			el.second = span{start, end}
+		}
+		el.beforeLast, el.last, el.n = el.last.end, span{start, end}, i+1
+		return nil
+	})
+	if err != nil {
+		var e *apierr.Error
+		if errors.As(err, &e) {
+			return elements{}, e
+		}
+		return elements{}, apierr.BadRequest("invalid_type", name, "%s", notArray)
+	}
+	return el, nil
+}
+
+// ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
+func ParseChatRequest(body []byte) (*ChatRequest, error) {
+	top, err := rawjson.Parse(body) // checks the whole body as it goes
+	if err != nil {
+		if !rawjson.Valid(body) {
+			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
+		}
+		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+	}
+	c := &ChatRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
+	if c.msgs == nil {
+		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages is required")
+	}
+	if c.elements, err = objects(c.msgs, "messages", "messages must be an array"); err != nil {
+		return nil, err
+	}
+	if c.n > 0 {
+		c.messages = []Payload{{c.msgs[c.first.start:c.last.end]}}
+	}
+	if top.Has("functions") || top.Has("function_call") {
+		c.Legacy = true
+		return c, nil
+	}
+	if t := top.Get("tools"); t != nil && string(t) != "null" {
+		if err := c.check(t); err != nil {
+			return nil, err
+		}
+	}
+	if n := top.Get("n"); n != nil && string(n) != "null" {
+		var v float64
+		if json.Unmarshal(n, &v) != nil || v > 1 {
+			return nil, apierr.BadRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
+		}
+	}
+	if s := top.Get("stream"); s != nil {
+		_ = json.Unmarshal(s, &c.streamed)
+	}
+	if so := top.Get("stream_options"); c.streamed && so != nil {
+		var opts struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		_ = json.Unmarshal(so, &opts)
+		c.IncludeUsage = opts.IncludeUsage
+	}
+	return c, nil
+}
+
+// topLevel is a request's top-level members, as the client sent them.
+type topLevel struct{ fields rawjson.Object }
+
+// Model is the model the request names ("" when none).
+func (f *topLevel) Model() string {
+	m, _ := rawjson.Unquote(f.fields.Get("model"))
+	return m
+}
+
+// setDefault sets a top-level member the client did not send.
+func (f *topLevel) setDefault(key string, value json.RawMessage) {
+	if f.fields.Get(key) == nil {
+		f.fields.Set(key, value)
+	}
+}
+
+// Streamed reports whether the client asked for a stream.
+func (c *ChatRequest) Streamed() bool { return c.streamed }
+
+// Prepare puts the workspace text where placement says, asks a streamed turn's upstream for its
+// usage, and sets the prompt_cache_key the client did not ("" for none).
+func (c *ChatRequest) Prepare(text string, placement Placement, cacheKey string) {
+	c.InjectWorkspace(text, placement)
+	c.askUsage()
+	if cacheKey != "" {
+		c.setDefault("prompt_cache_key", rawjson.String(cacheKey))
+	}
+}
+
+// JSON is the dialect of a non-streamed chat turn.
+func (c *ChatRequest) JSON(t *Turn) JSONDialect {
+	return &chatJSON{req: c, up: t.Upstream, log: t.Log, thread: t.Workspace.ThreadID().String()}
+}
+
+// Stream is the dialect of a streamed chat turn.
+func (c *ChatRequest) Stream(t *Turn, out Emitter) StreamDialect {
+	return newChatSSE(c, t.Upstream, t.Log, t.Workspace.ThreadID().String(), out)
+}
+
+// askUsage has a streamed turn's upstream send its usage (stream_options.include_usage), which
+// the proxy counts; the client gets the usage chunk only when it asked for it (IncludeUsage).
+// Other members of stream_options keep their values.
+func (c *ChatRequest) askUsage() {
+	if !c.streamed || c.IncludeUsage {
+		return
+	}
+	opts, err := rawjson.Parse(c.fields.Get("stream_options"))
+	if err != nil { // absent, null, or not an object: the upstream's to refuse as it was
+		if v := c.fields.Get("stream_options"); v != nil && string(v) != "null" {
+			return
+		}
+		opts = rawjson.Object{}
+	}
+	opts.Set("include_usage", json.RawMessage("true"))
+	c.fields.Set("stream_options", opts.Bytes())
+}
+
+// appendRound adds a tool round to the conversation: the assistant message of the reply
+// (content, the reasoning members the upstream sent, and the workspace's calls) and one tool
+// message per call with its result.
+func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []string) {
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("assistant"))
+	if len(content) == 0 {
+		content = json.RawMessage("null")
+	}
+	msg.Set("content", content)
+	items := make([]json.RawMessage, len(calls))
+	for i, call := range calls {
+		items[i] = chatCallJSON(call)
+	}
+	msg.Set("tool_calls", rawjson.AppendArray(nil, items))
+	for i, k := range reasoning.Keys {
+		// Servers that return reasoning (DeepSeek, vLLM, SGLang) expect it back within a turn.
+		msg.Set(k, reasoning.Vals[i])
+	}
+	c.messages = append(c.messages, Payload{msg.Bytes()})
+	for i, call := range calls {
+		tm := rawjson.Object{}
+		tm.Set("role", rawjson.String("tool"))
+		tm.Set("tool_call_id", rawjson.String(call.ID))
+		tm.Set("content", rawjson.String(results[i]))
+		c.messages = append(c.messages, Payload{tm.Bytes()})
+	}
+}
+
+// Body encodes the request for one upstream round: the conversation so far and the client's
+// tools, followed by the proxy's when withWorkspaceTools (see roundBody). Large values go out as
+// pieces of the client's body: nothing of it is copied.
+func (c *ChatRequest) Body(withWorkspaceTools bool) Payload {
+	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, workspaceTools))
+}

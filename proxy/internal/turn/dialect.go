@@ -1,0 +1,113 @@
+// Package turn is wsproxy's turn engine: a thread turn's request read and rewritten on raw JSON
+// (the workspace placed, the five tools added), the one loop that runs the workspace's calls and
+// calls the upstream again until the model answers (Runner), and the wire dialects it speaks —
+// chat completions and the Responses API, each as JSON and as server-sent events. It knows
+// neither HTTP handlers nor Prometheus: the upstream is an interface, the client of a stream an
+// Emitter, and metrics go through Metrics (docs/architecture.md).
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Request is a client's request of a thread turn in one wire API (ChatRequest,
+// ResponsesRequest), ready to run once Prepare has put the workspace in it.
+type Request interface {
+	// Model is the model the request names ("" for none).
+	Model() string
+	// Streamed reports whether the client asked for a stream.
+	Streamed() bool
+	// Prepare puts text (the instructions and the block) where placement says, and what the
+	// turn adds for the upstream: its usage when streamed, a prompt_cache_key ("" for none) the
+	// client did not set, what lets a round's reasoning go back.
+	Prepare(text string, placement Placement, cacheKey string)
+	// JSON is the dialect of a turn whose client gets one body.
+	JSON(t *Turn) JSONDialect
+	// Stream is the dialect of a turn whose client gets a stream, on out.
+	Stream(t *Turn, out Emitter) StreamDialect
+}
+
+// Dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
+// server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
+// (responsesSSE). The loop (Runner.Run) is the same for every dialect: it asks for the next
+// round's request, has the dialect fetch and decode the reply, runs the workspace's calls, has
+// the dialect extend the request with them, and has it finish the turn. A new wire format is a
+// new dialect, never a new loop.
+type Dialect interface {
+	// request is the upstream body of the next round, with or without the workspace tools.
+	request(withWorkspaceTools bool) Payload
+	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
+	// client's marked), its usage, and what it says of itself (for traces). An error after part
+	// of the round reached the client is wrapped in noRetry.
+	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, info roundInfo, err error)
+	// pause is called before the loop waits for the workspace's tools: a stream sends what it
+	// holds.
+	pause() error
+	// extend appends the last reply and the results of the workspace's calls to the request.
+	extend(calls []toolCall, results []string)
+	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
+	// with the usage of every round.
+	finish(clientCalls []toolCall, usage *usageSum, rounds int) error
+}
+
+// JSONDialect is a dialect whose client gets one body.
+type JSONDialect interface {
+	Dialect
+	// Answer is the client's body and the upstream's header of the last round, once the turn
+	// ended.
+	Answer() (body []byte, header http.Header)
+}
+
+// StreamDialect is a dialect whose client gets a stream.
+type StreamDialect interface {
+	Dialect
+	// Failure is the event (name and data) that ends a stream whose turn failed after its first
+	// byte.
+	Failure(err error) (event string, data []byte)
+	// End is what follows the last event of a stream that succeeded (nil for nothing).
+	End() []byte
+	// Keepalive is what keeps a silent stream alive (docs/spec.md §16).
+	Keepalive() []byte
+}
+
+// Emitter is the client of a streamed turn.
+type Emitter interface {
+	// Emit writes one event: data (a chat.completion.chunk, a Responses event) under the event
+	// name event ("" for none).
+	Emit(event string, data []byte) error
+	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
+	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
+	// arrived together leave together.
+	Flush() error
+}
+
+// Metrics count what the loop does; the HTTP edge's Prometheus metrics implement it.
+type Metrics interface {
+	// ToolCall counts a workspace call of tool name: ok or refused, with the locked items it
+	// left alone.
+	ToolCall(name string, ok bool, lockedSkips int)
+	// ToolRounds records a turn's rounds that ran workspace calls.
+	ToolRounds(n int)
+	// Tokens counts the tokens one round's upstream reported.
+	Tokens(u tools.Usage)
+	// UpstreamRetry counts a round sent again after the turn's tools ran.
+	UpstreamRetry()
+}
+
+// toolCall is one tool call of a reply.
+type toolCall struct {
+	ID        string
+	Name      string
+	Arguments string
+	Client    bool            // one of the client's tools: the client runs it
+	Raw       json.RawMessage // as the upstream sent it (non-streamed replies), or as the proxy made it
+	// shown: a streamed client call whose deltas the client already got.
+	shown bool
+	// Parts are the workspace calls of a parallel wrapper run as one call (its result lists
+	// theirs), for wire formats that send one output per call the model made.
+	Parts []toolCall
+}

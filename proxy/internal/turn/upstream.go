@@ -1,0 +1,59 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
+)
+
+// Upstream sends one round of a turn to the model server's endpoint of the turn (such as
+// …/chat/completions). It is all the loop knows of the model server, so a fake upstream makes
+// the loop testable without HTTP.
+type Upstream interface {
+	// Post posts body. A non-2xx answer is an *apierr.UpstreamError (its body read and kept); failing
+	// to reach the upstream wraps apierr.ErrUpstreamUnreachable or apierr.ErrUpstreamTimeout. The caller
+	// closes the response body.
+	Post(ctx context.Context, body Payload) (*UpstreamResponse, error)
+}
+
+// UpstreamResponse is a 2xx answer of the upstream.
+type UpstreamResponse struct {
+	Header http.Header
+	Body   io.ReadCloser
+}
+
+// readError classifies a failure to read an upstream's response body: a stream that breaks the
+// event format is the upstream's protocol error; the rest is a transport failure.
+func readError(ctx context.Context, err error) error {
+	if errors.Is(err, sse.ErrInvalid) {
+		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, err)
+	}
+	return apierr.Transport(ctx, err)
+}
+
+// maxResponseBody caps a non-streamed upstream response.
+const maxResponseBody = 64 << 20
+
+// postJSON sends a round's body upstream and reads its non-streamed answer, up to
+// maxResponseBody.
+func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Header, error) {
+	resp, err := up.Post(ctx, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	if err != nil {
+		return nil, nil, apierr.Transport(ctx, err)
+	}
+	if len(raw) > maxResponseBody {
+		return nil, nil, fmt.Errorf("%w: response over %d bytes", apierr.ErrUpstreamProtocol, maxResponseBody)
+	}
+	return raw, resp.Header, nil
+}

@@ -1,0 +1,130 @@
+package turn
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// usageSum adds up the usage objects of a turn's rounds (docs/spec.md §16): one round's goes
+// to the client as the upstream sent it; several are merged member by member in the last
+// round's order (members only earlier rounds had after them): numbers summed (integers
+// saturating at the int64 bounds), objects merged alike, null the same as absent, anything else
+// the last round's. It keeps the raw objects and merges them only when asked, so a turn of one
+// round decodes nothing; the token counts it sums as it goes.
+type usageSum struct {
+	raws   []json.RawMessage
+	tokens tools.Usage
+}
+
+// add keeps a round's usage and its token counts (tokenCounts(raw)); raw must stay unchanged
+// until json is called.
+func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
+	if !isNull(raw) {
+		u.raws = append(u.raws, raw)
+		u.tokens.Add(tokens)
+	}
+}
+
+// tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
+// prompt_tokens_details.cached_tokens and completion_tokens, or the Responses API's
+// input_tokens, input_tokens_details.cached_tokens and output_tokens. Counts that are not
+// non-negative integers count 0; those past the int64 bounds count as its largest.
+func tokenCounts(raw json.RawMessage) tools.Usage {
+	var u tools.Usage
+	o, err := rawjson.Parse(raw)
+	if err != nil {
+		return u
+	}
+	count := func(o rawjson.Object, key string) int64 {
+		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64) // past the bounds: the largest
+		return max(n, 0)
+	}
+	cached := func(details string) int64 {
+		d, err := rawjson.Parse(o.Get(details))
+		if err != nil {
+			return 0
+		}
+		return count(d, "cached_tokens")
+	}
+	u.Add(tools.Usage{PromptTokens: count(o, "prompt_tokens"), CompletionTokens: count(o, "completion_tokens"),
+		CachedPromptTokens: cached("prompt_tokens_details")})
+	u.Add(tools.Usage{PromptTokens: count(o, "input_tokens"), CompletionTokens: count(o, "output_tokens"),
+		CachedPromptTokens: cached("input_tokens_details")})
+	return u
+}
+
+func (u *usageSum) empty() bool { return len(u.raws) == 0 }
+
+func (u *usageSum) json() json.RawMessage {
+	if len(u.raws) == 0 {
+		return nil
+	}
+	sum := u.raws[0]
+	for _, raw := range u.raws[1:] {
+		sum = mergeUsage(sum, raw)
+	}
+	return sum
+}
+
+// mergeUsage merges usage object b, the later, into a (see usageSum).
+func mergeUsage(a, b json.RawMessage) json.RawMessage {
+	bo, err := rawjson.Parse(b)
+	if err != nil {
+		return a
+	}
+	ao, err := rawjson.Parse(a)
+	if err != nil {
+		return b
+	}
+	out := rawjson.Object{}
+	for i, k := range bo.Keys {
+		out.Set(k, mergeValue(ao.Get(k), bo.Vals[i]))
+	}
+	for i, k := range ao.Keys {
+		if out.Index(k) < 0 {
+			out.Set(k, ao.Vals[i])
+		}
+	}
+	return out.Bytes()
+}
+
+func mergeValue(a, b json.RawMessage) json.RawMessage {
+	switch {
+	case isNull(a):
+		return b
+	case isNull(b):
+		return a
+	case a[0] == '{' && b[0] == '{':
+		return mergeUsage(a, b)
+	case isNumber(a) && isNumber(b):
+		return addNumbers(a, b)
+	}
+	return b
+}
+
+func isNumber(v json.RawMessage) bool { return v[0] == '-' || (v[0] >= '0' && v[0] <= '9') }
+
+// addNumbers adds two JSON numbers: integers exactly, saturating at the int64 bounds; others as
+// float64.
+func addNumbers(a, b json.RawMessage) json.RawMessage {
+	x, errX := strconv.ParseInt(string(a), 10, 64)
+	y, errY := strconv.ParseInt(string(b), 10, 64)
+	if errX == nil && errY == nil {
+		return json.RawMessage(strconv.FormatInt(tools.AddTokens(x, y), 10))
+	}
+	f, _ := strconv.ParseFloat(string(a), 64)
+	g, _ := strconv.ParseFloat(string(b), 64)
+	sum := f + g
+	if math.IsInf(sum, 0) || math.IsNaN(sum) {
+		sum = math.Copysign(math.MaxFloat64, sum)
+	}
+	format := byte('f')
+	if math.Abs(sum) >= 1e21 {
+		format = 'g'
+	}
+	return json.RawMessage(strconv.FormatFloat(sum, format, -1, 64))
+}

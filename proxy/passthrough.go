@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// copyBuffers recycles the 32 KB buffers ReverseProxy copies response bodies with.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte { return *copyBufferPool.Get().(*[]byte) }
+
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
+
+// inbound reads what every /v1 request brings: the thread it names (ok false for none), for
+// its client when there are client keys, and its body; the caller calls release when done with
+// the body. check, when set, runs once the client is known, before anything else is read.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
+	release = func() {}
+	client, err := s.clientOf(r)
+	if err != nil {
+		return thread, false, nil, release, err
+	}
+	if check != nil {
+		if err := check(r); err != nil {
+			return thread, false, nil, release, err
+		}
+	}
+	if thread, ok, err = threadOf(r, client); err != nil {
+		return thread, false, nil, release, err
+	}
+	body, release, err = s.readBody(w, r)
+	return thread, ok, body, release, err
+}
+
+// passThrough forwards any other /v1 request to the upstream unchanged.
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
+	_, _, body, release, err := s.inbound(w, r, s.passThroughAllowed)
+	defer release()
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	s.forward(w, r, body)
+}
+
+// forward sends the request with body to the upstream and its response back, both unchanged.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body = http.NoBody
+	}
+	s.reverse.ServeHTTP(w, r)
+}
+
+func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
+	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
+	// any path with dot segments.
+	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
+	pr.Out.Host = ""
+	s.stripHeaders(pr.Out.Header)
+	if s.opts.UpstreamAPIKey != "" {
+		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
+		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
+			pr.Out.Header.Set("Accept-Encoding", "gzip")
+		} else {
+			pr.Out.Header.Del("Accept-Encoding")
+		}
+	}
+	s.tracing.inject(pr.In.Context(), pr.Out.Header)
+}
+
+// restOfPath is the part of a client path (escaped) after its /v1 (or /threads/{thread}/v1).
+func restOfPath(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/threads/"); ok {
+		if i := strings.Index(rest, "/v1/"); i >= 0 {
+			return rest[i+len("/v1"):]
+		}
+	}
+	return strings.TrimPrefix(path, "/v1")
+}
+
+// passThroughAllowed checks a request that is about to be forwarded as it is, once its client
+// is known (inbound: a client without a key learns nothing of the routes). A path with a
+// segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
+// refused: an upstream that resolves dot segments would serve a path outside its base URL with
+// the operator's key. CONNECT and TRACE are refused (a tunnel; an echo of the request, its
+// credentials among them). With client keys, only the routes PASSTHROUGH_ROUTES allows are
+// forwarded.
+func (s *Server) passThroughAllowed(r *http.Request) error {
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: r.Method + " is not forwarded"}
+	}
+	escaped := r.URL.EscapedPath()
+	for _, seg := range strings.Split(escaped, "/") {
+		decoded, err := url.PathUnescape(seg)
+		if err != nil {
+			return apierr.BadRequest("invalid_path", "", "the path is not a valid escaped URL path")
+		}
+		for _, part := range strings.FieldsFunc(decoded, func(r rune) bool { return r == '/' || r == '\\' }) {
+			if part == "." || part == ".." {
+				return apierr.BadRequest("invalid_path", "", "the path has a dot segment (. or ..); it is not forwarded")
+			}
+		}
+	}
+	if s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, "/v1"+restOfPath(escaped)) {
+		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
+			Message: r.Method + " /v1" + restOfPath(escaped) + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
+	}
+	return nil
+}

@@ -1,0 +1,286 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// placementOf is the request's placement: its X-Workspace-Placement header, else the
+// configured one.
+func (s *Server) placementOf(r *http.Request) (turn.Placement, error) {
+	h := r.Header.Get(placementHeader)
+	if h == "" {
+		return s.opts.Placement, nil
+	}
+	p, err := turn.ParsePlacement(h)
+	if err != nil {
+		return "", apierr.BadRequest("invalid_placement", placementHeader, "%s: %s", placementHeader, err.Error())
+	}
+	return p, nil
+}
+
+// instructions is the text that stands before the block.
+func (s *Server) instructions(p turn.Placement) string {
+	switch {
+	case s.opts.Instructions != "":
+		return s.opts.Instructions
+	case p == turn.PlaceSystem:
+		return tools.SystemInstructions
+	}
+	return tools.TailInstructions
+}
+
+// threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
+// request's client ("" without client keys). ok is false when it names none (the id then holds
+// the client alone). Empty headers count as absent; two that differ, or a header and a path that
+// differ, are a thread_mismatch.
+func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
+	name := r.PathValue("thread")
+	for _, h := range r.Header.Values(threadHeader) {
+		switch {
+		case h == "":
+		case name == "":
+			name = h
+		case h != name:
+			return tools.ThreadID{}, false, apierr.BadRequest("thread_mismatch", threadHeader,
+				"the %s headers and the path name different threads", threadHeader)
+		}
+	}
+	if name == "" {
+		return tools.ThreadID{Client: client}, false, nil
+	}
+	if id, err = tools.NewThreadID(client, name); err != nil {
+		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", threadHeader, "%s", err.Error())
+	}
+	return id, true, nil
+}
+
+// turnRequest is what a chat, Responses or Messages request of a thread brings: its thread,
+// placement and body; release returns the body's bytes to the budget.
+type turnRequest struct {
+	thread    tools.ThreadID
+	placement turn.Placement
+	body      []byte
+	release   func()
+}
+
+// turnInbound reads a chat or Responses request: a thread turn's thread, placement and body. A
+// request without a thread is passed to forward, for its client ("" without client keys), and
+// one that fails is answered; ok is then false. The caller calls in.release when done.
+func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in turnRequest, ok bool) {
+	thread, ok, body, release, err := s.inbound(w, r, nil)
+	in = turnRequest{thread: thread, body: body, release: release}
+	if err == nil && !ok {
+		if err = s.passThroughAllowed(r); err == nil {
+			forward(w, r, thread.Client, body)
+			return in, false
+		}
+	}
+	if err == nil {
+		in.placement, err = s.placementOf(r)
+	}
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return in, false
+	}
+	return in, true
+}
+
+// errShuttingDown answers a turn that would start once Wait has begun.
+var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
+	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
+
+// chat serves POST /v1/chat/completions and its thread-path form.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	in, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
+	defer in.release()
+	if !ok {
+		return
+	}
+	req, err := turn.ParseChatRequest(in.body)
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	if req.Legacy {
+		s.forward(w, r, in.body) // legacy functions: no workspace, no turn
+		return
+	}
+	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), "/chat/completions", nil)
+}
+
+// responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	in, ok := s.turnInbound(w, r, s.forwardResponses)
+	defer in.release()
+	if !ok {
+		return
+	}
+	req, err := turn.ParseResponsesRequest(in.body)
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	ws := s.opts.Store.Workspace(in.thread)
+	if req.ClientPrevious != "" {
+		cont, err := ws.Continuation(r.Context(), req.ClientPrevious)
+		switch {
+		case err == nil:
+			req.Continue(cont)
+		case !errors.Is(err, tools.ErrNotFound):
+			apierr.Write(w, r, s.log, err)
+			return
+		}
+	}
+	// With client keys: another thread's turn, or a response of a pass-through, is the client's
+	// own or a 404; so is every item the input references.
+	if err := s.ownedContinuation(r.Context(), in.thread, in.body, req.Continued); err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	s.serveTurn(w, r, in, req, ws, "/responses", func(t *turn.Turn) {
+		ids := &answerIDs{}
+		if s.opts.ClientKeys != nil {
+			t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
+		}
+		req.Record = func(first, last string, owed []string) error {
+			// Recorded also when the client left while the round's workspace calls ran (they
+			// run to their end): a continuation from the turn must find them.
+			return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all())
+		}
+	})
+}
+
+// serveTurn runs a thread turn of req, whatever its wire API, toward the upstream's path: it
+// takes the turn's number and workspace, has setup (when set) fit the turn to its API, puts
+// the workspace in the request, and answers with a stream or one body; the turn's usage goes
+// to its thread when it ends.
+func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in turnRequest, req turn.Request, ws *tools.Workspace, path string, setup func(*turn.Turn)) {
+	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), path)
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	defer s.endTurn(t)
+	if setup != nil {
+		setup(t)
+	}
+	cacheKey := ""
+	if s.cacheKey {
+		cacheKey = promptCacheKey(in.thread)
+	}
+	req.Prepare(text, in.placement, cacheKey)
+	if req.Streamed() {
+		out := s.sseWriter(w, in.thread)
+		defer out.close()
+		s.stream(r, t, req.Stream(t, out), out)
+		return
+	}
+	s.reply(w, r, t, req.JSON(t))
+}
+
+// startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
+// caller ends a turn it started with endTurn.
+func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.Placement, model, path string) (*turn.Turn, string, error) {
+	s.turnsMu.Lock()
+	if s.draining {
+		s.turnsMu.Unlock()
+		return nil, "", errShuttingDown
+	}
+	s.turns.Add(1) // under turnsMu: before Shutdown's Wait
+	s.turnsMu.Unlock()
+	start, err := ws.StartTurn(r.Context())
+	if err != nil {
+		s.turns.Done()
+		return nil, "", err
+	}
+	t := &turn.Turn{
+		Workspace: ws,
+		Log:       s.log,
+		Start:     start,
+		Model:     model,
+		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
+			header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()},
+	}
+	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
+}
+
+// endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
+// written in the background (neither the answer nor the next request on the connection waits
+// for it; a failure to write it costs the count, not the answer).
+func (s *Server) endTurn(t *turn.Turn) {
+	s.usage.add(t.Workspace.ThreadID(), t.Usage)
+	s.turns.Done()
+}
+
+// reply runs a non-streamed turn and answers with its body once it ended.
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d turn.JSONDialect) {
+	rounds, err := s.runner.Run(r.Context(), t, d)
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	body, header := d.Answer()
+	h := w.Header()
+	apierr.CopyHeader(h, responseHeader(header))
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set(threadHeader, t.Workspace.ThreadID().Name)
+	h.Set("X-Workspace-Rounds", strconv.Itoa(rounds))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// stream serves a streamed turn. The status and headers go out with the first event, so a
+// failure before it gets a plain error response (but for the upstream's error event); after it,
+// one failure event ends the stream.
+func (s *Server) stream(r *http.Request, t *turn.Turn, d turn.StreamDialect, out *sseWriter) {
+	out.keepaliveWith(d.Keepalive())
+	_, err := s.runner.Run(r.Context(), t, d)
+	if err == nil {
+		if end := d.End(); end != nil {
+			if err := out.write(end); err != nil {
+				s.log.LogAttrs(r.Context(), slog.LevelDebug, "client left before the end of the stream", slog.Any("err", err))
+			}
+		}
+		return
+	}
+	var se *apierr.StreamError
+	if started := out.close(); !started && !errors.As(err, &se) {
+		apierr.Write(out.w, r, s.log, err) // nothing went out yet: a plain error response
+		return
+	}
+	// After the first byte, or for the upstream's own error event (which a client straight from
+	// the upstream reads inside a stream too): one failure event ends the stream.
+	var ue *apierr.UpstreamError
+	if errors.As(err, &se) || errors.As(err, &ue) {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error after the stream started", slog.String("thread", t.Workspace.ThreadID().String()))
+	} else {
+		e := apierr.From(err)
+		if e.Status == apierr.StatusClientClosedRequest {
+			return
+		}
+		e.Log(r.Context(), s.log, "stream failed", slog.String("thread", t.Workspace.ThreadID().String()))
+	}
+	name, data := d.Failure(err)
+	_ = out.write(sse.AppendNamedEvent(nil, name, data))
+}
+
+// promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
+// the thread's id (SPEC §3.1).
+func promptCacheKey(thread tools.ThreadID) string {
+	sum := sha256.Sum256([]byte("wsproxy prompt_cache_key\n" + thread.String()))
+	return "wsp_" + hex.EncodeToString(sum[:16])
+}
