@@ -71,7 +71,12 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	srv.Listener = Listener(srv.Listener)
 	srv.Config.ConnContext = ConnContext
 	srv.Start()
-	t.Cleanup(func() { p.Close(); srv.Close(); p.Wait() })
+	t.Cleanup(func() {
+		shut := make(chan error, 1)
+		go func() { shut <- p.Shutdown(context.Background()) }() // the event streams end, so srv.Close can finish
+		srv.Close()
+		<-shut
+	})
 	return &env{t: t, up: up, srv: srv, proxy: p, pool: pool, store: store, reg: reg, o: opts}
 }
 
@@ -201,4 +206,10 @@ func reply(body string) upstreamtest.Reply { return upstreamtest.JSON(200, body)
 
 func pgxpoolNew(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(context.Background(), cfg)
+}
+
+// page is a list answer of the admin REST.
+type page[T any] struct {
+	Data    []T  `json:"data"`
+	HasMore bool `json:"has_more"`
 }

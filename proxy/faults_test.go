@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	adminpkg "github.com/wsproxy/wsproxy/proxy/internal/admin"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -226,7 +228,9 @@ func TestPostgresRefusesConnections(t *testing.T) {
 		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, refuse.name)
 		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
-		for _, rt := range adminRouteTable {
+		for _, route := range adminpkg.Routes() {
+			method, routePath, _ := strings.Cut(route, " ")
+			rt := struct{ method, path string }{method, routePath}
 			if !strings.Contains(rt.path, "{thread}") && rt.path != "/admin/v1/threads" {
 				continue // the OpenAPI document needs no database
 			}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
@@ -127,7 +128,8 @@ func TestEventStream(t *testing.T) {
 	e := setup(t)
 	other := setupWithPool(t, e.pool) // a second replica
 	// No heartbeat in this test: only Postgres's notifications can wake the streams.
-	e.proxy.heartbeat, other.proxy.heartbeat = time.Hour, time.Hour
+	e.proxy.admin.SetHeartbeat(time.Hour)
+	other.proxy.admin.SetHeartbeat(time.Hour)
 	e.admin("PUT", "/admin/v1/threads/live/objective", map[string]any{"text": "Before the stream"}, 200, nil)
 
 	s := e.openStream(e.srv.URL, "live", "")
@@ -155,7 +157,7 @@ func TestEventStream(t *testing.T) {
 	require.Equal(t, "preference_removed", ev.Kind)
 
 	// An idle stream gets a comment line at each heartbeat.
-	e.proxy.heartbeat = 20 * time.Millisecond
+	e.proxy.admin.SetHeartbeat(20 * time.Millisecond)
 	idle := e.openStream(e.srv.URL, "live", "")
 	for {
 		line, err := idle.rd.ReadString('\n')
@@ -168,7 +170,7 @@ func TestEventStream(t *testing.T) {
 	// Shutting down ends the stream.
 	done := make(chan error, 1)
 	go func() { _, err := io.Copy(io.Discard, s.resp.Body); done <- err }()
-	other.proxy.Close()
+	go func() { _ = other.proxy.Shutdown(context.Background()) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -337,7 +339,7 @@ func TestPanelSessions(t *testing.T) {
 	require.Equal(t, 429, anon.signIn(adminToken), "even the right token waits out the window")
 
 	// UI=off: no panel, and links are refused.
-	off := setupWithPool(t, e.pool, func(o *Options) { o.NoPanel = true })
+	off := setupWithPool(t, e.pool, func(o *Options) { o.DisablePanel = true })
 	resp, err = http.Get(off.srv.URL + "/ui/")
 	require.NoError(t, err)
 	resp.Body.Close()

@@ -148,13 +148,13 @@ func TestCredentialsNotForwarded(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	var paths []string
 	for _, c := range resp.Cookies() {
-		require.Equal(t, sessionCookie, c.Name)
+		require.Equal(t, "wsproxy_session", c.Name)
 		paths = append(paths, c.Path)
 	}
 	require.ElementsMatch(t, []string{"/ui/", "/admin/"}, paths, "the session cookie goes where the panel needs it, nowhere else")
 	for _, thread := range []string{"", "t1"} {
 		resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": thread,
-			"Cookie": sessionCookie + "=s.abc; other=1", "Content-Type": "application/json"}, `{"messages":[{"role":"user","content":"x"}]}`)
+			"Cookie": "wsproxy_session" + "=s.abc; other=1", "Content-Type": "application/json"}, `{"messages":[{"role":"user","content":"x"}]}`)
 		require.Equal(t, 200, resp.StatusCode, body)
 		got := e.up.Requests()
 		require.Empty(t, got[len(got)-1].Header.Values("Cookie"), "thread %q", thread)

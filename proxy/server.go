@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/admin"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -113,8 +114,8 @@ type Options struct {
 	// ListenURL is a direct connection to Postgres for LISTEN (DATABASE_LISTEN_URL): the event
 	// streams of every replica wake on its notifications. Empty: streams read at each heartbeat.
 	ListenURL string
-	// NoPanel turns the workspace panel (/ui/) off (UI=off).
-	NoPanel bool
+	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
+	DisablePanel bool
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
 	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
 	// Zero means DefaultStreamKeepalive.
@@ -137,22 +138,15 @@ type Server struct {
 	maxBytes    int64
 	budget      bodyBudget
 	cacheKey    bool // set prompt_cache_key on thread turns
-	// usage writes the turns' usage in the background; Wait writes what is left.
+	// usage writes the turns' usage in the background; Shutdown writes what is left.
 	usage *usageWriter
-	// turns are the thread turns in flight, which Wait waits for; draining (set by Wait) refuses
-	// new ones.
+	// turns are the thread turns in flight, which Shutdown waits for; draining (set by
+	// Shutdown) refuses new ones.
 	turnsMu  sync.Mutex
 	draining bool
 	turns    sync.WaitGroup
-	// The panel and the event streams: sessions and links are signed by signer; the hub wakes
-	// streams on Postgres's notifications, listened to until Close; closing ends the streams.
-	signer     signer
-	hub        *eventHub
-	closing    chan struct{}
-	closeOnce  sync.Once
-	heartbeat  time.Duration // of the event streams
-	stopListen context.CancelFunc
-	listening  sync.WaitGroup
+	// admin is the user path: the admin REST, the panel, the event streams.
+	admin *admin.Server
 }
 
 // NewServer returns a server with its routes.
@@ -207,14 +201,8 @@ func NewServer(opts Options) *Server {
 	s.upstreamKey = []byte(opts.UpstreamAPIKey)
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
-	s.signer, s.hub, s.closing, s.heartbeat = newSigner(opts.AdminToken), newEventHub(), make(chan struct{}), heartbeat
-	listenCtx, stop := context.WithCancel(context.Background())
-	s.stopListen = stop
-	if opts.ListenURL != "" {
-		s.listening.Go(func() {
-			tools.ListenEvents(listenCtx, opts.ListenURL, s.hub.changed, s.hub.resync, s.log)
-		})
-	}
+	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, ListenURL: opts.ListenURL,
+		DisablePanel: opts.DisablePanel, Logger: opts.Logger})
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:        s.rewritePassThrough,
@@ -236,10 +224,7 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("POST /threads/{thread}/v1/responses", s.responses)
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
-	s.adminRoutes(mux)
-	if !opts.NoPanel {
-		s.panelRoutes(mux)
-	}
+	s.admin.Register(mux)
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.metricsAuth(opts.Metrics.Handler()))
 	}
@@ -348,27 +333,30 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// Wait waits for the thread turns still running, refusing new ones (503 shutting_down), then
-// writes the usage of every turn and waits for the writer to stop. Call it after the HTTP server
-// has shut down, before the store's pool closes: turns that outlived the shutdown deadline have
-// had their connections closed, so they end soon (their workspace calls within the store's
-// timeout), and their usage is kept.
-func (s *Server) Wait() {
+// Shutdown stops the server: it ends the event streams at once (an HTTP server's Shutdown waits
+// for them otherwise), refuses new thread turns (503 shutting_down), waits for the running ones
+// and writes the usage of every turn. Call it as the HTTP server starts to shut down, beside
+// http.Server.Shutdown, and close the store's pool after it. The HTTP server closes the
+// connections of requests that outlive its deadline, so their turns end soon after (their
+// workspace calls within the store's timeout): Shutdown waits for them past ctx, to keep their
+// usage, and then reports ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.admin.Close()
 	s.turnsMu.Lock()
 	s.draining = true
 	s.turnsMu.Unlock()
-	s.turns.Wait()
+	done := make(chan struct{})
+	go func() { s.turns.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.log.Warn("thread turns still running at the shutdown deadline; waiting for them to end")
+		<-done
+	}
 	s.usage.close()
-}
-
-// Close ends the event streams and stops listening to Postgres. Call it when the HTTP server
-// starts to shut down (http.Server.RegisterOnShutdown), so that the streams let it finish.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		close(s.closing)
-		s.stopListen()
-		s.listening.Wait()
-	})
+	return err
 }
 
 // isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).

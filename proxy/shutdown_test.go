@@ -65,14 +65,14 @@ func TestATurnPastTheShutdownDeadlineKeepsItsUsage(t *testing.T) {
 	require.ErrorIs(t, srv.Shutdown(ctx), context.DeadlineExceeded, "the turn outlives SHUTDOWN_TIMEOUT")
 	require.NoError(t, srv.Close())
 	waited := make(chan struct{})
-	go func() { e.proxy.Wait(); close(waited) }()
+	go func() { _ = e.proxy.Shutdown(context.Background()); close(waited) }()
 	select {
 	case <-waited: // Wait did not wait for the turn
 	case <-time.After(time.Second): // it waits: let the turn end
 	}
 	close(transport.release)
 	<-waited
-	pool.Close() // as the program closes it after Wait
+	pool.Close() // as the program closes it after Shutdown
 
 	d, err := reader.Workspace(tools.ThreadID{Name: "late"}).Get(context.Background())
 	require.NoError(t, err)

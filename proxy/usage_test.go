@@ -33,7 +33,7 @@ func TestUsageWrittenTogether(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	e.proxy.Wait()
+	require.NoError(t, e.proxy.Shutdown(context.Background()))
 	for i := range threads {
 		// cmpl reports 10 prompt tokens, 2 of them cached, and 5 completion tokens.
 		require.Equal(t, tools.Usage{PromptTokens: 10 * turns, CachedPromptTokens: 2 * turns, CompletionTokens: 5 * turns}, e.workspace(fmt.Sprintf("u%d", i)).Usage)

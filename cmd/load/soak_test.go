@@ -40,7 +40,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 		AdminToken:      "soak",
 		Metrics:         proxy.NewMetrics(prometheus.NewRegistry()),
 	})
-	t.Cleanup(p.Wait) // after the server below has closed
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) }) // after the server below has closed
 	var h http.Handler = p
 	if wrap != nil {
 		h = wrap(h)

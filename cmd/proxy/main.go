@@ -181,7 +181,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		TracerProvider:     m.tracerProvider(),
 		TraceContent:       strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
 		ListenURL:          cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
-		NoPanel:            m.Config.UI == "off",
+		DisablePanel:       m.Config.UI == "off",
 		Logger:             m.log,
 
 		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
@@ -209,7 +209,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		ErrorLog:    slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 		ConnContext: proxy.ConnContext, // with proxy.Listener: requests of ambiguous framing are refused
 	}
-	m.server.RegisterOnShutdown(m.proxy.Close) // the event streams end, so that shutdown can finish
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(proxy.Listener(ln)) }()
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
@@ -258,24 +257,28 @@ func (m *Main) prune(retention time.Duration) func() {
 }
 
 // Close stops serving: in-flight requests and streams get ShutdownTimeout to finish, then the
-// connections still open are closed, then the Postgres pool.
+// connections still open are closed; the proxy writes its turns' usage, then the Postgres pool
+// closes.
 func (m *Main) Close() error {
 	var errs []error
 	if m.server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
+		proxied := make(chan error, 1)
+		go func() { proxied <- m.proxy.Shutdown(ctx) }() // the event streams end at once, so the server's shutdown can finish
 		if err := m.server.Shutdown(ctx); err != nil {
 			m.log.Warn("requests still running at the shutdown deadline were cut", slog.Any("err", err))
 			errs = append(errs, m.server.Close())
 		}
-		cancel()
 		if err := <-m.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
-		m.server = nil
-		m.proxy.Wait() // the turns' usage, before the pool closes
+		<-proxied // past the deadline it waited for the turns it cut, to keep their usage
+		cancel()
+		m.server, m.proxy = nil, nil
 	}
-	if m.proxy != nil {
-		m.proxy.Close()
+	if m.proxy != nil { // it never served
+		_ = m.proxy.Shutdown(context.Background())
+		m.proxy = nil
 	}
 	if m.pruning != nil {
 		m.pruning()

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"embed"
@@ -65,13 +65,13 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var p principal
-	err := s.guard.Attempt(r, func() bool {
-		if s.guard.IsAdmin(in.Token) {
+	err := s.opts.Guard.Attempt(r, func() bool {
+		if s.opts.Guard.IsAdmin(in.Token) {
 			p.admin = true
 			return true
 		}
 		var ok bool
-		p.client, ok = s.guard.Client(in.Token)
+		p.client, ok = s.opts.Guard.Client(in.Token)
 		return ok
 	}, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
 		Message: "that is neither the admin token nor a client key"})

@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"context"
@@ -164,7 +164,7 @@ var sessionPaths = []string{"/ui/", "/admin/"}
 // setSessionCookie sets the session cookie c (its value and expiry) on every path of
 // sessionPaths; Secure when the client reached wsproxy over https (scheme).
 func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *http.Cookie) {
-	secure := s.guard.Peers.Scheme(r) == "https"
+	secure := s.opts.Guard.Peers.Scheme(r) == "https"
 	for _, path := range sessionPaths {
 		c := *c
 		c.Name, c.Path, c.HttpOnly, c.SameSite, c.Secure = sessionCookie, path, true, http.SameSiteStrictMode, secure
@@ -183,7 +183,7 @@ func (s *Server) sameOrigin(r *http.Request, ses *session) error {
 		return refuse("a write from another site is refused")
 	}
 	if origin := r.Header.Get("Origin"); origin != "" {
-		if origin != s.guard.Peers.BaseURL(r) {
+		if origin != s.opts.Guard.Peers.BaseURL(r) {
 			return refuse("a write from another origin is refused")
 		}
 	}

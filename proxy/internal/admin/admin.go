@@ -1,4 +1,4 @@
-package proxy
+package admin
 
 import (
 	"bytes"
@@ -98,7 +98,7 @@ var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invali
 // token counts as a failed authentication of the client's address (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := auth.BearerToken(r); ok {
-		if err := s.guard.Attempt(r, func() bool { return s.guard.IsAdmin(got) }, errAdminToken); err != nil {
+		if err := s.opts.Guard.Attempt(r, func() bool { return s.opts.Guard.IsAdmin(got) }, errAdminToken); err != nil {
 			return principal{}, err
 		}
 		return principal{admin: true}, nil
@@ -468,7 +468,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 		}
 		ttl = time.Duration(*in.TTLSeconds) * time.Second
 	}
-	if s.opts.NoPanel {
+	if s.opts.DisablePanel {
 		return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
 	}
 	if _, err := ws.LastEventID(r.Context()); err != nil { // the thread exists
@@ -477,7 +477,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	exp := time.Now().Add(ttl).Truncate(time.Second)
 	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
 	return writeJSON(w, http.StatusCreated, map[string]any{
-		"url": s.guard.Peers.BaseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
+		"url": s.opts.Guard.Peers.BaseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
 	})
 }
 
@@ -559,7 +559,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 			}
 		}
 	}
-	ticker := time.NewTicker(s.heartbeat)
+	ticker := time.NewTicker(time.Duration(s.heartbeat.Load()))
 	defer ticker.Stop()
 	for err := send(); ; err = send() {
 		if err != nil {
