@@ -103,7 +103,7 @@ func TestClientKeysScopeUpstreamObjects(t *testing.T) {
 	}
 
 	// An operator's own list.
-	routes, err := ParseRoutes("GET /v1/files/*, POST /v1/chat/completions")
+	routes, err := ParseAllowedRoutes("GET /v1/files/*, POST /v1/chat/completions")
 	require.NoError(t, err)
 	e2 := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey, o.PassThroughRoutes = keys, "sk-operator", routes })
 	e2.up.Fallback = reply(`{}`)
@@ -112,7 +112,7 @@ func TestClientKeysScopeUpstreamObjects(t *testing.T) {
 		require.Equal(t, want, resp.StatusCode, path)
 	}
 	for _, bad := range []string{"get /v1/x", "GET v1/x", "GET /v2/x", "GET /v1/*/x", "GET"} {
-		_, err := ParseRoutes(bad)
+		_, err := ParseAllowedRoutes(bad)
 		require.Error(t, err, bad)
 	}
 }

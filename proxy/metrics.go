@@ -108,25 +108,22 @@ func observe(ctx context.Context, h prometheus.Observer, d time.Duration) {
 	h.Observe(d.Seconds())
 }
 
-// instrument counts a request by its route pattern (never its path: a thread id must not become
-// a label value).
-func (m *Metrics) instrument(next http.Handler) http.Handler {
-	if m == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+// requestStarted and requestDone count a request by its route pattern (never its path: a thread
+// id must not become a label value).
+func (m *Metrics) requestStarted() {
+	if m != nil {
 		m.inflight.Inc()
-		defer m.inflight.Dec()
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		route := r.Pattern // set by the ServeMux on this request
-		if route == "" {
-			route = "unmatched"
-		}
-		m.httpRequests.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
-		observe(r.Context(), m.httpDuration.WithLabelValues(route), time.Since(start))
-	})
+	}
+}
+
+// requestDone counts a request that ended with status on route, taking d.
+func (m *Metrics) requestDone(ctx context.Context, route string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.inflight.Dec()
+	m.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	observe(ctx, m.httpDuration.WithLabelValues(route), d)
 }
 
 func (m *Metrics) observeUpstream(ctx context.Context, code string, d time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -23,36 +24,47 @@ func (copyBuffers) Get() []byte { return *copyBufferPool.Get().(*[]byte) }
 
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
-// inbound reads what every /v1 request brings: the thread it names (ok false for none), for
-// its client when there are client keys, and its body; the caller calls release when done with
-// the body. check, when set, runs once the client is known, before anything else is read.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (thread tools.ThreadID, ok bool, body []byte, release func(), err error) {
-	release = func() {}
+// inbound is what a /v1 request brings: the thread it names (named false for none; thread then
+// holds the client alone), its body and, for a thread turn, its placement. release returns the
+// body's bytes to the budget.
+type inbound struct {
+	thread    tools.ThreadID
+	named     bool
+	placement turn.Placement
+	body      []byte
+	release   func()
+}
+
+// inbound reads what every /v1 request brings: its client when there are client keys, the
+// thread it names, and its body; the caller calls in.release when done with the body, whatever
+// the error. check, when set, runs once the client is known, before anything else is read.
+func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (in inbound, err error) {
+	in.release = func() {}
 	client, err := s.clientOf(r)
 	if err != nil {
-		return thread, false, nil, release, err
+		return in, err
 	}
 	if check != nil {
 		if err := check(r); err != nil {
-			return thread, false, nil, release, err
+			return in, err
 		}
 	}
-	if thread, ok, err = threadOf(r, client); err != nil {
-		return thread, false, nil, release, err
+	if in.thread, in.named, err = threadOf(r, client); err != nil {
+		return in, err
 	}
-	body, release, err = s.readBody(w, r)
-	return thread, ok, body, release, err
+	in.body, in.release, err = s.readBody(w, r)
+	return in, err
 }
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
-	_, _, body, release, err := s.inbound(w, r, s.passThroughAllowed)
-	defer release()
+	in, err := s.inbound(w, r, s.passThroughAllowed)
+	defer in.release()
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	s.forward(w, r, body)
+	s.forward(w, r, in.body)
 }
 
 // forward sends the request with body to the upstream and its response back, both unchanged.

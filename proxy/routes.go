@@ -13,10 +13,10 @@ import (
 // proxy cannot tell one client's objects from another's.
 const DefaultPassThroughRoutes = "GET /v1/models,GET /v1/models/*,POST /v1/embeddings,POST /v1/chat/completions,POST /v1/responses,POST /v1/moderations"
 
-// Routes is a list of `METHOD /path` patterns (PASSTHROUGH_ROUTES): the method exactly, the
+// AllowedRoutes is a list of `METHOD /path` patterns (PASSTHROUGH_ROUTES): the method exactly, the
 // path exactly or, ending in `*`, any path with that prefix. A path is matched in its /v1 form
 // whether the client used /v1/… or /threads/{thread}/v1/….
-type Routes struct {
+type AllowedRoutes struct {
 	patterns []routePattern
 }
 
@@ -25,9 +25,9 @@ type routePattern struct {
 	prefix       bool
 }
 
-// ParseRoutes reads a comma-separated list of patterns.
-func ParseRoutes(spec string) (*Routes, error) {
-	r := &Routes{}
+// ParseAllowedRoutes reads a comma-separated list of patterns.
+func ParseAllowedRoutes(spec string) (*AllowedRoutes, error) {
+	r := &AllowedRoutes{}
 	for _, item := range strings.Split(spec, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -52,7 +52,7 @@ func ParseRoutes(spec string) (*Routes, error) {
 
 // Allows reports whether a request of method to path (its /v1 form, escaped) may be forwarded.
 // HEAD follows GET.
-func (r *Routes) Allows(method, path string) bool {
+func (r *AllowedRoutes) Allows(method, path string) bool {
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}

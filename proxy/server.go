@@ -68,7 +68,7 @@ type Options struct {
 	ClientKeys *auth.ClientKeys
 	// PassThroughRoutes are the routes forwarded as they are when ClientKeys is set (others:
 	// 403). Nil means DefaultPassThroughRoutes.
-	PassThroughRoutes *Routes
+	PassThroughRoutes *AllowedRoutes
 	// TrustedProxies are the peers (proxies in front of wsproxy) whose X-Forwarded-For,
 	// X-Forwarded-Proto and X-Forwarded-Host are believed: the client's address (failed
 	// authentication is throttled per address), and the scheme and host it reached wsproxy by
@@ -164,7 +164,7 @@ func NewServer(opts Options) *Server {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 	if opts.PassThroughRoutes == nil {
-		opts.PassThroughRoutes, _ = ParseRoutes(DefaultPassThroughRoutes)
+		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
 	}
 	if opts.Placement == "" {
 		opts.Placement = turn.PlaceTail
@@ -236,7 +236,7 @@ func NewServer(opts Options) *Server {
 		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = tracing.serverSpan(opts.Metrics.instrument(mux))
+	s.handler = s.observed(mux)
 	return s
 }
 

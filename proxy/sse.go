@@ -62,9 +62,7 @@ func (o *sseWriter) start() {
 		return
 	}
 	h := o.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx in front: do not buffer the stream
+	sse.SetHeaders(h)
 	h.Set(threadHeader, o.thread)
 	o.w.WriteHeader(http.StatusOK)
 	o.started = true

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -32,29 +33,47 @@ func newTracing(tp trace.TracerProvider) tracing {
 	return tracing{tracer: tp.Tracer("github.com/wsproxy/wsproxy/proxy"), prop: propagation.TraceContext{}, on: true}
 }
 
-// serverSpan traces a request: its context continues the client's trace (traceparent), and the
-// span is named after the route once the mux has matched it.
-func (tr tracing) serverSpan(next http.Handler) http.Handler {
+// serverSpan starts the span of a request: its context continues the client's trace
+// (traceparent); end names the span after the route the mux matched and records the status.
+func (tr tracing) serverSpan(r *http.Request) (context.Context, func(route string, status int)) {
 	if !tr.on {
+		return r.Context(), func(string, int) {}
+	}
+	ctx := tr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := tr.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method)))
+	return ctx, func(route string, status int) {
+		span.SetName(route)
+		span.SetAttributes(semconv.HTTPRoute(route), semconv.HTTPResponseStatusCode(status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		span.End()
+	}
+}
+
+// observed serves next within the request's server span and counts it in the metrics, both by
+// its route pattern (set by the mux) and the status written: one writer that remembers the
+// status, whatever is on.
+func (s *Server) observed(next http.Handler) http.Handler {
+	if s.opts.Metrics == nil && !s.tracing.on {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := tr.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tr.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method)))
-		defer span.End()
+		start := time.Now()
+		ctx, end := s.tracing.serverSpan(r)
+		s.opts.Metrics.requestStarted()
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(ctx)
+		defer func() { // also when the handler panics (net/http recovers it)
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			end(route, sw.status())
+			s.opts.Metrics.requestDone(ctx, route, sw.status(), time.Since(start))
+		}()
 		next.ServeHTTP(sw, r)
-		route := r.Pattern // set by the mux on this request
-		if route == "" {
-			route = "unmatched"
-		}
-		span.SetName(route)
-		span.SetAttributes(semconv.HTTPRoute(route), semconv.HTTPResponseStatusCode(sw.status()))
-		if sw.status() >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(sw.status()))
-		}
 	})
 }
 

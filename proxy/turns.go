@@ -67,24 +67,14 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 	return id, true, nil
 }
 
-// turnRequest is what a chat, Responses or Messages request of a thread brings: its thread,
-// placement and body; release returns the body's bytes to the budget.
-type turnRequest struct {
-	thread    tools.ThreadID
-	placement turn.Placement
-	body      []byte
-	release   func()
-}
-
 // turnInbound reads a chat or Responses request: a thread turn's thread, placement and body. A
 // request without a thread is passed to forward, for its client ("" without client keys), and
 // one that fails is answered; ok is then false. The caller calls in.release when done.
-func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in turnRequest, ok bool) {
-	thread, ok, body, release, err := s.inbound(w, r, nil)
-	in = turnRequest{thread: thread, body: body, release: release}
-	if err == nil && !ok {
+func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in inbound, ok bool) {
+	in, err := s.inbound(w, r, nil)
+	if err == nil && !in.named {
 		if err = s.passThroughAllowed(r); err == nil {
-			forward(w, r, thread.Client, body)
+			forward(w, r, in.thread.Client, in.body)
 			return in, false
 		}
 	}
@@ -167,7 +157,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 // takes the turn's number and workspace, has setup (when set) fit the turn to its API, puts
 // the workspace in the request, and answers with a stream or one body; the turn's usage goes
 // to its thread when it ends.
-func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in turnRequest, req turn.Request, ws *tools.Workspace, path string, setup func(*turn.Turn)) {
+func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, path string, setup func(*turn.Turn)) {
 	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), path)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)

@@ -196,7 +196,7 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)
 	}
-	if _, err := proxy.ParseRoutes(c.PassThroughRoutes); err != nil {
+	if _, err := proxy.ParseAllowedRoutes(c.PassThroughRoutes); err != nil {
 		return fmt.Errorf("PASSTHROUGH_ROUTES: %w", err)
 	}
 	switch c.PromptCacheKey {

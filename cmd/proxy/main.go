@@ -113,13 +113,46 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			_ = m.Close()
 		}
 	}()
-
 	if m.tp, err = newTracerProvider(ctx); err != nil {
 		return err
 	}
 	if m.tp != nil {
 		m.log.Info("tracing: exporting spans over OTLP", slog.String("semconv", proxy.SemconvVersion))
 	}
+	if err := m.openDatabase(ctx); err != nil {
+		return err
+	}
+	upstreamURL, err := m.upstream()
+	if err != nil {
+		return err
+	}
+	m.AdminToken = m.Config.AdminToken
+	if m.AdminToken == "" {
+		m.AdminToken = newToken()
+		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
+	}
+	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, clientKeys))
+	if m.Config.HistoryRetention > 0 {
+		m.pruning = m.prune(m.Config.HistoryRetention)
+	}
+	ln, err := net.Listen("tcp", m.Config.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	m.URL = "http://" + ln.Addr().String()
+	if m.Config.UpstreamAPIKey != "" && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
+		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
+			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
+	}
+	m.serve(ln)
+	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
+		slog.String("version", version()))
+	return nil
+}
+
+// openDatabase connects the pool to DATABASE_URL (its statements traced when tracing is on) and
+// migrates the database.
+func (m *Main) openDatabase(ctx context.Context) error {
 	poolConfig, err := pgxpool.ParseConfig(m.Config.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
@@ -136,70 +169,63 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := db.Migrate(migrateCtx, m.pool); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
+	return nil
+}
 
+// upstream is the upstream's base URL: UPSTREAM_BASE_URL, or the demo model's, started here.
+func (m *Main) upstream() (*url.URL, error) {
 	upstream := m.Config.UpstreamBaseURL
 	if upstream == "demo" {
+		var err error
 		if upstream, err = m.startDemo(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	upstreamURL, err := url.Parse(upstream)
+	u, err := url.Parse(upstream)
 	if err != nil {
-		return fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
+		return nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
 	}
+	return u, nil
+}
 
-	m.AdminToken = m.Config.AdminToken
-	if m.AdminToken == "" {
-		m.AdminToken = newToken()
-		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
-	}
-
-	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement) // checked by Validate
-	routes, _ := proxy.ParseRoutes(m.Config.PassThroughRoutes)
+// proxyOptions are the proxy's options from the configuration (checked by Validate).
+func (m *Main) proxyOptions(upstreamURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
+	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement)
+	routes, _ := proxy.ParseAllowedRoutes(m.Config.PassThroughRoutes)
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
-		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt, as earlier versions did"))
-	reg := prometheus.NewRegistry()
+		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
-	m.proxy = proxy.NewServer(proxy.Options{
-		Store:              tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
-		UpstreamURL:        upstreamURL,
-		UpstreamAPIKey:     m.Config.UpstreamAPIKey,
-		UpstreamTimeout:    m.Config.UpstreamTimeout,
-		StreamKeepalive:    m.Config.StreamKeepalive,
-		AdminToken:         m.AdminToken,
-		ClientKeys:         clientKeys,
-		PassThroughRoutes:  routes,
-		TrustedProxies:     trusted,
-		Placement:          placement,
-		PromptCacheKey:     m.Config.PromptCacheKey,
-		MaxToolRounds:      m.Config.MaxToolRounds,
-		MaxRequestBytes:    m.Config.MaxRequestBytes,
-		RequestReadTimeout: m.Config.RequestReadTimeout,
-		MaxBufferedBytes:   m.Config.MaxBufferedBytes,
-		Metrics:            proxy.NewMetrics(reg),
-		TracerProvider:     m.tracerProvider(),
-		TraceContent:       strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
-		ListenURL:          cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
-		DisablePanel:       m.Config.UI == "off",
-		Logger:             m.log,
-
+	return proxy.Options{
+		Store:                tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
+		UpstreamURL:          upstreamURL,
+		UpstreamAPIKey:       m.Config.UpstreamAPIKey,
+		UpstreamTimeout:      m.Config.UpstreamTimeout,
+		StreamKeepalive:      m.Config.StreamKeepalive,
+		AdminToken:           m.AdminToken,
+		MetricsToken:         m.Config.MetricsToken,
+		ClientKeys:           clientKeys,
+		PassThroughRoutes:    routes,
+		TrustedProxies:       trusted,
+		Placement:            placement,
+		PromptCacheKey:       m.Config.PromptCacheKey,
+		MaxToolRounds:        m.Config.MaxToolRounds,
 		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
 		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,
-		MetricsToken:         m.Config.MetricsToken,
-	})
-	if m.Config.HistoryRetention > 0 {
-		m.pruning = m.prune(m.Config.HistoryRetention)
+		MaxRequestBytes:      m.Config.MaxRequestBytes,
+		RequestReadTimeout:   m.Config.RequestReadTimeout,
+		MaxBufferedBytes:     m.Config.MaxBufferedBytes,
+		Metrics:              proxy.NewMetrics(prometheus.NewRegistry()),
+		TracerProvider:       m.tracerProvider(),
+		TraceContent:         strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
+		ListenURL:            cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
+		DisablePanel:         m.Config.UI == "off",
+		Logger:               m.log,
 	}
-	ln, err := net.Listen("tcp", m.Config.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("LISTEN_ADDR: %w", err)
-	}
-	m.URL = "http://" + ln.Addr().String()
-	if m.Config.UpstreamAPIKey != "" && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
-		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
-			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
-	}
+}
+
+// serve serves the proxy on ln until Close.
+func (m *Main) serve(ln net.Listener) {
 	m.server = &http.Server{
 		Handler:           m.proxy,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -211,9 +237,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(proxy.Listener(ln)) }()
-	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
-		slog.String("version", version()))
-	return nil
 }
 
 // startDemo serves the demo model on a loopback port and returns its base URL.

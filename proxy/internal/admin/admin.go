@@ -510,10 +510,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	}
 	wake, stop := s.hub.subscribe(ws.ThreadID().String())
 	defer stop()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 )
 
 // Limits: what a Reader accepts before it calls the stream broken.
@@ -106,6 +107,14 @@ func (s *Reader) readLine() ([]byte, error) {
 		line = bytes.TrimSuffix(line, []byte("\r"))
 		return line, nil
 	}
+}
+
+// SetHeaders sets the response headers of an event stream: its content type, no caching, and no
+// buffering by nginx in front.
+func SetHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
 }
 
 // AppendEvent appends one event carrying data.

@@ -46,7 +46,7 @@ func BenchmarkSSEDecode(b *testing.B) {
 		if err == io.EOF {
 			stream.Reset(strings.Repeat(chunk, 1024))
 			r = sse.NewReader(stream)
-			s.rd = newStreamRound()
+			s.cur = newChatRound()
 			continue
 		}
 		if err := s.chunk(data); err != nil {

@@ -33,14 +33,14 @@ type ChatRequest struct {
 	Legacy bool
 }
 
-// span is where an element lies in its array: msgs[start:end].
-type span struct{ start, end int }
+// extent is where an element lies in its array: msgs[start:end].
+type extent struct{ start, end int }
 
 // elements is where the elements of an array lie: n of them; first, second and last their spans,
 // beforeLast the end of the one before the last.
 type elements struct {
 	n                   int
-	first, second, last span
+	first, second, last extent
 	beforeLast          int
 }
 
@@ -54,11 +54,11 @@ func objects(list json.RawMessage, name, notArray string) (elements, error) {
 		}
 		switch i {
 		case 0:
-			el.first = span{start, end}
+			el.first = extent{start, end}
 		case 1:
-			el.second = span{start, end}
+			el.second = extent{start, end}
 		}
-		el.beforeLast, el.last, el.n = el.last.end, span{start, end}, i+1
+		el.beforeLast, el.last, el.n = el.last.end, extent{start, end}, i+1
 		return nil
 	})
 	if err != nil {

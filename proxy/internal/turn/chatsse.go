@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
 // chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
@@ -39,62 +37,62 @@ type chatSSE struct {
 	earlier usageSum
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
-	rd      streamRound
+	cur     chatRound
 }
 
 func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, rd: newStreamRound()}
+	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, cur: newChatRound()}
 }
 
-func (s *chatSSE) request(withWorkspaceTools bool) Payload { return s.req.Body(withWorkspaceTools) }
+func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (s *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	if s.rd.usage != nil {
-		s.earlier.raws = append(s.earlier.raws, s.rd.usage)
+func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+	if d.cur.usage != nil {
+		d.earlier.raws = append(d.earlier.raws, d.cur.usage)
 	}
-	s.rd = newStreamRound()
-	if err := s.round(ctx, body); err != nil {
-		if s.rd.emitted {
+	d.cur = newChatRound()
+	if err := d.round(ctx, body); err != nil {
+		if d.cur.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
 		}
 		return nil, nil, roundInfo{}, err
 	}
-	calls := make([]toolCall, len(s.rd.calls))
-	for i, c := range s.rd.calls {
+	calls := make([]toolCall, len(d.cur.calls))
+	for i, c := range d.cur.calls {
 		id := c.id
 		if id == "" && !c.client {
 			id = newCallID() // some servers send none; the round sent back needs one
 		}
 		calls[i] = toolCall{ID: id, Name: c.name, Arguments: c.args.String(), Client: c.client, shown: c.client}
 	}
-	info := roundInfo{model: s.model, id: s.id}
-	if s.rd.finish != "" {
-		info.finishReasons = []string{s.rd.finish}
+	info := roundInfo{model: d.model, id: d.id}
+	if d.cur.finish != "" {
+		info.finishReasons = []string{d.cur.finish}
 	}
-	calls, _ = unwrapParallel(calls, s.req.IsClientTool)
-	return calls, s.rd.usage, info, nil
+	calls, _ = unwrapParallel(calls, d.req.IsClientTool)
+	return calls, d.cur.usage, info, nil
 }
 
-func (s *chatSSE) pause() error {
-	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return s.flush()
+func (d *chatSSE) pause() error {
+	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return d.flush()
 }
 
-func (s *chatSSE) extend(calls []toolCall, results []string) {
-	if s.rd.truncated && s.log != nil {
-		s.log.Warn("round text over the cap sent back truncated", slog.String("thread", s.thread), slog.Int("cap", maxRoundText))
+func (d *chatSSE) extend(calls []toolCall, results []string) {
+	if d.cur.truncated && d.log != nil {
+		d.log.Warn("round text over the cap sent back truncated", slog.String("thread", d.thread), slog.Int("cap", maxRoundText))
 	}
 	var content json.RawMessage
-	if s.rd.content.Len() > 0 {
-		content = rawjson.String(s.rd.content.String())
+	if d.cur.content.Len() > 0 {
+		content = rawjson.String(d.cur.content.String())
 	}
 	var reasoning rawjson.Object
 	for _, key := range reasoningKeys {
-		if b := s.rd.reasoning[key]; b != nil && b.Len() > 0 {
+		if b := d.cur.reasoning[key]; b != nil && b.Len() > 0 {
 			reasoning.Set(key, rawjson.String(b.String()))
 		}
 	}
-	s.req.appendRound(content, reasoning, calls, results)
+	d.req.appendRound(content, reasoning, calls, results)
 }
 
 // reasoningKeys are the delta members servers stream a model's reasoning in (DeepSeek, vLLM,
@@ -102,8 +100,8 @@ func (s *chatSSE) extend(calls []toolCall, results []string) {
 // them as they came: servers expect a turn's reasoning back within it.
 var reasoningKeys = [...]string{"reasoning_content", "reasoning"}
 
-// streamRound is what one round keeps: only what the next round needs.
-type streamRound struct {
+// chatRound is what one round keeps: only what the next round needs.
+type chatRound struct {
 	content   strings.Builder
 	reasoning map[string]*strings.Builder
 	truncated bool
@@ -122,12 +120,11 @@ type streamRound struct {
 	// turn's last, and it and what follows go to the client where they came (finishSent and
 	// usageSent once they did).
 	inPlace, finishSent, usageSent bool
-	done                           bool // [DONE] seen
 	emitted                        bool // the client got part of this round
 }
 
-func newStreamRound() streamRound {
-	return streamRound{byIndex: map[int]*callAcc{}, byID: map[string]*callAcc{}}
+func newChatRound() chatRound {
+	return chatRound{byIndex: map[int]*callAcc{}, byID: map[string]*callAcc{}}
 }
 
 // callAcc accumulates one tool call's deltas.
@@ -141,110 +138,136 @@ type callAcc struct {
 }
 
 // round streams one upstream call to its end.
-func (s *chatSSE) round(ctx context.Context, body Payload) error {
-	resp, err := s.up.Post(ctx, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	events := sse.NewReader(resp.Body)
-	for {
-		if s.dirty && !events.EventBuffered() {
-			if err := s.flush(); err != nil {
-				return err
-			}
-		}
-		data, err := events.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return readError(ctx, err)
-		}
-		if bytes.HasPrefix(data, []byte("[DONE]")) {
-			s.rd.done = true
-			break
-		}
-		if err := s.chunk(data); err != nil {
-			return err
-		}
-	}
-	if !s.rd.done && s.rd.finish == "" {
+func (d *chatSSE) round(ctx context.Context, body Payload) error {
+	done, err := readEvents(ctx, d.up, body, d.flush, func(data []byte) (bool, error) { return false, d.chunk(data) })
+	if err == nil && !done && d.cur.finish == "" {
 		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
 	}
-	return nil
+	return err
 }
 
 // chunk handles one upstream chunk: it keeps what the round needs and emits what the client
 // gets. What it cannot read is not the proxy's: the client gets it as it came.
-func (s *chatSSE) chunk(data []byte) error {
-	c, err := rawjson.ParseInto(s.scratch.chunk, data)
-	if err != nil {
-		return s.emit(data)
+func (d *chatSSE) chunk(data []byte) error {
+	k, ok := d.parse(data)
+	if !ok {
+		return d.emit(data)
 	}
-	s.scratch.chunk = c
-	if c.Has("error") {
+	if k.c.Has("error") {
 		return &apierr.StreamError{Data: append([]byte(nil), data...)}
 	}
-	if s.id == "" {
-		s.id = text(c.Get("id"))
+	if d.id == "" {
+		d.id = text(k.c.Get("id"))
 	}
-	if s.model == "" {
-		s.model = text(c.Get("model"))
+	if d.model == "" {
+		d.model = text(k.c.Get("model"))
 	}
-	hasUsage := !isNull(c.Get("usage"))
-	if hasUsage {
-		s.rd.usage = append([]byte(nil), c.Get("usage")...) // kept past the reader's buffer
+	if k.hasUsage {
+		d.cur.usage = append([]byte(nil), k.c.Get("usage")...) // kept past the reader's buffer
 	}
-	var choices []json.RawMessage
-	if v := c.Get("choices"); !isNull(v) {
-		if choices, err = rawjson.Split(v); err != nil {
-			return s.emit(data)
-		}
-	}
-	choice, delta := rawjson.Object{}, rawjson.Object{}
-	if len(choices) > 0 {
-		if choice, err = rawjson.ParseInto(s.scratch.choice, choices[0]); err != nil {
-			return s.emit(data)
-		}
-		s.scratch.choice = choice
-		if d := choice.Get("delta"); !isNull(d) {
-			if delta, err = rawjson.ParseInto(s.scratch.delta, d); err != nil {
-				return s.emit(data)
-			}
-			s.scratch.delta = delta
-		}
-	}
-	fr := text(choice.Get("finish_reason"))
-	usageOnly := hasUsage && fr == "" && (len(choices) == 0 || (emptyDelta(delta, "role") && !carriesMore(choice)))
+	fr := text(k.choice.Get("finish_reason"))
+	usageOnly := k.hasUsage && fr == "" && (k.n == 0 || (emptyDelta(k.delta, "role") && !carriesMore(k.choice)))
 	switch {
-	case usageOnly && !s.req.IncludeUsage:
+	case usageOnly && !d.req.IncludeUsage:
 		return nil // the proxy asked for it (to count the turn), not the client
-	case usageOnly && !s.rd.inPlace:
-		s.rd.usageChunk = c.Own() // the usage of its own: for the end of the turn
+	case usageOnly && !d.cur.inPlace:
+		d.cur.usageChunk = k.c.Own() // the usage of its own: for the end of the turn
 		return nil
-	case len(choices) == 0 && !usageOnly:
+	case k.n == 0 && !usageOnly:
 		return nil // nothing for the client (what some servers send first: Azure's prompt filter results)
 	}
-	s.rd.keep(&s.rd.content, delta.Get("content"))
-	for _, key := range reasoningKeys {
-		if v := delta.Get(key); !isNull(v) {
-			if s.rd.reasoning == nil {
-				s.rd.reasoning = map[string]*strings.Builder{}
-			}
-			if s.rd.reasoning[key] == nil {
-				s.rd.reasoning[key] = &strings.Builder{}
-			}
-			s.rd.keep(s.rd.reasoning[key], v)
+	d.cur.keepText(k.delta)
+	changed := d.clientDelta(&k.delta) || k.hasUsage || fr != ""
+	if fr != "" || d.last.Keys == nil {
+		d.last = k.c.Own() // the template of the finish chunk: data is the reader's buffer
+	}
+	if fr != "" {
+		d.cur.finish = fr
+		d.cur.usageInFinish = d.cur.usageInFinish || k.hasUsage
+		// The round's calls are known: without a workspace call it is the turn's last round,
+		// whose finish chunk and what follows it go to the client where they came.
+		d.cur.inPlace = !d.cur.hidCalls()
+	}
+	if d.cur.inPlace {
+		return d.inPlace(k, fr != "")
+	}
+	if emptyDelta(k.delta) && !carriesMore(k.choice) {
+		// Nothing for the client now: a role alone (it goes with the first chunk that carries
+		// something), a workspace call, or a finish_reason (it comes at the end of the turn).
+		return nil
+	}
+	if !changed && k.n == 1 && d.asIs(k.c) {
+		return d.emit(data) // nothing to change: its bytes go out as they came
+	}
+	if k.hasUsage {
+		k.c.Set("usage", json.RawMessage("null")) // the turn's usage comes once, at its end
+	}
+	return d.send(k.c, k.choice, k.delta, json.RawMessage("null"))
+}
+
+// chatChunk is an upstream chunk as parse reads it: the chunk, its first choice and that
+// choice's delta (empty when absent), how many choices it has, whether it carries usage.
+type chatChunk struct {
+	c, choice, delta rawjson.Object
+	n                int
+	hasUsage         bool
+}
+
+// parse reads a chunk into the member lists of d.scratch; ok is false for what is not a chunk.
+func (d *chatSSE) parse(data []byte) (k chatChunk, ok bool) {
+	var err error
+	if k.c, err = rawjson.ParseInto(d.scratch.chunk, data); err != nil {
+		return k, false
+	}
+	d.scratch.chunk = k.c
+	k.hasUsage = !isNull(k.c.Get("usage"))
+	var choices []json.RawMessage
+	if v := k.c.Get("choices"); !isNull(v) {
+		if choices, err = rawjson.Split(v); err != nil {
+			return k, false
 		}
 	}
-	changed := hasUsage || fr != ""
+	if k.n = len(choices); k.n == 0 {
+		return k, true
+	}
+	if k.choice, err = rawjson.ParseInto(d.scratch.choice, choices[0]); err != nil {
+		return k, false
+	}
+	d.scratch.choice = k.choice
+	if raw := k.choice.Get("delta"); !isNull(raw) {
+		if k.delta, err = rawjson.ParseInto(d.scratch.delta, raw); err != nil {
+			return k, false
+		}
+		d.scratch.delta = k.delta
+	}
+	return k, true
+}
+
+// keepText keeps the round's text of a delta: its content and reasoning.
+func (r *chatRound) keepText(delta rawjson.Object) {
+	r.keep(&r.content, delta.Get("content"))
+	for _, key := range reasoningKeys {
+		if v := delta.Get(key); !isNull(v) {
+			if r.reasoning == nil {
+				r.reasoning = map[string]*strings.Builder{}
+			}
+			if r.reasoning[key] == nil {
+				r.reasoning[key] = &strings.Builder{}
+			}
+			r.keep(r.reasoning[key], v)
+		}
+	}
+}
+
+// clientDelta makes a delta the client's: without its role (one role delta, added to the first
+// chunk the client gets), its tool calls the client's alone. It reports whether it changed it.
+func (d *chatSSE) clientDelta(delta *rawjson.Object) (changed bool) {
 	if delta.Has("role") {
-		delta.Del("role") // one role delta, added to the first chunk the client gets
+		delta.Del("role")
 		changed = true
 	}
 	if tcs := delta.Get("tool_calls"); !isNull(tcs) {
-		if items, ok := s.rd.toolCalls(s.req, tcs); ok {
+		if items, ok := d.cur.toolCalls(d.req, tcs); ok {
 			changed = true
 			if len(items) == 0 {
 				delta.Del("tool_calls")
@@ -253,64 +276,47 @@ func (s *chatSSE) chunk(data []byte) error {
 			}
 		}
 	}
-	if fr != "" || s.last.Keys == nil {
-		s.last = c.Own() // the template of the finish chunk: data is the reader's buffer
-	}
-	if fr != "" {
-		s.rd.finish = fr
-		s.rd.usageInFinish = s.rd.usageInFinish || hasUsage
-		// The round's calls are known: without a workspace call it is the turn's last round,
-		// whose finish chunk and what follows it go to the client where they came.
-		s.rd.inPlace = !s.rd.hidCalls()
-	}
-	finish := json.RawMessage("null") // a finish_reason the turn's last chunk carries
-	if s.rd.inPlace {
-		changed, finish = true, choice.Get("finish_reason")
-		if finish == nil {
-			finish = json.RawMessage("null")
+	return changed
+}
+
+// inPlace emits a chunk of the turn's last round from its finish chunk on (finish is set for
+// that one): where it came, with its own finish_reason, the turn's usage in place of the
+// round's (none when the client did not ask for it).
+func (d *chatSSE) inPlace(k chatChunk, finish bool) error {
+	if k.hasUsage {
+		k.c.Del("usage")
+		if d.req.IncludeUsage {
+			k.c.Set("usage", d.turnUsage())
+			d.cur.usageSent = true
 		}
-		if hasUsage {
-			c.Del("usage")
-			if s.req.IncludeUsage {
-				c.Set("usage", s.turnUsage())
-				s.rd.usageSent = true
-			}
-			hasUsage = false
-		}
-		s.rd.finishSent = s.rd.finishSent || fr != ""
-		if len(choices) == 0 {
-			c.Set("id", rawjson.String(s.id))
-			return s.emit(c.Bytes())
-		}
-	} else if emptyDelta(delta) && !carriesMore(choice) {
-		// Nothing for the client now: a role alone (it goes with the first chunk that carries
-		// something), a workspace call, or a finish_reason (it comes at the end of the turn).
-		return nil
 	}
-	if !changed && len(choices) == 1 && s.asIs(c) {
-		return s.emit(data) // nothing to change: its bytes go out as they came
+	d.cur.finishSent = d.cur.finishSent || finish
+	if k.n == 0 {
+		k.c.Set("id", rawjson.String(d.id))
+		return d.emit(k.c.Bytes())
 	}
-	if hasUsage {
-		c.Set("usage", json.RawMessage("null")) // the turn's usage comes once, at its end
+	reason := k.choice.Get("finish_reason")
+	if reason == nil {
+		reason = json.RawMessage("null")
 	}
-	return s.send(c, choice, delta, finish)
+	return d.send(k.c, k.choice, k.delta, reason)
 }
 
 // turnUsage is the turn's usage so far: the earlier rounds' and this round's, as usageSum
 // makes it.
-func (s *chatSSE) turnUsage() json.RawMessage {
-	return (&usageSum{raws: append(s.earlier.raws[:len(s.earlier.raws):len(s.earlier.raws)], s.rd.usage)}).json()
+func (d *chatSSE) turnUsage() json.RawMessage {
+	return (&usageSum{raws: append(d.earlier.raws[:len(d.earlier.raws):len(d.earlier.raws)], d.cur.usage)}).json()
 }
 
 // asIs reports whether a chunk from which nothing was taken can go to the client as it came:
 // the role delta already went out, and it carries the turn's id and the chunk object type.
-func (s *chatSSE) asIs(c rawjson.Object) bool {
-	return s.emitted && s.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"`
+func (d *chatSSE) asIs(c rawjson.Object) bool {
+	return d.emitted && d.sameID(c.Get("id")) && string(c.Get("object")) == `"chat.completion.chunk"`
 }
 
 // sameID reports whether a chunk's raw id is the turn's.
-func (s *chatSSE) sameID(raw json.RawMessage) bool {
-	return len(raw) == len(s.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == s.id
+func (d *chatSSE) sameID(raw json.RawMessage) bool {
+	return len(raw) == len(d.id)+2 && raw[0] == '"' && string(raw[1:len(raw)-1]) == d.id
 }
 
 // carriesMore reports whether a choice carries something beside its delta and finish_reason
@@ -328,12 +334,12 @@ func carriesMore(choice rawjson.Object) bool {
 
 // keep appends the text of a raw JSON string to what the round keeps, up to maxRoundText;
 // anything but a string is ignored.
-func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
+func (r *chatRound) keep(b *strings.Builder, raw json.RawMessage) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return
 	}
 	if b.Len()+len(raw)-2 > maxRoundText {
-		rd.truncated = true
+		r.truncated = true
 		return
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
@@ -345,38 +351,38 @@ func (rd *streamRound) keep(b *strings.Builder, raw json.RawMessage) {
 
 // send emits a chunk: c with its one choice holding delta and finish_reason, the turn's id, and
 // the role delta when it is the first the client gets.
-func (s *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
-	if !s.emitted {
+func (d *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMessage) error {
+	if !d.emitted {
 		delta.Del("role")
-		d := rawjson.Object{Keys: []string{"role"}, Vals: []json.RawMessage{rawjson.String("assistant")}}
-		d.Keys = append(d.Keys, delta.Keys...)
-		d.Vals = append(d.Vals, delta.Vals...)
-		delta = d
-		s.emitted = true
+		withRole := rawjson.Object{Keys: []string{"role"}, Vals: []json.RawMessage{rawjson.String("assistant")}}
+		withRole.Keys = append(withRole.Keys, delta.Keys...)
+		withRole.Vals = append(withRole.Vals, delta.Vals...)
+		delta = withRole
+		d.emitted = true
 	}
-	if s.id == "" {
-		s.id = "chatcmpl-" + randomHex(12)
+	if d.id == "" {
+		d.id = "chatcmpl-" + randomHex(12)
 	}
 	choice.Set("delta", delta.Bytes())
 	choice.Set("finish_reason", finishReason)
-	c.Set("id", rawjson.String(s.id))
+	c.Set("id", rawjson.String(d.id))
 	c.Set("object", rawjson.String("chat.completion.chunk"))
 	c.Set("choices", rawjson.AppendArray(nil, []json.RawMessage{choice.Bytes()}))
-	return s.emit(c.Bytes())
+	return d.emit(c.Bytes())
 }
 
-func (s *chatSSE) emit(chunk []byte) error {
-	s.dirty = true
-	s.rd.emitted = true
-	return s.out.Emit("", chunk)
+func (d *chatSSE) emit(chunk []byte) error {
+	d.dirty = true
+	d.cur.emitted = true
+	return d.out.Emit("", chunk)
 }
 
-func (s *chatSSE) flush() error {
-	if !s.dirty {
+func (d *chatSSE) flush() error {
+	if !d.dirty {
 		return nil
 	}
-	s.dirty = false
-	return s.out.Flush()
+	d.dirty = false
+	return d.out.Flush()
 }
 
 // emptyDelta reports a delta with nothing for the client: no members, or only null and ""
@@ -397,7 +403,7 @@ func emptyDelta(d rawjson.Object, but ...string) bool {
 // An item belongs to the call of its index; without an index, to the call of its id; without
 // either, to the call still open, unless it brings a name while that call has one (a name
 // begins a call: two whole calls in one chunk are two calls). Empty ids and names name nothing.
-func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json.RawMessage, ok bool) {
+func (r *chatRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json.RawMessage, ok bool) {
 	items, err := rawjson.Split(raw)
 	if err != nil {
 		return nil, false
@@ -408,10 +414,10 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []j
 			out = append(out, item)
 			continue
 		}
-		acc := rd.callOf(d)
+		acc := r.callOf(d)
 		if d.id != "" && acc.id == "" {
 			acc.id = d.id
-			rd.byID[d.id] = acc
+			r.byID[d.id] = acc
 		}
 		if d.typ != "" {
 			acc.typ = d.typ
@@ -420,8 +426,8 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []j
 		if !acc.decided && acc.name != "" {
 			acc.decided = true
 			if req.IsClientTool(acc.name) {
-				acc.client, acc.clientIndex = true, rd.clientN
-				rd.clientN++
+				acc.client, acc.clientIndex = true, r.clientN
+				r.clientN++
 			}
 		}
 		switch {
@@ -442,8 +448,8 @@ func (rd *streamRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []j
 }
 
 // hidCalls reports whether the round called the workspace's tools (whose calls the client never sees).
-func (rd *streamRound) hidCalls() bool {
-	for _, c := range rd.calls {
+func (r *chatRound) hidCalls() bool {
+	for _, c := range r.calls {
 		if !c.client {
 			return true
 		}
@@ -452,21 +458,21 @@ func (rd *streamRound) hidCalls() bool {
 }
 
 // callOf is the call a tool-call item belongs to (see toolCalls), a new one when none.
-func (rd *streamRound) callOf(d chatCall) *callAcc {
+func (r *chatRound) callOf(d chatCall) *callAcc {
 	var acc *callAcc
-	switch open := len(rd.calls) - 1; {
+	switch open := len(r.calls) - 1; {
 	case d.index >= 0:
-		acc = rd.byIndex[d.index]
+		acc = r.byIndex[d.index]
 	case d.id != "":
-		acc = rd.byID[d.id]
-	case open >= 0 && (d.name == "" || rd.calls[open].name == ""):
-		acc = rd.calls[open]
+		acc = r.byID[d.id]
+	case open >= 0 && (d.name == "" || r.calls[open].name == ""):
+		acc = r.calls[open]
 	}
 	if acc == nil {
 		acc = &callAcc{}
-		rd.calls = append(rd.calls, acc)
+		r.calls = append(r.calls, acc)
 		if d.index >= 0 {
-			rd.byIndex[d.index] = acc
+			r.byIndex[d.index] = acc
 		}
 	}
 	return acc
@@ -495,28 +501,28 @@ func clientCallItem(acc *callAcc) json.RawMessage {
 // finish ends the turn: the client's calls it has not seen yet (those of a parallel wrapper),
 // the finish chunk (finish_reason "tool_calls" when the client has calls to run), and the
 // turn's usage when the client asked for it, where the last round's upstream put it.
-func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
-	withUsage := s.req.IncludeUsage && !usage.empty()
-	if s.rd.finishSent {
-		if withUsage && !s.rd.usageSent { // the last round's upstream sent none
-			u := s.last.Clone()
-			u.Set("id", rawjson.String(s.id))
+func (d *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
+	withUsage := d.req.IncludeUsage && !usage.empty()
+	if d.cur.finishSent {
+		if withUsage && !d.cur.usageSent { // the last round's upstream sent none
+			u := d.last.Clone()
+			u.Set("id", rawjson.String(d.id))
 			u.Set("choices", json.RawMessage("[]"))
 			u.Set("usage", usage.json())
-			return s.emit(u.Bytes())
+			return d.emit(u.Bytes())
 		}
 		return nil
 	}
-	reason := s.rd.finish
+	reason := d.cur.finish
 	switch {
 	case len(clientCalls) > 0:
 		reason = "tool_calls"
-	case reason == "" || (s.rd.hidCalls() && (reason == "tool_calls" || reason == "function_call")):
+	case reason == "" || (d.cur.hidCalls() && (reason == "tool_calls" || reason == "function_call")):
 		reason = "stop" // the only calls were the workspace's
 	}
-	c := s.last.Clone()
+	c := d.last.Clone()
 	if c.Keys == nil {
-		c.Set("id", rawjson.String(s.id))
+		c.Set("id", rawjson.String(d.id))
 		c.Set("object", rawjson.String("chat.completion.chunk"))
 	}
 	choice := rawjson.Object{}
@@ -529,10 +535,10 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	if choice.Get("logprobs") != nil {
 		choice.Set("logprobs", json.RawMessage("null")) // they went out with their content
 	}
-	if err := s.unseen(c, choice, clientCalls); err != nil {
+	if err := d.unseen(c, choice, clientCalls); err != nil {
 		return err
 	}
-	inFinish, own := s.rd.usageInFinish, s.rd.usageChunk
+	inFinish, own := d.cur.usageInFinish, d.cur.usageChunk
 	if withUsage && !inFinish && own.Keys == nil { // the last round's upstream sent none
 		own = c.Clone()
 		own.Set("choices", json.RawMessage("[]"))
@@ -543,29 +549,29 @@ func (s *chatSSE) finish(clientCalls []toolCall, usage *usageSum, _ int) error {
 	case c.Has("usage"):
 		c.Del("usage") // the proxy asked for it, not the client
 	}
-	if err := s.send(c, choice.Clone(), rawjson.Object{}, rawjson.String(reason)); err != nil {
+	if err := d.send(c, choice.Clone(), rawjson.Object{}, rawjson.String(reason)); err != nil {
 		return err
 	}
 	if withUsage && own.Keys != nil {
 		u := own.Clone()
-		u.Set("id", rawjson.String(s.id))
+		u.Set("id", rawjson.String(d.id))
 		u.Set("usage", usage.json())
-		return s.emit(u.Bytes())
+		return d.emit(u.Bytes())
 	}
 	return nil
 }
 
 // unseen emits, in one chunk like c, the client's calls a stream has not shown it: the calls of
 // a parallel wrapper, which the proxy held until its round ended.
-func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
+func (d *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
 	var items []json.RawMessage
 	for _, call := range calls {
 		if call.shown {
 			continue
 		}
-		acc := &callAcc{id: call.ID, name: call.Name, clientIndex: s.rd.clientN}
+		acc := &callAcc{id: call.ID, name: call.Name, clientIndex: d.cur.clientN}
 		acc.args.WriteString(call.Arguments)
-		s.rd.clientN++
+		d.cur.clientN++
 		items = append(items, clientCallItem(acc))
 	}
 	if len(items) == 0 {
@@ -575,24 +581,24 @@ func (s *chatSSE) unseen(c, choice rawjson.Object, calls []toolCall) error {
 	delta.Set("tool_calls", rawjson.AppendArray(nil, items))
 	u := c.Clone()
 	u.Del("usage")
-	return s.send(u, choice.Clone(), delta, json.RawMessage("null"))
+	return d.send(u, choice.Clone(), delta, json.RawMessage("null"))
 }
 
 // Failure is the event that ends a stream whose turn failed after its first byte: the
 // upstream's own error event, or the proxy's error.
-func (s *chatSSE) Failure(err error) (string, []byte) {
+func (d *chatSSE) Failure(err error) (string, []byte) {
 	var se *apierr.StreamError
 	if errors.As(err, &se) {
-		if !s.emitted && s.last.Keys != nil {
+		if !d.emitted && d.last.Keys != nil {
 			// The chunks before it carried nothing: the client still gets one, as it would
 			// straight (the id and model of the stream), then the error.
-			c := s.last.Clone()
+			c := d.last.Clone()
 			choice := rawjson.Object{}
 			if list, err := rawjson.Split(c.Get("choices")); err == nil && len(list) > 0 {
 				choice, _ = rawjson.Parse(list[0])
 			}
 			c.Del("usage")
-			_ = s.send(c, choice, rawjson.Object{}, json.RawMessage("null"))
+			_ = d.send(c, choice, rawjson.Object{}, json.RawMessage("null"))
 		}
 		return "", se.Data
 	}
@@ -600,9 +606,9 @@ func (s *chatSSE) Failure(err error) (string, []byte) {
 }
 
 // End is what follows the last chunk of a stream that succeeded.
-func (s *chatSSE) End() []byte { return []byte("data: [DONE]\n\n") }
+func (d *chatSSE) End() []byte { return []byte("data: [DONE]\n\n") }
 
 // Keepalive is a comment line, which SSE parsers skip.
-func (s *chatSSE) Keepalive() []byte { return keepaliveComment }
+func (d *chatSSE) Keepalive() []byte { return keepaliveComment }
 
 var keepaliveComment = []byte(": keepalive\n\n")

@@ -121,6 +121,19 @@ func (c *ResponsesRequest) Stream(t *Turn, out Emitter) StreamDialect {
 	return newResponsesSSE(c, t.Upstream, out)
 }
 
+// showClientPrevious shows the client its own previous_response_id (null for none) in a response
+// object that has the member, not the one the proxy sent in its place.
+func (c *ResponsesRequest) showClientPrevious(resp *rawjson.Object) {
+	if resp.Index("previous_response_id") < 0 {
+		return
+	}
+	prev := json.RawMessage("null")
+	if c.ClientPrevious != "" {
+		prev = rawjson.String(c.ClientPrevious)
+	}
+	resp.Set("previous_response_id", prev)
+}
+
 // Stored reports whether the client asked the upstream to store the response (the API's
 // default).
 func (c *ResponsesRequest) Stored() bool { return string(c.fields.Get("store")) != "false" }
@@ -245,16 +258,16 @@ func isResponsesTurn(item []byte) bool {
 // extend adds a tool round: when the round's response was stored, the next round continues it
 // (previous_response_id) with the outputs of its calls alone; otherwise it sends everything
 // again, with the round's output items and the outputs after it.
-func (c *ResponsesRequest) extend(rd *responseRound, calls []toolCall, results []string) {
+func (c *ResponsesRequest) extend(rr *responseRound, calls []toolCall, results []string) {
 	outputs := make([]json.RawMessage, len(calls))
 	for i, call := range calls {
 		outputs[i] = functionCallOutput(call.ID, results[i])
 	}
-	if rd.stored && rd.id != "" {
-		c.previous = rawjson.String(rd.id)
+	if rr.stored && rr.id != "" {
+		c.previous = rawjson.String(rr.id)
 		c.input, c.owed = nil, nil // the upstream has them
-	} else if len(rd.items) > 0 {
-		c.input = append(c.input, Payload{elementRun(rd.items)})
+	} else if len(rr.items) > 0 {
+		c.input = append(c.input, Payload{elementRun(rr.items)})
 	}
 	c.input = append(c.input, Payload{elementRun(outputs)})
 }

@@ -48,15 +48,15 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
-	rd, err := parseResponse(raw, d.req)
+	rr, err := parseResponse(raw, d.req)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	if d.first == "" {
-		d.first = turnID(rd.id)
+		d.first = turnID(rr.id)
 	}
-	d.last, d.raw, d.header = rd, raw, header
-	return rd.calls, rd.top.Get("usage"), rd.info(), nil
+	d.last, d.raw, d.header = rr, raw, header
+	return rr.calls, rr.top.Get("usage"), rr.info(), nil
 }
 
 func (d *responsesJSON) pause() error { return nil }

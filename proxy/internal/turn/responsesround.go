@@ -41,13 +41,13 @@ func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
 	}
 	// Stored only when the response says so: a server that omits store may keep nothing, and a
 	// round resent whole works on every server.
-	rd := &responseRound{top: top, stored: string(top.Get("store")) == "true"}
-	rd.id, rd.model, rd.status = text(top.Get("id")), text(top.Get("model")), text(top.Get("status"))
+	rr := &responseRound{top: top, stored: string(top.Get("store")) == "true"}
+	rr.id, rr.model, rr.status = text(top.Get("id")), text(top.Get("model")), text(top.Get("status"))
 	if out := top.Get("output"); !isNull(out) {
-		rd.items, _ = rawjson.Split(out)
+		rr.items, _ = rawjson.Split(out)
 	}
-	rd.hidden = make([]bool, len(rd.items))
-	for i, item := range rd.items {
+	rr.hidden = make([]bool, len(rr.items))
+	for i, item := range rr.items {
 		o, err := rawjson.Parse(item)
 		if err != nil {
 			continue
@@ -57,13 +57,13 @@ func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
 		case typ == "function_call":
 			c := responsesCall(o, req.IsClientTool)
 			c.Raw = item
-			rd.hidden[i] = !c.Client
-			rd.calls = append(rd.calls, c)
+			rr.hidden[i] = !c.Client
+			rr.calls = append(rr.calls, c)
 		case clientCallTypes[typ]:
-			rd.calls = append(rd.calls, toolCall{ID: text(o.Get("call_id")), Name: typ, Client: true, Raw: item})
+			rr.calls = append(rr.calls, toolCall{ID: text(o.Get("call_id")), Name: typ, Client: true, Raw: item})
 		}
 	}
-	return rd, nil
+	return rr, nil
 }
 
 // responsesCall is a function_call output item as the loop runs it: the workspace's call, the
@@ -94,9 +94,9 @@ func responsesCall(item rawjson.Object, client func(string) bool) toolCall {
 }
 
 // workspaceCallIDs are the call_ids of the round's workspace calls.
-func (rd *responseRound) workspaceCallIDs() []string {
+func (rr *responseRound) workspaceCallIDs() []string {
 	var ids []string
-	for _, c := range rd.calls {
+	for _, c := range rr.calls {
 		if !c.Client {
 			ids = append(ids, c.ID)
 		}
@@ -107,18 +107,18 @@ func (rd *responseRound) workspaceCallIDs() []string {
 // owed are the call_ids of the round's workspace calls when the upstream stored the round: a
 // client continuing from it owes the upstream their outputs, which the proxy sends (SPEC §12).
 // An unstored round owes nothing: its client sends the items it saw, which hold none of them.
-func (rd *responseRound) owed() []string {
-	if !rd.stored {
+func (rr *responseRound) owed() []string {
+	if !rr.stored {
 		return nil
 	}
-	return rd.workspaceCallIDs()
+	return rr.workspaceCallIDs()
 }
 
 // info is what the round says of itself, for traces.
-func (rd *responseRound) info() roundInfo {
-	info := roundInfo{model: rd.model, id: rd.id}
-	if rd.status != "" {
-		info.finishReasons = []string{rd.status}
+func (rr *responseRound) info() roundInfo {
+	info := roundInfo{model: rr.model, id: rr.id}
+	if rr.status != "" {
+		info.finishReasons = []string{rr.status}
 	}
 	return info
 }
@@ -132,9 +132,9 @@ func turnID(first string) string {
 }
 
 // visible appends the round's items the client may see (all but the workspace's calls).
-func (rd *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
-	for i, item := range rd.items {
-		if !rd.hidden[i] {
+func (rr *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
+	for i, item := range rr.items {
+		if !rr.hidden[i] {
 			dst = append(dst, item)
 		}
 	}
@@ -144,21 +144,15 @@ func (rd *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
 // answer is the response object the client gets at the end of a turn: the last round's, with the
 // turn's id, the visible output of every round, the usage summed over rounds, and the
 // previous_response_id the client sent.
-func (rd *responseRound) answer(id string, output []json.RawMessage, usage *usageSum, rounds int, req *ResponsesRequest) []byte {
-	o := rd.top.Clone()
+func (rr *responseRound) answer(id string, output []json.RawMessage, usage *usageSum, rounds int, req *ResponsesRequest) []byte {
+	o := rr.top.Clone()
 	o.Set("id", rawjson.String(id))
 	o.Set("output", rawjson.AppendArray(nil, output))
 	if rounds > 1 && !usage.empty() {
 		o.Set("usage", usage.json())
 	}
 	if rounds > 1 || req.Continued {
-		prev := json.RawMessage("null")
-		if req.ClientPrevious != "" {
-			prev = rawjson.String(req.ClientPrevious)
-		}
-		if o.Index("previous_response_id") >= 0 {
-			o.Set("previous_response_id", prev)
-		}
+		req.showClientPrevious(&o)
 	}
 	return o.Bytes()
 }

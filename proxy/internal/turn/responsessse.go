@@ -1,17 +1,14 @@
 package turn
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
 // responsesSSE is the dialect of a streamed Responses turn (docs/spec.md §12, §16): typed events
@@ -33,7 +30,7 @@ type responsesSSE struct {
 	terminal string // the last round's terminal event type
 	// terminalEvent is that event's members but its response: the template of the client's.
 	terminalEvent rawjson.Object
-	rd            struct {
+	cur           struct {
 		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
 		owner   map[int]int     // upstream output_index of a function call → who runs it
 		hidden  map[string]bool // the item ids of the workspace calls
@@ -53,110 +50,94 @@ func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter) *responses
 	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, out: out}
 }
 
-func (s *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	s.newRound()
-	if err := s.stream(ctx, body); err != nil {
-		if s.rd.emitted {
+func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+	d.newRound()
+	if err := d.stream(ctx, body); err != nil {
+		if d.cur.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
 		}
 		return nil, nil, roundInfo{}, err
 	}
-	return s.last.calls, s.last.top.Get("usage"), s.last.info(), nil
+	return d.last.calls, d.last.top.Get("usage"), d.last.info(), nil
 }
 
 // newRound starts a round: nothing seen of it yet.
-func (s *responsesSSE) newRound() {
-	s.round++
-	s.rd.index, s.rd.owner, s.rd.hidden, s.rd.emitted, s.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
-	s.rd.pending, s.rd.held, s.rd.failed = -1, nil, nil
+func (d *responsesSSE) newRound() {
+	d.round++
+	d.cur.index, d.cur.owner, d.cur.hidden, d.cur.emitted, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
+	d.cur.pending, d.cur.held, d.cur.failed = -1, nil, nil
 }
 
 // stream reads one round's events up to its terminal event.
-func (s *responsesSSE) stream(ctx context.Context, body Payload) error {
-	resp, err := s.up.Post(ctx, body)
-	if err != nil {
+func (d *responsesSSE) stream(ctx context.Context, body Payload) error {
+	_, err := readEvents(ctx, d.up, body, d.flush, func(data []byte) (bool, error) {
+		err := d.event(data)
+		return d.last != nil, err
+	})
+	switch {
+	case err != nil || d.last != nil:
 		return err
+	case d.cur.failed != nil:
+		return d.cur.failed // the upstream's error event, then no terminal one
 	}
-	defer resp.Body.Close()
-	events := sse.NewReader(resp.Body)
-	for s.last == nil {
-		if s.dirty && !events.EventBuffered() {
-			if err := s.flush(); err != nil {
-				return err
-			}
-		}
-		data, err := events.Next()
-		if err == io.EOF || (err == nil && bytes.HasPrefix(data, []byte("[DONE]"))) {
-			if s.rd.failed != nil {
-				return s.rd.failed // the upstream's error event, then no terminal one
-			}
-			return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
-		}
-		if err != nil {
-			return readError(ctx, err)
-		}
-		if err := s.event(data); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
 }
 
 // event handles one upstream event: it keeps what the turn needs and emits what the client gets.
 // What the proxy cannot read is not its own: the client gets it as it came.
-func (s *responsesSSE) event(data []byte) error {
-	ev, err := rawjson.ParseInto(s.scratch, data)
+func (d *responsesSSE) event(data []byte) error {
+	ev, err := rawjson.ParseInto(d.scratch, data)
 	if err != nil {
-		return s.emitRaw(data)
+		return d.emitRaw(data)
 	}
-	s.scratch = ev
+	d.scratch = ev
 	typ := text(ev.Get("type"))
 	switch typ {
 	case "error":
-		s.rd.failed = &apierr.StreamError{Data: append([]byte(nil), data...)} // forwarded: a response.failed follows
+		d.cur.failed = &apierr.StreamError{Data: append([]byte(nil), data...)} // forwarded: a response.failed follows
 	case "response.created", "response.in_progress", "response.queued":
-		if s.round > 1 {
+		if d.round > 1 {
 			return nil // the client has the turn's
 		}
 		resp, err := rawjson.Parse(ev.Get("response"))
 		if err != nil {
-			return s.emit(typ, ev)
+			return d.emit(typ, ev)
 		}
-		if s.first == "" {
-			s.first = turnID(text(resp.Get("id")))
-			s.template = resp.Own()
+		if d.first == "" {
+			d.first = turnID(text(resp.Get("id")))
+			d.template = resp.Own()
 		}
-		resp.Set("id", rawjson.String(s.first))
-		s.clientPrevious(&resp)
+		resp.Set("id", rawjson.String(d.first))
+		d.clientPrevious(&resp)
 		ev.Set("response", resp.Bytes())
-		return s.emit(typ, ev)
+		return d.emit(typ, ev)
 	case "response.completed", "response.incomplete", "response.failed":
-		rd, err := parseResponse(append([]byte(nil), ev.Get("response")...), s.req) // kept past the reader's buffer
+		rr, err := parseResponse(append([]byte(nil), ev.Get("response")...), d.req) // kept past the reader's buffer
 		if err != nil {
 			return err
 		}
-		if s.first == "" {
-			s.first = turnID(rd.id)
+		if d.first == "" {
+			d.first = turnID(rr.id)
 		}
-		if err := s.decideAll(rd); err != nil {
+		if err := d.rr(rr); err != nil {
 			return err
 		}
-		s.last, s.terminal = rd, typ
+		d.last, d.terminal = rr, typ
 		ev.Del("response")
-		s.terminalEvent = ev.Own()
-		s.shown = len(rd.visible(s.output)) // the items the client will have been told of
+		d.terminalEvent = ev.Own()
+		d.shown = len(rr.visible(d.output)) // the items the client will have been told of
 		return nil
 	}
-	if s.rd.pending >= 0 {
-		return s.hold(data, ev)
+	if d.cur.pending >= 0 {
+		return d.hold(data, ev)
 	}
-	return s.itemEvent(typ, ev, data)
+	return d.itemEvent(typ, ev, data)
 }
 
 // itemEvent emits an event of the round's output (or any other event but the lifecycle ones),
 // unless it belongs to a workspace call. A call's events are known by the item they carry, its
 // item_id, or its output_index (whichever the server sends).
-func (s *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) error {
+func (d *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) error {
 	n, hasIndex := -1, false
 	if raw := ev.Get("output_index"); raw != nil {
 		if v, err := strconv.Atoi(string(raw)); err == nil && v >= 0 {
@@ -166,35 +147,35 @@ func (s *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) err
 	hidden := false
 	if item := ev.Get("item"); item != nil {
 		if o, err := rawjson.Parse(item); err == nil && text(o.Get("type")) == "function_call" {
-			owner, known := s.rd.owner[n]
+			owner, known := d.cur.owner[n]
 			if !known || !hasIndex {
-				owner = s.ownerOf(o, typ == "response.output_item.done")
+				owner = d.ownerOf(o, typ == "response.output_item.done")
 				if owner == undecided && hasIndex {
-					s.rd.pending = n
-					return s.hold(data, ev)
+					d.cur.pending = n
+					return d.hold(data, ev)
 				}
 				if hasIndex {
-					s.rd.owner[n] = owner
+					d.cur.owner[n] = owner
 				}
 			}
 			if owner == workspace {
 				hidden = true
-				s.rd.hidden[text(o.Get("id"))] = true
+				d.cur.hidden[text(o.Get("id"))] = true
 			}
 		}
 	}
-	if s.rd.hidden[text(ev.Get("item_id"))] {
+	if d.cur.hidden[text(ev.Get("item_id"))] {
 		hidden = true
 	}
 	if hasIndex {
-		ci, ok := s.rd.index[n]
+		ci, ok := d.cur.index[n]
 		if !ok {
 			ci = -1
 			if !hidden {
-				ci = s.shown
-				s.shown++
+				ci = d.shown
+				d.shown++
 			}
-			s.rd.index[n] = ci
+			d.cur.index[n] = ci
 		}
 		if ci < 0 {
 			return nil
@@ -204,7 +185,7 @@ func (s *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) err
 	if hidden {
 		return nil
 	}
-	return s.emit(typ, ev)
+	return d.emit(typ, ev)
 }
 
 // Owners of a function call item.
@@ -217,12 +198,12 @@ const (
 // ownerOf is who runs a function call item: the workspace or the client, or undecided while its
 // name is not known or it is a parallel wrapper whose arguments are not complete (done is set
 // for the item of its output_item.done, which is whole).
-func (s *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
+func (d *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
 	name := text(item.Get("name"))
-	if !done && (name == "" || isParallelWrapper(name, s.req.IsClientTool)) {
+	if !done && (name == "" || isParallelWrapper(name, d.req.IsClientTool)) {
 		return undecided
 	}
-	if responsesCall(item, s.req.IsClientTool).Client {
+	if responsesCall(item, d.req.IsClientTool).Client {
 		return client
 	}
 	return workspace
@@ -230,38 +211,38 @@ func (s *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
 
 // hold keeps an event while a call's owner is undecided; the call's output_item.done decides
 // it, and the held events are replayed in order.
-func (s *responsesSSE) hold(data []byte, ev rawjson.Object) error {
-	s.rd.held = append(s.rd.held, append([]byte(nil), data...))
+func (d *responsesSSE) hold(data []byte, ev rawjson.Object) error {
+	d.cur.held = append(d.cur.held, append([]byte(nil), data...))
 	if text(ev.Get("type")) != "response.output_item.done" {
 		return nil
 	}
 	n, err := strconv.Atoi(string(ev.Get("output_index")))
-	if err != nil || n != s.rd.pending {
+	if err != nil || n != d.cur.pending {
 		return nil
 	}
 	item, err := rawjson.Parse(ev.Get("item"))
 	if err != nil {
 		return nil
 	}
-	s.decide(n, text(item.Get("id")), s.ownerOf(item, true) == workspace)
-	return s.replay()
+	d.decide(n, text(item.Get("id")), d.ownerOf(item, true) == workspace)
+	return d.replay()
 }
 
 // decide settles the pending call at upstream output_index n: hidden when it is the workspace's.
-func (s *responsesSSE) decide(n int, id string, hidden bool) {
-	s.rd.owner[n] = client
+func (d *responsesSSE) decide(n int, id string, hidden bool) {
+	d.cur.owner[n] = client
 	if hidden {
-		s.rd.owner[n] = workspace
-		s.rd.hidden[id] = true
+		d.cur.owner[n] = workspace
+		d.cur.hidden[id] = true
 	}
-	s.rd.pending = -1
+	d.cur.pending = -1
 }
 
-// decideAll settles a call still pending when the round's terminal event came, by the item the
+// rr settles a call still pending when the round's terminal event came, by the item the
 // terminal response holds, and replays the events held behind it.
-func (s *responsesSSE) decideAll(rd *responseRound) error {
-	for s.rd.pending >= 0 {
-		n := s.rd.pending
+func (d *responsesSSE) rr(rd *responseRound) error {
+	for d.cur.pending >= 0 {
+		n := d.cur.pending
 		hidden, id := true, ""
 		if n < len(rd.items) {
 			hidden = rd.hidden[n]
@@ -269,8 +250,8 @@ func (s *responsesSSE) decideAll(rd *responseRound) error {
 				id = text(o.Get("id"))
 			}
 		}
-		s.decide(n, id, hidden)
-		if err := s.replay(); err != nil {
+		d.decide(n, id, hidden)
+		if err := d.replay(); err != nil {
 			return err
 		}
 	}
@@ -279,15 +260,15 @@ func (s *responsesSSE) decideAll(rd *responseRound) error {
 
 // replay sends the held events again through event, in order, until one of them holds the rest
 // behind another undecided call.
-func (s *responsesSSE) replay() error {
-	held := s.rd.held
-	s.rd.held = nil
+func (d *responsesSSE) replay() error {
+	held := d.cur.held
+	d.cur.held = nil
 	for i, data := range held {
-		if err := s.event(data); err != nil {
+		if err := d.event(data); err != nil {
 			return err
 		}
-		if s.rd.pending >= 0 {
-			s.rd.held = append(s.rd.held, held[i+1:]...)
+		if d.cur.pending >= 0 {
+			d.cur.held = append(d.cur.held, held[i+1:]...)
 			return nil
 		}
 	}
@@ -296,85 +277,80 @@ func (s *responsesSSE) replay() error {
 
 // clientPrevious shows the client its own previous_response_id in a response object, not the
 // one the proxy sent in its place.
-func (s *responsesSSE) clientPrevious(resp *rawjson.Object) {
-	if !s.req.Continued || resp.Index("previous_response_id") < 0 {
-		return
+func (d *responsesSSE) clientPrevious(resp *rawjson.Object) {
+	if d.req.Continued {
+		d.req.showClientPrevious(resp)
 	}
-	prev := json.RawMessage("null")
-	if s.req.ClientPrevious != "" {
-		prev = rawjson.String(s.req.ClientPrevious)
-	}
-	resp.Set("previous_response_id", prev)
 }
 
-func (s *responsesSSE) pause() error {
-	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return s.flush()
+func (d *responsesSSE) pause() error {
+	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return d.flush()
 }
 
 // finish records the turn and ends the stream with the terminal event of the last round,
 // carrying the turn's response.
-func (s *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
-	if err := s.recordEnd(); err != nil {
+func (d *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
+	if err := d.recordEnd(); err != nil {
 		return err
 	}
-	ev := s.terminalEvent.Clone()
-	ev.Set("response", s.last.answer(s.first, s.last.visible(s.output), usage, rounds, s.req))
-	return s.emit(s.terminal, ev)
+	ev := d.terminalEvent.Clone()
+	ev.Set("response", d.last.answer(d.first, d.last.visible(d.output), usage, rounds, d.req))
+	return d.emit(d.terminal, ev)
 }
 
 // Failure is the response.failed event that ends a stream whose turn failed after its first
 // byte: the turn's response so far, with the error's code and message.
-func (s *responsesSSE) Failure(err error) (string, []byte) {
+func (d *responsesSSE) Failure(err error) (string, []byte) {
 	f := apierr.StreamFailure(err)
 	code := f.Code
 	if code == "" {
 		code = "server_error"
 	}
-	resp := s.template.Clone()
+	resp := d.template.Clone()
 	if resp.Keys == nil {
 		resp.Set("object", rawjson.String("response"))
 	}
-	resp.Set("id", rawjson.String(s.first))
+	resp.Set("id", rawjson.String(d.first))
 	resp.Set("status", rawjson.String("failed"))
 	e := rawjson.Object{}
 	e.Set("code", rawjson.String(code))
 	e.Set("message", rawjson.String(f.Message))
 	resp.Set("error", e.Bytes())
-	resp.Set("output", rawjson.AppendArray(nil, s.output))
+	resp.Set("output", rawjson.AppendArray(nil, d.output))
 	ev := rawjson.Object{}
 	ev.Set("type", rawjson.String("response.failed"))
-	ev.Set("sequence_number", rawjson.Int(s.seq))
+	ev.Set("sequence_number", rawjson.Int(d.seq))
 	ev.Set("response", resp.Bytes())
 	return "response.failed", ev.Bytes()
 }
 
 // End is what follows the terminal event: nothing (the Responses API sends no [DONE]).
-func (s *responsesSSE) End() []byte { return nil }
+func (d *responsesSSE) End() []byte { return nil }
 
 // Keepalive is a comment line, which SSE parsers skip.
-func (s *responsesSSE) Keepalive() []byte { return keepaliveComment }
+func (d *responsesSSE) Keepalive() []byte { return keepaliveComment }
 
 // emit sends an event with the next sequence_number.
-func (s *responsesSSE) emit(typ string, ev rawjson.Object) error {
-	ev.Set("sequence_number", rawjson.Int(s.seq))
-	s.seq++
-	return s.send(typ, ev.Bytes())
+func (d *responsesSSE) emit(typ string, ev rawjson.Object) error {
+	ev.Set("sequence_number", rawjson.Int(d.seq))
+	d.seq++
+	return d.send(typ, ev.Bytes())
 }
 
 // emitRaw sends data that is not a JSON object as it came.
-func (s *responsesSSE) emitRaw(data []byte) error { return s.send("", data) }
+func (d *responsesSSE) emitRaw(data []byte) error { return d.send("", data) }
 
-func (s *responsesSSE) send(typ string, data []byte) error {
-	s.dirty = true
-	s.rd.emitted = true
-	return s.out.Emit(typ, data)
+func (d *responsesSSE) send(typ string, data []byte) error {
+	d.dirty = true
+	d.cur.emitted = true
+	return d.out.Emit(typ, data)
 }
 
-func (s *responsesSSE) flush() error {
-	if !s.dirty {
+func (d *responsesSSE) flush() error {
+	if !d.dirty {
 		return nil
 	}
-	s.dirty = false
-	return s.out.Flush()
+	d.dirty = false
+	return d.out.Flush()
 }

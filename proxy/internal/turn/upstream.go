@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -56,4 +57,36 @@ func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Head
 		return nil, nil, fmt.Errorf("%w: response over %d bytes", apierr.ErrUpstreamProtocol, maxResponseBody)
 	}
 	return raw, resp.Header, nil
+}
+
+// readEvents posts body upstream and hands the data of each event of the answer's stream to
+// handle, until handle says stop, the stream ends, or [DONE] comes (done). It calls flush before
+// every wait for the network, so that what the client has goes out as soon as the proxy would
+// wait (events that arrived together leave together).
+func readEvents(ctx context.Context, up Upstream, body Payload, flush func() error, handle func(data []byte) (stop bool, err error)) (done bool, err error) {
+	resp, err := up.Post(ctx, body)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	events := sse.NewReader(resp.Body)
+	for {
+		if !events.EventBuffered() {
+			if err := flush(); err != nil {
+				return false, err
+			}
+		}
+		data, err := events.Next()
+		switch {
+		case err == io.EOF:
+			return false, nil
+		case err != nil:
+			return false, readError(ctx, err)
+		case bytes.HasPrefix(data, []byte("[DONE]")):
+			return true, nil
+		}
+		if stop, err := handle(data); stop || err != nil {
+			return false, err
+		}
+	}
 }
