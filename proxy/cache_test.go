@@ -21,7 +21,7 @@ func member(t *testing.T, body []byte, key string) string {
 }
 
 // TestPromptCacheFriendly: the requests of a conversation share their history as a byte prefix,
-// whatever the workspace does (SPEC §3.1): earlier messages keep their bytes, a tool round only
+// whatever the workspace does (docs/spec.md §3.1): earlier messages keep their bytes, a tool round only
 // appends, the tool list is the same bytes on every thread, and a thread's prompt_cache_key is
 // stable, opaque and the client's own when it sent one.
 func TestPromptCacheFriendly(t *testing.T) {

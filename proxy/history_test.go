@@ -221,7 +221,7 @@ func (c *panelClient) signIn(token string) int {
 	return code
 }
 
-// TestPanelSessions: who sees what (SPEC §13). The admin token sees every thread; a client key
+// TestPanelSessions: who sees what (docs/spec.md §13). The admin token sees every thread; a client key
 // that client's; a signed link one thread, until it expires. Writes with a session need the CSRF
 // token and the panel's origin. Failed sign-ins are throttled. The session is a signed cookie,
 // valid on another replica, never the token.

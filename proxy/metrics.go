@@ -17,7 +17,7 @@ import (
 
 var liveHeap = regexp.MustCompile(`^/gc/heap/live:bytes$`)
 
-// Metrics are wsproxy's Prometheus metrics (SPEC §9), registered on the registry given to
+// Metrics are wsproxy's Prometheus metrics (docs/spec.md §9), registered on the registry given to
 // NewMetrics. A nil *Metrics records nothing.
 type Metrics struct {
 	registry         *prometheus.Registry

@@ -45,7 +45,7 @@ type sseEvent struct {
 }
 
 // readResponsesStream reads a Responses stream to its end and checks what every stream must
-// be (SPEC §12): each event named as its type, sequence numbers 0.. without a gap, one
+// be (docs/spec.md §12): each event named as its type, sequence numbers 0.. without a gap, one
 // response.created and one response.in_progress first, one terminal event last with the
 // created id, and no [DONE].
 func readResponsesStream(t *testing.T, body io.Reader) []sseEvent {

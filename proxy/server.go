@@ -32,7 +32,7 @@ const (
 	DefaultUpstreamURL = "https://api.openai.com/v1"
 )
 
-// Prompt cache key modes (PROMPT_CACHE_KEY, SPEC §3.1).
+// Prompt cache key modes (PROMPT_CACHE_KEY, docs/spec.md §3.1).
 const (
 	// PromptCacheKeyAuto sets the key on thread turns when the upstream is DefaultUpstreamURL.
 	PromptCacheKeyAuto = "auto"
@@ -42,7 +42,7 @@ const (
 	PromptCacheKeyOff = "off"
 )
 
-// Headers of the proxy's own: a thread on /v1 routes, and a request's placement (SPEC §3.1).
+// Headers of the proxy's own: a thread on /v1 routes, and a request's placement (docs/spec.md §3.1).
 // Neither is forwarded.
 const (
 	threadHeader    = "X-Thread-Id"
@@ -91,7 +91,7 @@ type Options struct {
 	// MaxBufferedBytes bounds the request bodies held in memory across all requests at once (503
 	// with Retry-After past it). Zero means DefaultMaxBufferedBytes.
 	MaxBufferedBytes int64
-	// Placement is where the workspace goes in a request (SPEC §3.1); a request's
+	// Placement is where the workspace goes in a request (docs/spec.md §3.1); a request's
 	// X-Workspace-Placement header wins. Empty means PlaceTail.
 	Placement Placement
 	// PromptCacheKey is PromptCacheKeyAuto, PromptCacheKeyThread or PromptCacheKeyOff: whether a
@@ -151,30 +151,7 @@ type Server struct {
 
 // NewServer returns a server with its routes.
 func NewServer(opts Options) *Server {
-	if opts.UpstreamTimeout <= 0 {
-		opts.UpstreamTimeout = DefaultUpstreamTimeout
-	}
-	if opts.MaxRequestBytes <= 0 {
-		opts.MaxRequestBytes = DefaultMaxRequestBytes
-	}
-	if opts.RequestReadTimeout <= 0 {
-		opts.RequestReadTimeout = DefaultRequestReadTimeout
-	}
-	if opts.MaxBufferedBytes <= 0 {
-		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
-	}
-	if opts.PassThroughRoutes == nil {
-		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
-	}
-	if opts.Placement == "" {
-		opts.Placement = turn.PlaceTail
-	}
-	if opts.StreamKeepalive <= 0 {
-		opts.StreamKeepalive = DefaultStreamKeepalive
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
+	opts = opts.withDefaults()
 	base := opts.Transport
 	if base == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -217,6 +194,42 @@ func NewServer(opts Options) *Server {
 		},
 	}
 
+	s.handler = s.observed(s.routes())
+	return s
+}
+
+// withDefaults is opts with the default of every setting left zero.
+func (opts Options) withDefaults() Options {
+	if opts.UpstreamTimeout <= 0 {
+		opts.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.RequestReadTimeout <= 0 {
+		opts.RequestReadTimeout = DefaultRequestReadTimeout
+	}
+	if opts.MaxBufferedBytes <= 0 {
+		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	if opts.PassThroughRoutes == nil {
+		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
+	}
+	if opts.Placement == "" {
+		opts.Placement = turn.PlaceTail
+	}
+	if opts.StreamKeepalive <= 0 {
+		opts.StreamKeepalive = DefaultStreamKeepalive
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return opts
+}
+
+// routes is the server's mux: the thread turns, the pass-through, the user path, the operator's
+// endpoints, and the not_found error for everything else.
+func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
@@ -225,8 +238,8 @@ func NewServer(opts Options) *Server {
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
 	s.admin.Register(mux)
-	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", s.metricsAuth(opts.Metrics.Handler()))
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.metricsAuth(s.opts.Metrics.Handler()))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ok"}`))
@@ -236,8 +249,7 @@ func NewServer(opts Options) *Server {
 		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "no route for " + r.Method + " " + r.URL.Path})
 	})
-	s.handler = s.observed(mux)
-	return s
+	return mux
 }
 
 // Placement is where the workspace goes in a request (docs/spec.md §3.1): PlaceTail or

@@ -23,7 +23,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// transcript is what a client got from a streamed turn, checked against SPEC §7: every event
+// transcript is what a client got from a streamed turn, checked against docs/spec.md §7: every event
 // `data: {chunk}\n\n`, then `data: [DONE]\n\n`, then EOF; every chunk a chat.completion.chunk
 // with the same non-empty id; one role delta, at the start; one finish_reason, at the end.
 type transcript struct {

@@ -269,7 +269,7 @@ func (s *Server) stream(r *http.Request, t *turn.Turn, d turn.StreamDialect, out
 }
 
 // promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
-// the thread's id (SPEC §3.1).
+// the thread's id (docs/spec.md §3.1).
 func promptCacheKey(thread tools.ThreadID) string {
 	sum := sha256.Sum256([]byte("wsproxy prompt_cache_key\n" + thread.String()))
 	return "wsp_" + hex.EncodeToString(sum[:16])

@@ -14,7 +14,7 @@ const (
 )
 
 // SystemInstructions is the text injected before the block in the system prompt (placement
-// system) unless configured otherwise: the bytes of earlier versions. It is constant, so an
+// system) unless configured otherwise. It is constant, so an
 // unchanged workspace gives a byte-identical system prompt turn after turn.
 const SystemInstructions = `You have a persistent workspace for this conversation, shown below between <workspace> tags: ` +
 	`the objective (your one-line understanding of what the user wants to achieve) and the user's ` +
@@ -32,7 +32,7 @@ const SystemInstructions = `You have a persistent workspace for this conversatio
 const TailInstructions = `[Added by the system, not the user: the user's workspace. Only the latest <workspace> block ` +
 	`is current; (locked) items are the user's.]`
 
-// RenderBlock renders the workspace block of SPEC §4. The bytes depend only on the objective and
+// RenderBlock renders the workspace block of docs/spec.md §4. The bytes depend only on the objective and
 // the preferences: nothing time- or turn-dependent, so an unchanged workspace renders the same.
 func RenderBlock(objective string, prefs []Preference) string {
 	var b strings.Builder

@@ -17,7 +17,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 )
 
-// Event kinds (SPEC §13).
+// Event kinds (docs/spec.md §13).
 const (
 	ObjectiveSet       = "objective_set"
 	PreferenceAdded    = "preference_added"
@@ -90,7 +90,7 @@ func ParseTarget(s string) (Target, error) {
 }
 
 // state is a stored before or after (jsonb, which orders and spaces it its own way) in the
-// fields' order of SPEC §13: {text} or {title, subtitle, kind, locked}; null for none.
+// fields' order of docs/spec.md §13: {text} or {title, subtitle, kind, locked}; null for none.
 func (t Target) state(stored []byte) json.RawMessage {
 	if stored == nil {
 		return json.RawMessage("null")

@@ -204,63 +204,9 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 // naming the view: the targets of the call, the open ones carrying their new values, or the
 // error the call is refused with (nothing is then updated).
 func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) (targets, error) {
-	var a struct {
-		Updates *[]struct {
-			Index    *index  `json:"index"`
-			Title    *string `json:"title"`
-			Subtitle *string `json:"subtitle"`
-			Kind     *string `json:"kind"`
-		} `json:"updates"`
-	}
-	if err := decodeArgs(args, &a); err != nil {
+	edits, indices, err := s.parseEdits(args)
+	if err != nil {
 		return targets{}, err
-	}
-	if a.Updates == nil {
-		return targets{}, invalid("updates", "is required")
-	}
-	if len(*a.Updates) == 0 {
-		return targets{}, invalid("updates", "must hold at least one edit")
-	}
-	if err := s.checkItems("updates", len(*a.Updates), "updated"); err != nil {
-		return targets{}, err
-	}
-	// Validate every edit, then merge edits of one index (later fields win).
-	type edit struct{ title, subtitle, kind *string }
-	edits := make(map[int]*edit)
-	var indices []int
-	for i, u := range *a.Updates {
-		field := fmt.Sprintf("updates[%d]", i)
-		if u.Index == nil {
-			return targets{}, invalid(field+".index", "is required")
-		}
-		n := int(*u.Index)
-		e := edits[n]
-		if e == nil {
-			e = &edit{}
-			edits[n] = e
-			indices = append(indices, n)
-		}
-		if u.Title != nil {
-			v, err := s.checkTitle(field+".title", *u.Title)
-			if err != nil {
-				return targets{}, err
-			}
-			e.title = &v
-		}
-		if u.Subtitle != nil {
-			v, err := s.checkSubtitle(field+".subtitle", *u.Subtitle)
-			if err != nil {
-				return targets{}, err
-			}
-			e.subtitle = &v
-		}
-		if u.Kind != nil {
-			v, err := checkKind(field+".kind", *u.Kind)
-			if err != nil {
-				return targets{}, err
-			}
-			e.kind = &v
-		}
 	}
 	t := view.resolve(list, indices)
 	retitled := false
@@ -277,25 +223,98 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 		}
 		t.open[i] = p
 	}
-	if !retitled {
-		return t, nil
+	if retitled {
+		if err := checkRetitled(list, t.open, edits); err != nil {
+			return targets{}, err
+		}
 	}
-	// The list as it would read afterwards, to refuse an edit that duplicates a title.
-	after := replaced(list, t.open)
+	return t, nil
+}
+
+// edit is one index's new values in an update_preferences call; nil leaves a field as it is.
+type edit struct{ title, subtitle, kind *string }
+
+// parseEdits validates every edit of an update_preferences call and merges the edits of one
+// index (later fields win), returning them by index and the indices in the order first named.
+func (s *Store) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) {
+	var a struct {
+		Updates *[]struct {
+			Index    *index  `json:"index"`
+			Title    *string `json:"title"`
+			Subtitle *string `json:"subtitle"`
+			Kind     *string `json:"kind"`
+		} `json:"updates"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, nil, err
+	}
+	if a.Updates == nil {
+		return nil, nil, invalid("updates", "is required")
+	}
+	if len(*a.Updates) == 0 {
+		return nil, nil, invalid("updates", "must hold at least one edit")
+	}
+	if err := s.checkItems("updates", len(*a.Updates), "updated"); err != nil {
+		return nil, nil, err
+	}
+	edits := make(map[int]*edit)
+	var indices []int
+	for i, u := range *a.Updates {
+		field := fmt.Sprintf("updates[%d]", i)
+		if u.Index == nil {
+			return nil, nil, invalid(field+".index", "is required")
+		}
+		n := int(*u.Index)
+		e := edits[n]
+		if e == nil {
+			e = &edit{}
+			edits[n] = e
+			indices = append(indices, n)
+		}
+		var err error
+		if u.Title != nil {
+			e.title, err = checked(s.checkTitle, field+".title", *u.Title)
+		}
+		if err == nil && u.Subtitle != nil {
+			e.subtitle, err = checked(s.checkSubtitle, field+".subtitle", *u.Subtitle)
+		}
+		if err == nil && u.Kind != nil {
+			e.kind, err = checked(checkKind, field+".kind", *u.Kind)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return edits, indices, nil
+}
+
+// checked is check's verdict on value as a pointer to the value it keeps.
+func checked(check func(field, value string) (string, error), field, value string) (*string, error) {
+	v, err := check(field, value)
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// checkRetitled refuses edits whose new title another preference of the list, as it would read
+// afterwards, already has.
+func checkRetitled(list, open []Preference, edits map[int]*edit) error {
+	after := replaced(list, open)
 	titles := make(titleIndex, len(after))
 	for _, p := range after {
 		titles.add(p)
 	}
-	for _, p := range t.open {
+	for _, p := range open {
 		if edits[p.Index].title == nil {
 			continue
 		}
 		if other, ok := titles.find(p.Title, p.ID); ok {
-			return targets{}, invalid("updates", "#%d would have the title of #%d %q; nothing was updated",
+			return invalid("updates", "#%d would have the title of #%d %q; nothing was updated",
 				p.Index, other.Index, oneLine(other.Title))
 		}
 	}
-	return t, nil
+	return nil
 }
 
 // replaced is a copy of list in which the preferences of prefs (matched by id) replace theirs,

@@ -9,7 +9,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 )
 
-// Continuation is what the proxy recorded of a Responses turn (SPEC §12) for a request that
+// Continuation is what the proxy recorded of a Responses turn (docs/spec.md §12) for a request that
 // continues from it: the upstream response that ended the turn, and the outputs of the
 // workspace calls in it that the upstream has not been sent.
 type Continuation struct {

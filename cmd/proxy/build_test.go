@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -55,4 +56,33 @@ func TestMakeBuild(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	require.Equal(t, 1, exit.ExitCode(), "a bad configuration: %s", out)
 	require.True(t, strings.HasPrefix(string(out), "wsproxy: DATABASE_URL is required"), "%s", out)
+}
+
+// TestPgBouncerTestsExist: every name in the Makefile's PGBOUNCER_TESTS is a test of the
+// repository, so a renamed test cannot silently drop out of the PgBouncer run.
+func TestPgBouncerTestsExist(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^PGBOUNCER_TESTS = \^\(([^)]*)\)\$\$$`).FindSubmatch(mk)
+	require.NotNil(t, m, "the Makefile sets PGBOUNCER_TESTS = ^(A|B|...)$$")
+	tests := map[string]bool{}
+	def := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		for _, m := range def.FindAllSubmatch(b, -1) {
+			tests[string(m[1])] = true
+		}
+		return err
+	}))
+	names := strings.Split(string(m[1]), "|")
+	require.Greater(t, len(names), 10)
+	for _, name := range names {
+		require.True(t, tests[name], "PGBOUNCER_TESTS names %s, which is no test", name)
+	}
 }

@@ -112,7 +112,7 @@ func (c *Config) settings() []setting {
 		{"MAX_REQUEST_BYTES", "max-request-bytes", "largest request body accepted (413 over it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxRequestBytes)},
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
-		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt, as before)", (*stringValue)(&c.WorkspacePlacement)},
+		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt)", (*stringValue)(&c.WorkspacePlacement)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
@@ -157,44 +157,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
 		}
 	}
-	if c.DatabaseTimeout <= 0 {
-		return fmt.Errorf("DATABASE_TIMEOUT: %s must be positive", c.DatabaseTimeout)
-	}
 	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
 		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
 	}
 	if c.ListenAddr == "" {
 		return errors.New("LISTEN_ADDR must not be empty")
 	}
-	if c.MaxToolRounds < 1 || c.MaxToolRounds > 100 {
-		return fmt.Errorf("MAX_TOOL_ROUNDS: %d is out of range 1-100", c.MaxToolRounds)
-	}
-	for _, b := range []struct {
-		name string
-		n    int64
-	}{{"MAX_TOOL_CALLS_PER_ROUND", int64(c.MaxToolCallsPerRound)}, {"MAX_TOOL_CALLS_PER_TURN", int64(c.MaxToolCallsPerTurn)},
-		{"MAX_TOOL_ITEMS", int64(c.MaxToolItems)}, {"MAX_TOOL_ARGUMENT_BYTES", c.MaxToolArgumentBytes}} {
-		if b.n < 1 || b.n > 1<<31-1 {
-			return fmt.Errorf("%s: %d is out of range 1-%d", b.name, b.n, 1<<31-1)
-		}
-	}
-	if c.MaxRequestBytes < 1024 {
-		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)
-	}
-	if c.RequestReadTimeout <= 0 {
-		return fmt.Errorf("REQUEST_READ_TIMEOUT: %s must be positive", c.RequestReadTimeout)
-	}
-	if c.MaxBufferedBytes < c.MaxRequestBytes {
-		return fmt.Errorf("MAX_BUFFERED_BYTES: %d is below MAX_REQUEST_BYTES (%d)", c.MaxBufferedBytes, c.MaxRequestBytes)
-	}
-	if c.UpstreamTimeout <= 0 {
-		return fmt.Errorf("UPSTREAM_TIMEOUT: %s must be positive", c.UpstreamTimeout)
-	}
-	if c.StreamKeepalive <= 0 {
-		return fmt.Errorf("STREAM_KEEPALIVE: %s must be positive", c.StreamKeepalive)
-	}
-	if c.ShutdownTimeout <= 0 {
-		return fmt.Errorf("SHUTDOWN_TIMEOUT: %s must be positive", c.ShutdownTimeout)
+	if err := c.validateBounds(); err != nil {
+		return err
 	}
 	if _, err := proxy.ParseAllowedRoutes(c.PassThroughRoutes); err != nil {
 		return fmt.Errorf("PASSTHROUGH_ROUTES: %w", err)
@@ -221,6 +191,39 @@ func (c Config) Validate() error {
 	}
 	if f := strings.ToLower(c.LogFormat); f != "text" && f != "json" {
 		return fmt.Errorf("LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// validateBounds checks the settings that bound a turn: its rounds and calls, its bodies, its
+// durations.
+func (c Config) validateBounds() error {
+	if c.MaxToolRounds < 1 || c.MaxToolRounds > 100 {
+		return fmt.Errorf("MAX_TOOL_ROUNDS: %d is out of range 1-100", c.MaxToolRounds)
+	}
+	for _, b := range []struct {
+		name string
+		n    int64
+	}{{"MAX_TOOL_CALLS_PER_ROUND", int64(c.MaxToolCallsPerRound)}, {"MAX_TOOL_CALLS_PER_TURN", int64(c.MaxToolCallsPerTurn)},
+		{"MAX_TOOL_ITEMS", int64(c.MaxToolItems)}, {"MAX_TOOL_ARGUMENT_BYTES", c.MaxToolArgumentBytes}} {
+		if b.n < 1 || b.n > 1<<31-1 {
+			return fmt.Errorf("%s: %d is out of range 1-%d", b.name, b.n, 1<<31-1)
+		}
+	}
+	if c.MaxRequestBytes < 1024 {
+		return fmt.Errorf("MAX_REQUEST_BYTES: %d is below 1024", c.MaxRequestBytes)
+	}
+	if c.MaxBufferedBytes < c.MaxRequestBytes {
+		return fmt.Errorf("MAX_BUFFERED_BYTES: %d is below MAX_REQUEST_BYTES (%d)", c.MaxBufferedBytes, c.MaxRequestBytes)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"DATABASE_TIMEOUT", c.DatabaseTimeout}, {"REQUEST_READ_TIMEOUT", c.RequestReadTimeout}, {"UPSTREAM_TIMEOUT", c.UpstreamTimeout},
+		{"STREAM_KEEPALIVE", c.StreamKeepalive}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
+		if d.d <= 0 {
+			return fmt.Errorf("%s: %s must be positive", d.name, d.d)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// Admin REST limits of lists (SPEC §8).
+// Admin REST limits of lists (docs/spec.md §8).
 const (
 	defaultPageSize = 50
 	maxPageSize     = 500
@@ -31,7 +32,7 @@ type adminRoute struct {
 	handle       func(s *Server, w http.ResponseWriter, r *http.Request) error
 }
 
-// adminRouteTable is the admin REST (SPEC §8): the user path, which ignores locks. The OpenAPI
+// adminRouteTable is the admin REST (docs/spec.md §8): the user path, which ignores locks. The OpenAPI
 // document describes exactly these routes (a test checks it).
 var adminRouteTable = []adminRoute{
 	{"GET", "/admin/v1/threads", (*Server).adminListThreads},
@@ -71,7 +72,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 }
 
 // adminAuth requires `Authorization: Bearer <ADMIN_TOKEN>` (compared in constant time), or a
-// panel session (SPEC §13), whose writes must come from the panel's origin with its CSRF token.
+// panel session (docs/spec.md §13), whose writes must come from the panel's origin with its CSRF token.
 // The handler finds who called in its context (principalFrom).
 func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -442,7 +443,7 @@ func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
 }
 
 // adminLink makes a signed, expiring link that opens the thread's panel without a key: what an
-// app gives its end user (SPEC §13).
+// app gives its end user (docs/spec.md §13).
 func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
@@ -484,7 +485,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 // errSessionEnded ends an event stream whose session expired.
 var errSessionEnded = errors.New("the session ended")
 
-// heartbeat is how often an idle event stream gets a comment line (SPEC §13).
+// heartbeat is how often an idle event stream gets a comment line (docs/spec.md §13).
 const heartbeat = 15 * time.Second
 
 // adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
@@ -516,49 +517,17 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
+	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
 	var expired <-chan time.Time // never, for the admin token
-	var end time.Time
 	if ses := principalFrom(r.Context()).via; ses != nil {
-		end = time.Unix(ses.Expires, 0)
-		t := time.NewTimer(time.Until(end))
+		es.end = time.Unix(ses.Expires, 0)
+		t := time.NewTimer(time.Until(es.end))
 		defer t.Stop()
 		expired = t.C
 	}
-	send := func() error {
-		if !end.IsZero() && !time.Now().Before(end) {
-			return errSessionEnded
-		}
-		for {
-			evs, err := ws.Events(r.Context(), tools.EventQuery{After: last, Limit: maxPageSize})
-			if err != nil {
-				return err
-			}
-			var buf []byte
-			for _, e := range evs {
-				b, err := rawjson.Marshal(e)
-				if err != nil {
-					return err
-				}
-				buf = append(buf, "id: "+strconv.FormatInt(e.ID, 10)+"\n"...)
-				buf = sse.AppendEvent(buf, b)
-				last = e.ID
-			}
-			if len(buf) > 0 {
-				if _, err := w.Write(buf); err != nil {
-					return err
-				}
-				if err := rc.Flush(); err != nil {
-					return err
-				}
-			}
-			if len(evs) < maxPageSize {
-				return nil
-			}
-		}
-	}
 	ticker := time.NewTicker(time.Duration(s.heartbeat.Load()))
 	defer ticker.Stop()
-	for err := send(); ; err = send() {
+	for err := es.send(r.Context()); ; err = es.send(r.Context()) {
 		if err != nil {
 			if r.Context().Err() == nil && !errors.Is(err, errSessionEnded) {
 				s.log.LogAttrs(r.Context(), slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
@@ -577,6 +546,50 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil || rc.Flush() != nil {
 				return nil
 			}
+		}
+	}
+}
+
+// eventStream is an open event stream: the events after last go out on w; past end (zero for
+// the admin token) the stream's session has expired.
+type eventStream struct {
+	ws   *tools.Workspace
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	last int64
+	end  time.Time
+}
+
+// send writes the thread's events after es.last, a page at a time, flushing each page.
+func (es *eventStream) send(ctx context.Context) error {
+	if !es.end.IsZero() && !time.Now().Before(es.end) {
+		return errSessionEnded
+	}
+	for {
+		evs, err := es.ws.Events(ctx, tools.EventQuery{After: es.last, Limit: maxPageSize})
+		if err != nil {
+			return err
+		}
+		var buf []byte
+		for _, e := range evs {
+			b, err := rawjson.Marshal(e)
+			if err != nil {
+				return err
+			}
+			buf = append(buf, "id: "+strconv.FormatInt(e.ID, 10)+"\n"...)
+			buf = sse.AppendEvent(buf, b)
+			es.last = e.ID
+		}
+		if len(buf) > 0 {
+			if _, err := es.w.Write(buf); err != nil {
+				return err
+			}
+			if err := es.rc.Flush(); err != nil {
+				return err
+			}
+		}
+		if len(evs) < maxPageSize {
+			return nil
 		}
 	}
 }

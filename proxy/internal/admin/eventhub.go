@@ -2,7 +2,7 @@ package admin
 
 import "sync"
 
-// eventHub tells a replica's open event streams (SPEC §13) that their thread has new events:
+// eventHub tells a replica's open event streams (docs/spec.md §13) that their thread has new events:
 // Postgres notifies every replica of each commit (tools.ListenEvents), and the hub wakes the
 // streams of that thread, which then read what is new. A wake-up carries no data, so a stream
 // that misses one (its buffer holds one) still reads everything at the next.

@@ -10,7 +10,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
-// The workspace panel (SPEC §13): static files embedded in the binary, which read and write
+// The workspace panel (docs/spec.md §13): static files embedded in the binary, which read and write
 // through the admin REST with a panel session.
 //
 //go:embed ui

@@ -17,7 +17,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// principal is who makes an admin REST call (SPEC §13): the admin, who sees every thread; a
+// principal is who makes an admin REST call (docs/spec.md §13): the admin, who sees every thread; a
 // client (CLIENT_KEYS), who sees its own; or the holder of a thread's signed link, who sees that
 // thread alone.
 type principal struct {

@@ -71,7 +71,7 @@ func objects(list json.RawMessage, name, notArray string) (elements, error) {
 	return el, nil
 }
 
-// ParseChatRequest parses and checks a thread turn's body (SPEC §3, §10).
+// ParseChatRequest parses and checks a thread turn's body (docs/spec.md §3, §10).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	top, err := rawjson.Parse(body) // checks the whole body as it goes
 	if err != nil {

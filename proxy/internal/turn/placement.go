@@ -13,7 +13,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// Placement is where the workspace goes in a request (SPEC §3.1).
+// Placement is where the workspace goes in a request (docs/spec.md §3.1).
 type Placement string
 
 // Placements.
@@ -133,8 +133,7 @@ func neutralizedContent(content json.RawMessage) json.RawMessage {
 }
 
 // appendToSystem appends text to a system message's content: to a string (after a blank line),
-// as a last text part of an array, or as the content when it has none; byte for byte what
-// earlier versions sent.
+// as a last text part of an array, or as the content when it has none.
 func appendToSystem(msg rawjson.Object, text string) json.RawMessage {
 	content := msg.Get("content")
 	switch {

@@ -10,7 +10,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// ResponsesRequest is a client's Responses API request on a thread turn (SPEC §12), kept as raw
+// ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept as raw
 // JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
 // `parallel_tool_calls` when a round has no tools left), `instructions` (placement system),
 // `previous_response_id` (continuing a recorded turn, and chaining stored rounds) and `include`
@@ -44,7 +44,7 @@ type ResponsesRequest struct {
 	streamed bool
 }
 
-// ParseResponsesRequest parses and checks a Responses thread turn's body (SPEC §12, §10).
+// ParseResponsesRequest parses and checks a Responses thread turn's body (docs/spec.md §12, §10).
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	top, err := rawjson.Parse(body)
 	if err != nil {
@@ -193,8 +193,8 @@ func functionCallOutput(callID, output string) json.RawMessage {
 	return o.Bytes()
 }
 
-// InjectWorkspace puts text (the instructions and the block) where the placement says (SPEC
-// §3.1, §12). With PlaceTail it goes into the last input item when that is a user message or a
+// InjectWorkspace puts text (the instructions and the block) where the placement says
+// (docs/spec.md §3.1, §12). With PlaceTail it goes into the last input item when that is a user message or a
 // function_call_output, after its own content; otherwise, and with PlaceSystem, it is appended
 // to `instructions` (set when absent).
 func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {

@@ -33,7 +33,7 @@ func (t *responsesTurn) recordEnd() error {
 	return t.req.Record(t.first, t.last.id, t.last.owed())
 }
 
-// responsesJSON is the dialect of a non-streamed Responses turn (SPEC §12): each round's reply
+// responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's reply
 // is one response object, and the client gets one at the end.
 type responsesJSON struct {
 	responsesTurn

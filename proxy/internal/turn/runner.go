@@ -35,7 +35,7 @@ const (
 // keeps no more than this of it, so memory stays flat however long a stream runs.
 const maxRoundText = 1 << 20
 
-// Runner runs the loop of a thread turn (SPEC §6): it calls the upstream, runs the workspace tool
+// Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the workspace tool
 // calls of each reply, feeds the results back, and calls again until the model answers. It knows
 // nothing of HTTP: the upstream is an interface, and the client is what the turn's dialect makes
 // of the last reply (a body, or the events of an Emitter).
@@ -100,7 +100,7 @@ func (r *Runner) maxToolRounds() int {
 	return DefaultMaxToolRounds
 }
 
-// Run is the loop of a turn (SPEC §6), whatever its dialect. It returns the upstream calls made.
+// Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the upstream calls made.
 func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
