@@ -230,9 +230,9 @@ WITH mark AS (
     WHERE s.thread_id = $4 AND s.writer_id <> $5::text AND s.at < now() - interval '7 days'
 )
 UPDATE threads
-SET prompt_tokens = prompt_tokens + $1::bigint,
-    cached_prompt_tokens = cached_prompt_tokens + $2::bigint,
-    completion_tokens = completion_tokens + $3::bigint
+SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + $1::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + $2::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + $3::bigint, -9223372036854775808), 9223372036854775807)::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE threads.id = $4 AND EXISTS (SELECT FROM mark)
 `
@@ -250,7 +250,8 @@ type ThreadUsageAddParams struct {
 // writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
 // adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
 // (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
-// thread). A thread that does not exist is skipped.
+// thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as the
+// sums of tools.AddTokens do.
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.PromptTokens,

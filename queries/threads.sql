@@ -70,7 +70,8 @@ SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
 -- writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
 -- adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
 -- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
--- thread). A thread that does not exist is skipped.
+-- thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as the
+-- sums of tools.AddTokens do.
 WITH mark AS (
     INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
     SELECT t.id, @writer_id::text, @batch::bigint FROM threads t WHERE t.id = @id
@@ -82,8 +83,8 @@ WITH mark AS (
     WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days'
 )
 UPDATE threads
-SET prompt_tokens = prompt_tokens + @prompt_tokens::bigint,
-    cached_prompt_tokens = cached_prompt_tokens + @cached_prompt_tokens::bigint,
-    completion_tokens = completion_tokens + @completion_tokens::bigint
+SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + @prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + @cached_prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + @completion_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE threads.id = @id AND EXISTS (SELECT FROM mark);

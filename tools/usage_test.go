@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,4 +46,28 @@ func TestUsageBatchCountedOnce(t *testing.T) {
 	send("b", 3, 1)
 	require.Equal(t, 1, marks(), "a's week-old mark is gone")
 	require.Equal(t, int64(16), prompt())
+}
+
+// TestUsageSaturates: a thread's totals stop at the largest bigint instead of failing the batch,
+// so the batch's other threads are counted and the writer does not send it again forever.
+func TestUsageSaturates(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	other := f.store.Workspace(ThreadID{Name: "other"})
+	_, err := other.StartTurn(ctx)
+	require.NoError(t, err)
+	require.NoError(t, f.store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{
+		f.ws.ThreadID(): {PromptTokens: math.MaxInt64 - 1, CachedPromptTokens: math.MaxInt64, CompletionTokens: 1},
+	}}))
+	require.NoError(t, f.store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 2, Usage: map[ThreadID]Usage{
+		f.ws.ThreadID(): {PromptTokens: 5, CachedPromptTokens: 5, CompletionTokens: 2},
+		other.ThreadID(): {PromptTokens: 3},
+	}}))
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Usage{PromptTokens: math.MaxInt64, CachedPromptTokens: math.MaxInt64, CompletionTokens: 3}, d.Usage)
+	d, err = other.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, Usage{PromptTokens: 3}, d.Usage)
 }
