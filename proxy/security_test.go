@@ -640,3 +640,27 @@ func TestMetricsToken(t *testing.T) {
 	resp, _ = open.do("GET", "/metrics", nil, "")
 	require.Equal(t, 200, resp.StatusCode)
 }
+
+// TestStreamedCallArgumentsBounded: a streamed workspace call's arguments are kept up to
+// MAX_TOOL_ARGUMENT_BYTES however many chunks bring more: the call gets its error envelope with
+// the size the model sent, and the round sent back carries no more than the bound of them.
+func TestStreamedCallArgumentsBounded(t *testing.T) {
+	t.Parallel()
+	const max = 64 << 10
+	pool := dbtest.NewPool(t, nil)
+	e := setupWithPool(t, pool, func(o *Options) {
+		o.Store = tools.NewStore(pool, tools.Options{Limits: tools.Limits{ArgumentBytesMax: max}})
+	})
+	args := `{"text":"` + strings.Repeat("x", 300<<10) + `"}`
+	e.up.Script(upstreamtest.Stream(upstreamtest.ToolCallChunks("c1", 4096, call{ID: "big", Name: "set_objective", Arguments: args})...),
+		upstreamtest.Stream(upstreamtest.ContentChunks("c2", "done")...))
+	resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": "big-args", "Content-Type": "application/json"},
+		`{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Contains(t, body, "done")
+	sent := messages(e.up.Requests()[1].JSON(t))
+	assistant, tool := sent[len(sent)-2], sent[len(sent)-1]
+	back := assistant["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"].(string)
+	require.LessOrEqual(t, len(back), max, "the round sent back keeps at most the bound of the arguments")
+	require.Contains(t, tool["content"], fmt.Sprintf("at most %d bytes (got %d)", max, len(args)))
+}

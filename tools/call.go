@@ -19,7 +19,10 @@ type Call struct {
 	Round     int
 	ID        string // the id the model gave the call (kept with its record)
 	Name      string
-	Arguments string // as the model sent them
+	Arguments string // as the model sent them, or their start (see Length)
+	// Length is the arguments' length in bytes when Arguments holds only their start (a stream
+	// brought more than ArgumentBytesMax, which the call is refused for); 0 otherwise.
+	Length int
 	// View is the list the call's indices name, the model's view of the round (see View); the
 	// call moves it on. Nil: the list as the call finds it.
 	View *View
@@ -60,7 +63,7 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	if n, max := len(c.Arguments), w.store.limits.ArgumentBytesMax; n > max {
+	if n, max := max(len(c.Arguments), c.Length), w.store.limits.ArgumentBytesMax; n > max {
 		return w.refuse(ctx, w.store.pool, c, "", invalid("arguments", "at most %d bytes (got %d); nothing was written", max, n), nil)
 	}
 	args, reasoning, err := parseArguments(c.Arguments)

@@ -108,6 +108,9 @@ type Store struct {
 	timeout time.Duration
 }
 
+// Limits are the limits the store's calls are held to.
+func (w *Workspace) Limits() Limits { return w.store.limits }
+
 // Options configure a Store.
 type Options struct {
 	// Limits; zero fields take their DefaultLimits value.

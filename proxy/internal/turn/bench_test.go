@@ -39,14 +39,14 @@ func BenchmarkSSEDecode(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(chunk)))
 	var out []byte
-	s := newChatSSE(req, nil, nil, "", emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil }))
+	s := newChatSSE(req, nil, nil, "", 1<<20, emitFunc(func(c []byte) error { out = sse.AppendEvent(out[:0], c); return nil }))
 	r := sse.NewReader(stream)
 	for b.Loop() {
 		data, err := r.Next()
 		if err == io.EOF {
 			stream.Reset(strings.Repeat(chunk, 1024))
 			r = sse.NewReader(stream)
-			s.cur = newChatRound()
+			s.cur = newChatRound(1 << 20)
 			continue
 		}
 		if err := s.chunk(data); err != nil {

@@ -154,7 +154,7 @@ func (c *ChatRequest) JSON(t *Turn) JSONDialect {
 
 // Stream is the dialect of a streamed chat turn.
 func (c *ChatRequest) Stream(t *Turn, out Emitter) StreamDialect {
-	return newChatSSE(c, t.Upstream, t.Log, t.Workspace.ThreadID().String(), out)
+	return newChatSSE(c, t.Upstream, t.Log, t.Workspace.ThreadID().String(), t.Workspace.Limits().ArgumentBytesMax, out)
 }
 
 // askUsage has a streamed turn's upstream send its usage (stream_options.include_usage), which

@@ -26,6 +26,7 @@ type chatSSE struct {
 	out     Emitter
 	log     *slog.Logger // nil logs nothing
 	thread  string
+	maxArgs int    // the bytes of a workspace call's arguments kept (tools.Limits.ArgumentBytesMax)
 	dirty   bool   // written, not flushed
 	id      string // the first id the upstream gave (or one made up)
 	model   string // the model the upstream named (for traces)
@@ -40,8 +41,8 @@ type chatSSE struct {
 	cur     chatRound
 }
 
-func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, cur: newChatRound()}
+func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, maxArgs int, out Emitter) *chatSSE {
+	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, maxArgs: maxArgs, cur: newChatRound(maxArgs)}
 }
 
 func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
@@ -50,7 +51,7 @@ func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 	if d.cur.usage != nil {
 		d.earlier.raws = append(d.earlier.raws, d.cur.usage)
 	}
-	d.cur = newChatRound()
+	d.cur = newChatRound(d.maxArgs)
 	if err := d.round(ctx, body); err != nil {
 		if d.cur.emitted {
 			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
@@ -64,6 +65,9 @@ func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 			id = newCallID() // some servers send none; the round sent back needs one
 		}
 		calls[i] = toolCall{ID: id, Name: c.name, Arguments: c.args.String(), Client: c.client, shown: c.client}
+		if c.length > c.args.Len() {
+			calls[i].Length = c.length
+		}
 	}
 	info := roundInfo{model: d.model, id: d.id}
 	if d.cur.finish != "" {
@@ -109,6 +113,7 @@ type chatRound struct {
 	byIndex   map[int]*callAcc
 	byID      map[string]*callAcc
 	clientN   int // the client's calls so far: the next client index
+	maxArgs   int // the bytes of a workspace call's arguments kept
 	finish    string
 	usage     json.RawMessage
 	// Where the round's usage came: in its finish chunk, and in a chunk that carried nothing
@@ -123,14 +128,15 @@ type chatRound struct {
 	emitted                        bool // the client got part of this round
 }
 
-func newChatRound() chatRound {
-	return chatRound{byIndex: map[int]*callAcc{}, byID: map[string]*callAcc{}}
+func newChatRound(maxArgs int) chatRound {
+	return chatRound{byIndex: map[int]*callAcc{}, byID: map[string]*callAcc{}, maxArgs: maxArgs}
 }
 
 // callAcc accumulates one tool call's deltas.
 type callAcc struct {
 	id, typ, name string
 	args          strings.Builder
+	length        int  // the bytes of arguments the deltas brought (args keeps at most maxArgs)
 	decided       bool // the name is known: the client's or the proxy's
 	client        bool
 	clientIndex   int
@@ -441,7 +447,10 @@ func (r *chatRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json
 			o.Set("index", rawjson.Int(acc.clientIndex))
 			out = append(out, o.Bytes())
 		default:
-			acc.args.WriteString(d.args)
+			acc.length += len(d.args)
+			if acc.length <= r.maxArgs {
+				acc.args.WriteString(d.args)
+			}
 		}
 	}
 	return out, true

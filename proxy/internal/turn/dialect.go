@@ -103,6 +103,7 @@ type toolCall struct {
 	ID        string
 	Name      string
 	Arguments string
+	Length    int             // the arguments' length when Arguments holds only their start (tools.Call.Length)
 	Client    bool            // one of the client's tools: the client runs it
 	Raw       json.RawMessage // as the upstream sent it (non-streamed replies), or as the proxy made it
 	// shown: a streamed client call whose deltas the client already got.

@@ -99,7 +99,7 @@ func FuzzSSE(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream string) {
 		req, _ := ParseChatRequest([]byte(`{"messages":[],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`))
 		upstream := map[string]bool{} // what the upstream sent: what is not JSON goes on as it came
-		s := newChatSSE(req, nil, nil, "", emitFunc(func(c []byte) error {
+		s := newChatSSE(req, nil, nil, "", 1<<20, emitFunc(func(c []byte) error {
 			if !json.Valid(c) && !upstream[string(c)] {
 				t.Fatalf("emitted chunk is not JSON: %q", c)
 			}

@@ -288,7 +288,8 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 // runTool runs one workspace call.
 func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, call toolCall) (tools.Result, error) {
 	tctx, span := r.Tracing.toolSpan(ctx, call)
-	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments, View: view})
+	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments,
+		Length: call.Length, View: view})
 	r.Tracing.endTool(span, res, err)
 	if err != nil {
 		return res, err

@@ -79,7 +79,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	var got int
 	var chunks int
 	rounds, err := (&Runner{}).Run(context.Background(), &Turn{Workspace: ws, Start: turn, Upstream: up},
-		newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
+		newChatSSE(req, up, nil, "", 1<<20, emitFunc(func(chunk []byte) error {
 			chunks++
 			var c struct {
 				Choices []struct {
@@ -131,7 +131,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 			var answer string
 			var usage map[string]any
 			if streamed {
-				rounds, err := (&Runner{}).Run(context.Background(), tt, newChatSSE(req, up, nil, "", emitFunc(func(chunk []byte) error {
+				rounds, err := (&Runner{}).Run(context.Background(), tt, newChatSSE(req, up, nil, "", 1<<20, emitFunc(func(chunk []byte) error {
 					var c struct {
 						Choices []struct {
 							Delta struct{ Content string } `json:"delta"`
