@@ -3,6 +3,7 @@ package auth
 import (
 	"crypto/subtle"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -43,7 +44,7 @@ func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []by
 // r's address failed too often lately; else nil when verify holds, and failed — counted against
 // the address — when it does not.
 func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error {
-	addr := g.Peers.ClientAddr(r)
+	addr := throttleKey(g.Peers.ClientAddr(r))
 	if err := g.failures.check(addr); err != nil {
 		return err
 	}
@@ -59,7 +60,8 @@ func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error
 // further try from it is refused, the right credential too, until the window ends.
 type throttle struct {
 	mu       sync.Mutex
-	failures map[string]*failures
+	failures map[string]*failures // by throttleKey
+	swept    time.Time            // the last sweep of the ended windows
 }
 
 type failures struct {
@@ -91,20 +93,50 @@ func (t *throttle) fail(addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
-	if t.failures == nil || len(t.failures) > 10000 {
-		for a, f := range t.failures {
-			if now.After(f.until) {
-				delete(t.failures, a)
-			}
-		}
-		if t.failures == nil {
-			t.failures = map[string]*failures{}
-		}
+	if t.failures == nil {
+		t.failures = map[string]*failures{}
 	}
 	f := t.failures[addr]
+	if f == nil && len(t.failures) >= maxTracked {
+		t.makeRoom(now)
+	}
 	if f == nil || now.After(f.until) {
 		f = &failures{until: now.Add(FailureWindow)}
 		t.failures[addr] = f
 	}
 	f.n++
 }
+
+// makeRoom drops the addresses whose window ended, at most once a second, and when every one
+// of them is still in its window, one of them at random: the map stays within maxTracked and a
+// failure costs no more than a sweep a second, however many addresses fail.
+func (t *throttle) makeRoom(now time.Time) {
+	if now.Sub(t.swept) >= time.Second {
+		t.swept = now
+		for a, f := range t.failures {
+			if now.After(f.until) {
+				delete(t.failures, a)
+			}
+		}
+	}
+	for a := range t.failures {
+		if len(t.failures) < maxTracked {
+			break
+		}
+		delete(t.failures, a)
+	}
+}
+
+// throttleKey is the address the throttle counts: an IPv6 address's /64 (a host picks from a
+// whole /64), any other address as it is.
+func throttleKey(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil || !ip.Is6() || ip.Is4In6() {
+		return addr
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
+}
+
+// maxTracked bounds the addresses the throttle tracks.
+const maxTracked = 10000
