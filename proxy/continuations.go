@@ -7,11 +7,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
 )
 

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	adminpkg "github.com/wsproxy/wsproxy/proxy/internal/admin"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	adminpkg "github.com/wsproxy/wsproxy/proxy/internal/admin"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )

@@ -3,10 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-
 	"encoding/json"
 	"io"
 	"net/http"
@@ -19,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/tools"
 )
 

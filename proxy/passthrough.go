@@ -11,7 +11,6 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-
 	"github.com/wsproxy/wsproxy/tools"
 )
 

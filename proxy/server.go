@@ -1,5 +1,8 @@
-// Package proxy is all of wsproxy's HTTP: the routes, the chat handler and its request rewrite,
-// the tool loop (Runner), SSE, the pass-through to the upstream, the admin REST and metrics.
+// Package proxy is wsproxy's HTTP edge: the routes, the frame every thread turn runs in
+// (serveTurn: the thread, the turn's start, the upstream over HTTP, the stream's writer, the
+// usage written after it), the pass-through, the bodies' budget, request framing, metrics and
+// the server spans. The turn engine is proxy/internal/turn, the user path proxy/internal/admin
+// (docs/architecture.md).
 package proxy
 
 import (
@@ -12,14 +15,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/admin"
-	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/admin"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
 )
 

@@ -9,11 +9,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
 )
 

@@ -6,9 +6,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 )
 
 // maxErrorBody caps how much of an upstream's error body is kept.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,22 +13,15 @@ import (
 )
 
 var npmClients = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command("../../scripts/npm-clients.sh").Output()
+	cmd := exec.Command("../../scripts/npm-clients.sh")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		if exit, ok := err.(*exec.ExitError); ok {
-			return "", &npmError{err, string(exit.Stderr)}
-		}
-		return "", err
+		return "", fmt.Errorf("scripts/npm-clients.sh: %w: %s", err, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), nil
 })
-
-type npmError struct {
-	err    error
-	stderr string
-}
-
-func (e *npmError) Error() string { return "scripts/npm-clients.sh: " + e.err.Error() + ": " + e.stderr }
 
 // nodeModules is the node_modules folder of the pinned npm clients (scripts/npm), installed by
 // scripts/npm-clients.sh when missing; the test fails, never skips, when they cannot be.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/tools"
 )
 

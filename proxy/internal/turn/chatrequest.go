@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 )
 

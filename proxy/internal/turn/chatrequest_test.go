@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )

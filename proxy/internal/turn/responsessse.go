@@ -7,7 +7,6 @@ import (
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 )
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )

@@ -9,7 +9,6 @@ import (
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 )
 
