@@ -6,6 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$root/.cache/npm"
 command -v npm >/dev/null || { echo "npm-clients: npm is missing (Debian/Ubuntu: apt-get install nodejs npm)" >&2; exit 1; }
+mkdir -p "$root/.cache"
+exec 9>"$root/.cache/npm.lock"
+flock 9 # one install at a time (test packages run in parallel)
 if ! cmp -s "$root/scripts/npm/package-lock.json" "$dir/package-lock.json" || [ ! -d "$dir/node_modules" ]; then
   rm -rf "$dir"
   mkdir -p "$dir"
