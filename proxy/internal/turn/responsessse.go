@@ -118,7 +118,7 @@ func (d *responsesSSE) event(data []byte) error {
 		if d.first == "" {
 			d.first = turnID(rr.id)
 		}
-		if err := d.rr(rr); err != nil {
+		if err := d.decideAll(rr); err != nil {
 			return err
 		}
 		d.last, d.terminal = rr, typ
@@ -237,15 +237,15 @@ func (d *responsesSSE) decide(n int, id string, hidden bool) {
 	d.cur.pending = -1
 }
 
-// rr settles a call still pending when the round's terminal event came, by the item the
+// decideAll settles a call still pending when the round's terminal event came, by the item the
 // terminal response holds, and replays the events held behind it.
-func (d *responsesSSE) rr(rd *responseRound) error {
+func (d *responsesSSE) decideAll(rr *responseRound) error {
 	for d.cur.pending >= 0 {
 		n := d.cur.pending
 		hidden, id := true, ""
-		if n < len(rd.items) {
-			hidden = rd.hidden[n]
-			if o, err := rawjson.Parse(rd.items[n]); err == nil {
+		if n < len(rr.items) {
+			hidden = rr.hidden[n]
+			if o, err := rawjson.Parse(rr.items[n]); err == nil {
 				id = text(o.Get("id"))
 			}
 		}
