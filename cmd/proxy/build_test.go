@@ -86,3 +86,20 @@ func TestPgBouncerTestsExist(t *testing.T) {
 		require.True(t, tests[name], "PGBOUNCER_TESTS names %s, which is no test", name)
 	}
 }
+
+// TestRoomsImports: the turn engine and the user path meet only in tools and Postgres — neither
+// imports the other — and the turn engine knows no Prometheus (docs/architecture.md).
+func TestRoomsImports(t *testing.T) {
+	t.Parallel()
+	deps := func(pkg string) string {
+		out, err := exec.Command("go", "list", "-deps", "github.com/wsproxy/wsproxy/"+pkg).Output()
+		require.NoError(t, err)
+		return string(out)
+	}
+	turn, admin := deps("proxy/internal/turn"), deps("proxy/internal/admin")
+	require.NotContains(t, turn, "wsproxy/proxy/internal/admin")
+	require.NotContains(t, turn, "prometheus")
+	require.NotContains(t, admin, "wsproxy/proxy/internal/turn")
+	require.Contains(t, turn, "wsproxy/tools")
+	require.Contains(t, admin, "wsproxy/tools")
+}
