@@ -132,12 +132,16 @@ type wireHarness struct {
 	straight string // the fake upstream's base URL
 	env      *env
 	n        atomic.Int64
+	// client is the clients' one HTTP client: openai-go's default has a transport of its own per
+	// client, whose idle connections would outlive it.
+	client *http.Client
 }
 
 func newWireHarness(t testing.TB) *wireHarness {
-	h := &wireHarness{up: &wireUpstream{}}
+	h := &wireHarness{up: &wireUpstream{}, client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	srv := httptest.NewServer(h.up)
 	t.Cleanup(srv.Close)
+	t.Cleanup(h.client.CloseIdleConnections)
 	h.straight = srv.URL + "/v1/"
 	h.env = setup(t)
 	h.env.up.Fallback = h.up.ServeHTTP
@@ -163,7 +167,7 @@ type readout struct {
 func (h *wireHarness) read(t testing.TB, e wireEntry, id, base, thread string) readout {
 	t.Helper()
 	opts := []option.RequestOption{option.WithBaseURL(base), option.WithAPIKey("sk-wire"), option.WithMaxRetries(0),
-		option.WithHeader("X-Wire-Case", id)}
+		option.WithHeader("X-Wire-Case", id), option.WithHTTPClient(h.client)}
 	if thread != "" {
 		opts = append(opts, option.WithHeader("X-Thread-Id", thread))
 	}
