@@ -359,11 +359,11 @@ func TestApplyProposal(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Kind: "hard"}, item{Title: "Trains"}, item{Title: "Museums"})) // 1-3
-	f.lock(t, 1)                                                                                                         // 4
-	f.lock(t, 2)                                                                                                         // 5
+	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Kind: "hard"}, item{Title: "Trains"}, item{Title: "Museums"}))                    // 1-3
+	f.lock(t, 1)                                                                                                                             // 4
+	f.lock(t, 2)                                                                                                                             // 5
 	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone", "subtitle": "Friendly"}}}) // 6
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})                                                                         // 7
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})                                                                          // 7
 
 	ev, err := f.ws.ApplyProposal(ctx, 6)
 	require.NoError(t, err)
