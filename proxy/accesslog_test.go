@@ -123,7 +123,9 @@ func TestRequestLogUpstreamUnreachable(t *testing.T) {
 	for i, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
 		resp := e.post("/v1/chat/completions", h, `{"messages":[]}`)
 		require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-		var body struct{ Error struct{ Message, Code string } }
+		var body struct {
+			Error struct{ Message, Code string }
+		}
 		require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &body))
 		require.Equal(t, "upstream_unreachable", body.Error.Code)
 		require.Equal(t, "the upstream at "+host+" could not be reached", body.Error.Message)
