@@ -219,13 +219,22 @@ func (m *Main) proxyOptions(upstreamURL *url.URL, clientKeys *proxy.ClientKeys) 
 		MaxRequestBytes:      m.Config.MaxRequestBytes,
 		RequestReadTimeout:   m.Config.RequestReadTimeout,
 		MaxBufferedBytes:     m.Config.MaxBufferedBytes,
-		Metrics:              proxy.NewMetrics(prometheus.NewRegistry()),
+		Metrics:              proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys)),
 		TracerProvider:       m.tracerProvider(),
 		TraceContent:         strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
 		ListenURL:            cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		DisablePanel:         m.Config.UI == "off",
 		Logger:               m.log,
 	}
+}
+
+// metricsOptions are the metrics' options: the clients of CLIENT_KEYS, the version, the pool.
+func (m *Main) metricsOptions(clientKeys *proxy.ClientKeys) proxy.MetricsOptions {
+	o := proxy.MetricsOptions{Version: version(), Pool: m.pool}
+	if clientKeys != nil {
+		o.Clients = clientKeys.Names()
+	}
+	return o
 }
 
 // serve serves the proxy on ln until Close.
