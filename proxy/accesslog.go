@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -67,8 +69,9 @@ func noteUpstream(ctx context.Context, code string) {
 var quietRoutes = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET /metrics": true}
 
 // logRequest writes a request's line of the request log, at Info (Debug for quietRoutes): what
-// observed and the handlers know of it, never its path, body or credentials.
-func (s *Server) logRequest(ctx context.Context, method, route string, status int, d time.Duration, info *requestInfo) {
+// observed and the handlers know of it, never its path, body or credentials. Its thread is the
+// one a handler noted, else the one the route's path names.
+func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, status int, d time.Duration, info *requestInfo) {
 	level := slog.LevelInfo
 	if quietRoutes[route] {
 		level = slog.LevelDebug
@@ -77,10 +80,10 @@ func (s *Server) logRequest(ctx context.Context, method, route string, status in
 		return
 	}
 	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs, slog.String("method", method), slog.String("route", route), slog.Int("status", status))
+	attrs = append(attrs, slog.String("method", r.Method), slog.String("route", route), slog.Int("status", status))
 	info.mu.Lock()
-	if info.thread != "" {
-		attrs = append(attrs, slog.String("thread", info.thread))
+	if thread := cmp.Or(info.thread, r.PathValue("thread")); thread != "" { // the admin REST's path holds the stored id
+		attrs = append(attrs, slog.String("thread", thread))
 	}
 	if info.client != "" {
 		attrs = append(attrs, slog.String("client", info.client))

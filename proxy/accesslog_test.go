@@ -90,6 +90,12 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "method": "POST", "route": "POST /v1/chat/completions",
 		"status": 401.0}, fields(t, lines[2]))
 
+	// The admin REST: the thread its path names.
+	e.admin("GET", "/admin/v1/threads/alice~trip-7", nil, 200, nil)
+	lines = waitRequestLines(t, logs, 4)
+	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "method": "GET", "route": "GET /admin/v1/threads/{thread}",
+		"status": 200.0, "thread": "alice~trip-7"}, fields(t, lines[3]))
+
 	// Probes and scrapes: Debug.
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(e.srv.URL + path)
@@ -100,10 +106,10 @@ func TestRequestLog(t *testing.T) {
 	resp, err = http.Get(e.srv.URL + "/nowhere")
 	require.NoError(t, err)
 	resp.Body.Close()
-	lines = waitRequestLines(t, logs, 4)
-	require.Len(t, lines, 4)
-	require.Equal(t, "/", lines[3]["route"])
-	require.Equal(t, 404.0, lines[3]["status"])
+	lines = waitRequestLines(t, logs, 5)
+	require.Len(t, lines, 5)
+	require.Equal(t, "/", lines[4]["route"])
+	require.Equal(t, 404.0, lines[4]["status"])
 
 	for _, secret := range []string{"Secret", "secret", "sk-"} {
 		require.NotContains(t, logs.String(), secret)

@@ -72,7 +72,7 @@ func (s *Server) observed(next http.Handler) http.Handler {
 			d := time.Since(start)
 			end(route, sw.status())
 			s.opts.Metrics.requestDone(ctx, route, sw.status(), d)
-			s.logRequest(ctx, r.Method, route, sw.status(), d, info)
+			s.logRequest(ctx, r, route, sw.status(), d, info)
 		}()
 		next.ServeHTTP(sw, r)
 	})
