@@ -71,7 +71,7 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "method": "POST", "route": "POST /v1/chat/completions",
 		"status": 200.0, "thread": "alice~trip-7", "client": "alice", "rounds": 2.0, "upstream_status": 200.0}, fields(t, lines[0]))
 
-	// A pass-through names its route, never its path; one the upstream refuses gives both statuses.
+	// A pass-through names its route, never its path (here a model id), and the upstream's status.
 	e.up.Script(reply(`{"data":[]}`))
 	req, err := http.NewRequest("GET", e.srv.URL+"/threads/trip-7/v1/models/secret-model-id", nil)
 	require.NoError(t, err)
