@@ -283,3 +283,50 @@ func TestUpgradeToBatchesAndTombstones(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{5, 3}, []int64{th.NextEventID, th.NextPreferenceID}, "the counters go on from the deleted thread's")
 }
+
+// TestUpgradeToProposals: a database populated under schema 007 upgrades to the current one
+// (migration 009): its events keep every field; a locked_skip of a removal, known from its tool
+// call's record, gets the removal's proposal (the JSON null), one of an update none (its fields
+// were not recorded), other events none; new events keep their proposals.
+func TestUpgradeToProposals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('old', 2, 2, 5)`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Trains', 'soft', true)`,
+		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result)
+		 SELECT 'old', 2, 1, 'update_preferences', '{"updates":[{"index":1,"title":"Planes"}]}', true, '{"ok":true}'`,
+		`INSERT INTO tool_calls (thread_id, turn, round, tool, arguments, ok, result)
+		 SELECT 'old', 2, 1, 'remove_preferences', '{"indices":[1]}', true, '{"ok":true}'`,
+		`INSERT INTO events (thread_id, id, actor, kind, target_type, target_id, after) VALUES
+		 ('old', 1, 'user', 'preference_added', 'preference', 1, '{"title":"Trains","subtitle":"","kind":"soft","locked":false}'),
+		 ('old', 2, 'user', 'preference_locked', 'preference', 1, '{"title":"Trains","subtitle":"","kind":"soft","locked":true}')`,
+		`INSERT INTO events (thread_id, id, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after)
+		 SELECT 'old', 2 + c.n, 'agent', 2, 1, c.id, 'Why not.', 'locked_skip', 'preference', 1,
+		        '{"title":"Trains","subtitle":"","kind":"soft","locked":true}', '{"title":"Trains","subtitle":"","kind":"soft","locked":true}'
+		 FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM tool_calls WHERE thread_id = 'old') c`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	evs, err := q.EventList(ctx, pool, db.EventListParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, evs, 4)
+	var proposed []string
+	for _, e := range evs {
+		proposed = append(proposed, string(e.Proposed))
+	}
+	require.Equal(t, []string{"", "", "", "null"}, proposed, "only the removal's is known")
+	require.Equal(t, "Why not.", evs[3].Reason.String)
+	require.JSONEq(t, `{"title":"Trains","subtitle":"","kind":"soft","locked":true}`, string(evs[3].Before))
+
+	_, err = q.EventInsert(ctx, pool, db.EventInsertParams{ThreadID: "old", Actor: "user", Kinds: []string{"locked_skip", "preference_updated"},
+		TargetTypes: []string{"preference", "preference"}, TargetIds: []int64{1, 1}, Befores: []string{"{}", "{}"}, Afters: []string{"{}", "{}"},
+		Reverts: []int64{0, 0}, Proposals: []string{`{"title":"Planes","subtitle":"","kind":"soft"}`, ""}})
+	require.NoError(t, err)
+	evs, err = q.EventList(ctx, pool, db.EventListParams{ThreadID: "old", AfterID: 4, MaxRows: 10})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"title":"Planes","subtitle":"","kind":"soft"}`, string(evs[0].Proposed))
+	require.Nil(t, evs[1].Proposed)
+}

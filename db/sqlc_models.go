@@ -29,6 +29,7 @@ type Event struct {
 	Before     []byte
 	After      []byte
 	Reverts    pgtype.Int8
+	Proposed   []byte
 }
 
 type Objective struct {

@@ -57,7 +57,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		Store:           store,
 		UpstreamURL:     u,
 		AdminToken:      adminToken,
-		Metrics:         NewMetrics(reg),
+		Metrics:         NewMetrics(reg, MetricsOptions{Pool: pool}),
 		Instructions:    "INSTR",
 		UpstreamTimeout: 10 * time.Second,
 		RetryBackoff:    time.Millisecond,

@@ -73,6 +73,40 @@ func TestAdminHistory(t *testing.T) {
 	require.Equal(t, "h", threads.Data[0].ID)
 }
 
+// TestAdminApplyProposal: the agent's refused update of a locked preference keeps its proposal;
+// POST …/events/{id}/apply makes it a user change with the lock kept (200 with the new event),
+// then 409 as the item changed since; 400 for an event of another kind, 404 for an unknown one.
+func TestAdminApplyProposal(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var p tools.Preference
+	e.admin("POST", "/admin/v1/threads/ap/preferences", map[string]any{"title": "Formal tone", "kind": "hard", "locked": true}, 201, &p)
+	e.up.Script(reply(cmpl("", call{ID: "a", Name: "update_preferences",
+		Arguments: `{"updates":[{"index":1,"title":"Casual tone"}],"action_and_reasoning":"The user writes casually."}`})), reply(cmpl("ok")))
+	require.Equal(t, 200, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "ap"}, `{"messages":[{"role":"user","content":"x"}]}`).StatusCode)
+
+	var evs page[tools.Event]
+	e.admin("GET", "/admin/v1/threads/ap/events", nil, 200, &evs)
+	require.Len(t, evs.Data, 2)
+	skip := evs.Data[1]
+	require.Equal(t, "locked_skip", skip.Kind)
+	require.JSONEq(t, `{"title":"Casual tone","subtitle":"","kind":"hard"}`, string(skip.Proposed))
+
+	var applied tools.Event
+	e.admin("POST", "/admin/v1/threads/ap/events/"+itoa(skip.ID)+"/apply", nil, 200, &applied)
+	require.Equal(t, "preference_updated", applied.Kind)
+	require.Equal(t, "user", applied.Actor)
+	require.JSONEq(t, `{"title":"Casual tone","subtitle":"","kind":"hard","locked":true}`, string(applied.After))
+	require.Equal(t, "Casual tone", e.workspace("ap").Preferences[0].Title)
+	require.True(t, e.workspace("ap").Preferences[0].Locked)
+
+	var conflict struct{ Error apierr.Error }
+	e.admin("POST", "/admin/v1/threads/ap/events/"+itoa(skip.ID)+"/apply", nil, 409, &conflict)
+	require.Contains(t, conflict.Error.Message, "event "+itoa(applied.ID))
+	e.admin("POST", "/admin/v1/threads/ap/events/1/apply", nil, 400, nil)
+	e.admin("POST", "/admin/v1/threads/ap/events/99/apply", nil, 404, nil)
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // sseReader reads an admin event stream.

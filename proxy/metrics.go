@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,6 +20,27 @@ import (
 )
 
 var liveHeap = regexp.MustCompile(`^/gc/heap/live:bytes$`)
+
+// DefaultMaxModels is MetricsOptions.MaxModels' zero value: the distinct models the token
+// counters name before the rest count as "other".
+const DefaultMaxModels = 20
+
+// maxModelLabel is the longest model name that becomes a label value; longer ones are "other".
+const maxModelLabel = 128
+
+// MetricsOptions configure NewMetrics. Zero values take the defaults their comments state.
+type MetricsOptions struct {
+	// Clients are the client names of CLIENT_KEYS (ClientKeys.Names): with them the token
+	// counters have a client label. Nil means no client label.
+	Clients []string
+	// Version is wsproxy's version, for wsproxy_build_info.
+	Version string
+	// MaxModels bounds the model label: the first MaxModels distinct models requested keep their
+	// name, later ones count as "other". Zero means DefaultMaxModels.
+	MaxModels int
+	// Pool, when set, is the Postgres pool whose state the wsproxy_db_pool_* metrics report.
+	Pool *pgxpool.Pool
+}
 
 // Metrics are wsproxy's Prometheus metrics (docs/spec.md §9), registered on the registry given to
 // NewMetrics. A nil *Metrics records nothing.
@@ -29,15 +54,23 @@ type Metrics struct {
 	toolCalls        *prometheus.CounterVec
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
-	tokens           *prometheus.CounterVec
-	cachedTokens     prometheus.Counter
+	tokens           *prometheus.CounterVec // kind, model[, client]
+	cachedTokens     *prometheus.CounterVec // model[, client]
 	inflight         prometheus.Gauge
+	byClient         bool // the token counters have a client label
+	models           modelLabels
 }
 
 // NewMetrics registers the metrics, and the Go and process collectors, on reg.
-func NewMetrics(reg *prometheus.Registry) *Metrics {
+func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
+	tokenLabels, cachedLabels := []string{"kind", "model"}, []string{"model"}
+	if opts.Clients != nil {
+		tokenLabels, cachedLabels = append(tokenLabels, "client"), append(cachedLabels, "client")
+	}
 	m := &Metrics{
 		registry: reg,
+		byClient: opts.Clients != nil,
+		models:   modelLabels{max: cmp.Or(opts.MaxModels, DefaultMaxModels), seen: map[string]bool{}},
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_http_requests_total", Help: "HTTP requests served, by route pattern and status code.",
 		}, []string{"route", "code"}),
@@ -66,29 +99,91 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16},
 		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion).",
-		}, []string{"kind"}),
-		cachedTokens: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "wsproxy_cached_prompt_tokens_total", Help: "The part of the prompt tokens of thread turns the upstream served from its prompt cache.",
-		}),
+			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion) and the model requested.",
+		}, tokenLabels),
+		cachedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_cached_prompt_tokens_total", Help: "The part of the prompt tokens of thread turns the upstream served from its prompt cache, by the model requested.",
+		}, cachedLabels),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
 	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "wsproxy_build_info", Help: "Always 1: the version of wsproxy and of Go it was built with.",
+		ConstLabels: prometheus.Labels{"version": cmp.Or(opts.Version, "unknown"), "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight,
+		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.Pool != nil {
+		reg.MustRegister(poolCollector{opts.Pool})
+	}
+	// The series whose labels are known in advance start at zero.
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
 			m.toolCalls.WithLabelValues(name, outcome)
 		}
 	}
-	m.tokens.WithLabelValues("prompt")
-	m.tokens.WithLabelValues("completion")
+	for _, name := range []string{tools.UpdatePreferences, tools.RemovePreferences} { // the tools that can meet a lock
+		m.lockedSkips.WithLabelValues(name)
+	}
 	return m
+}
+
+// modelLabels bounds the model label's values: the first max distinct models keep their name.
+type modelLabels struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]bool
+}
+
+// of is model's label value: its name, or "other" once max others were seen (or when it is
+// longer than maxModelLabel).
+func (l *modelLabels) of(model string) string {
+	if len(model) > maxModelLabel {
+		return "other"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.seen[model] {
+		if len(l.seen) >= l.max {
+			return "other"
+		}
+		l.seen[model] = true
+	}
+	return model
+}
+
+// poolCollector reports the state of a Postgres pool at each scrape.
+type poolCollector struct{ pool *pgxpool.Pool }
+
+var (
+	poolAcquired = prometheus.NewDesc("wsproxy_db_pool_acquired_connections", "Postgres connections in use.", nil, nil)
+	poolIdle     = prometheus.NewDesc("wsproxy_db_pool_idle_connections", "Postgres connections idle in the pool.", nil, nil)
+	poolTotal    = prometheus.NewDesc("wsproxy_db_pool_connections", "Postgres connections open (in use, idle and being opened).", nil, nil)
+	poolMax      = prometheus.NewDesc("wsproxy_db_pool_max_connections", "The pool's size (pool_max_conns).", nil, nil)
+	poolWaits    = prometheus.NewDesc("wsproxy_db_pool_acquire_waits_total", "Acquires that waited for a connection because none was idle.", nil, nil)
+	poolWaited   = prometheus.NewDesc("wsproxy_db_pool_acquire_wait_seconds_total", "Time spent by the acquires that waited for a connection.", nil, nil)
+)
+
+func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits, poolWaited} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(poolAcquired, prometheus.GaugeValue, float64(s.AcquiredConns()))
+	ch <- prometheus.MustNewConstMetric(poolIdle, prometheus.GaugeValue, float64(s.IdleConns()))
+	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()))
+	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
+	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolWaited, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
 }
 
 // Handler serves the registry: in the Prometheus text format, or in OpenMetrics, with the
@@ -166,14 +261,20 @@ func (m *Metrics) ToolRounds(n int) {
 	}
 }
 
-// Tokens counts the tokens of one upstream round (turn.Metrics).
-func (m *Metrics) Tokens(u tools.Usage) {
+// Tokens counts the tokens of one upstream round of a turn that requested model, for client
+// ("" without client keys) (turn.Metrics).
+func (m *Metrics) Tokens(model, client string, u tools.Usage) {
 	if m == nil {
 		return
 	}
-	m.tokens.WithLabelValues("prompt").Add(float64(u.PromptTokens))
-	m.tokens.WithLabelValues("completion").Add(float64(u.CompletionTokens))
-	m.cachedTokens.Add(float64(u.CachedPromptTokens))
+	model = m.models.of(model)
+	prompt, completion, cached := []string{"prompt", model}, []string{"completion", model}, []string{model}
+	if m.byClient {
+		prompt, completion, cached = append(prompt, client), append(completion, client), append(cached, client)
+	}
+	m.tokens.WithLabelValues(prompt...).Add(float64(u.PromptTokens))
+	m.tokens.WithLabelValues(completion...).Add(float64(u.CompletionTokens))
+	m.cachedTokens.WithLabelValues(cached...).Add(float64(u.CachedPromptTokens))
 }
 
 // statusWriter remembers the status code written; it passes Flush and the rest through Unwrap

@@ -3,12 +3,17 @@ package proxy
 import (
 	"net/http"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
 func scrape(t *testing.T, e *env) string {
@@ -40,9 +45,9 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.lockedSkips.WithLabelValues("remove_preferences")))
-	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
-	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion")))
-	require.Equal(t, 6.0, testutil.ToFloat64(m.cachedTokens), "2 cached tokens in each of the three rounds")
+	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt", "")), "the requests named no model")
+	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion", "")))
+	require.Equal(t, 6.0, testutil.ToFloat64(m.cachedTokens.WithLabelValues("")), "2 cached tokens in each of the three rounds")
 	require.Equal(t, 3.0, testutil.ToFloat64(m.upstreamRequests.WithLabelValues("200")))
 	// A request is counted when its handler returns, which may be just after the client has the
 	// whole answer (the turn's usage is added to its thread after it).
@@ -65,14 +70,7 @@ func TestMetrics(t *testing.T) {
 	require.Contains(t, text, `wsproxy_tool_rounds_bucket{le="1"} 2`)
 	require.NotContains(t, text, "secret-thread-id", "a thread id never becomes a label value")
 
-	if _, err := exec.LookPath("promtool"); err == nil {
-		cmd := exec.Command("promtool", "check", "metrics")
-		cmd.Stdin = strings.NewReader(text)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "promtool: %s", out)
-	} else {
-		t.Log("promtool not installed; the metrics text was not linted")
-	}
+	lint(t, text)
 }
 
 // TestToolRoundsCountAMixedRound: a turn whose round ran the workspace's calls beside a client's
@@ -94,4 +92,83 @@ func TestToolRoundsCountAMixedRound(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{`wsproxy_tool_rounds_bucket{le="0"} 0`, "wsproxy_tool_rounds_sum 1", "wsproxy_tool_rounds_count 1"}, got)
+}
+
+// lint runs promtool check metrics on a scrape's text (when promtool is installed).
+func lint(t *testing.T, text string) {
+	t.Helper()
+	if _, err := exec.LookPath("promtool"); err != nil {
+		t.Log("promtool not installed; the metrics text was not linted")
+		return
+	}
+	cmd := exec.Command("promtool", "check", "metrics")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "promtool: %s", out)
+}
+
+// TestMetricsLabels: the counters whose labels are known in advance are there at zero before
+// the first request, with the build's info and the Postgres pool's gauges; the token counters
+// carry the request's model (the first MaxModels distinct ones, the rest as "other") and, with
+// client keys, the client.
+func TestMetricsLabels(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice,bob=sk-bob")
+	require.NoError(t, err)
+	require.Equal(t, []string{"alice", "bob"}, keys.Names())
+	pool := dbtest.NewPool(t, nil)
+	e := setupWithPool(t, pool, func(o *Options) {
+		o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up"
+		o.Metrics = NewMetrics(prometheus.NewRegistry(), MetricsOptions{Clients: keys.Names(), Version: "v9.9.9", MaxModels: 2, Pool: pool})
+	})
+	text := scrape(t, e)
+	lint(t, text)
+	for _, line := range []string{
+		`wsproxy_build_info{goversion="` + runtime.Version() + `",version="v9.9.9"} 1`,
+		`wsproxy_locked_skips_total{tool="remove_preferences"} 0`,
+		`wsproxy_locked_skips_total{tool="update_preferences"} 0`,
+		`wsproxy_tool_calls_total{outcome="ok",tool="add_preferences"} 0`,
+		`wsproxy_upstream_retries_total 0`,
+		`wsproxy_db_pool_max_connections ` + strconv.Itoa(int(e.pool.Config().MaxConns)),
+	} {
+		require.True(t, strings.Contains(text, "\n"+line+"\n"), line)
+	}
+	for _, name := range []string{"wsproxy_db_pool_acquired_connections", "wsproxy_db_pool_idle_connections", "wsproxy_db_pool_connections"} {
+		require.True(t, strings.Contains(text, "# TYPE "+name+" gauge\n"), name)
+	}
+	for _, name := range []string{"wsproxy_db_pool_acquire_waits_total", "wsproxy_db_pool_acquire_wait_seconds_total"} {
+		require.True(t, strings.Contains(text, "# TYPE "+name+" counter\n"), name)
+	}
+
+	turn := func(key, model string) {
+		t.Helper()
+		e.up.Script(reply(cmpl("ok")))
+		resp := e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key, "X-Thread-Id": "t"},
+			`{"model":"`+model+`","messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	}
+	turn("sk-alice", "m1")
+	turn("sk-bob", "m2")
+	turn("sk-alice", "m3") // a third model: other
+	turn("sk-alice", "m1")
+	text = scrape(t, e)
+	lint(t, text)
+	var tokens []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "wsproxy_tokens_total{") || strings.HasPrefix(line, "wsproxy_cached_prompt_tokens_total{") {
+			tokens = append(tokens, line)
+		}
+	}
+	// cmpl's usage: 10 prompt tokens (2 of them cached), 5 completion tokens a round.
+	require.Equal(t, []string{
+		`wsproxy_cached_prompt_tokens_total{client="alice",model="m1"} 4`,
+		`wsproxy_cached_prompt_tokens_total{client="alice",model="other"} 2`,
+		`wsproxy_cached_prompt_tokens_total{client="bob",model="m2"} 2`,
+		`wsproxy_tokens_total{client="alice",kind="completion",model="m1"} 10`,
+		`wsproxy_tokens_total{client="alice",kind="completion",model="other"} 5`,
+		`wsproxy_tokens_total{client="alice",kind="prompt",model="m1"} 20`,
+		`wsproxy_tokens_total{client="alice",kind="prompt",model="other"} 10`,
+		`wsproxy_tokens_total{client="bob",kind="completion",model="m2"} 5`,
+		`wsproxy_tokens_total{client="bob",kind="prompt",model="m2"} 10`,
+	}, tokens)
 }

@@ -51,6 +51,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 	if in.thread, in.named, err = threadOf(r, client); err != nil {
 		return in, err
 	}
+	noteCaller(r.Context(), in.thread, in.named)
 	in.body, in.release, err = s.readBody(w, r)
 	return in, err
 }

@@ -219,8 +219,8 @@ func TestResponsesWorkspaceTurn(t *testing.T) {
 				require.Eventually(t, func() bool { // counted once the handler returns, after the client has its answer
 					return testutil.ToFloat64(m.httpRequests.WithLabelValues("POST /v1/responses", "200")) == 1
 				}, 5*time.Second, 5*time.Millisecond)
-				require.Equal(t, 40.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
-				require.Equal(t, 22.0, testutil.ToFloat64(m.cachedTokens))
+				require.Equal(t, 40.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt", "gpt-test")))
+				require.Equal(t, 22.0, testutil.ToFloat64(m.cachedTokens.WithLabelValues("gpt-test")))
 				require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "ok")))
 				require.Eventually(t, func() bool { // added in the background once the turn ended
 					return e.workspace("trip").Usage == tools.Usage{PromptTokens: 40, CachedPromptTokens: 22, CompletionTokens: 13}

@@ -159,7 +159,11 @@ func NewServer(opts Options) *Server {
 		t.MaxIdleConnsPerHost = 256
 		base = t
 	}
-	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Observe: opts.Metrics.observeUpstream}
+	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Host: opts.UpstreamURL.Host,
+		Observe: func(ctx context.Context, code string, d time.Duration) {
+			opts.Metrics.observeUpstream(ctx, code, d)
+			noteUpstream(ctx, code)
+		}}
 	tracing := newTracing(opts.TracerProvider)
 	provider := opts.UpstreamURL.Hostname() // gen_ai.provider.name
 	if isOpenAI(opts.UpstreamURL) {

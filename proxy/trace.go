@@ -52,16 +52,15 @@ func (tr tracing) serverSpan(r *http.Request) (context.Context, func(route strin
 	}
 }
 
-// observed serves next within the request's server span and counts it in the metrics, both by
-// its route pattern (set by the mux) and the status written: one writer that remembers the
-// status, whatever is on.
+// observed serves next within the request's server span, counts it in the metrics and writes
+// its line of the request log, all by its route pattern (set by the mux) and the status
+// written: one writer that remembers the status, one place that observes each request.
 func (s *Server) observed(next http.Handler) http.Handler {
-	if s.opts.Metrics == nil && !s.tracing.on {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx, end := s.tracing.serverSpan(r)
+		info := &requestInfo{}
+		ctx = withRequestInfo(ctx, info)
 		s.opts.Metrics.requestStarted()
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(ctx)
@@ -70,8 +69,10 @@ func (s *Server) observed(next http.Handler) http.Handler {
 			if route == "" {
 				route = "unmatched"
 			}
+			d := time.Since(start)
 			end(route, sw.status())
-			s.opts.Metrics.requestDone(ctx, route, sw.status(), time.Since(start))
+			s.opts.Metrics.requestDone(ctx, route, sw.status(), d)
+			s.logRequest(ctx, r, route, sw.status(), d, info)
 		}()
 		next.ServeHTTP(sw, r)
 	})

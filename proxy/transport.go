@@ -32,6 +32,8 @@ func upstreamURL(base *url.URL, rest, rawQuery string) *url.URL {
 type timeoutTransport struct {
 	Base    http.RoundTripper
 	Timeout time.Duration
+	// Host is the upstream's, which a failure to reach it names (apierr.HostError).
+	Host string
 	// Observe, when set, is called once per exchange with the request's context, the status
 	// ("error" when no response came) and the time from sending to the end of the body.
 	Observe func(ctx context.Context, code string, d time.Duration)
@@ -49,7 +51,7 @@ func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		cancel(nil)
 		t.observe(req.Context(), "error", start)
-		return nil, err
+		return nil, &apierr.HostError{Host: t.Host, Err: err}
 	}
 	timer.Reset(t.Timeout)
 	resp.Body = &idleBody{ReadCloser: resp.Body, ctx: ctx, timer: timer, timeout: t.Timeout, done: func() {

@@ -216,6 +216,7 @@ func (s *Server) endTurn(t *turn.Turn) {
 // reply runs a non-streamed turn and answers with its body once it ended.
 func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d turn.JSONDialect) {
 	rounds, err := s.runner.Run(r.Context(), t, d)
+	noteRounds(r.Context(), rounds)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
@@ -236,7 +237,8 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d t
 // one failure event ends the stream.
 func (s *Server) stream(r *http.Request, t *turn.Turn, d turn.StreamDialect, out *sseWriter) {
 	out.keepaliveWith(d.Keepalive())
-	_, err := s.runner.Run(r.Context(), t, d)
+	rounds, err := s.runner.Run(r.Context(), t, d)
+	noteRounds(r.Context(), rounds)
 	if err == nil {
 		if end := d.End(); end != nil {
 			if err := out.write(end); err != nil {

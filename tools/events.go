@@ -68,6 +68,10 @@ type Event struct {
 	Before     json.RawMessage `json:"before"` // the target's fields, null where it did not exist
 	After      json.RawMessage `json:"after"`
 	Reverts    *int64          `json:"reverts,omitempty"`
+	// Proposed is a locked_skip's proposal: the preference's fields as the refused update would
+	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where none
+	// was kept (other kinds, and updates refused before wsproxy kept them).
+	Proposed json.RawMessage `json:"proposed,omitempty"`
 }
 
 // Target is what an event changed: the objective, or a preference by its stable id.
@@ -111,6 +115,7 @@ type change struct {
 	target        Target
 	before, after []byte // JSON; nil where the target did not exist
 	reverts       int64
+	proposed      []byte // a locked_skip's proposal: JSON, "null" for a removal; nil for none
 }
 
 // prefState is a preference's fields as events show them.
@@ -173,10 +178,36 @@ func objectiveChange(before, after string) (change, bool) {
 	return change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: objectiveState(before), after: objectiveState(after)}, true
 }
 
-// lockedSkip is the event of an agent's update or removal refused because p is locked.
-func lockedSkip(p Preference) change {
+// lockedSkip is the event of an agent's update or removal refused because p is locked:
+// proposed holds the fields the update would have left, nil for a removal.
+func lockedSkip(p Preference, proposed *Preference) change {
 	s := prefState(p)
-	return change{kind: LockedSkip, target: Target{Type: TargetPreference, ID: p.ID}, before: s, after: s}
+	c := change{kind: LockedSkip, target: Target{Type: TargetPreference, ID: p.ID}, before: s, after: s, proposed: []byte("null")}
+	if proposed != nil {
+		c.proposed = proposalState(*proposed)
+	}
+	return c
+}
+
+// proposalOf is a stored proposal (jsonb, which orders and spaces it its own way) in the fields'
+// order of docs/spec.md §13; null for a removal.
+func proposalOf(stored []byte) json.RawMessage {
+	if string(stored) == "null" {
+		return json.RawMessage("null")
+	}
+	var p Preference
+	_ = json.Unmarshal(stored, &p)
+	return proposalState(p)
+}
+
+// proposalState is a proposal's fields as events show them: {title, subtitle, kind}.
+func proposalState(p Preference) []byte {
+	b, _ := json.Marshal(struct {
+		Title    string `json:"title"`
+		Subtitle string `json:"subtitle"`
+		Kind     string `json:"kind"`
+	}{p.Title, p.Subtitle, p.Kind})
+	return b
 }
 
 // agentEvents are the parameters that append a tool call's changes, after its record in the
@@ -208,6 +239,7 @@ func (w *Workspace) eventParams(actor string, changes []change) db.EventInsertPa
 		p.Befores = append(p.Befores, string(c.before))
 		p.Afters = append(p.Afters, string(c.after))
 		p.Reverts = append(p.Reverts, c.reverts)
+		p.Proposals = append(p.Proposals, string(c.proposed))
 	}
 	return p
 }
@@ -232,6 +264,9 @@ func fromEvent(r db.Event) Event {
 	}
 	if r.Reverts.Valid {
 		e.Reverts = &r.Reverts.Int64
+	}
+	if r.Proposed != nil {
+		e.Proposed = proposalOf(r.Proposed)
 	}
 	return e
 }
@@ -275,12 +310,17 @@ func (w *Workspace) LastEventID(ctx context.Context) (_ int64, err error) {
 	return id, db.NotFound(err)
 }
 
-// ConflictError: a revert of a change whose target changed again since.
+// ConflictError: a revert of a change whose target changed again since, or a proposal applied
+// to an item that changed since it was made.
 type ConflictError struct {
-	Later int64 // the later event on the target
+	Later    int64 // the later event on the target
+	Proposal bool  // an apply's, not a revert's
 }
 
 func (e *ConflictError) Error() string {
+	if e.Proposal {
+		return fmt.Sprintf("the preference changed after this proposal (event %d); it no longer applies", e.Later)
+	}
 	return fmt.Sprintf("the target changed again after this change (event %d); revert that one first", e.Later)
 }
 
@@ -303,13 +343,8 @@ func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err err
 		if ev.Kind == LockedSkip {
 			return nil, errNothingToRevert
 		}
-		later, err := w.store.q.EventNextOnTarget(ctx, tx, db.EventNextOnTargetParams{ThreadID: w.threadID, ID: id,
-			TargetType: ev.Target.Type, TargetID: ev.Target.ID})
-		switch {
-		case err == nil:
-			return nil, &ConflictError{Later: later}
-		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, fmt.Errorf("read later events: %w", err)
+		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
+			return nil, err
 		}
 		var c change
 		if ev.Target.Type == TargetObjective {
@@ -329,6 +364,93 @@ func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err err
 	r, err := w.store.q.EventGet(ctx, w.store.pool, db.EventGetParams{ThreadID: w.threadID, ID: first})
 	if err != nil {
 		return Event{}, fmt.Errorf("read revert event: %w", err)
+	}
+	return fromEvent(r), nil
+}
+
+// laterChange is the first event after id that changed target (a *ConflictError), or nil.
+func (w *Workspace) laterChange(ctx context.Context, tx db.DBTX, id int64, target Target, proposal bool) error {
+	later, err := w.store.q.EventNextOnTarget(ctx, tx, db.EventNextOnTargetParams{ThreadID: w.threadID, ID: id,
+		TargetType: target.Type, TargetID: target.ID})
+	switch {
+	case err == nil:
+		return &ConflictError{Later: later, Proposal: proposal}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("read later events: %w", err)
+	}
+	return nil
+}
+
+// Errors of ApplyProposal for events that keep no proposal.
+var (
+	errNotAProposal = invalid("", "only a locked_skip event keeps a proposal to apply")
+	errNoProposal   = invalid("", "this locked_skip was recorded before wsproxy kept proposals: there is nothing to apply")
+	errSameProposal = invalid("", "the preference already reads as proposed: there is nothing to apply")
+)
+
+// ApplyProposal applies what the agent asked for in the locked_skip event id, as a user change
+// (docs/spec.md §13): an update's fields, the lock kept, or the removal of the item. It returns the
+// change's event. ErrNotFound for an unknown thread or event; a *ConflictError when the item
+// changed since; a *ValidationError for an event of another kind, one without a proposal, or a
+// proposal that changes nothing; a *DuplicateError when the proposed title is taken.
+func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (_ Event, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
+		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		ev := fromEvent(r)
+		switch {
+		case ev.Kind != LockedSkip:
+			return nil, errNotAProposal
+		case ev.Proposed == nil:
+			return nil, errNoProposal
+		}
+		if err := w.laterChange(ctx, tx, id, ev.Target, true); err != nil {
+			return nil, err
+		}
+		i := indexOf(list, ev.Target.ID)
+		if i < 0 { // gone without an event: pruned history
+			return nil, ErrNotFound
+		}
+		current := list[i]
+		if string(ev.Proposed) == "null" {
+			if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: current.ID}); err != nil {
+				return nil, fmt.Errorf("delete preference: %w", err)
+			}
+			c, _ := prefChange(&current, nil)
+			return []change{c}, nil
+		}
+		var want struct{ Title, Subtitle, Kind string }
+		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
+			return nil, fmt.Errorf("decode proposal: %w", err)
+		}
+		p, err := w.store.checkInput(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked})
+		if err != nil {
+			return nil, err
+		}
+		if existing, ok := findTitle(list, p.Title, current.ID); ok {
+			return nil, &DuplicateError{Existing: existing}
+		}
+		p.ID, p.Index = current.ID, current.Index
+		c, ok := prefChange(&current, &p)
+		if !ok {
+			return nil, errSameProposal
+		}
+		if _, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
+			Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}); err != nil {
+			return nil, fmt.Errorf("update preference: %w", err)
+		}
+		return []change{c}, nil
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	r, err := w.store.q.EventGet(ctx, w.store.pool, db.EventGetParams{ThreadID: w.threadID, ID: first})
+	if err != nil {
+		return Event{}, fmt.Errorf("read the change's event: %w", err)
 	}
 	return fromEvent(r), nil
 }

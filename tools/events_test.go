@@ -323,3 +323,88 @@ func TestPruneHistory(t *testing.T) {
 	require.Len(t, snaps, 1, "the last snapshot stays")
 	require.Equal(t, "Old", snaps[0].Preferences[0].Title)
 }
+
+// TestLockedSkipKeepsProposal: a locked_skip keeps what the agent asked for — the fields its
+// update would have left, or null for a removal — and the other events keep none.
+func TestLockedSkipKeepsProposal(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Subtitle: "No slang", Kind: "hard"}, item{Title: "Trains"}))
+	f.lock(t, 1)
+	f.lock(t, 2)
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone"}, map[string]any{"index": 1, "kind": "soft"}}})
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})
+	evs := f.events(t)
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Kind+" "+string(e.Proposed))
+	}
+	require.Equal(t, []string{
+		"preference_added ", "preference_added ", "preference_locked ", "preference_locked ",
+		`locked_skip {"title":"Casual tone","subtitle":"No slang","kind":"soft"}`,
+		"locked_skip null",
+	}, got)
+	b, err := json.Marshal(evs[5])
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"proposed":null`)
+	b, err = json.Marshal(evs[0])
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"proposed"`)
+}
+
+// TestApplyProposal: a locked_skip's proposal applies as a user change — an update's fields with
+// the lock kept, a removal removes the item — once: 409 when the item changed since, 400 for an
+// event of another kind or a proposal that changes nothing, 404 for an unknown event.
+func TestApplyProposal(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Kind: "hard"}, item{Title: "Trains"}, item{Title: "Museums"}))                    // 1-3
+	f.lock(t, 1)                                                                                                                             // 4
+	f.lock(t, 2)                                                                                                                             // 5
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone", "subtitle": "Friendly"}}}) // 6
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})                                                                          // 7
+
+	ev, err := f.ws.ApplyProposal(ctx, 6)
+	require.NoError(t, err)
+	require.Equal(t, `preference_updated user preference:1 {"title":"Formal tone","subtitle":"","kind":"hard","locked":true} → {"title":"Casual tone","subtitle":"Friendly","kind":"hard","locked":true}`, eventLine(ev))
+	require.Equal(t, int64(8), ev.ID)
+	require.True(t, f.list(t)[0].Locked, "the lock stays")
+
+	// Applied once: the item changed since.
+	_, err = f.ws.ApplyProposal(ctx, 6)
+	var ce *ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, int64(8), ce.Later)
+	require.Contains(t, err.Error(), "event 8")
+
+	// A removal's proposal removes the locked item.
+	ev, err = f.ws.ApplyProposal(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, PreferenceRemoved, ev.Kind)
+	require.Equal(t, ByUser, ev.Actor)
+	require.Equal(t, []string{"Casual tone", "Museums"}, f.titles(t))
+
+	var ve *ValidationError
+	_, err = f.ws.ApplyProposal(ctx, 1) // not a locked_skip
+	require.ErrorAs(t, err, &ve)
+	_, err = f.ws.ApplyProposal(ctx, 999)
+	require.ErrorIs(t, err, ErrNotFound)
+
+	// A proposal equal to the item as it stands changes nothing.
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "kind": "hard"}}})
+	last, err := f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	_, err = f.ws.ApplyProposal(ctx, last)
+	require.ErrorAs(t, err, &ve)
+
+	// A proposal whose title another item took since: the user path's 409.
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Gardens"}}})
+	last, err = f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	_, err = f.ws.UpdatePreference(ctx, f.list(t)[1].ID, PreferencePatch{Title: strPtr("Gardens")})
+	require.NoError(t, err)
+	_, err = f.ws.ApplyProposal(ctx, last)
+	var de *DuplicateError
+	require.ErrorAs(t, err, &de)
+}

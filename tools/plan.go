@@ -25,13 +25,15 @@ func listText(list []Preference) string {
 // targets are what a call's indices name (View.resolve): the preferences to change, as they
 // stand (with the index the model named; an update's carry their new values), the locked ones
 // among them, those removed or changed since the model was shown them (as shown), and the
-// indices out of range; before holds the list as the call found it, by id.
+// indices out of range; before holds the list as the call found it, by id, and proposed an
+// update's new values of every target, open or locked, by id (nil for a removal).
 type targets struct {
 	open       []Preference
 	locked     []Preference
 	changed    []Preference
 	outOfRange []int
 	before     map[int64]Preference
+	proposed   map[int64]Preference
 }
 
 // applied moves the open targets the statement did not touch (the SQL found them locked) to the
@@ -55,7 +57,7 @@ func (t *targets) applied(ids []int64) {
 
 // changes are the events of an update (the open targets carry their new values) or a removal
 // (updated false): one per preference changed, one locked_skip per locked one, as they stood
-// before the call.
+// before the call, with what the call asked of it.
 func (t targets) changes(updated bool) []change {
 	var out []change
 	for _, p := range t.open {
@@ -71,7 +73,12 @@ func (t targets) changes(updated bool) []change {
 	for _, p := range t.locked {
 		orig := t.before[p.ID]
 		orig.Locked = true // the statement found it locked, whatever the list said
-		out = append(out, lockedSkip(orig))
+		var proposed *Preference
+		if updated {
+			want := t.proposed[p.ID]
+			proposed = &want
+		}
+		out = append(out, lockedSkip(orig, proposed))
 	}
 	return out
 }
@@ -209,19 +216,16 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 		return targets{}, err
 	}
 	t := view.resolve(list, indices)
+	t.proposed = make(map[int64]Preference, len(t.open)+len(t.locked))
 	retitled := false
 	for i, p := range t.open {
 		e := edits[p.Index]
-		if e.title != nil {
-			p.Title, retitled = *e.title, true
-		}
-		if e.subtitle != nil {
-			p.Subtitle = *e.subtitle
-		}
-		if e.kind != nil {
-			p.Kind = *e.kind
-		}
-		t.open[i] = p
+		p = e.applied(p)
+		retitled = retitled || e.title != nil
+		t.open[i], t.proposed[p.ID] = p, p
+	}
+	for _, p := range t.locked { // what the call asked of them (the event keeps it)
+		t.proposed[p.ID] = edits[p.Index].applied(p)
 	}
 	if retitled {
 		if err := checkRetitled(list, t.open, edits); err != nil {
@@ -233,6 +237,20 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 
 // edit is one index's new values in an update_preferences call; nil leaves a field as it is.
 type edit struct{ title, subtitle, kind *string }
+
+// applied is p with the edit's values.
+func (e *edit) applied(p Preference) Preference {
+	if e.title != nil {
+		p.Title = *e.title
+	}
+	if e.subtitle != nil {
+		p.Subtitle = *e.subtitle
+	}
+	if e.kind != nil {
+		p.Kind = *e.kind
+	}
+	return p
+}
 
 // parseEdits validates every edit of an update_preferences call and merges the edits of one
 // index (later fields win), returning them by index and the indices in the order first named.

@@ -38,7 +38,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 		UpstreamTimeout: 300 * time.Millisecond,
 		RetryBackoff:    time.Millisecond,
 		AdminToken:      "soak",
-		Metrics:         proxy.NewMetrics(prometheus.NewRegistry()),
+		Metrics:         proxy.NewMetrics(prometheus.NewRegistry(), proxy.MetricsOptions{}),
 	})
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) }) // after the server below has closed
 	var h http.Handler = p

@@ -145,7 +145,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
 	m.serve(ln)
-	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstreamURL.Redacted()),
+	upstream := upstreamURL.Redacted()
+	if m.Config.UpstreamBaseURL == "demo" {
+		upstream = "demo" // the demo model's loopback port is no address a user configured
+	}
+	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstream),
 		slog.String("version", version()))
 	return nil
 }
@@ -215,13 +219,22 @@ func (m *Main) proxyOptions(upstreamURL *url.URL, clientKeys *proxy.ClientKeys) 
 		MaxRequestBytes:      m.Config.MaxRequestBytes,
 		RequestReadTimeout:   m.Config.RequestReadTimeout,
 		MaxBufferedBytes:     m.Config.MaxBufferedBytes,
-		Metrics:              proxy.NewMetrics(prometheus.NewRegistry()),
+		Metrics:              proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys)),
 		TracerProvider:       m.tracerProvider(),
 		TraceContent:         strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
 		ListenURL:            cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		DisablePanel:         m.Config.UI == "off",
 		Logger:               m.log,
 	}
+}
+
+// metricsOptions are the metrics' options: the clients of CLIENT_KEYS, the version, the pool.
+func (m *Main) metricsOptions(clientKeys *proxy.ClientKeys) proxy.MetricsOptions {
+	o := proxy.MetricsOptions{Version: version(), Pool: m.pool}
+	if clientKeys != nil {
+		o.Clients = clientKeys.Names()
+	}
+	return o
 }
 
 // serve serves the proxy on ln until Close.
@@ -284,7 +297,9 @@ func (m *Main) prune(retention time.Duration) func() {
 // closes.
 func (m *Main) Close() error {
 	var errs []error
-	if m.server != nil {
+	serving := m.server != nil
+	if serving {
+		m.log.Info("wsproxy shutting down", slog.Duration("shutdown_timeout", m.Config.ShutdownTimeout))
 		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
 		proxied := make(chan error, 1)
 		go func() { proxied <- m.proxy.Shutdown(ctx) }() // the event streams end at once, so the server's shutdown can finish
@@ -321,7 +336,15 @@ func (m *Main) Close() error {
 		cancel()
 		m.tp = nil
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if serving {
+		if err != nil {
+			m.log.Warn("wsproxy stopped", slog.Any("err", err))
+		} else {
+			m.log.Info("wsproxy stopped")
+		}
+	}
+	return err
 }
 
 func newToken() string {

@@ -354,3 +354,42 @@ func TestPlacementSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestStartAndShutdownLines: the start line names the upstream as configured ("demo" for the
+// demo model, never its loopback port), the address and the version; a request gets its line of
+// the request log; Close logs the shutdown and its end.
+func TestStartAndShutdownLines(t *testing.T) {
+	t.Parallel()
+	m, logs := MustRunMain(t, func(c *Config) { c.LogLevel = "info" })
+	start := lineOf(t, logs.String(), "msg=\"wsproxy serving\"")
+	require.Contains(t, start, "upstream=demo ")
+	require.Contains(t, start, "url="+m.URL)
+	require.Contains(t, start, "version=")
+
+	client := goopenai.NewClientWithConfig(func() goopenai.ClientConfig {
+		cfg := goopenai.DefaultConfig("any")
+		cfg.BaseURL = m.URL + "/threads/logged/v1"
+		return cfg
+	}())
+	chat(t, client, "I prefer small hotels.")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "msg=request") }, 10*time.Second, 5*time.Millisecond)
+	line := lineOf(t, logs.String(), "msg=request")
+	require.Contains(t, line, `route="POST /threads/{thread}/v1/chat/completions" status=200 thread=logged rounds=2 upstream_status=200 duration_ms=`)
+	require.NotContains(t, logs.String(), "small hotels")
+
+	require.NoError(t, m.Close())
+	require.Contains(t, logs.String(), `msg="wsproxy shutting down"`)
+	require.Contains(t, lineOf(t, logs.String(), `msg="wsproxy stopped"`), "level=INFO")
+}
+
+// lineOf is the first line of logs that holds s.
+func lineOf(t *testing.T, logs, s string) string {
+	t.Helper()
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	require.Fail(t, "no log line with "+s, logs)
+	return ""
+}

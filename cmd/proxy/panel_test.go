@@ -68,6 +68,13 @@ func newBrowser(t *testing.T) func() context.Context {
 // screenshot saves what the tab shows, for a failed test: under BROWSER_ARTIFACTS, else the
 // temporary directory.
 func screenshot(t *testing.T, ctx context.Context, name string) {
+	saveScreenshot(t, ctx, name, "screenshot of the failure")
+}
+
+// saveScreenshot saves what the tab shows as name.png under BROWSER_ARTIFACTS (else
+// wsproxy-browser in the temporary directory) and logs its path with what it shows.
+func saveScreenshot(t *testing.T, ctx context.Context, name, what string) {
+	t.Helper()
 	dir := os.Getenv("BROWSER_ARTIFACTS")
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "wsproxy-browser")
@@ -82,7 +89,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 	path := filepath.Join(dir, name+".png")
 	if err := os.WriteFile(path, png, 0o644); err == nil {
-		t.Logf("screenshot of the failure: %s", path)
+		t.Logf("%s: %s", what, path)
 	}
 }
 
@@ -101,7 +108,8 @@ func waitFor(expr string) chromedp.Action[chromedp.Void] {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			_, err := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(time.Until(deadline)))(ctx, tg)
-			if err == nil || time.Now().After(deadline) || ctx.Err() != nil || !strings.Contains(err.Error(), "context") {
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
+				!(strings.Contains(err.Error(), "context") || strings.Contains(err.Error(), "navigated or closed")) {
 				return err
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -171,7 +179,7 @@ func TestPanelInBrowser(t *testing.T) {
 		waitFor(prefItem("Trains only")+` !== undefined`),
 		click(`document.querySelector('button[aria-label="Lock #1 Trains only"]')`),
 		waitFor(prefItem("Trains only")+`.querySelector(".badge.locked") !== null`),
-		waitFor(eventItem("preference_locked", "preference 1")+` !== undefined`),
+		waitFor(eventItem("preference_locked", "Locked #1 “Trains only”")+` !== undefined`),
 	)
 	var ws workspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/trip", "", &ws))
@@ -205,13 +213,16 @@ func TestPanelInBrowser(t *testing.T) {
 	within(t, ctx,
 		click(eventItem("preference_added", "likes museums")+`.querySelector("button.revert")`),
 		waitFor(prefItem("Museums")+` === undefined`),
-		waitFor(eventItem("revert", "undoes")+` !== undefined`),
+		waitFor(eventItem("revert", "Undid: Added “Museums”")+` !== undefined`),
+		// The reverted change says so, and has no Revert button any more.
+		waitFor(eventItem("preference_added", "likes museums")+`.querySelector(".reverted-by").textContent.startsWith("Reverted by a user")`),
 	)
+	require.False(t, eval[bool](t, ctx, eventItem("preference_added", "likes museums")+`.querySelector("button.revert") !== null`))
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/trip", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 
 	// A stale revert: the agent adds, the user renames elsewhere; reverting the addition is a
-	// 409 shown in the page, naming the later event.
+	// 409 shown in the page beside it, naming the later change by what it did.
 	up.Script(upstreamtest.JSON(200, upstreamtest.Completion("", upstreamtest.Call{ID: "c3", Name: "add_preferences",
 		Arguments: `{"items":[{"title":"Gardens"}],"action_and_reasoning":"The user likes gardens."}`})),
 		upstreamtest.JSON(200, upstreamtest.Completion("Noted.")))
@@ -221,11 +232,11 @@ func TestPanelInBrowser(t *testing.T) {
 	gardens := ws.Preferences[len(ws.Preferences)-1]
 	require.Equal(t, 200, adminCall(t, m, "PATCH", fmt.Sprintf("/admin/v1/threads/trip/preferences/%d", gardens.ID), `{"title":"Botanical gardens"}`, nil))
 	within(t, ctx, waitFor(eventItem("preference_updated", "Botanical gardens")+` !== undefined`))
-	later := eval[string](t, ctx, eventItem("preference_updated", "Botanical gardens")+`.dataset.event`)
 	within(t, ctx,
 		click(eventItem("preference_added", "likes gardens")+`.querySelector("button.revert")`),
-		waitFor(`!document.querySelector("#error").hidden`))
-	require.Contains(t, eval[string](t, ctx, `document.querySelector("#error").textContent`), "event "+later)
+		waitFor(`!`+eventItem("preference_added", "likes gardens")+`.querySelector(".error").hidden`))
+	require.Regexp(t, `^This changed again since: Changed #2: “Gardens” → “Botanical gardens” \(a user, .+\)\. Revert that change first\.$`,
+		eval[string](t, ctx, eventItem("preference_added", "likes gardens")+`.querySelector(".error").textContent`))
 
 	// Values written from chat text render as text, never as markup.
 	for _, title := range []string{`<script>window.pwned = 1</script>`, `<img src=x onerror="window.pwned = 2">`} {
@@ -269,9 +280,8 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 	require.Equal(t, "Plan a trip to Lisbon", eval[string](t, visitor, `document.querySelector("#objective").textContent`))
 	within(t, visitor,
 		chromedp.Navigate(m.URL+"/ui/#/t/secret"),
-		waitFor(`!document.querySelector("#error").hidden`),
+		waitFor(`document.querySelector("#no-thread") !== null`),
 	)
-	require.Equal(t, "not found", eval[string](t, visitor, `document.querySelector("#error").textContent`))
 	require.False(t, eval[bool](t, visitor, `document.body.textContent.includes("Someone else's")`))
 	time.Sleep(time.Until(l.ExpiresAt) + 200*time.Millisecond)
 	within(t, visitor, chromedp.Navigate(m.URL+"/ui/#/t/trip"), chromedp.WaitVisible(chromedp.CSS("#token")))
@@ -288,15 +298,6 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 	require.LessOrEqual(t, eval[float64](t, phone, `document.documentElement.scrollWidth`), 360.0)
 	require.True(t, eval[bool](t, phone, `[...document.querySelectorAll("button, input, select")].every(e => e.getBoundingClientRect().right <= 361)`))
 
-	// The README's picture of the panel (WSPROXY_SCREENSHOT=path).
-	if path := os.Getenv("WSPROXY_SCREENSHOT"); path != "" {
-		shot := user()
-		signIn(t, shot, m.URL, m.AdminToken)
-		within(t, shot, chromedp.Navigate(m.URL+"/ui/#/t/trip"), waitFor(`document.querySelectorAll("li.event").length > 3`))
-		png, err := chromedp.Run(shot, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, png, 0o644))
-	}
 }
 
 // threadTurn runs a thread turn through the program.
@@ -310,4 +311,134 @@ func threadTurn(t *testing.T, m *Main, thread, text string) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
+}
+
+// TestPanelExplainsItself: the panel in the words of its user. A wrong token's sign-in shows the
+// server's message and where the token lives; counts are plural where they should be; a missing
+// thread is a page that says so, with no editor; every place names a preference by its position
+// (#N) and an event by what it changed; a lock says "locked"; the assistant's refused change of
+// a locked preference shows as its proposal, which Apply makes (the lock kept); a reverted change
+// says by whom, without a button; a live change is highlighted, then fades; on a phone the
+// history is one tap away. Screenshots of each go to the test's log; with WSPROXY_SCREENSHOT=path
+// the last one (a real thread at 1280 px) is written there, the README's picture (docs/panel.png).
+func TestPanelExplainsItself(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.New(t)
+	m, _ := MustRunMain(t, func(c *Config) { c.UpstreamBaseURL = up.URL })
+	user := newBrowser(t)
+	ctx := user()
+
+	// A wrong token: the server's message, beside the form that sent it, and where the token is.
+	within(t, ctx,
+		chromedp.Navigate(m.URL+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-the-token"+kb.Enter),
+		waitFor(`!document.querySelector("#signin-error").hidden`),
+	)
+	require.Equal(t, "That is neither the admin token nor a client key.", eval[string](t, ctx, `document.querySelector("#signin-error").textContent`))
+	help := eval[string](t, ctx, `document.querySelector("#token-help").textContent`)
+	require.Contains(t, help, ".data/admin-token")
+	require.Contains(t, help, "ADMIN_TOKEN is unset; generated one for this run")
+	saveScreenshot(t, ctx, "panel-signin-error", "sign-in with a wrong token")
+
+	// A thread of real content: an objective, three preferences (one locked), the assistant's
+	// turns with their reasons.
+	trip := "lisbon-trip"
+	turn := func(text string, calls ...upstreamtest.Call) {
+		t.Helper()
+		up.Script(upstreamtest.JSON(200, upstreamtest.Completion("", calls...)), upstreamtest.JSON(200, upstreamtest.Completion("Noted.")))
+		threadTurn(t, m, trip, text)
+	}
+	turn("My goal is a slow trip to Lisbon in May. By train, please; I like small hotels.",
+		upstreamtest.Call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Plan a slow trip to Lisbon in May","action_and_reasoning":"The user stated the goal of the conversation."}`},
+		upstreamtest.Call{ID: "c2", Name: "add_preferences", Arguments: `{"items":[{"title":"Travel by train","subtitle":"No flights","kind":"hard"},{"title":"Small hotels","subtitle":"Family-run, under €150 a night"},{"title":"Vegetarian restaurants"}],"action_and_reasoning":"The user named how they travel, where they sleep and what they eat."}`})
+	var ws workspace
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+trip, "", &ws))
+	require.Len(t, ws.Preferences, 3)
+
+	signIn(t, ctx, m.URL, m.AdminToken)
+	within(t, ctx, waitFor(`document.querySelector('#threads a[href="#/t/`+trip+`"]') !== null`))
+	require.Contains(t, eval[string](t, ctx, `document.querySelector("#threads li").textContent`), "1 turn · 3 preferences")
+
+	// A missing thread: a page that says so, and no editor that would make it.
+	within(t, ctx, chromedp.Navigate(m.URL+"/ui/#/t/no-such-thread"), waitFor(`document.querySelector("#no-thread") !== null`))
+	require.Contains(t, eval[string](t, ctx, `document.querySelector("#no-thread").textContent`), "There is no thread “no-such-thread”")
+	require.True(t, eval[bool](t, ctx, `document.querySelector("#add-form") === null && document.querySelector("#objective-form") === null`))
+	saveScreenshot(t, ctx, "panel-no-such-thread", "a missing thread")
+	within(t, ctx, chromedp.Navigate(m.URL+"/ui/#/t/"+trip), waitFor(prefItem("Travel by train")+` !== undefined`))
+
+	// The user locks "Travel by train": the lock event says so, by position.
+	within(t, ctx,
+		click(`document.querySelector('button[aria-label="Lock #1 Travel by train"]')`),
+		waitFor(eventItem("preference_locked", "Locked #1 “Travel by train”")+` !== undefined`))
+
+	// The assistant removes "Small hotels" (a live change, highlighted until it fades), then tries
+	// to change the locked one: its proposal shows on the preference, with Apply.
+	eval[bool](t, ctx, `(() => { window.sawFresh = false; new MutationObserver(() => { if (document.querySelector("li.event.fresh")) window.sawFresh = true; })
+		.observe(document.body, {subtree: true, childList: true, attributes: true}); return true; })()`)
+	turn("Actually, forget the hotels; I will stay with friends. And flying is fine if it is cheaper.",
+		upstreamtest.Call{ID: "c3", Name: "remove_preferences", Arguments: `{"indices":[2],"action_and_reasoning":"The user will stay with friends."}`},
+		upstreamtest.Call{ID: "c4", Name: "update_preferences", Arguments: `{"updates":[{"index":1,"title":"Cheapest transport","subtitle":"Train or plane"}],"action_and_reasoning":"The user accepts flying when it is cheaper."}`})
+	within(t, ctx,
+		waitFor(eventItem("preference_removed", "Removed “Small hotels”")+` !== undefined`),
+		waitFor(prefItem("Travel by train")+`.querySelector(".proposal") !== null`))
+	require.True(t, eval[bool](t, ctx, `window.sawFresh`), "a live change is highlighted")
+	// Positions, not ids: "Vegetarian restaurants" is #2 now, in the list and in its history.
+	require.Equal(t, "#2 Vegetarian restaurants", eval[string](t, ctx, prefItem("Vegetarian restaurants")+`.querySelector(".title").textContent`))
+	require.NotNil(t, eval[any](t, ctx, eventItem("preference_added", "Added #2 “Vegetarian restaurants”")))
+	timeline := eval[string](t, ctx, `document.querySelector("#timeline").textContent`)
+	require.NotRegexp(t, `preference \d|#\d+ ·|event \d`, timeline, "no ids")
+	require.Contains(t, eval[string](t, ctx, prefItem("Travel by train")+`.querySelector(".proposal").textContent`),
+		"The assistant wanted to change this: “Cheapest transport” — Train or plane [hard]")
+	require.Contains(t, eval[string](t, ctx, eventItem("locked_skip", "Travel by train")+`.textContent`),
+		"The assistant wanted to change #1 “Travel by train”, which is locked, to “Cheapest transport” — Train or plane [hard]")
+	saveScreenshot(t, ctx, "panel-proposal", "the assistant's proposal for a locked preference")
+
+	// The highlight fades: after a few seconds nothing is highlighted.
+	within(t, ctx, waitFor(`document.querySelectorAll(".fresh").length === 0`))
+
+	// The removal, reverted: "Small hotels" is back, and its removal says who reverted it.
+	within(t, ctx,
+		click(eventItem("preference_removed", "Small hotels")+`.querySelector("button.revert")`),
+		waitFor(prefItem("Small hotels")+` !== undefined`),
+		waitFor(eventItem("preference_removed", "Small hotels")+`.querySelector(".reverted-by") !== null`))
+	require.Contains(t, eval[string](t, ctx, eventItem("preference_removed", "Small hotels")+`.querySelector(".reverted-by").textContent`), "Reverted by a user")
+	require.False(t, eval[bool](t, ctx, eventItem("preference_removed", "Small hotels")+`.querySelector("button") !== null`), "no button on a reverted change")
+
+	// Apply: the proposal becomes the user's change, the lock stays, the proposal is gone.
+	within(t, ctx,
+		click(prefItem("Travel by train")+`.querySelector(".proposal button.apply")`),
+		waitFor(prefItem("Cheapest transport")+` !== undefined`),
+		waitFor(eventItem("preference_updated", "Changed #1: “Travel by train” → “Cheapest transport”")+` !== undefined`))
+	require.True(t, eval[bool](t, ctx, prefItem("Cheapest transport")+`.querySelector(".badge.locked") !== null`))
+	require.True(t, eval[bool](t, ctx, `document.querySelector(".proposal") === null && document.querySelector("button.apply") === null`))
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+trip, "", &ws))
+	require.Equal(t, "Cheapest transport", ws.Preferences[0].Title)
+	require.True(t, ws.Preferences[0].Locked)
+
+	// A second proposal, left pending for the picture.
+	turn("Could you keep the trip short, a week at most?",
+		upstreamtest.Call{ID: "c5", Name: "add_preferences", Arguments: `{"items":[{"title":"One week at most"}],"action_and_reasoning":"The user wants a short trip."}`},
+		upstreamtest.Call{ID: "c6", Name: "update_preferences", Arguments: `{"updates":[{"index":1,"subtitle":"Train, or a plane under €80"}],"action_and_reasoning":"The user gave a price for flights."}`})
+	within(t, ctx, waitFor(prefItem("Cheapest transport")+`.querySelector(".proposal") !== null`), waitFor(`document.querySelectorAll(".fresh").length === 0`))
+	saveScreenshot(t, ctx, "panel-thread", "a thread at 1280 px")
+	if path := os.Getenv("WSPROXY_SCREENSHOT"); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+		t.Logf("the README's picture: %s", path)
+	}
+
+	// On a phone (390 px) the history is one tap away.
+	phone := user()
+	signIn(t, phone, m.URL, m.AdminToken)
+	within(t, phone,
+		chromedp.EmulateViewport(390, 844),
+		chromedp.Navigate(m.URL+"/ui/#/t/"+trip),
+		waitFor(`document.querySelectorAll("li.event").length > 0`))
+	require.Greater(t, eval[float64](t, phone, `document.querySelector("#history").getBoundingClientRect().top`), 844.0, "below the fold")
+	within(t, phone, click(`document.querySelector("#to-history")`),
+		waitFor(`(r => r.top >= -1 && r.top < innerHeight)(document.querySelector("#history").getBoundingClientRect())`))
+	require.LessOrEqual(t, eval[float64](t, phone, `document.documentElement.scrollWidth`), 390.0)
+	saveScreenshot(t, phone, "panel-phone-history", "the history on a phone, one tap away")
 }

@@ -46,6 +46,7 @@ var adminRouteTable = []adminRoute{
 	{"GET", "/admin/v1/threads/{thread}/events", (*Server).adminEvents},
 	{"GET", "/admin/v1/threads/{thread}/events/stream", (*Server).adminEventStream},
 	{"POST", "/admin/v1/threads/{thread}/events/{id}/revert", (*Server).adminRevert},
+	{"POST", "/admin/v1/threads/{thread}/events/{id}/apply", (*Server).adminApply},
 	{"POST", "/admin/v1/threads/{thread}/links", (*Server).adminLink},
 	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
 		apierr.WriteJSON(w, http.StatusOK, openAPIDocument)
@@ -426,6 +427,17 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
+	return s.eventAction(w, r, (*tools.Workspace).RevertEvent)
+}
+
+// adminApply applies a locked_skip's proposal as a user change (docs/spec.md §13).
+func (s *Server) adminApply(w http.ResponseWriter, r *http.Request) error {
+	return s.eventAction(w, r, (*tools.Workspace).ApplyProposal)
+}
+
+// eventAction runs act, a user change made of the event the path names, and answers with the
+// change's event.
+func (s *Server) eventAction(w http.ResponseWriter, r *http.Request, act func(*tools.Workspace, context.Context, int64) (tools.Event, error)) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return err
@@ -434,7 +446,7 @@ func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return tools.ErrNotFound
 	}
-	ev, err := ws.RevertEvent(r.Context(), id)
+	ev, err := act(ws, r.Context(), id)
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,11 @@ func From(err error) *Error {
 	case errors.Is(err, ErrUpstreamTimeout):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout", Message: "the upstream did not answer in time", Err: err}
 	case errors.Is(err, ErrUpstreamUnreachable):
-		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: "the upstream could not be reached", Err: err}
+		msg := "the upstream could not be reached"
+		if he := (*HostError)(nil); errors.As(err, &he) && he.Host != "" {
+			msg = "the upstream at " + he.Host + " could not be reached"
+		}
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: msg, Err: err}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_invalid_response", Message: "the upstream's response was not understood", Err: err}
 	case errors.Is(err, tools.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded):
@@ -230,6 +234,22 @@ type StreamError struct {
 
 func (e *StreamError) Error() string {
 	return "upstream stream error: " + Truncate(string(e.Data), 200)
+}
+
+// HostError is a failure to reach the upstream at Host (its host and port, as configured): the
+// client's upstream_unreachable names it.
+type HostError struct {
+	Host string
+	Err  error
+}
+
+func (e *HostError) Error() string { return "upstream " + e.Host + ": " + e.Err.Error() }
+func (e *HostError) Unwrap() error { return e.Err }
+
+// Timeout is the wrapped error's (url.Error asks its error directly, not its chain).
+func (e *HostError) Timeout() bool {
+	t, ok := e.Err.(interface{ Timeout() bool })
+	return ok && t.Timeout()
 }
 
 // Transport wraps a failure to talk to the upstream in ErrUpstreamTimeout or

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/tools"
@@ -51,6 +52,20 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 		return nil, fmt.Errorf("no name=key entry")
 	}
 	return k, nil
+}
+
+// Names are the clients' names, sorted, each once.
+func (k *ClientKeys) Names() []string {
+	seen := make(map[string]bool, len(k.byHash))
+	var out []string
+	for _, name := range k.byHash {
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Lookup returns the client whose key key is.

@@ -92,8 +92,9 @@ type Metrics interface {
 	ToolCall(name string, ok bool, lockedSkips int)
 	// ToolRounds records a turn's rounds that ran workspace calls.
 	ToolRounds(n int)
-	// Tokens counts the tokens one round's upstream reported.
-	Tokens(u tools.Usage)
+	// Tokens counts the tokens one round's upstream reported, for the turn's model (the
+	// request's) and client ("" without client keys).
+	Tokens(model, client string, u tools.Usage)
 	// UpstreamRetry counts a round sent again after the turn's tools ran.
 	UpstreamRetry()
 }

@@ -87,10 +87,10 @@ func (r *Runner) metrics() Metrics {
 
 type noMetrics struct{}
 
-func (noMetrics) ToolCall(string, bool, int) {}
-func (noMetrics) ToolRounds(int)             {}
-func (noMetrics) Tokens(tools.Usage)         {}
-func (noMetrics) UpstreamRetry()             {}
+func (noMetrics) ToolCall(string, bool, int)         {}
+func (noMetrics) ToolRounds(int)                     {}
+func (noMetrics) Tokens(string, string, tools.Usage) {}
+func (noMetrics) UpstreamRetry()                     {}
 
 func (r *Runner) maxToolRounds() int {
 	if r.MaxToolRounds > 0 {
@@ -133,7 +133,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 			return n, err
 		}
 		usage.add(roundUsage, tokens)
-		r.metrics().Tokens(tokens)
+		r.metrics().Tokens(t.Model, t.Workspace.ThreadID().Client, tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {
 			if c.Client {

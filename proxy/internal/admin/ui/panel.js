@@ -1,9 +1,13 @@
 // The workspace panel: plain JavaScript over the admin REST, with the session's cookie and CSRF
 // token. Every value is set as text (textContent), never as markup: titles and reasons are
-// written by a model from chat text.
+// written by a model from chat text. A preference is named by its position in the list (#N),
+// as the model sees it; an event by what it changed, never by an id.
 "use strict";
 
 const state = { csrf: "", scope: "", stream: null, thread: null, target: null };
+
+// FADE_MS is how long a live change stays highlighted (panel.css's fade animation lasts as long).
+const FADE_MS = 4000;
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -18,9 +22,13 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-function showError(msg) {
-  const box = document.getElementById("error");
-  box.textContent = msg;
+function plural(n, noun) { return n + " " + noun + (n === 1 ? "" : "s"); }
+
+// errorBox is the place of a form's or an item's errors, beside it.
+function errorBox() { return el("p", { class: "error", role: "alert", hidden: true }); }
+
+function showIn(box, msg) {
+  box.textContent = msg || "";
   box.hidden = !msg;
 }
 
@@ -39,19 +47,22 @@ async function api(method, path, body) {
   if (!r.ok) {
     const err = new Error(data && data.error ? data.error.message : r.status + " " + r.statusText);
     err.status = r.status;
+    err.code = data && data.error ? data.error.code : "";
     throw err;
   }
   return data;
 }
 
-// act runs a user action: its failure is shown in the page, never lost.
-async function act(fn) {
-  showError("");
+// act runs a user action; its failure is shown where it happened (report gets the message),
+// never lost. A session that ended goes back to the sign-in, saying so.
+async function act(fn, report) {
+  report = report || ((msg) => showIn(document.getElementById("error"), msg));
+  report("");
   try {
     await fn();
   } catch (e) {
-    if (e.status === 401) return signInView();
-    showError(e.message);
+    if (e.status === 401) return signInView("Your session has ended: sign in again.");
+    report(e.message);
   }
 }
 
@@ -62,7 +73,7 @@ async function start() {
     await api("DELETE", "/ui/session");
     state.csrf = "";
     location.hash = "#/";
-    signInView();
+    signInView("");
   }));
   window.addEventListener("hashchange", route);
   try {
@@ -70,14 +81,14 @@ async function start() {
     state.csrf = s.csrf;
     state.scope = s.scope;
   } catch (e) {
-    return signInView();
+    return signInView("");
   }
   route();
 }
 
 function setMain(...children) {
-  const main = document.getElementById("main");
-  main.replaceChildren(...children);
+  showIn(document.getElementById("error"), "");
+  document.getElementById("main").replaceChildren(...children);
 }
 
 function signedIn() {
@@ -85,21 +96,31 @@ function signedIn() {
   document.getElementById("signout").hidden = false;
 }
 
-function signInView() {
+function signInView(message) {
   closeStream();
   document.getElementById("who").textContent = "";
   document.getElementById("signout").hidden = true;
-  const token = el("input", { type: "password", id: "token", name: "token", autocomplete: "current-password", required: true });
+  const token = el("input", { type: "password", id: "token", name: "token", autocomplete: "current-password", required: true,
+    "aria-describedby": "token-help signin-error" });
+  const box = errorBox();
+  box.id = "signin-error";
   const form = el("form", { id: "signin", onsubmit: (ev) => {
     ev.preventDefault();
-    act(async () => {
-      const s = await api("POST", "/ui/session", { token: token.value });
+    showIn(box, "");
+    api("POST", "/ui/session", { token: token.value }).then((s) => {
       state.csrf = s.csrf;
       state.scope = s.scope;
       route();
+    }, (e) => { // the server's word: a wrong token, or too many tries
+      showIn(box, e.message.charAt(0).toUpperCase() + e.message.slice(1) + ".");
+      token.select();
     });
   } }, el("label", { for: "token" }, "Admin token or client key", token), el("button", { type: "submit" }, "Sign in"));
-  setMain(el("h2", { text: "Sign in" }), form);
+  const help = el("div", { id: "token-help", class: "help" },
+    el("p", { text: "The admin token is the ADMIN_TOKEN wsproxy runs with. make run prints it, and keeps it in .data/admin-token in the folder you ran it from. When ADMIN_TOKEN is unset, wsproxy makes one at start and prints it once in its log, on the line “ADMIN_TOKEN is unset; generated one for this run”." }),
+    el("p", { text: "With CLIENT_KEYS, a client's key signs in to that client's threads. A link from POST /admin/v1/threads/{thread}/links opens its one thread without any key." }));
+  setMain(el("h2", { text: "Sign in" }), form, box, help);
+  showIn(box, message);
   token.focus();
 }
 
@@ -119,6 +140,7 @@ function threadsView() {
   const filter = el("input", { type: "search", id: "filter", name: "q", placeholder: "id prefix" });
   const list = el("ul", { class: "threads", id: "threads" });
   const more = el("button", { type: "button", class: "quiet", hidden: true }, "More");
+  const box = errorBox();
   let after = "";
   const load = (reset) => act(async () => {
     if (reset) { after = ""; list.replaceChildren(); }
@@ -128,26 +150,112 @@ function threadsView() {
     for (const t of page.data) {
       list.append(el("li", {},
         el("a", { href: "#/t/" + encodeURIComponent(t.id), text: t.id }),
-        el("div", { class: "meta", text: t.turns + " turns · " + t.preference_count + " preferences · updated " + new Date(t.updated_at).toLocaleString() }),
+        el("div", { class: "meta", text: plural(t.turns, "turn") + " · " + plural(t.preference_count, "preference") + " · updated " + new Date(t.updated_at).toLocaleString() }),
         t.objective ? el("div", { class: "objective", text: t.objective }) : null));
       after = t.cursor;
     }
-    if (!list.children.length) list.append(el("li", { class: "muted", text: "No threads." }));
+    if (!list.children.length) list.append(el("li", { class: "muted", text: "No threads yet. A thread starts with its first turn: a chat request that names it (X-Thread-Id, or /threads/{thread}/v1)." }));
     more.hidden = !page.has_more;
-  });
+  }, (msg) => showIn(box, msg));
   const form = el("form", { role: "search", onsubmit: (ev) => { ev.preventDefault(); load(true); } },
     el("label", { for: "filter" }, "Filter by id", filter), el("button", { type: "submit" }, "Filter"));
   more.addEventListener("click", () => load(false));
-  setMain(el("h2", { text: "Threads" }), form, list, more);
+  setMain(el("h2", { text: "Threads" }), form, box, list, more);
   load(true);
 }
 
-function describeTarget(t) { return t.type === "objective" ? "objective" : "preference " + t.id; }
+function noSuchThreadView(id) {
+  setMain(el("section", { id: "no-thread" },
+    el("h2", { text: "No such thread" }),
+    el("p", { text: "There is no thread “" + id + "”" + (state.scope.startsWith("thread:") ? " that this link opens." : ".") + " A thread starts with its first turn: a chat request that names it." }),
+    state.scope.startsWith("thread:") ? null : el("p", {}, el("a", { href: "#/" }, "All threads"))));
+}
 
-function stateText(s) {
-  if (s == null) return "(none)";
-  if ("text" in s) return s.text;
-  return s.title + (s.subtitle ? " — " + s.subtitle : "") + " [" + s.kind + "]" + (s.locked ? " (locked)" : "");
+// The words of events. pos names a preference by its place in the list now (#N), when it is
+// there; titles come from the event's own before and after.
+function quote(s) { return "“" + s + "”"; }
+
+function prefName(pos, id, s) {
+  const n = pos.get(id);
+  return (n ? "#" + n + " " : "") + quote(s.title);
+}
+
+function targetName(pos, e) {
+  if (e.target.type === "objective") return "the objective";
+  return prefName(pos, e.target.id, e.after || e.before);
+}
+
+function fieldsText(s) {
+  return quote(s.title) + (s.subtitle ? " — " + s.subtitle : "") + " [" + s.kind + "]";
+}
+
+function changes(b, a) {
+  const out = [];
+  if (b.title !== a.title) out.push(quote(b.title) + " → " + quote(a.title));
+  if (b.subtitle !== a.subtitle) out.push("subtitle " + (b.subtitle ? quote(b.subtitle) : "(none)") + " → " + (a.subtitle ? quote(a.subtitle) : "(none)"));
+  if (b.kind !== a.kind) out.push(b.kind + " → " + a.kind);
+  if (b.locked !== a.locked) out.push(a.locked ? "locked" : "unlocked");
+  return out.join(", ");
+}
+
+function sameFields(a, b) { return a.title === b.title && a.subtitle === b.subtitle && a.kind === b.kind; }
+
+// describe is what an event did, in words: "Added #2 “Small hotels”".
+function describe(e, pos, known) {
+  const name = targetName(pos, e);
+  switch (e.kind) {
+    case "objective_set":
+      if (!e.before) return "Set the objective: " + quote(e.after.text);
+      if (!e.after) return "Cleared the objective (it was " + quote(e.before.text) + ")";
+      return "Changed the objective: " + quote(e.before.text) + " → " + quote(e.after.text);
+    case "preference_added": return "Added " + name + " [" + e.after.kind + "]" + (e.after.locked ? ", locked" : "");
+    case "preference_updated": { // a new title names it in the change
+      const n = pos.get(e.target.id);
+      const who = e.before.title !== e.after.title ? (n ? " #" + n : "") : " " + prefName(pos, e.target.id, e.before);
+      return "Changed" + who + ": " + changes(e.before, e.after);
+    }
+    case "preference_locked": return "Locked " + name;
+    case "preference_unlocked": return "Unlocked " + name;
+    case "preference_removed": return "Removed " + name;
+    case "revert": {
+      const undone = known.get(e.reverts);
+      return undone ? "Undid: " + describe(undone, pos, known) : "Undid an earlier change of " + name;
+    }
+    case "locked_skip":
+      if (e.proposed === null) return "The assistant wanted to remove " + name + ", which is locked";
+      if (e.proposed) return "The assistant wanted to change " + name + ", which is locked, to " + fieldsText(e.proposed);
+      return "The assistant wanted to change " + name + ", which is locked";
+  }
+  return e.kind.replaceAll("_", " ") + ": " + name;
+}
+
+function whoText(e) {
+  return e.actor === "agent" ? "the assistant · turn " + e.turn : "a user";
+}
+
+function targetKey(t) { return t.type === "objective" ? "objective" : "preference:" + t.id; }
+
+// laterChanges maps each target to its last change (a locked_skip changed nothing), and each
+// event a revert undid to that revert.
+function history(known) {
+  const last = new Map();
+  const revertedBy = new Map();
+  for (const e of known.values()) {
+    if (e.kind !== "locked_skip") {
+      const k = targetKey(e.target);
+      if (!last.has(k) || last.get(k) < e.id) last.set(k, e.id);
+    }
+    if (e.kind === "revert") revertedBy.set(e.reverts, e);
+  }
+  return { last, revertedBy };
+}
+
+// pending is whether a locked_skip's proposal can still be applied: it was kept, it would change
+// something, and its preference has not changed since.
+function pending(e, h, pos) {
+  if (e.kind !== "locked_skip" || e.proposed === undefined || !pos.has(e.target.id)) return false;
+  if ((h.last.get(targetKey(e.target)) || 0) > e.id) return false;
+  return e.proposed === null || !sameFields(e.proposed, e.before);
 }
 
 async function threadView(id) {
@@ -155,13 +263,23 @@ async function threadView(id) {
   state.thread = id;
   state.target = null;
   const path = threadPath(id);
+  let detail;
+  try {
+    detail = await api("GET", path);
+  } catch (e) {
+    if (e.status === 404) return noSuchThreadView(id);
+    if (e.status === 401) return signInView("Your session has ended: sign in again.");
+    setMain(el("h2", { text: "Thread " + id }), el("p", { class: "error", role: "alert", text: e.message }));
+    return;
+  }
   // The forms are made once: a live update refreshes the values around them, never what the
   // user is typing.
   const objectiveText = el("p", { class: "objective", id: "objective" });
   const objectiveInput = el("input", { type: "text", id: "objective-text", name: "text" });
+  const objectiveBox = errorBox();
   const objectiveForm = el("form", { id: "objective-form", onsubmit: (ev) => {
     ev.preventDefault();
-    act(async () => { await api("PUT", path + "/objective", { text: objectiveInput.value }); state.reload(); });
+    act(async () => { await api("PUT", path + "/objective", { text: objectiveInput.value }); state.reload(); }, (msg) => showIn(objectiveBox, msg));
   } }, el("label", { for: "objective-text" }, "Objective", objectiveInput), el("button", { type: "submit" }, "Save objective"),
   el("button", { type: "button", class: "quiet", onclick: () => state.showTarget("objective") }, "History"));
   const prefList = el("ul", { class: "prefs", id: "prefs" });
@@ -169,77 +287,134 @@ async function threadView(id) {
   const subtitle = el("input", { type: "text", id: "new-subtitle", name: "subtitle" });
   const kind = el("select", { id: "new-kind", name: "kind" }, el("option", { value: "soft" }, "soft"), el("option", { value: "hard" }, "hard"));
   const locked = el("input", { type: "checkbox", id: "new-locked", name: "locked" });
+  const addBox = errorBox();
+  addBox.id = "add-error";
   const addForm = el("form", { id: "add-form", onsubmit: (ev) => {
     ev.preventDefault();
     act(async () => {
       await api("POST", path + "/preferences", { title: title.value, subtitle: subtitle.value, kind: kind.value, locked: locked.checked });
       addForm.reset();
       state.reload();
-    });
+    }, (msg) => showIn(addBox, msg));
   } }, el("label", { for: "new-title" }, "Title", title), el("label", { for: "new-subtitle" }, "Subtitle", subtitle),
   el("label", { for: "new-kind" }, "Kind", kind), el("label", { class: "inline", for: "new-locked" }, locked, "Locked"),
   el("button", { type: "submit" }, "Add preference"));
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-live": "polite" });
   const timelineHead = el("h2", { id: "h-timeline", text: "History" });
-  setMain(el("h2", { text: "Thread " + id }), el("div", { class: "columns" },
+  const timelineBox = errorBox();
+  const historySection = el("section", { "aria-labelledby": "h-timeline", id: "history" }, timelineHead, timelineBox, timeline);
+  // On a narrow screen the history comes after the workspace: one tap brings it up.
+  const jump = el("button", { type: "button", class: "quiet jump", id: "to-history", onclick: () => historySection.scrollIntoView() }, "History ↓");
+  setMain(el("div", { class: "thread-head" }, el("h2", { text: "Thread " + id }), jump), el("div", { class: "columns" },
     el("div", {},
-      el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm),
+      el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm, objectiveBox),
       el("section", { "aria-labelledby": "h-prefs" }, el("h2", { id: "h-prefs", text: "Preferences" }), prefList,
-        el("h2", { text: "Add a preference" }), addForm)),
-    el("section", { "aria-labelledby": "h-timeline" }, timelineHead, timeline)));
+        el("h2", { text: "Add a preference" }), addForm, addBox)),
+    historySection));
 
+  // The timeline shows the events known, newest first: those a load read and those the stream
+  // brought, whichever came first (a slow load never hides a live event).
+  const known = new Map();
+  const fresh = new Map(); // event id or "preference:N" → when it arrived live
+  const errors = new Map(); // event id or "preference:N" → the message of its last failed action
+  const freshness = (key) => {
+    const at = fresh.get(key);
+    if (at === undefined) return null;
+    const age = Date.now() - at;
+    if (age >= FADE_MS) { fresh.delete(key); return null; }
+    return age;
+  };
+  const report = (key) => (msg) => {
+    if (msg) errors.set(key, msg); else errors.delete(key);
+    render();
+  };
+  const render = () => {
+    const pos = new Map(detail.preferences.map((p) => [p.id, p.index]));
+    const h = history(known);
+    // A preference shows the assistant's latest proposal for it that still applies.
+    const proposals = new Map();
+    for (const e of known.values()) {
+      if (pending(e, h, pos) && (!proposals.has(e.target.id) || proposals.get(e.target.id).id < e.id)) proposals.set(e.target.id, e);
+    }
+    const text = detail.objective ? detail.objective.text : "";
+    objectiveText.textContent = text || "(none yet)";
+    if (document.activeElement !== objectiveInput) objectiveInput.value = text;
+    // A preference being edited keeps its form.
+    const items = detail.preferences.map((p) => prefList.querySelector('li.editing[data-id="' + p.id + '"]') ||
+      renderPreference(id, p, proposals.get(p.id), freshness("preference:" + p.id), errors.get("preference:" + p.id), report("preference:" + p.id)));
+    if (!items.length) items.push(el("li", { class: "muted", text: "No preferences yet." }));
+    prefList.replaceChildren(...items);
+
+    const evs = [...known.values()].filter((e) => !state.target || targetKey(e.target) === state.target).sort((a, b) => b.id - a.id);
+    const rows = evs.map((e) => renderEvent(e, pos, known, h, freshness(e.id), errors.get(e.id), report(e.id)));
+    if (state.target) rows.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => state.showTarget(null) }, "Show all history")));
+    if (!evs.length) rows.push(el("li", { class: "muted", text: "No changes yet." }));
+    let head = "History";
+    if (state.target === "objective") head = "History of the objective";
+    else if (state.target) {
+      const pid = Number(state.target.slice("preference:".length));
+      const p = detail.preferences.find((q) => q.id === pid);
+      head = "History of " + (p ? "#" + p.index + " " + quote(p.title) : "a removed preference");
+    }
+    timelineHead.textContent = head;
+    timeline.replaceChildren(...rows);
+  };
   let reads = 0; // only the latest read's answer is shown: an earlier one may come back later
   const refresh = () => act(async () => {
     const n = ++reads;
     const d = await api("GET", path);
     if (n !== reads) return;
-    const text = d.objective ? d.objective.text : "";
-    objectiveText.textContent = text || "(none yet)";
-    if (document.activeElement !== objectiveInput) objectiveInput.value = text;
-    // A preference being edited keeps its form.
-    const items = d.preferences.map((p) => prefList.querySelector('li.editing[data-id="' + p.id + '"]') || renderPreference(id, p));
-    if (!items.length) items.push(el("li", { class: "muted", text: "No preferences yet." }));
-    prefList.replaceChildren(...items);
-  });
-  // The timeline shows the events known, newest first: those a load read and those the stream
-  // brought, whichever came first (a slow load never hides a live event).
-  const known = new Map();
-  const fresh = new Set();
-  const targetOf = (e) => e.target.type === "objective" ? "objective" : "preference:" + e.target.id;
-  const renderTimeline = () => {
-    const evs = [...known.values()].filter((e) => !state.target || targetOf(e) === state.target).sort((a, b) => b.id - a.id);
-    const items = evs.map((e) => renderEvent(e, fresh.has(e.id)));
-    if (state.target) items.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => state.showTarget(null) }, "Show all history")));
-    if (!evs.length) items.push(el("li", { class: "muted", text: "No changes yet." }));
-    timelineHead.textContent = state.target ? "History of " + state.target.replace(":", " ") : "History";
-    timeline.replaceChildren(...items);
-  };
+    detail = d;
+    render();
+  }, (msg) => showIn(timelineBox, msg));
   const loadTimeline = () => act(async () => {
     const q = new URLSearchParams({ order: "desc", limit: "200" });
     if (state.target) q.set("target", state.target);
     const page = await api("GET", path + "/events?" + q);
     for (const e of page.data) known.set(e.id, e);
-    renderTimeline();
-  });
+    render();
+  }, (msg) => showIn(timelineBox, msg));
   state.reload = () => { refresh(); loadTimeline(); };
-  state.showTarget = (t) => { state.target = t; renderTimeline(); loadTimeline(); };
-  await refresh();
+  state.showTarget = (t) => {
+    state.target = t;
+    render();
+    loadTimeline();
+    if (getComputedStyle(jump).display !== "none") historySection.scrollIntoView();
+  };
+  state.describeEvent = (eventID) => {
+    const e = known.get(eventID);
+    return e ? describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), known) + " (" + whoText(e) + ", " + new Date(e.at).toLocaleString() + ")" : "";
+  };
+  render();
   await loadTimeline();
   openStream(id, (e) => {
     refresh();
     if (known.has(e.id)) return;
     known.set(e.id, e);
-    fresh.add(e.id);
-    renderTimeline();
-    announce(e.actor + " " + e.kind.replaceAll("_", " "));
+    const now = Date.now();
+    fresh.set(e.id, now);
+    if (e.target.type === "preference") fresh.set("preference:" + e.target.id, now);
+    setTimeout(render, FADE_MS + 100); // the highlight's end
+    render();
+    announce(describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), known));
   });
 }
 
-function renderPreference(thread, p) {
+// fade highlights a live change, as far into its fade as it is old (a render draws it anew).
+function fade(li, age) {
+  if (age == null) return;
+  li.classList.add("fresh");
+  li.style.animationDelay = -age + "ms";
+}
+
+function renderPreference(thread, p, proposal, age, error, report) {
   const path = threadPath(thread) + "/preferences/" + p.id;
-  const patch = (body) => act(async () => { await api("PATCH", path, body); li.classList.remove("editing"); state.reload(); });
+  const patch = (body) => act(async () => { await api("PATCH", path, body); li.classList.remove("editing"); state.reload(); }, report);
   const li = el("li", { "data-id": String(p.id), class: "pref" });
+  fade(li, age);
   const label = "#" + p.index + " " + p.title;
+  const box = errorBox();
+  showIn(box, error);
   const show = () => { li.classList.remove("editing"); li.replaceChildren(
     el("span", { class: "grow" }, el("span", { class: "title", text: "#" + p.index + " " + p.title }),
       p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
@@ -249,44 +424,84 @@ function renderPreference(thread, p) {
     el("button", { type: "button", class: "quiet lock", "aria-label": (p.locked ? "Unlock " : "Lock ") + label, onclick: () => patch({ locked: !p.locked }) }, p.locked ? "Unlock" : "Lock"),
     el("button", { type: "button", class: "quiet edit", "aria-label": "Edit " + label, onclick: edit }, "Edit"),
     el("button", { type: "button", class: "quiet", "aria-label": "History of " + label, onclick: () => state.showTarget("preference:" + p.id) }, "History"),
-    el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }) }, "Remove")); };
+    el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }, report) }, "Remove"),
+    ...(proposal ? [renderProposal(thread, proposal, label, report)] : []),
+    box); };
   function edit() {
     li.classList.add("editing");
     const t = el("input", { type: "text", value: p.title, "aria-label": "Title of " + label, class: "edit-title" });
     const s = el("input", { type: "text", value: p.subtitle, "aria-label": "Subtitle of " + label, class: "edit-subtitle" });
-    li.replaceChildren(el("form", { onsubmit: (ev) => { ev.preventDefault(); patch({ title: t.value, subtitle: s.value }); } },
-      t, s, el("button", { type: "submit" }, "Save"), el("button", { type: "button", class: "quiet", onclick: show }, "Cancel")));
+    const editBox = errorBox();
+    const save = () => act(async () => { await api("PATCH", path, { title: t.value, subtitle: s.value }); li.classList.remove("editing"); state.reload(); },
+      (msg) => showIn(editBox, msg));
+    li.replaceChildren(el("form", { onsubmit: (ev) => { ev.preventDefault(); save(); } },
+      t, s, el("button", { type: "submit" }, "Save"), el("button", { type: "button", class: "quiet", onclick: show }, "Cancel")), editBox);
     t.focus();
   }
   show();
   return li;
 }
 
-function renderEvent(e, fresh) {
-  const who = e.actor === "agent" ? "agent (turn " + e.turn + ", round " + e.round + ")" : "user";
-  const li = el("li", { class: "event" + (fresh ? " fresh" : ""), "data-event": String(e.id), "data-kind": e.kind },
-    el("div", { class: "meta", text: "#" + e.id + " · " + new Date(e.at).toLocaleString() + " · " + who }),
-    el("div", { class: "what", text: e.kind.replaceAll("_", " ") + " — " + describeTarget(e.target) + (e.reverts ? " (undoes #" + e.reverts + ")" : "") }),
-    e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null,
-    el("div", { class: "change", text: stateText(e.before) + "  →  " + stateText(e.after) }));
-  if (e.kind !== "locked_skip") {
-    li.append(el("button", { type: "button", class: "quiet revert", "aria-label": "Revert change #" + e.id, onclick: () => act(async () => {
+// renderProposal is a locked preference's pending proposal: what the assistant wanted, and Apply.
+function renderProposal(thread, e, label, report) {
+  const what = e.proposed === null ? "remove it" : fieldsText(e.proposed);
+  return el("div", { class: "proposal" },
+    el("span", { text: "The assistant wanted to change this: " + what + (e.reason ? " — " + quote(e.reason) : "") }),
+    applyButton(thread, e, "Apply the assistant's proposal for " + label, report));
+}
+
+function applyButton(thread, e, ariaLabel, report) {
+  return el("button", { type: "button", class: "apply", "aria-label": ariaLabel, onclick: () => act(async () => {
+    await api("POST", threadPath(thread) + "/events/" + e.id + "/apply");
+    state.reload();
+  }, (msg) => report(msg && conflictText(msg))) }, "Apply");
+}
+
+// conflictText says which later change stands in the way of a revert or an apply (the server's
+// message names it by its id).
+function conflictText(msg) {
+  const m = /\(event (\d+)\)/.exec(msg);
+  const later = m && state.describeEvent ? state.describeEvent(Number(m[1])) : "";
+  if (!later) return msg;
+  return msg.startsWith("the preference changed after this proposal")
+    ? "This preference changed since the assistant's proposal: " + later + "."
+    : "This changed again since: " + later + ". Revert that change first.";
+}
+
+function renderEvent(e, pos, known, h, age, error, report) {
+  const reverted = h.revertedBy.get(e.id);
+  const li = el("li", { class: "event" + (reverted ? " reverted" : ""), "data-kind": e.kind, "data-event": String(e.id) },
+    el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
+    el("div", { class: "what", text: describe(e, pos, known) }),
+    e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null);
+  fade(li, age);
+  const label = describe(e, pos, known);
+  if (reverted) {
+    li.append(el("div", { class: "reverted-by", text: "Reverted by " + whoText(reverted) + ", " + new Date(reverted.at).toLocaleString() }));
+  } else if (e.kind === "locked_skip") {
+    if (pending(e, h, pos)) li.append(applyButton(e.thread, e, "Apply: " + label, report));
+  } else {
+    li.append(el("button", { type: "button", class: "quiet revert", "aria-label": "Revert: " + label, onclick: () => act(async () => {
       await api("POST", threadPath(e.thread) + "/events/" + e.id + "/revert");
       state.reload();
-    }) }, "Revert"));
+    }, (msg) => report(msg && conflictText(msg))) }, "Revert"));
   }
+  const box = errorBox();
+  showIn(box, error);
+  li.append(box);
   return li;
 }
 
 function openStream(id, onEvent) {
   const src = new EventSource(threadPath(id) + "/events/stream");
-  src.onmessage = (m) => { try { onEvent(JSON.parse(m.data)); } catch (e) { showError("a live update was not understood"); } };
+  src.onmessage = (m) => { try { onEvent(JSON.parse(m.data)); } catch (e) { showIn(document.getElementById("error"), "a live update was not understood"); } };
   state.stream = src;
 }
 
 function closeStream() {
   if (state.stream) state.stream.close();
   state.stream = null;
+  state.describeEvent = null;
 }
 
 start();
