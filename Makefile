@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated chromium buildah npm-clients run build image release bench bench-load bench-cache soak
+.PHONY: test vet generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-cache soak
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
 ifndef VERSION
@@ -13,7 +13,7 @@ LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
 ## PGBOUNCER_TESTS again through a PgBouncer in transaction mode.
-test: vet check-generated chromium buildah npm-clients
+test: vet check-generated chromium buildah npm-clients jq
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy/... ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
@@ -123,3 +123,12 @@ npm-clients:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; } || \
 	echo "make: no npm found: the end-to-end tests will fail (Debian/Ubuntu: apt-get install nodejs npm)" >&2
 	@command -v npm >/dev/null 2>&1 && scripts/npm-clients.sh >/dev/null || true
+
+## jq: the documentation's examples use it (TestDocsSnippets runs them); as root on Debian or
+## Ubuntu it is installed when missing, saying so.
+jq:
+	@command -v jq >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make: jq is missing; installing it (apt-get install jq) for the documentation's examples" >&2 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; } || \
+	echo "make: no jq found: the documentation's examples will fail (Debian/Ubuntu: apt-get install jq)" >&2

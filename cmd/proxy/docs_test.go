@@ -81,34 +81,37 @@ func printedMatches(want, got string) bool {
 	return regexp.MustCompile(`(?s)\A` + strings.Join(parts, ".*?") + `\z`).MatchString(strings.TrimSpace(got))
 }
 
-// TestDocsSnippets runs the examples of README.md and docs/*.md as printed, page by page, against
-// the program serving the demo model (as `make run` does), from a folder holding its admin token
-// where `make run` keeps it: console examples must print what they show, sh examples succeed, js
+// TestDocsSnippets runs the examples of README.md and docs/*.md as printed, page by page, each
+// page against a fresh program serving the demo model (as a first `make run` does), from a folder
+// holding its admin token where `make run` keeps it: console examples must print what they show, sh examples succeed, js
 // examples run with Node and the pinned npm clients.
 func TestDocsSnippets(t *testing.T) {
 	t.Parallel()
 	pages, err := filepath.Glob("../../docs/*.md")
 	require.NoError(t, err)
 	pages = append([]string{"../../README.md"}, pages...)
-	m, _ := MustRunMain(t, nil)
-	u, err := url.Parse(m.URL)
-	require.NoError(t, err)
 	modules := nodeModules(t)
-	dir := t.TempDir()
-	require.NoError(t, os.Mkdir(filepath.Join(dir, ".data"), 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, ".data", "admin-token"), []byte(m.AdminToken+"\n"), 0o600))
-	require.NoError(t, os.Symlink(modules, filepath.Join(dir, "node_modules")))
-	home := filepath.Join(dir, "home")
-	require.NoError(t, os.Mkdir(home, 0o700))
 	var env []string
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "OPENAI_") && !strings.HasPrefix(k, "ANTHROPIC_") {
 			env = append(env, kv) // the examples meet the demo, never a real provider
 		}
 	}
-	env = append(env, "HOME="+home, "PATH="+filepath.Join(modules, ".bin")+":"+os.Getenv("PATH"),
+	env = append(env, "PATH="+filepath.Join(modules, ".bin")+":"+os.Getenv("PATH"),
 		"DISABLE_AUTOUPDATER=1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1")
-	address := strings.NewReplacer("localhost:8080", u.Host, "127.0.0.1:8080", u.Host)
+	// A page's examples meet a fresh program (as after a first `make run`), in a folder of their
+	// own that holds its admin token where `make run` keeps it.
+	start := func(t *testing.T) (dir, host string) {
+		m, _ := MustRunMain(t, nil)
+		u, err := url.Parse(m.URL)
+		require.NoError(t, err)
+		dir = t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dir, ".data"), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ".data", "admin-token"), []byte(m.AdminToken+"\n"), 0o600))
+		require.NoError(t, os.Symlink(modules, filepath.Join(dir, "node_modules")))
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "home"), 0o700))
+		return dir, u.Host
+	}
 
 	ran := 0
 	for _, page := range pages {
@@ -118,6 +121,7 @@ func TestDocsSnippets(t *testing.T) {
 		// One shell per page, its examples in order; a marker line before each command names it.
 		script := "set -eo pipefail\ncurl() { command curl --fail-with-body \"$@\"; }\n"
 		var checks []snippet
+		modulesJS := map[string]string{}
 		n := 0
 		mark := func(label string) string {
 			n++
@@ -128,14 +132,14 @@ func TestDocsSnippets(t *testing.T) {
 			switch s.lang {
 			case "console":
 				for i, c := range s.cmds {
-					script += mark(at) + address.Replace(c) + "\n"
+					script += mark(at) + c + "\n"
 					checks = append(checks, snippet{line: n, text: s.outs[i], cmds: []string{at + ": " + c}})
 				}
 			case "sh":
-				script += mark(at) + address.Replace(s.text)
+				script += mark(at) + s.text
 			case "js":
 				f := fmt.Sprintf("%s-%d.mjs", strings.TrimSuffix(name, ".md"), s.line)
-				require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(address.Replace(s.text)), 0o600))
+				modulesJS[f] = s.text
 				script += mark(at) + "node " + f + "\n"
 			default:
 				continue
@@ -146,10 +150,15 @@ func TestDocsSnippets(t *testing.T) {
 			continue
 		}
 		t.Run(strings.TrimSuffix(name, ".md"), func(t *testing.T) {
+			dir, host := start(t)
+			address := strings.NewReplacer("localhost:8080", host, "127.0.0.1:8080", host)
+			for f, text := range modulesJS {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(address.Replace(text)), 0o600))
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, "bash", "-c", script)
-			cmd.Dir, cmd.Env = dir, env
+			cmd := exec.CommandContext(ctx, "bash", "-c", address.Replace(script))
+			cmd.Dir, cmd.Env = dir, append(env, "HOME="+filepath.Join(dir, "home"))
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
