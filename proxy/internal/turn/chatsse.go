@@ -196,9 +196,11 @@ func (d *chatSSE) chunk(data []byte) error {
 	if d.cur.inPlace {
 		return d.inPlace(k, fr != "")
 	}
-	if emptyDelta(k.delta) && !carriesMore(k.choice) {
-		// Nothing for the client now: a role alone (it goes with the first chunk that carries
-		// something), a workspace call, or a finish_reason (it comes at the end of the turn).
+	if changed && emptyDelta(k.delta) && !carriesMore(k.choice) {
+		// Nothing left for the client now: a role alone (it goes with the first chunk that
+		// carries something), a workspace call, or a finish_reason (it comes at the end of the
+		// turn). A chunk that came with nothing to take out goes on: its other members
+		// (system_fingerprint, a vendor's) are the client's.
 		return nil
 	}
 	if !changed && k.n == 1 && d.asIs(k.c) {
