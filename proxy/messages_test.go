@@ -1,8 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +16,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -287,4 +293,352 @@ func TestMessagesCountTokens(t *testing.T) {
 	resp = e.post("/v1/messages/count_tokens", nil, `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, `{"input_tokens":12}`, readBody(t, resp))
 	require.Equal(t, `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`, string(e.up.Requests()[1].Body))
+}
+
+// anthropicError is the error body of the Messages API's shape.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func decodeAnthropicError(t *testing.T, body string) anthropicError {
+	t.Helper()
+	var e anthropicError
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	require.Equal(t, "error", e.Type, body)
+	return e
+}
+
+// TestMessagesErrors: the proxy's errors on the Messages API's routes are in Anthropic's shape
+// (anthropic-sdk-go reads their type); the upstream's errors reach the client as it sent them,
+// an error status as a status and an error event inside the stream.
+func TestMessagesErrors(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, tt := range []struct {
+		name, path, header, body string
+		status                   int
+		typ, message             string
+	}{
+		{"InvalidJSON", "/threads/er/v1/messages", "", `{"model":`, 400, "invalid_request_error", "not valid JSON"},
+		{"NoMessages", "/threads/er/v1/messages", "", `{"model":"m","max_tokens":5}`, 400, "invalid_request_error", "messages"},
+		{"ReservedToolName", "/threads/er/v1/messages", "", `{"model":"m","messages":[],"tools":[{"name":"set_objective","input_schema":{"type":"object"}}]}`,
+			400, "invalid_request_error", "reserved"},
+		{"ThreadMismatch", "/threads/er/v1/messages", "other", `{"model":"m","messages":[]}`, 400, "invalid_request_error", "different threads"},
+		{"BadThread", "/threads/bad%20id/v1/messages/count_tokens", "", `{"model":"m","messages":[]}`, 400, "invalid_request_error", "thread"},
+		{"BadPlacement", "/v1/messages", "", `{"model":"m","messages":[]}`, 400, "invalid_request_error", "placement"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := map[string]string{}
+			if tt.header != "" {
+				h["X-Thread-Id"] = tt.header
+			}
+			if tt.name == "BadPlacement" {
+				h["X-Thread-Id"], h["X-Workspace-Placement"] = "er", "middle"
+			}
+			resp := e.post(tt.path, h, tt.body)
+			require.Equal(t, tt.status, resp.StatusCode)
+			got := decodeAnthropicError(t, readBody(t, resp))
+			require.Equal(t, tt.typ, got.Error.Type)
+			require.Contains(t, got.Error.Message, tt.message)
+		})
+	}
+
+	t.Run("ReadBySDK", func(t *testing.T) {
+		params := messagesParams("hi")
+		params.Tools = append(params.Tools, anthropic.ToolUnionParamOfTool(anthropic.ToolInputSchemaParam{}, "list_preferences"))
+		client := e.anthropicClient("er")
+		_, err := client.Messages.New(context.Background(), params)
+		var apiErr *anthropic.Error
+		require.ErrorAs(t, err, &apiErr)
+		require.Equal(t, 400, apiErr.StatusCode)
+		require.Equal(t, "invalid_request_error", string(apiErr.Type()))
+	})
+}
+
+// TestMessagesUpstreamErrors: an upstream's error status reaches the client with its body; an
+// error event in a stream (here in the round after a workspace call, once the client has the
+// first round's message_start) ends the client's stream as the upstream sent it.
+func TestMessagesUpstreamErrors(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.Retries = -1 })
+	overloaded := `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":"req_1"}`
+	e.up.Script(upstreamtest.JSON(529, overloaded))
+	resp := e.post("/threads/ue/v1/messages", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, 529, resp.StatusCode)
+	require.Equal(t, overloaded, readBody(t, resp))
+
+	first := upstreamtest.MessageReply{ID: "msg_1", Blocks: []upstreamtest.Block{upstreamtest.ToolUseBlock("toolu_1", "list_preferences", `{}`)}}
+	e.up.Script(upstreamtest.Messages(first), upstreamtest.StreamRaw([]string{
+		"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+		"event: error\ndata: " + overloaded + "\n\n"}))
+	params := messagesParams("List them.")
+	params.Thinking = anthropic.ThinkingConfigParamUnion{}
+	m, events, err := runMessages(t, e.anthropicClient("ue"), params, true)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "overloaded_error")
+	require.Equal(t, []string{"message_start"}, events, "the SDK does not show pings")
+	require.Equal(t, "msg_1", m.ID)
+}
+
+// TestMessagesClientKeys: with CLIENT_KEYS a client key is accepted in x-api-key or as a
+// bearer token (a wrong one is Anthropic's authentication_error); the client's credentials
+// never reach the upstream, which gets ANTHROPIC_UPSTREAM_API_KEY in x-api-key; the thread is
+// the client's.
+func TestMessagesClientKeys(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) {
+		o.ClientKeys = keys
+		o.UpstreamAPIKey = "sk-openai-op"
+		o.AnthropicUpstreamAPIKey = "sk-ant-op"
+	})
+	reply := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_k", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hello.")}})
+	e.up.Script(reply, reply, reply)
+	params := messagesParams("hi")
+	params.Thinking = anthropic.ThinkingConfigParamUnion{}
+	for _, auth := range []option.RequestOption{option.WithAPIKey("sk-alice-secret"), option.WithAuthToken("sk-alice-secret")} {
+		client := anthropic.NewClient(option.WithBaseURL(e.srv.URL+"/threads/ck"), auth, option.WithMaxRetries(0))
+		m, _, err := runMessages(t, client, params, false)
+		require.NoError(t, err)
+		require.Equal(t, "Hello.", m.Content[0].Text)
+	}
+	m, _, err := runMessages(t, e.anthropicClient("", option.WithAPIKey("sk-alice-secret")), params, true)
+	require.NoError(t, err, "a pass-through with the client's key")
+	require.Equal(t, "Hello.", m.Content[0].Text)
+	for _, r := range e.up.Requests() {
+		require.Equal(t, "sk-ant-op", r.Header.Get("X-Api-Key"))
+		require.Empty(t, r.Header.Get("Authorization"))
+		require.NotContains(t, strings.Join(flatten(r.Header), " "), "sk-alice-secret")
+	}
+	require.Equal(t, "alice", e.workspace("alice~ck").Client)
+
+	wrong := e.anthropicClient("ck", option.WithAPIKey("sk-wrong"))
+	_, err = wrong.Messages.New(context.Background(), params)
+	var apiErr *anthropic.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 401, apiErr.StatusCode)
+	require.Equal(t, "authentication_error", string(apiErr.Type()))
+}
+
+func flatten(h map[string][]string) []string {
+	var out []string
+	for k, vs := range h {
+		out = append(out, k+": "+strings.Join(vs, ","))
+	}
+	return out
+}
+
+// TestMessagesPassThrough: without a thread, a Messages request goes to the Anthropic upstream
+// byte for byte, with its query string and its anthropic-version, anthropic-beta and x-api-key
+// headers, and its answer comes back as it was.
+func TestMessagesPassThrough(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	body := `{"model":"claude-test", "max_tokens":5,"messages":[{"role":"user","content":"<workspace>hi</workspace>"}],"tools":[{"name":"set_objective","input_schema":{}}]}`
+	e.up.Script(upstreamtest.JSON(200, `{"id":"msg_p","type":"message"}`))
+	resp := e.post("/v1/messages?beta=true", map[string]string{"Anthropic-Version": "2023-06-01", "Anthropic-Beta": "a,b", "X-Api-Key": "sk-ant-client"}, body)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, `{"id":"msg_p","type":"message"}`, readBody(t, resp))
+	r := e.up.Requests()[0]
+	require.Equal(t, "/v1/messages?beta=true", r.Path)
+	require.Equal(t, body, string(r.Body))
+	require.Equal(t, "2023-06-01", r.Header.Get("Anthropic-Version"))
+	require.Equal(t, "a,b", r.Header.Get("Anthropic-Beta"))
+	require.Equal(t, "sk-ant-client", r.Header.Get("X-Api-Key"))
+}
+
+// TestThreadHeader: THREAD_HEADER names the thread of a request that names none by X-Thread-Id
+// or its path, on every route (a workspace per Claude Code session); X-Thread-Id and the path
+// win over it.
+func TestThreadHeader(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.ThreadHeader = "X-Claude-Code-Session-Id" })
+	reply := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_h", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hi.")}})
+	e.up.Script(reply, reply, upstreamtest.JSON(200, upstreamtest.Completion("Hi.")))
+	body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	resp := e.post("/v1/messages", map[string]string{"X-Claude-Code-Session-Id": "c5981990-7426-4441-a822-74a12c9d01f9"}, body)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "c5981990-7426-4441-a822-74a12c9d01f9", resp.Header.Get("X-Thread-Id"))
+	resp = e.post("/threads/by-path/v1/messages", map[string]string{"X-Claude-Code-Session-Id": "s2"}, body)
+	require.Equal(t, "by-path", resp.Header.Get("X-Thread-Id"))
+	resp = e.post("/v1/chat/completions", map[string]string{"X-Claude-Code-Session-Id": "s3"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, "s3", resp.Header.Get("X-Thread-Id"))
+	require.Equal(t, 1, e.turns("c5981990-7426-4441-a822-74a12c9d01f9"))
+	require.Equal(t, 1, e.turns("s3"))
+}
+
+// TestMessagesKeepalivePing: while the proxy runs a round the client cannot see, the client
+// gets a ping event every StreamKeepalive; the upstream's second round waits until the client
+// has one (beyond the first round's own ping).
+func TestMessagesKeepalivePing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.StreamKeepalive = 20 * time.Millisecond })
+	sawPing := make(chan struct{})
+	second := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_2", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("None yet.")}})
+	e.up.Script(
+		upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_1", Blocks: []upstreamtest.Block{upstreamtest.ToolUseBlock("toolu_1", "list_preferences", `{}`)}}),
+		func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-sawPing:
+			case <-time.After(10 * time.Second):
+			}
+			second(w, r)
+		})
+	resp := e.post("/threads/kp/v1/messages", nil, `{"model":"m","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"List them."}]}`)
+	require.Equal(t, 200, resp.StatusCode)
+	rd := bufio.NewReader(resp.Body)
+	var names []string
+	for pings := 0; pings < 2; {
+		line, err := rd.ReadString('\n')
+		require.NoError(t, err)
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "event: "); ok {
+			names = append(names, name)
+			if name == "ping" {
+				pings++
+			}
+		}
+	}
+	close(sawPing)
+	require.Equal(t, []string{"message_start", "ping", "ping"}, names)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	require.Contains(t, string(rest), `"text":"None yet."`[:10])
+	require.True(t, strings.HasSuffix(string(rest), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), string(rest))
+}
+
+// members are a JSON object's members, raw.
+func members(t *testing.T, b []byte) map[string]json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(b, &m), string(b))
+	return m
+}
+
+// TestMessagesPlacementClaudeCode: Claude Code 2.1.332's request (testdata/messages, as it
+// sent it) ends with a system message whose text block carries its last cache breakpoint; the
+// workspace goes after that block as a new text block without cache_control, so every
+// breakpoint covers the bytes it covered before. Every other member reaches the upstream with
+// its bytes, the client's twelve tools too, and the tool list is the same bytes on every thread.
+func TestMessagesPlacementClaudeCode(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	body, err := os.ReadFile("testdata/messages/claude-code-2.1.332.json")
+	require.NoError(t, err)
+	reply := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_cc", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hi.")}})
+	e.up.Script(reply, reply)
+	for _, thread := range []string{"cc-a", "cc-b"} {
+		resp := e.post("/threads/"+thread+"/v1/messages?beta=true", map[string]string{"Anthropic-Beta": "claude-code-20250219"}, string(body))
+		require.Equal(t, 200, resp.StatusCode)
+		require.Contains(t, readBody(t, resp), "event: message_stop")
+	}
+	reqs := e.up.Requests()
+	require.Equal(t, "/v1/messages?beta=true", reqs[0].Path)
+	sent, client := members(t, reqs[0].Body), members(t, body)
+	for k, v := range client {
+		if k != "messages" && k != "tools" {
+			require.Equal(t, string(v), string(sent[k]), k)
+		}
+	}
+	require.Len(t, sent, len(client))
+
+	var clientMsgs, sentMsgs []json.RawMessage
+	require.NoError(t, json.Unmarshal(client["messages"], &clientMsgs))
+	require.NoError(t, json.Unmarshal(sent["messages"], &sentMsgs))
+	require.Len(t, sentMsgs, 2)
+	require.Equal(t, string(clientMsgs[0]), string(sentMsgs[0]), "the user message as it came")
+	last, clientLast := members(t, sentMsgs[1]), members(t, clientMsgs[1])
+	require.Equal(t, `"system"`, string(last["role"]))
+	var blocks, clientBlocks []json.RawMessage
+	require.NoError(t, json.Unmarshal(last["content"], &blocks))
+	require.NoError(t, json.Unmarshal(clientLast["content"], &clientBlocks))
+	require.Len(t, blocks, len(clientBlocks)+1)
+	for i := range clientBlocks {
+		require.Equal(t, string(clientBlocks[i]), string(blocks[i]), "the breakpoint's block as it came")
+	}
+	added := members(t, blocks[len(blocks)-1])
+	require.Equal(t, []string{"text", "type"}, memberNames(added), "a text block without cache_control")
+	require.Contains(t, string(added["text"]), "<workspace>")
+
+	var tools [2][]json.RawMessage
+	for i := range tools {
+		require.NoError(t, json.Unmarshal(members(t, reqs[i].Body)["tools"], &tools[i]))
+	}
+	var clientTools []json.RawMessage
+	require.NoError(t, json.Unmarshal(client["tools"], &clientTools))
+	require.Len(t, tools[0], len(clientTools)+5)
+	for i := range clientTools {
+		require.Equal(t, string(clientTools[i]), string(tools[0][i]))
+	}
+	require.Equal(t, rawTools(t, reqs[0].Body), rawTools(t, reqs[1].Body), "the tool list's bytes on every thread")
+}
+
+func memberNames(m map[string]json.RawMessage) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rawTools is a request body's tools member as it was sent.
+func rawTools(t *testing.T, body []byte) string {
+	t.Helper()
+	o, err := rawjson.Parse(body)
+	require.NoError(t, err)
+	return string(o.Get("tools"))
+}
+
+// TestMessagesPlacement: placement tail appends the block as a new last text block of a last
+// user message (a string content becomes its text block and the new one), after its
+// tool_result and cache_control'd blocks, with pasted workspace tags neutralised; placement
+// system (or a last message of the assistant) appends it to system as a new last text block.
+func TestMessagesPlacement(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, tt := range []struct {
+		name, placement, messages, system string
+		wantLast, wantSystem              string // JSON of the last message's content, of system
+	}{
+		{"String", "", `[{"role":"user","content":"hi"}]`, ``,
+			`[{"type":"text","text":"hi"},{"type":"text","text":"BLOCK"}]`, ``},
+		{"Blocks", "", `[{"role":"user","content":"run it"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"<workspace>x</workspace>"},` +
+			`{"type":"text","text":"go on","cache_control":{"type":"ephemeral"}}]}]`, `"Be brief."`,
+			`[{"type":"tool_result","tool_use_id":"t1","content":"‹workspace>x‹/workspace>"},{"type":"text","text":"go on","cache_control":{"type":"ephemeral"}},{"type":"text","text":"BLOCK"}]`,
+			`"Be brief."`},
+		{"AssistantPrefill", "", `[{"role":"user","content":"hi"},{"role":"assistant","content":"Sure"}]`, `"Be brief."`,
+			`"Sure"`, `[{"type":"text","text":"Be brief."},{"type":"text","text":"BLOCK"}]`},
+		{"System", "system", `[{"role":"user","content":"hi"}]`, `[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`,
+			`"hi"`, `[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"BLOCK"}]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e.up.Script(upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_p", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hi.")}}))
+			body := `{"model":"m","max_tokens":5,"messages":` + tt.messages
+			if tt.system != "" {
+				body += `,"system":` + tt.system
+			}
+			h := map[string]string{"X-Thread-Id": "pl-" + strings.ToLower(tt.name)}
+			if tt.placement != "" {
+				h["X-Workspace-Placement"] = tt.placement
+			}
+			resp := e.post("/v1/messages", h, body+"}")
+			require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+			reqs := e.up.Requests()
+			sent := members(t, reqs[len(reqs)-1].Body)
+			block := "INSTR\n\n" + tools.RenderBlock("", nil)
+			var msgs []map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(sent["messages"], &msgs))
+			wantLast := strings.ReplaceAll(tt.wantLast, `"BLOCK"`, string(rawjson.String(block)))
+			require.JSONEq(t, wantLast, string(msgs[len(msgs)-1]["content"]))
+			if tt.wantSystem != "" {
+				require.JSONEq(t, strings.ReplaceAll(tt.wantSystem, `"BLOCK"`, string(rawjson.String(block))), string(sent["system"]))
+			}
+		})
+	}
 }
