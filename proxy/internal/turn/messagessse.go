@@ -43,9 +43,11 @@ type messagesRound struct {
 	index  map[int]int  // upstream index → the client's (-1: a workspace call's)
 	blocks map[int]*blockAcc
 	order  []int // upstream indexes in the order their blocks started
-	// startUsage and delta are the usage of message_start and the message_delta event.
+	// startUsage and delta are the usage of message_start and the message_delta event, which
+	// came named deltaName.
 	startUsage json.RawMessage
 	delta      rawjson.Object
+	deltaName  string
 	settled    bool // message_delta came: the round's blocks are known
 	// inPlace: the round held no workspace call, so its message_delta and what follows go to the
 	// client where they came.
@@ -154,8 +156,8 @@ func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json
 // stream reads one round's events up to its message_stop (or the end of the stream after its
 // message_delta).
 func (d *messagesSSE) stream(ctx context.Context, body Payload) error {
-	_, err := readEvents(ctx, d.up, body, d.flush, func(data []byte) (bool, error) {
-		err := d.event(data)
+	_, err := readNamedEvents(ctx, d.up, body, d.flush, func(name string, data []byte) (bool, error) {
+		err := d.event(name, data)
 		return d.cur.stopped, err
 	})
 	if err == nil && !d.cur.settled {
@@ -164,12 +166,13 @@ func (d *messagesSSE) stream(ctx context.Context, body Payload) error {
 	return err
 }
 
-// event handles one upstream event: it keeps what the turn needs and emits what the client
-// gets. What the proxy cannot read is not its own: the client gets it as it came.
-func (d *messagesSSE) event(data []byte) error {
+// event handles one upstream event (named name): it keeps what the turn needs and emits what
+// the client gets, under the event's name. What the proxy cannot read is not its own: the client
+// gets it as it came.
+func (d *messagesSSE) event(name string, data []byte) error {
 	ev, err := rawjson.ParseInto(d.scratch, data)
 	if err != nil {
-		return d.send("", data)
+		return d.send(name, data)
 	}
 	d.scratch = ev
 	typ := text(ev.Get("type"))
@@ -179,7 +182,7 @@ func (d *messagesSSE) event(data []byte) error {
 	case "message_start":
 		msg, err := rawjson.Parse(ev.Get("message"))
 		if err != nil {
-			return d.send(typ, data)
+			return d.send(name, data)
 		}
 		d.cur.startUsage = append(json.RawMessage(nil), msg.Get("usage")...)
 		if d.round > 1 {
@@ -190,33 +193,33 @@ func (d *messagesSSE) event(data []byte) error {
 			d.first = messageID("")
 			msg.Set("id", rawjson.String(d.first))
 			ev.Set("message", msg.Bytes())
-			return d.send(typ, ev.Bytes())
+			return d.send(name, ev.Bytes())
 		}
-		return d.send(typ, data)
+		return d.send(name, data)
 	case "content_block_start", "content_block_delta", "content_block_stop":
-		return d.blockEvent(typ, ev, data)
+		return d.blockEvent(name, typ, ev, data)
 	case "message_delta":
-		return d.messageDelta(ev, data)
+		return d.messageDelta(name, ev, data)
 	case "message_stop":
 		d.cur.stopped = true
 		if d.cur.inPlace {
-			return d.send(typ, data)
+			return d.send(name, data)
 		}
 		return nil // the turn's goes out at its end
 	}
 	if typ == "ping" {
 		d.dirty = true // not part of the round: a retry may repeat it
-		return d.out.Emit(typ, data)
+		return d.out.Emit(name, data)
 	}
-	return d.send(typ, data) // the event types the proxy does not know
+	return d.send(name, data) // the event types the proxy does not know
 }
 
 // blockEvent emits a content block's event under the client's index, unless it belongs to a
 // workspace tool_use block, and accumulates the block.
-func (d *messagesSSE) blockEvent(typ string, ev rawjson.Object, data []byte) error {
+func (d *messagesSSE) blockEvent(name, typ string, ev rawjson.Object, data []byte) error {
 	n, err := strconv.Atoi(string(ev.Get("index")))
 	if err != nil {
-		return d.send(typ, data) // not the proxy's to place
+		return d.send(name, data) // not the proxy's to place
 	}
 	switch typ {
 	case "content_block_start":
@@ -246,35 +249,35 @@ func (d *messagesSSE) blockEvent(typ string, ev rawjson.Object, data []byte) err
 	ci, ok := d.cur.index[n]
 	switch {
 	case !ok:
-		return d.send(typ, data) // a block that never started: as it came
+		return d.send(name, data) // a block that never started: as it came
 	case ci < 0:
 		return nil
 	case ci == n:
-		return d.send(typ, data)
+		return d.send(name, data)
 	}
 	ev.Set("index", rawjson.Int(ci))
-	return d.send(typ, ev.Bytes())
+	return d.send(name, ev.Bytes())
 }
 
 // messageDelta settles the round: its blocks are known. A round without a workspace call is the
 // turn's last: its message_delta goes to the client in place (with the usage of every round
 // when there were several); the others are held for the end of the turn.
-func (d *messagesSSE) messageDelta(ev rawjson.Object, data []byte) error {
-	d.cur.delta = ev.Own()
+func (d *messagesSSE) messageDelta(name string, ev rawjson.Object, data []byte) error {
+	d.cur.delta, d.cur.deltaName = ev.Own(), name
 	d.settle()
 	if d.cur.reply.hasHidden() {
 		return nil
 	}
 	d.cur.inPlace = true
 	if d.round == 1 {
-		return d.send("message_delta", data)
+		return d.send(name, data)
 	}
 	out := d.cur.delta.Clone()
 	sum := usageSum{raws: append(append([]json.RawMessage(nil), d.earlier.raws...), d.roundUsage())}
 	if u := sum.json(); u != nil {
 		out.Set("usage", u)
 	}
-	return d.send("message_delta", out.Bytes())
+	return d.send(name, out.Bytes())
 }
 
 // settle builds the round's blocks and calls from what accumulated, in the order the blocks
@@ -354,7 +357,7 @@ func (d *messagesSSE) finish(clientCalls []toolCall, usage *usageSum, rounds int
 	if rounds > 1 && !usage.empty() {
 		ev.Set("usage", usage.json())
 	}
-	if err := d.send("message_delta", ev.Bytes()); err != nil {
+	if err := d.send(d.cur.deltaName, ev.Bytes()); err != nil {
 		return err
 	}
 	return d.send("message_stop", []byte(`{"type":"message_stop"}`))
