@@ -109,18 +109,22 @@ func Messages(m MessageReply) Reply {
 		}
 		_ = json.Unmarshal(body, &req)
 		if !req.Stream {
-			blocks := make([]any, len(m.Blocks))
-			for i, b := range m.Blocks {
-				blocks[i] = b.json()
-			}
-			out, _ := json.Marshal(map[string]any{"id": m.ID, "type": "message", "role": "assistant", "model": "claude-test",
-				"content": blocks, "stop_reason": m.stopReason(), "stop_sequence": nil, "usage": m.usage()})
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(out)
+			JSON(http.StatusOK, m.JSON())(w, r)
 			return
 		}
 		StreamRaw(m.Events())(w, r)
 	}
+}
+
+// JSON is the reply as a non-streamed body.
+func (m MessageReply) JSON() string {
+	blocks := make([]any, len(m.Blocks))
+	for i, b := range m.Blocks {
+		blocks[i] = b.json()
+	}
+	out, _ := json.Marshal(map[string]any{"id": m.ID, "type": "message", "role": "assistant", "model": "claude-test",
+		"content": blocks, "stop_reason": m.stopReason(), "stop_sequence": nil, "usage": m.usage()})
+	return string(out)
 }
 
 // Events are the reply as Anthropic streams it: message_start, a ping, each block's start,
