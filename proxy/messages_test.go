@@ -14,6 +14,7 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -136,6 +137,13 @@ func TestMessagesTurnWithAWorkspaceCall(t *testing.T) {
 			u := e.workspace("mt").Usage
 			return u == tools.Usage{PromptTokens: 146, CachedPromptTokens: 104, CompletionTokens: 12, CacheWriteTokens: 2}
 		}, 10*time.Second, 10*time.Millisecond, "the thread's usage: input, cache reads and writes are its prompt")
+		metrics := e.opts().Metrics
+		require.Equal(t, 146.0, testutil.ToFloat64(metrics.tokens.WithLabelValues("prompt")))
+		require.Equal(t, 104.0, testutil.ToFloat64(metrics.cachedTokens))
+		require.Equal(t, 1.0, testutil.ToFloat64(metrics.toolCalls.WithLabelValues("set_objective", "ok")))
+		require.Eventually(t, func() bool {
+			return testutil.ToFloat64(metrics.httpRequests.WithLabelValues("POST /threads/{thread}/v1/messages", "200")) == 1
+		}, 5*time.Second, 10*time.Millisecond, "the route label")
 	})
 }
 
