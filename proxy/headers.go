@@ -20,12 +20,19 @@ var hopHeaders = []string{
 // outboundHeader is the header of a rewritten upstream request: the client's, less hop-by-hop
 // headers, those that described the original body and those stripHeaders removes.
 func (s *Server) outboundHeader(in http.Header) http.Header {
+	h := rewrittenHeader(in)
+	s.stripHeaders(h)
+	return h
+}
+
+// rewrittenHeader is the client's header less hop-by-hop headers and those that described the
+// original body.
+func rewrittenHeader(in http.Header) http.Header {
 	h := in.Clone()
 	removeHopHeaders(h)
 	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host"} {
 		h.Del(k)
 	}
-	s.stripHeaders(h)
 	return h
 }
 

@@ -83,11 +83,7 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 // string (Claude Code sends ?beta=true) and headers (anthropic-version and anthropic-beta among
 // them) go on, less what messagesHeader removes.
 func (s *Server) messagesUpstream(r *http.Request, path string) *clientUpstream {
-	h := r.Header.Clone()
-	removeHopHeaders(h)
-	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host"} {
-		h.Del(k)
-	}
+	h := rewrittenHeader(r.Header)
 	s.messagesHeader(h)
 	return &clientUpstream{client: s.client, url: upstreamURL(s.opts.AnthropicUpstreamURL, path, r.URL.RawQuery).String(),
 		header: h, tracing: s.tracing, back: s.fromUpstream()}

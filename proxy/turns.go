@@ -71,9 +71,9 @@ func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok b
 	return id, true, nil
 }
 
-// turnInbound reads a chat, Responses or Messages request: a thread turn's thread, placement and body. A
-// request without a thread is passed to forward, for its client ("" without client keys), and
-// one that fails is answered; ok is then false. The caller calls in.release when done.
+// turnInbound reads a chat, Responses or Messages request: a thread turn's thread, placement and
+// body. A request without a thread is passed to forward, for its client ("" without client
+// keys), and one that fails is answered; ok is then false. The caller calls in.release when done.
 func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in inbound, ok bool) {
 	in, err := s.inbound(w, r, nil)
 	if err == nil && !in.named {
