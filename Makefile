@@ -81,9 +81,10 @@ bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	PG_DURABLE=1 scripts/pg.sh exec sh -c 'DURABLE_URL=$$TEST_DATABASE_URL TEST_DATABASE_URL= PG_DURABLE= scripts/pg.sh exec sh -c "DATABASE_URL=\$$DURABLE_URL NOFSYNC_DATABASE_URL=\$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)"'
 
-## bench-cache: what each workspace placement costs a conversation's upstream prompt cache (two
-## scripted sessions, direct and through wsproxy with each placement); fails when a tail
-## target is missed.
+## bench-cache: what each workspace placement costs a conversation's upstream prompt cache
+## (scripted chat and agent sessions under OpenAI's caching rule, and a Messages agent loop shaped
+## like Claude Code's under Anthropic's; direct and through wsproxy with each placement); fails
+## when a tail target is missed.
 bench-cache: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load cache -wsproxy bin/wsproxy'

@@ -330,3 +330,37 @@ func TestUpgradeToProposals(t *testing.T) {
 	require.JSONEq(t, `{"title":"Planes","subtitle":"","kind":"soft"}`, string(evs[0].Proposed))
 	require.Nil(t, evs[1].Proposed)
 }
+
+// TestUpgradeToCacheWrites: a database populated under schema 007 upgrades to the current one:
+// its threads keep their usage and start with no cache writes, which the usage statement then
+// adds up like the other counts.
+func TestUpgradeToCacheWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, prompt_tokens, cached_prompt_tokens, completion_tokens) VALUES ('old', 4, 3, 5, 40, 30, 7)`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('old', 2, 'Formal', 'hard')`,
+		`INSERT INTO usage_batches (thread_id, writer_id, batch) VALUES ('old', 'w', 1)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, []int64{40, 30, 7, 0}, []int64{th.PromptTokens, th.CachedPromptTokens, th.CompletionTokens, th.CacheWriteTokens})
+	prefs, err := q.PreferenceListByThread(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Len(t, prefs, 1)
+
+	for range 2 {
+		require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "old", WriterID: "w", Batch: 2,
+			PromptTokens: 100, CachedPromptTokens: 60, CompletionTokens: 5, CacheWriteTokens: 30}}))
+	}
+	th, err = q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, []int64{140, 90, 12, 30}, []int64{th.PromptTokens, th.CachedPromptTokens, th.CompletionTokens, th.CacheWriteTokens},
+		"a batch counts once, its cache writes too")
+	_, err = q.TurnStart(ctx, pool, "old")
+	require.NoError(t, err)
+}

@@ -69,6 +69,7 @@ type Thread struct {
 	CachedPromptTokens int64
 	CompletionTokens   int64
 	NextEventID        int64
+	CacheWriteTokens   int64
 }
 
 type ThreadTombstone struct {

@@ -33,7 +33,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -49,6 +49,7 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.CachedPromptTokens,
 		&i.CompletionTokens,
 		&i.NextEventID,
+		&i.CacheWriteTokens,
 	)
 	return i, err
 }
@@ -221,26 +222,28 @@ func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (Th
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
 WITH mark AS (
     INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
-    SELECT t.id, $5::text, $6::bigint FROM threads t WHERE t.id = $4
+    SELECT t.id, $6::text, $7::bigint FROM threads t WHERE t.id = $5
     ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
     WHERE m.batch < excluded.batch
     RETURNING 1
 ), stale AS (
     DELETE FROM usage_batches s
-    WHERE s.thread_id = $4 AND s.writer_id <> $5::text AND s.at < now() - interval '7 days'
+    WHERE s.thread_id = $5 AND s.writer_id <> $6::text AND s.at < now() - interval '7 days'
 )
 UPDATE threads
 SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + $1::bigint, -9223372036854775808), 9223372036854775807)::bigint,
     cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + $2::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + $3::bigint, -9223372036854775808), 9223372036854775807)::bigint
+    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + $3::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    cache_write_tokens = LEAST(GREATEST(cache_write_tokens::numeric + $4::bigint, -9223372036854775808), 9223372036854775807)::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE threads.id = $4 AND EXISTS (SELECT FROM mark)
+WHERE threads.id = $5 AND EXISTS (SELECT FROM mark)
 `
 
 type ThreadUsageAddParams struct {
 	PromptTokens       int64
 	CachedPromptTokens int64
 	CompletionTokens   int64
+	CacheWriteTokens   int64
 	ID                 string
 	WriterID           string
 	Batch              int64
@@ -257,6 +260,7 @@ func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAd
 		arg.PromptTokens,
 		arg.CachedPromptTokens,
 		arg.CompletionTokens,
+		arg.CacheWriteTokens,
 		arg.ID,
 		arg.WriterID,
 		arg.Batch,

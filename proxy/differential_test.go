@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	openaigo "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
@@ -33,7 +35,8 @@ import (
 
 // The differential harness of docs/spec.md §16: every recording of testdata/wire (real servers'
 // streams and bodies, see its README) is replayed by a fake upstream and read by the official
-// openai-go client twice — straight from the fake, and through a thread turn of wsproxy — and
+// client of its API (openai-go; anthropic-sdk-go for the Messages API, its streams through
+// Message.Accumulate) twice — straight from the fake, and through a thread turn of wsproxy — and
 // the two readouts must be equal: text, reasoning, tool calls, finish reason, usage, every event
 // and output item, errors. Mutants of every recording (null and absent members, unknown members,
 // item and event types, keys re-ordered, event lines, CRLF, comments, one byte per write) must be
@@ -43,7 +46,7 @@ import (
 // wireEntry is one recording.
 type wireEntry struct {
 	name     string // provider/file
-	api      string // "chat" or "responses"
+	api      string // "chat", "responses" or "messages"
 	streamed bool
 	body     []byte
 }
@@ -61,7 +64,7 @@ func wireCorpus(t testing.TB) []wireEntry {
 		}
 		base := filepath.Base(p)
 		api, _, _ := strings.Cut(base, "-")
-		if api != "chat" && api != "responses" {
+		if api != "chat" && api != "responses" && api != "messages" {
 			continue
 		}
 		b, err := os.ReadFile(p)
@@ -166,6 +169,9 @@ type readout struct {
 // answer as openai-go does.
 func (h *wireHarness) read(t testing.TB, e wireEntry, id, base, thread string) readout {
 	t.Helper()
+	if e.api == "messages" {
+		return readMessages(t, e, id, strings.TrimSuffix(base, "/v1/"), thread)
+	}
 	opts := []option.RequestOption{option.WithBaseURL(base), option.WithAPIKey("sk-wire"), option.WithMaxRetries(0),
 		option.WithHeader("X-Wire-Case", id), option.WithHTTPClient(h.client)}
 	if thread != "" {
@@ -237,6 +243,75 @@ func (h *wireHarness) read(t testing.TB, e wireEntry, id, base, thread string) r
 	return r
 }
 
+// readMessages sends e's Messages request to base and reads the answer as anthropic-sdk-go
+// does: a body, or a stream accumulated with Message.Accumulate.
+func readMessages(t testing.TB, e wireEntry, id, base, thread string) readout {
+	t.Helper()
+	opts := []anthropicoption.RequestOption{anthropicoption.WithBaseURL(base), anthropicoption.WithAPIKey("sk-ant-wire"),
+		anthropicoption.WithMaxRetries(0), anthropicoption.WithHeader("X-Wire-Case", id)}
+	if thread != "" {
+		opts = append(opts, anthropicoption.WithHeader("X-Thread-Id", thread))
+	}
+	client := anthropic.NewClient(opts...)
+	params := anthropic.MessageNewParams{Model: "wire-model", MaxTokens: 1024,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	for _, n := range clientToolNames(e.body) {
+		params.Tools = append(params.Tools, anthropic.ToolUnionParamOfTool(anthropic.ToolInputSchemaParam{}, n))
+	}
+	var r readout
+	var m anthropic.Message
+	ctx := context.Background()
+	if !e.streamed {
+		got, err := client.Messages.New(ctx, params)
+		r.Err = anthropicErrText(err)
+		if err != nil {
+			return r
+		}
+		m = *got
+	} else {
+		stream := client.Messages.NewStreaming(ctx, params)
+		for stream.Next() {
+			ev := stream.Current()
+			r.Events = append(r.Events, canonical(t, ev.RawJSON()))
+			if err := m.Accumulate(ev); err != nil && r.Err == "" {
+				r.Err = "accumulate: " + err.Error()
+			}
+		}
+		if err := stream.Err(); err != nil && r.Err == "" {
+			r.Err = anthropicErrText(err)
+		}
+	}
+	r.Body = canonical(t, m.RawJSON())
+	r.ID, r.Model, r.Finish = m.ID, m.Model, string(m.StopReason)
+	if u := m.Usage.RawJSON(); u != "" {
+		r.Usage = []string{canonical(t, u)}
+	}
+	for _, b := range m.Content {
+		switch b.Type {
+		case "text":
+			r.Content += b.Text
+		case "thinking":
+			r.Reasoning += b.Thinking
+		case "tool_use":
+			r.Calls = append(r.Calls, b.ID+" "+b.Name+" "+string(b.Input))
+		}
+	}
+	return r
+}
+
+// anthropicErrText is what anthropic-sdk-go's client sees of an error: its status and body, or
+// the stream's message.
+func anthropicErrText(err error) string {
+	if err == nil {
+		return ""
+	}
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		return strconv.Itoa(apiErr.StatusCode) + " " + apiErr.RawJSON()
+	}
+	return err.Error()
+}
+
 func chatParams(tools []string) openaigo.ChatCompletionNewParams {
 	p := openaigo.ChatCompletionNewParams{
 		Model:         "wire-model",
@@ -305,7 +380,7 @@ func clientToolNames(body []byte) []string {
 			name, _ := x["name"].(string)
 			if fn, ok := x["function"].(map[string]any); ok {
 				name, _ = fn["name"].(string)
-			} else if x["type"] != "function_call" {
+			} else if x["type"] != "function_call" && x["type"] != "tool_use" {
 				name = ""
 			}
 			if name != "" && !seen[name] && !tools.IsTool(name) && name != "multi_tool_use.parallel" && name != "parallel" {
@@ -476,6 +551,8 @@ var optionalMembers = map[string][]string{
 		"annotations", "system_fingerprint", "service_tier", "usage", "prompt_tokens_details", "completion_tokens_details"},
 	"responses": {"logprobs", "annotations", "obfuscation", "input_tokens_details", "output_tokens_details", "metadata",
 		"instructions", "incomplete_details", "user", "prompt_cache_key", "safety_identifier", "top_logprobs", "service_tier"},
+	"messages": {"stop_reason", "stop_sequence", "cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation",
+		"service_tier", "citations", "server_tool_use", "container", "stop_details", "request_id"},
 }
 
 var mutations = []mutation{
@@ -517,6 +594,20 @@ var mutations = []mutation{
 	{name: "EventLines", apply: func(e wireEntry) []byte {
 		if !e.streamed {
 			return nil
+		}
+		if e.api == "messages" {
+			// Anthropic's SDKs read only named events: the name goes after the data instead.
+			return mapEvents(e.body, func(ev sseEventLines) sseEventLines {
+				var name, out sseEventLines
+				for _, l := range ev {
+					if strings.HasPrefix(l, "event:") {
+						name = append(name, l)
+						continue
+					}
+					out = append(out, l)
+				}
+				return append(out, name...)
+			})
 		}
 		return mapEvents(e.body, func(ev sseEventLines) sseEventLines {
 			var out sseEventLines
@@ -637,6 +728,8 @@ func unknownEventsAndItems(e wireEntry) []byte {
 		return o.Bytes(), len(items)
 	}
 	switch {
+	case e.api == "messages":
+		return unknownMessagesEventsAndBlocks(e)
 	case e.api == "responses" && !e.streamed:
 		b, _ := withItem(e.body)
 		return b
@@ -683,6 +776,40 @@ func unknownEventsAndItems(e wireEntry) []byte {
 	return nil
 }
 
+// unknownMessagesEventsAndBlocks adds to a Messages recording what a newer server sends: a content
+// block of a type nobody knows yet (last of the content; streamed, its start and stop before
+// message_delta) and, streamed, an event type nobody knows after message_start.
+func unknownMessagesEventsAndBlocks(e wireEntry) []byte {
+	future := json.RawMessage(`{"type":"x_future_block","id":"xfb_1","payload":{"k":[1]}}`)
+	if !e.streamed {
+		o, err := rawjson.Parse(e.body)
+		if err != nil {
+			return nil
+		}
+		blocks, _ := rawjson.Split(o.Get("content"))
+		o.Set("content", rawjson.AppendArray(nil, append(blocks, future)))
+		return o.Bytes()
+	}
+	var out []sseEventLines
+	blocks := 0
+	for i, ev := range splitEvents(e.body) {
+		o, _ := rawjson.Parse(ev.data())
+		switch text(o.Get("type")) {
+		case "content_block_start":
+			blocks++
+		case "message_delta":
+			out = append(out,
+				sseEventLines{"event: content_block_start", fmt.Sprintf(`data: {"type":"content_block_start","index":%d,"content_block":%s}`, blocks, future)},
+				sseEventLines{"event: content_block_stop", fmt.Sprintf(`data: {"type":"content_block_stop","index":%d}`, blocks)})
+		}
+		out = append(out, ev)
+		if i == 0 {
+			out = append(out, sseEventLines{"event: x_future_event", `data: {"type":"x_future_event","payload":{"k":1}}`})
+		}
+	}
+	return joinEvents(out)
+}
+
 func joinEvents(events []sseEventLines) []byte {
 	var b bytes.Buffer
 	for _, ev := range events {
@@ -723,12 +850,12 @@ func workspaceVariant(e wireEntry) (body []byte, renamed string, ok bool) {
 			fn.Set("name", rawjson.String(tools.ListPreferences))
 			o.Set("function", fn.Bytes())
 		}
-		if text(o.Get("type")) == "function_call" && text(o.Get("name")) == renamed {
+		if typ := text(o.Get("type")); (typ == "function_call" || typ == "tool_use") && text(o.Get("name")) == renamed {
 			o.Set("name", rawjson.String(tools.ListPreferences))
 		}
 	}
 	body = eachPayload(e, rename)
-	if e.streamed {
+	if e.streamed && e.api != "messages" {
 		body = recutArguments(wireEntry{api: e.api, streamed: true, body: body})
 	}
 	return body, renamed, true
@@ -836,6 +963,12 @@ func recutArguments(e wireEntry) []byte {
 // textRound is a round that answers "Done." in e's wire format.
 func textRound(e wireEntry) wireReply {
 	switch {
+	case e.api == "messages":
+		done := upstreamtest.MessageReply{ID: "msg_done", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Done.")}}
+		if e.streamed {
+			return wireReply{streamed: true, body: []byte(strings.Join(done.Events(), ""))}
+		}
+		return wireReply{body: []byte(done.JSON())}
 	case e.api == "chat" && e.streamed:
 		return wireReply{streamed: true, body: []byte(strings.Join(upstreamtest.Events(upstreamtest.ContentChunks("chatcmpl-done", "Done.")...), "") + "data: [DONE]\n\n")}
 	case e.api == "chat":
@@ -893,6 +1026,16 @@ func TestWireWorkspaceVariants(t *testing.T) {
 			}
 			if e.api == "responses" && len(others) == 0 {
 				require.Contains(t, got.Body, `"Done."`)
+			}
+			if e.api == "messages" {
+				require.Equal(t, others, got.Calls, "the client's other calls")
+				require.Equal(t, want.ID, got.ID, "the first round's id")
+				if len(others) == 0 {
+					require.Equal(t, want.Content+"Done.", got.Content)
+					require.Equal(t, "end_turn", got.Finish)
+				} else {
+					require.Equal(t, "tool_use", got.Finish)
+				}
 			}
 		})
 	}

@@ -51,17 +51,20 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	up := upstreamtest.New(t)
 	u, err := url.Parse(up.URL)
 	require.NoError(t, err)
+	root, err := url.Parse(up.Server.URL) // the Messages API's base URL: …/v1/messages follows it
+	require.NoError(t, err)
 	store := tools.NewStore(pool, tools.Options{})
 	reg := prometheus.NewRegistry()
 	opts := Options{
-		Store:           store,
-		UpstreamURL:     u,
-		AdminToken:      adminToken,
-		Metrics:         NewMetrics(reg, MetricsOptions{Pool: pool}),
-		Instructions:    "INSTR",
-		UpstreamTimeout: 10 * time.Second,
-		RetryBackoff:    time.Millisecond,
-		ListenURL:       dbtest.ListenURL(t, pool.Config()),
+		Store:                store,
+		UpstreamURL:          u,
+		AnthropicUpstreamURL: root,
+		AdminToken:           adminToken,
+		Metrics:              NewMetrics(reg, MetricsOptions{Pool: pool}),
+		Instructions:         "INSTR",
+		UpstreamTimeout:      10 * time.Second,
+		RetryBackoff:         time.Millisecond,
+		ListenURL:            dbtest.ListenURL(t, pool.Config()),
 	}
 	for _, c := range configure {
 		c(&opts)

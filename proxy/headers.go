@@ -20,12 +20,19 @@ var hopHeaders = []string{
 // outboundHeader is the header of a rewritten upstream request: the client's, less hop-by-hop
 // headers, those that described the original body and those stripHeaders removes.
 func (s *Server) outboundHeader(in http.Header) http.Header {
+	h := rewrittenHeader(in)
+	s.stripHeaders(h)
+	return h
+}
+
+// rewrittenHeader is the client's header less hop-by-hop headers and those that described the
+// original body.
+func rewrittenHeader(in http.Header) http.Header {
 	h := in.Clone()
 	removeHopHeaders(h)
 	for _, k := range []string{"Content-Length", "Accept-Encoding", "Host"} {
 		h.Del(k)
 	}
-	s.stripHeaders(h)
 	return h
 }
 
@@ -36,6 +43,14 @@ func (s *Server) outboundHeader(in http.Header) http.Header {
 // that may carry a client's credential (clientCredential) and those by which a client could
 // pick the operator's organization or project.
 func (s *Server) stripHeaders(h http.Header) {
+	s.strip(h)
+	if s.opts.UpstreamAPIKey != "" {
+		h.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
+	}
+}
+
+// strip removes what stripHeaders removes, toward either upstream.
+func (s *Server) strip(h http.Header) {
 	for k := range h {
 		if strings.HasPrefix(k, "X-Forwarded-") || (s.opts.ClientKeys != nil && clientCredential(k)) {
 			delete(h, k)
@@ -48,9 +63,6 @@ func (s *Server) stripHeaders(h http.Header) {
 		for _, k := range []string{"Openai-Organization", "Openai-Project"} {
 			h.Del(k)
 		}
-	}
-	if s.opts.UpstreamAPIKey != "" {
-		h.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
 	}
 }
 
@@ -73,15 +85,15 @@ func clientCredential(name string) bool {
 
 // fromUpstream is what the proxy changes in an upstream's response before a client gets it:
 // with client keys, the headers that name the operator's account and the upstream's cookies go
-// (identity); the operator's key, should an error body or a stream's event quote it, is redacted (key, when
-// UPSTREAM_API_KEY is set).
+// (identity); the operator's keys, should an error body or a stream's event quote one, are
+// redacted (keys: UPSTREAM_API_KEY and ANTHROPIC_UPSTREAM_API_KEY, those that are set).
 type fromUpstream struct {
 	identity bool
-	key      []byte
+	keys     [][]byte
 }
 
 func (s *Server) fromUpstream() fromUpstream {
-	return fromUpstream{identity: s.opts.ClientKeys != nil, key: s.upstreamKey}
+	return fromUpstream{identity: s.opts.ClientKeys != nil, keys: s.upstreamKeys}
 }
 
 // identityHeaders name the operator's account, or are the upstream's cookies.
@@ -99,10 +111,12 @@ func (f fromUpstream) header(h http.Header) {
 const redacted = "[redacted]"
 
 func (f fromUpstream) redact(body []byte) []byte {
-	if len(f.key) == 0 || !bytes.Contains(body, f.key) {
-		return body
+	for _, key := range f.keys {
+		if bytes.Contains(body, key) {
+			body = bytes.ReplaceAll(body, key, []byte(redacted))
+		}
 	}
-	return bytes.ReplaceAll(body, f.key, []byte(redacted))
+	return body
 }
 
 // passThroughResponse applies f to a pass-through's response (ReverseProxy.ModifyResponse): an
@@ -110,7 +124,7 @@ func (f fromUpstream) redact(body []byte) []byte {
 // the key (decompressed when it came gzipped: rewritePassThrough asks for nothing else).
 func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 	f.header(resp.Header)
-	if len(f.key) == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
+	if len(f.keys) == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
 		return nil
 	}
 	defer resp.Body.Close()

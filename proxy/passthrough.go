@@ -48,7 +48,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 			return in, err
 		}
 	}
-	if in.thread, in.named, err = threadOf(r, client); err != nil {
+	if in.thread, in.named, err = threadOf(r, client, s.opts.ThreadHeader); err != nil {
 		return in, err
 	}
 	noteCaller(r.Context(), in.thread, in.named)
@@ -80,10 +80,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
 	// any path with dot segments.
-	pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
+	key := s.opts.UpstreamAPIKey
+	if isMessagesRoute(pr.In) {
+		s.rewriteMessagesPassThrough(pr.Out, pr.In)
+		key = s.opts.AnthropicUpstreamAPIKey
+	} else {
+		pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
+		s.stripHeaders(pr.Out.Header)
+	}
 	pr.Out.Host = ""
-	s.stripHeaders(pr.Out.Header)
-	if s.opts.UpstreamAPIKey != "" {
+	if key != "" {
 		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
 		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
 			pr.Out.Header.Set("Accept-Encoding", "gzip")

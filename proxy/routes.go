@@ -7,11 +7,12 @@ import (
 )
 
 // DefaultPassThroughRoutes are the routes forwarded as they are for clients with keys: the
-// models, embeddings, moderations, and chat and Responses requests without a thread. Every route
+// models, embeddings, moderations, and chat, Responses and Messages requests (and token counts)
+// without a thread. Every route
 // that reads or changes objects the upstream keeps under the operator's key (files, batches,
 // stored completions and responses, vector stores, fine-tunes) is not among them, since the
 // proxy cannot tell one client's objects from another's.
-const DefaultPassThroughRoutes = "GET /v1/models,GET /v1/models/*,POST /v1/embeddings,POST /v1/chat/completions,POST /v1/responses,POST /v1/moderations"
+const DefaultPassThroughRoutes = "GET /v1/models,GET /v1/models/*,POST /v1/embeddings,POST /v1/chat/completions,POST /v1/responses,POST /v1/moderations,POST /v1/messages,POST /v1/messages/count_tokens"
 
 // AllowedRoutes is a list of `METHOD /path` patterns (PASSTHROUGH_ROUTES): the method exactly, the
 // path exactly or, ending in `*`, any path with that prefix. A path is matched in its /v1 form

@@ -59,6 +59,16 @@ type Options struct {
 	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
 	// otherwise the client's is forwarded.
 	UpstreamAPIKey string
+	// AnthropicUpstreamURL is the base URL of the Messages API's upstream (docs/spec.md §14), e.g.
+	// https://api.anthropic.com: the routes' paths follow it (…/v1/messages). Nil means
+	// DefaultAnthropicUpstreamURL.
+	AnthropicUpstreamURL *url.URL
+	// AnthropicUpstreamAPIKey, when set, goes in x-api-key toward the Anthropic upstream in place
+	// of the client's x-api-key and Authorization; otherwise the client's are forwarded.
+	AnthropicUpstreamAPIKey string
+	// ThreadHeader, when set, names a header that names the thread of a request that names none
+	// by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route.
+	ThreadHeader string
 	// UpstreamTimeout is the longest wait for an upstream's response headers and the longest
 	// silence inside its body. Zero means DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration
@@ -127,18 +137,22 @@ type Options struct {
 
 // Server serves wsproxy's routes.
 type Server struct {
-	guard       *auth.Guard // who may call
-	upstreamKey []byte      // UpstreamAPIKey, redacted from what the client gets
-	opts        Options
-	log         *slog.Logger
-	runner      *turn.Runner
-	client      *http.Client // thread turns' upstream calls
-	reverse     *httputil.ReverseProxy
-	handler     http.Handler
-	tracing     tracing
-	maxBytes    int64
-	budget      bodyBudget
-	cacheKey    bool // set prompt_cache_key on thread turns
+	guard *auth.Guard // who may call
+	// upstreamKeys are UpstreamAPIKey and AnthropicUpstreamAPIKey (those set), redacted from
+	// what the client gets.
+	upstreamKeys [][]byte
+	opts         Options
+	log          *slog.Logger
+	runner       *turn.Runner
+	// messagesRunner is runner for the Messages API's turns (its traces name Anthropic's API).
+	messagesRunner *turn.Runner
+	client         *http.Client // thread turns' upstream calls
+	reverse        *httputil.ReverseProxy
+	handler        http.Handler
+	tracing        tracing
+	maxBytes       int64
+	budget         bodyBudget
+	cacheKey       bool // set prompt_cache_key on thread turns
 	// usage writes the turns' usage in the background; Shutdown writes what is left.
 	usage *usageWriter
 	// turns are the thread turns in flight, which Shutdown waits for; draining (set by
@@ -180,7 +194,14 @@ func NewServer(opts Options) *Server {
 		maxBytes: opts.MaxRequestBytes,
 		usage:    newUsageWriter(opts.Store, opts.Logger),
 	}
-	s.upstreamKey = []byte(opts.UpstreamAPIKey)
+	for _, k := range []string{opts.UpstreamAPIKey, opts.AnthropicUpstreamAPIKey} {
+		if k != "" {
+			s.upstreamKeys = append(s.upstreamKeys, []byte(k))
+		}
+	}
+	messagesRunner := *s.runner
+	messagesRunner.Tracing = turn.NewTracing(opts.TracerProvider, opts.TraceContent, anthropicProvider(opts.AnthropicUpstreamURL))
+	s.messagesRunner = &messagesRunner
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, ListenURL: opts.ListenURL,
@@ -217,6 +238,9 @@ func (opts Options) withDefaults() Options {
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
+	if opts.AnthropicUpstreamURL == nil {
+		opts.AnthropicUpstreamURL, _ = url.Parse(DefaultAnthropicUpstreamURL)
+	}
 	if opts.PassThroughRoutes == nil {
 		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
 	}
@@ -240,6 +264,10 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("POST /threads/{thread}/v1/responses", s.responses)
+	mux.HandleFunc("POST /v1/messages", messagesRoute(s.messages))
+	mux.HandleFunc("POST /threads/{thread}/v1/messages", messagesRoute(s.messages))
+	mux.HandleFunc("POST /v1/messages/count_tokens", messagesRoute(s.countTokens))
+	mux.HandleFunc("POST /threads/{thread}/v1/messages/count_tokens", messagesRoute(s.countTokens))
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
 	s.admin.Register(mux)
@@ -287,16 +315,16 @@ func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClient
 func ParseTrustedProxies(spec string) (auth.Peers, error) { return auth.ParseTrustedProxies(spec) }
 
 var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>"}
+	Message: "a valid wsproxy client key is required: Authorization: Bearer <key> (on /v1/messages also x-api-key: <key>)"}
 
-// clientOf authenticates a /v1 request (Authorization: Bearer <key>) and returns its client (""
-// when client keys are off). A wrong key counts as a failed authentication of the client's
-// address (throttled).
+// clientOf authenticates a /v1 request (clientKey: Authorization: Bearer <key>, or x-api-key on
+// the Messages API's routes) and returns its client ("" when client keys are off). A wrong key
+// counts as a failed authentication of the client's address (throttled).
 func (s *Server) clientOf(r *http.Request) (string, error) {
 	if s.opts.ClientKeys == nil {
 		return "", nil
 	}
-	key, ok := auth.BearerToken(r)
+	key, ok := clientKey(r)
 	if !ok {
 		return "", errClientKey
 	}
@@ -374,6 +402,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.usage.close()
 	return err
+}
+
+// anthropicProvider is the gen_ai.provider.name of the Messages API's upstream.
+func anthropicProvider(u *url.URL) string {
+	if strings.TrimSuffix(u.String(), "/") == DefaultAnthropicUpstreamURL {
+		return "anthropic"
+	}
+	return u.Hostname()
 }
 
 // isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).

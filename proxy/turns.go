@@ -40,12 +40,13 @@ func (s *Server) instructions(p turn.Placement) string {
 	return tools.TailInstructions
 }
 
-// threadOf returns the thread a request names: the X-Thread-Id header or the path, for the
-// request's client ("" without client keys). ok is false when it names none (the id then holds
-// the client alone). Empty headers count as absent; two that differ, or a header and a path that
-// differ, are a thread_mismatch.
-func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err error) {
-	name := r.PathValue("thread")
+// threadOf returns the thread a request names: the X-Thread-Id header or the path, else the
+// header fallback names (THREAD_HEADER, "" for none), for the request's client ("" without
+// client keys). ok is false when it names none (the id then holds the client alone). Empty
+// headers count as absent; two that differ, or a header and a path that differ, are a
+// thread_mismatch.
+func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok bool, err error) {
+	name, from := r.PathValue("thread"), threadHeader
 	for _, h := range r.Header.Values(threadHeader) {
 		switch {
 		case h == "":
@@ -56,18 +57,21 @@ func threadOf(r *http.Request, client string) (id tools.ThreadID, ok bool, err e
 				"the %s headers and the path name different threads", threadHeader)
 		}
 	}
+	if name == "" && fallback != "" {
+		name, from = r.Header.Get(fallback), fallback
+	}
 	if name == "" {
 		return tools.ThreadID{Client: client}, false, nil
 	}
 	if id, err = tools.NewThreadID(client, name); err != nil {
-		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", threadHeader, "%s", err.Error())
+		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", from, "%s", err.Error())
 	}
 	return id, true, nil
 }
 
-// turnInbound reads a chat or Responses request: a thread turn's thread, placement and body. A
-// request without a thread is passed to forward, for its client ("" without client keys), and
-// one that fails is answered; ok is then false. The caller calls in.release when done.
+// turnInbound reads a chat, Responses or Messages request: a thread turn's thread, placement and
+// body. A request without a thread is passed to forward, for its client ("" without client
+// keys), and one that fails is answered; ok is then false. The caller calls in.release when done.
 func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in inbound, ok bool) {
 	in, err := s.inbound(w, r, nil)
 	if err == nil && !in.named {
@@ -106,7 +110,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, in.body) // legacy functions: no workspace, no turn
 		return
 	}
-	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), "/chat/completions", nil)
+	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.openAIUpstream(r, "/chat/completions"), s.runner)
 }
 
 // responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
@@ -138,7 +142,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	s.serveTurn(w, r, in, req, ws, "/responses", func(t *turn.Turn) {
+	s.serveTurn(w, r, in, req, ws, s.openAIUpstream(r, "/responses"), s.runner, func(t *turn.Turn) {
 		ids := &answerIDs{}
 		if s.opts.ClientKeys != nil {
 			t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
@@ -151,19 +155,20 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// serveTurn runs a thread turn of req, whatever its wire API, toward the upstream's path: it
-// takes the turn's number and workspace, has setup (when set) fit the turn to its API, puts
-// the workspace in the request, and answers with a stream or one body; the turn's usage goes
-// to its thread when it ends.
-func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, path string, setup func(*turn.Turn)) {
-	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), path)
+// serveTurn runs a thread turn of req, whatever its wire API, toward up with runner: it takes
+// the turn's number and workspace, has setup (at most one, when given) fit the turn to its API,
+// puts the workspace in the request, and answers with a stream or one body; the turn's usage
+// goes to its thread when it ends.
+func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up turn.Upstream,
+	runner *turn.Runner, setup ...func(*turn.Turn)) {
+	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), up)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
 	defer s.endTurn(t)
-	if setup != nil {
-		setup(t)
+	for _, fit := range setup {
+		fit(t)
 	}
 	cacheKey := ""
 	if s.cacheKey {
@@ -173,15 +178,22 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 	if req.Streamed() {
 		out := s.sseWriter(w, in.thread)
 		defer out.close()
-		s.stream(r, t, req.Stream(t, out), out)
+		s.stream(r, runner, t, req.Stream(t, out), out)
 		return
 	}
-	s.reply(w, r, t, req.JSON(t))
+	s.reply(w, r, runner, t, req.JSON(t))
+}
+
+// openAIUpstream is the OpenAI-compatible upstream of one client request, at path (after the
+// base URL's /v1).
+func (s *Server) openAIUpstream(r *http.Request, path string) *clientUpstream {
+	return &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
+		header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()}
 }
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
 // caller ends a turn it started with endTurn.
-func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.Placement, model, path string) (*turn.Turn, string, error) {
+func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.Placement, model string, up turn.Upstream) (*turn.Turn, string, error) {
 	s.turnsMu.Lock()
 	if s.draining {
 		s.turnsMu.Unlock()
@@ -199,8 +211,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.
 		Log:       s.log,
 		Start:     start,
 		Model:     model,
-		Upstream: &clientUpstream{client: s.client, url: upstreamURL(s.opts.UpstreamURL, path, "").String(),
-			header: s.outboundHeader(r.Header), tracing: s.tracing, back: s.fromUpstream()},
+		Upstream:  up,
 	}
 	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
 }
@@ -214,8 +225,8 @@ func (s *Server) endTurn(t *turn.Turn) {
 }
 
 // reply runs a non-streamed turn and answers with its body once it ended.
-func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d turn.JSONDialect) {
-	rounds, err := s.runner.Run(r.Context(), t, d)
+func (s *Server) reply(w http.ResponseWriter, r *http.Request, runner *turn.Runner, t *turn.Turn, d turn.JSONDialect) {
+	rounds, err := runner.Run(r.Context(), t, d)
 	noteRounds(r.Context(), rounds)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
@@ -235,9 +246,9 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d t
 // stream serves a streamed turn. The status and headers go out with the first event, so a
 // failure before it gets a plain error response (but for the upstream's error event); after it,
 // one failure event ends the stream.
-func (s *Server) stream(r *http.Request, t *turn.Turn, d turn.StreamDialect, out *sseWriter) {
+func (s *Server) stream(r *http.Request, runner *turn.Runner, t *turn.Turn, d turn.StreamDialect, out *sseWriter) {
 	out.keepaliveWith(d.Keepalive())
-	rounds, err := s.runner.Run(r.Context(), t, d)
+	rounds, err := runner.Run(r.Context(), t, d)
 	noteRounds(r.Context(), rounds)
 	if err == nil {
 		if end := d.End(); end != nil {

@@ -85,6 +85,7 @@ WITH mark AS (
 UPDATE threads
 SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + @prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
     cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + @cached_prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + @completion_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint
+    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + @completion_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
+    cache_write_tokens = LEAST(GREATEST(cache_write_tokens::numeric + @cache_write_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE threads.id = @id AND EXISTS (SELECT FROM mark);

@@ -43,12 +43,15 @@ type Detail struct {
 	Usage       Usage        `json:"usage"`
 }
 
-// Usage is what the upstream reported for a thread's turns: tokens of the prompts, the part of
-// them served from the upstream's prompt cache, and tokens of the answers.
+// Usage is what the upstream reported for a thread's turns: tokens of the prompts, the parts of
+// them served from and written to the upstream's prompt cache, and tokens of the answers.
 type Usage struct {
 	PromptTokens       int64 `json:"prompt_tokens"`
 	CachedPromptTokens int64 `json:"cached_prompt_tokens"`
 	CompletionTokens   int64 `json:"completion_tokens"`
+	// CacheWriteTokens are the prompt tokens the upstream wrote to its prompt cache (the
+	// Messages API's cache_creation_input_tokens), part of PromptTokens.
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 }
 
 // Add adds o to u.
@@ -56,6 +59,7 @@ func (u *Usage) Add(o Usage) {
 	u.PromptTokens = AddTokens(u.PromptTokens, o.PromptTokens)
 	u.CachedPromptTokens = AddTokens(u.CachedPromptTokens, o.CachedPromptTokens)
 	u.CompletionTokens = AddTokens(u.CompletionTokens, o.CompletionTokens)
+	u.CacheWriteTokens = AddTokens(u.CacheWriteTokens, o.CacheWriteTokens)
 }
 
 // AddTokens is x+y, saturating at the int64 bounds: an upstream's hostile counts never wrap.
@@ -173,7 +177,8 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		if err != nil {
 			return db.NotFound(err)
 		}
-		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens}
+		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens,
+			CacheWriteTokens: th.CacheWriteTokens}
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
 		switch err = db.NotFound(err); err {
 		case nil:
@@ -219,7 +224,8 @@ func (s *Store) AddUsage(ctx context.Context, b UsageBatch) (err error) {
 	params := make([]db.ThreadUsageAddParams, 0, len(b.Usage))
 	for id, u := range b.Usage {
 		params = append(params, db.ThreadUsageAddParams{ID: id.String(), WriterID: b.Writer, Batch: b.Number,
-			PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens})
+			PromptTokens: u.PromptTokens, CachedPromptTokens: u.CachedPromptTokens, CompletionTokens: u.CompletionTokens,
+			CacheWriteTokens: u.CacheWriteTokens})
 	}
 	if err := db.AddUsage(ctx, s.pool, params); err != nil {
 		return fmt.Errorf("add usage: %w", err)

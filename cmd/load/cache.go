@@ -346,9 +346,10 @@ func runSession(s session, way cacheWay, thread string) (cacheFigures, error) {
 	return f, err
 }
 
-// cacheCmd measures what each placement costs a conversation's prompt cache: two scripted
-// sessions, each straight to a cache-modelling upstream and through wsproxy with the system and
-// the tail placement. It fails when a tail target is missed.
+// cacheCmd measures what each placement costs a conversation's prompt cache: scripted chat,
+// agent and Messages agent sessions, each straight to a cache-modelling upstream (OpenAI's rule
+// for chat completions, Anthropic's for the Messages API) and through wsproxy with the system
+// and the tail placement. It fails when a tail target is missed.
 func cacheCmd(args []string) error {
 	fs := flag.NewFlagSet("cache", flag.ContinueOnError)
 	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
@@ -359,14 +360,18 @@ func cacheCmd(args []string) error {
 	if dbURL == "" {
 		return errors.New("DATABASE_URL is required (make bench-cache provides one)")
 	}
-	up := httptest.NewServer(&cacheModel{cache: newPromptCache()})
+	models := http.NewServeMux()
+	models.Handle("/v1/chat/completions", &cacheModel{cache: newPromptCache()})
+	models.Handle("/v1/messages", &messagesCacheModel{cache: newAnthropicCache()})
+	up := httptest.NewServer(models)
 	defer up.Close()
-	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ADMIN_TOKEN=cache", "LOG_LEVEL=warn")
+	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
+		"ADMIN_TOKEN=cache", "LOG_LEVEL=warn")
 	if err != nil {
 		return err
 	}
 	defer stop(cmd)
-	report, ok, err := measureCache(up.URL+"/v1/chat/completions", "http://"+addr+"/v1/chat/completions")
+	report, ok, err := measureCache(up.URL, "http://"+addr)
 	fmt.Print(report)
 	if err != nil {
 		return err
@@ -377,8 +382,10 @@ func cacheCmd(args []string) error {
 	return nil
 }
 
-// measureCache runs both sessions three ways and reports the figures and the targets.
-func measureCache(direct, wsproxy string) (string, bool, error) {
+// measureCache runs the sessions three ways, straight to the upstream at direct and through
+// wsproxy at wsproxy (base URLs), and reports the figures and the targets.
+func measureCache(directBase, wsproxyBase string) (string, bool, error) {
+	direct, wsproxy := directBase+"/v1/chat/completions", wsproxyBase+"/v1/chat/completions"
 	var b strings.Builder
 	ok, n := true, 0
 	fmt.Fprintf(&b, "Prompt cache model: OpenAI's rule (longest common prefix with an earlier request, in 128-token steps,\n"+
@@ -418,7 +425,11 @@ func measureCache(direct, wsproxy string) (string, bool, error) {
 				fmt.Sprintf("%.2fx", tail.cost()/d.cost())) && ok
 		}
 	}
-	return b.String(), ok, nil
+	met, err := measureMessagesCache(&b, directBase+"/v1/messages", wsproxyBase+"/v1/messages")
+	if err != nil {
+		return b.String(), false, err
+	}
+	return b.String(), ok && met, nil
 }
 
 func cacheCheck(b *strings.Builder, what string, ok bool, figures string) bool {

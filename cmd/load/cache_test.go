@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -38,4 +39,51 @@ func TestPromptCacheRule(t *testing.T) {
 	a := renderPrompt(cacheRequest{Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}})
 	b := renderPrompt(cacheRequest{Tools: []json.RawMessage{json.RawMessage(`{"function":{"name":"f"},"type":"function"}`)}})
 	require.Equal(t, a, b)
+}
+
+// TestAnthropicCacheRule: the Messages API's model follows Anthropic's published rule — a
+// breakpoint writes the prefix up to its block (nothing under 1,024 tokens); a request reads the
+// longest prefix written before that ends at a block boundary up to 20 blocks before one of its
+// breakpoints; the cache is the model's — over the blocks as the model sees them, without their
+// cache_control.
+func TestAnthropicCacheRule(t *testing.T) {
+	t.Parallel()
+	c := newAnthropicCache()
+	long := strings.Repeat("x", 8000) // 2,000 tokens
+	mark := `,"cache_control":{"type":"ephemeral"}`
+	req := func(model string, blocks ...string) messagesCacheRequest {
+		content := "[" + strings.Join(blocks, ",") + "]"
+		return messagesCacheRequest{Model: model, System: json.RawMessage(`[{"type":"text","text":"` + long + `"` + mark + `}]`),
+			Messages: []messagesCacheMessage{{Role: "user", Content: json.RawMessage(content)}}}
+	}
+	text := func(s string, marked bool) string {
+		if marked {
+			return `{"type":"text","text":"` + s + `"` + mark + `}`
+		}
+		return `{"type":"text","text":"` + s + `"}`
+	}
+	input, written, read := c.usage(req("m", text("a", true)))
+	require.Zero(t, read, "nothing written yet")
+	require.Greater(t, written, 2000)
+	require.Less(t, input, 5)
+	first := written
+
+	_, written, read = c.usage(req("m", text("a", false), text("b", true)))
+	require.Equal(t, first, read, "the earlier breakpoint's prefix, one block before the new one, without its cache_control")
+	require.Less(t, written, 10, "the new block alone is written")
+
+	_, _, read = c.usage(req("other", text("a", true)))
+	require.Zero(t, read, "another model has a cache of its own")
+
+	short := messagesCacheRequest{Model: "s", Messages: []messagesCacheMessage{{Role: "user", Content: json.RawMessage(`[` + text("hi", true) + `]`)}}}
+	_, written, _ = c.usage(short)
+	require.Zero(t, written, "nothing under 1,024 tokens is cached")
+
+	var far []string
+	for i := range 25 {
+		far = append(far, text(strconv.Itoa(i), false))
+	}
+	_, _, read = c.usage(req("m", append([]string{text("a", false)}, append(far, text("z", true))...)...))
+	require.Greater(t, read, 1900, "the system breakpoint's prefix")
+	require.Less(t, read, first, "not the prefix 26 blocks back from the last breakpoint")
 }

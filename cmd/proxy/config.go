@@ -23,9 +23,15 @@ type Config struct {
 	DatabaseTimeout time.Duration
 	UpstreamBaseURL string // "demo" starts the built-in demo model
 	UpstreamAPIKey  string
-	ListenAddr      string
-	AdminToken      string
-	ClientKeys      string // name=key pairs, or @file
+	// AnthropicUpstreamBaseURL is the Messages API's upstream ("" means Anthropic's API, or the
+	// demo model when UpstreamBaseURL is "demo"; "demo" the demo model).
+	AnthropicUpstreamBaseURL string
+	AnthropicUpstreamAPIKey  string
+	// ThreadHeader names a header that names the thread when X-Thread-Id and the path do not.
+	ThreadHeader string
+	ListenAddr   string
+	AdminToken   string
+	ClientKeys   string // name=key pairs, or @file
 	// PassThroughRoutes are the routes forwarded as they are for clients with keys.
 	PassThroughRoutes string
 	MaxToolRounds     int
@@ -100,6 +106,9 @@ func (c *Config) settings() []setting {
 		{"DATABASE_TIMEOUT", "database-timeout", "longest a workspace operation may wait for a connection and run (also the statement_timeout)", (*durationValue)(&c.DatabaseTimeout)},
 		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
+		{"ANTHROPIC_UPSTREAM_BASE_URL", "anthropic-upstream-base-url", `base URL of the Anthropic Messages API's upstream for /v1/messages (default https://api.anthropic.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.AnthropicUpstreamBaseURL)},
+		{"ANTHROPIC_UPSTREAM_API_KEY", "anthropic-upstream-api-key", "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set", (*secretValue)(&c.AnthropicUpstreamAPIKey)},
+		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
@@ -120,7 +129,7 @@ func (c *Config) settings() []setting {
 		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
-		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment", (*durationValue)(&c.StreamKeepalive)},
+		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment (a ping event on /v1/messages)", (*durationValue)(&c.StreamKeepalive)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
 		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},
@@ -156,6 +165,15 @@ func (c Config) Validate() error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
 		}
+	}
+	if c.AnthropicUpstreamBaseURL != "" && c.AnthropicUpstreamBaseURL != "demo" {
+		u, err := url.Parse(c.AnthropicUpstreamBaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.AnthropicUpstreamBaseURL)
+		}
+	}
+	if c.ThreadHeader != "" && !validHeaderName(c.ThreadHeader) {
+		return fmt.Errorf("THREAD_HEADER: %q is not a header name", c.ThreadHeader)
 	}
 	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
 		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
@@ -226,6 +244,16 @@ func (c Config) validateBounds() error {
 		}
 	}
 	return nil
+}
+
+// validHeaderName reports an HTTP field name (RFC 9110 §5.1: a token).
+func validHeaderName(s string) bool {
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -77,7 +77,9 @@ type Main struct {
 	proxy  *proxy.Server
 	server *http.Server
 	demo   *http.Server
-	served chan error
+	// demoAddr is the demo model's address, when it runs.
+	demoAddr string
+	served   chan error
 	// pruning stops the HISTORY_RETENTION pruner (nil when none runs).
 	pruning func()
 }
@@ -122,7 +124,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := m.openDatabase(ctx); err != nil {
 		return err
 	}
-	upstreamURL, err := m.upstream()
+	upstreamURL, anthropicURL, err := m.upstreams()
 	if err != nil {
 		return err
 	}
@@ -131,7 +133,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.AdminToken = newToken()
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
-	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, clientKeys))
+	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, clientKeys))
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
 	}
@@ -140,17 +142,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
 	}
 	m.URL = "http://" + ln.Addr().String()
-	if m.Config.UpstreamAPIKey != "" && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
+	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
 	m.serve(ln)
-	upstream := upstreamURL.Redacted()
-	if m.Config.UpstreamBaseURL == "demo" {
-		upstream = "demo" // the demo model's loopback port is no address a user configured
-	}
-	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", upstream),
-		slog.String("version", version()))
+	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
+		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("version", version()))
 	return nil
 }
 
@@ -176,24 +174,41 @@ func (m *Main) openDatabase(ctx context.Context) error {
 	return nil
 }
 
-// upstream is the upstream's base URL: UPSTREAM_BASE_URL, or the demo model's, started here.
-func (m *Main) upstream() (*url.URL, error) {
-	upstream := m.Config.UpstreamBaseURL
-	if upstream == "demo" {
-		var err error
-		if upstream, err = m.startDemo(); err != nil {
-			return nil, err
+// upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's and ANTHROPIC_UPSTREAM_BASE_URL's
+// (Anthropic's API when unset), or the demo model's, started here, for "demo" — and for an
+// unset ANTHROPIC_UPSTREAM_BASE_URL when UPSTREAM_BASE_URL is demo, so that the demo serves
+// every API.
+func (m *Main) upstreams() (openai, anthropic *url.URL, err error) {
+	upstream, messages := m.Config.UpstreamBaseURL, m.Config.AnthropicUpstreamBaseURL
+	if messages == "" {
+		messages = proxy.DefaultAnthropicUpstreamURL
+		if upstream == "demo" {
+			messages = "demo"
 		}
 	}
-	u, err := url.Parse(upstream)
-	if err != nil {
-		return nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
+	if upstream == "demo" || messages == "demo" {
+		base, err := m.startDemo()
+		if err != nil {
+			return nil, nil, err
+		}
+		if upstream == "demo" {
+			upstream = base + "/v1"
+		}
+		if messages == "demo" {
+			messages = base
+		}
 	}
-	return u, nil
+	if openai, err = url.Parse(upstream); err != nil {
+		return nil, nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
+	}
+	if anthropic, err = url.Parse(messages); err != nil {
+		return nil, nil, fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %w", err)
+	}
+	return openai, anthropic, nil
 }
 
 // proxyOptions are the proxy's options from the configuration (checked by Validate).
-func (m *Main) proxyOptions(upstreamURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
+func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement)
 	routes, _ := proxy.ParseAllowedRoutes(m.Config.PassThroughRoutes)
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
@@ -201,30 +216,33 @@ func (m *Main) proxyOptions(upstreamURL *url.URL, clientKeys *proxy.ClientKeys) 
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	return proxy.Options{
-		Store:                tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
-		UpstreamURL:          upstreamURL,
-		UpstreamAPIKey:       m.Config.UpstreamAPIKey,
-		UpstreamTimeout:      m.Config.UpstreamTimeout,
-		StreamKeepalive:      m.Config.StreamKeepalive,
-		AdminToken:           m.AdminToken,
-		MetricsToken:         m.Config.MetricsToken,
-		ClientKeys:           clientKeys,
-		PassThroughRoutes:    routes,
-		TrustedProxies:       trusted,
-		Placement:            placement,
-		PromptCacheKey:       m.Config.PromptCacheKey,
-		MaxToolRounds:        m.Config.MaxToolRounds,
-		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
-		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,
-		MaxRequestBytes:      m.Config.MaxRequestBytes,
-		RequestReadTimeout:   m.Config.RequestReadTimeout,
-		MaxBufferedBytes:     m.Config.MaxBufferedBytes,
-		Metrics:              proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys)),
-		TracerProvider:       m.tracerProvider(),
-		TraceContent:         strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
-		ListenURL:            cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
-		DisablePanel:         m.Config.UI == "off",
-		Logger:               m.log,
+		Store:                   tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
+		UpstreamURL:             upstreamURL,
+		UpstreamAPIKey:          m.Config.UpstreamAPIKey,
+		AnthropicUpstreamURL:    anthropicURL,
+		AnthropicUpstreamAPIKey: m.Config.AnthropicUpstreamAPIKey,
+		ThreadHeader:            m.Config.ThreadHeader,
+		UpstreamTimeout:         m.Config.UpstreamTimeout,
+		StreamKeepalive:         m.Config.StreamKeepalive,
+		AdminToken:              m.AdminToken,
+		MetricsToken:            m.Config.MetricsToken,
+		ClientKeys:              clientKeys,
+		PassThroughRoutes:       routes,
+		TrustedProxies:          trusted,
+		Placement:               placement,
+		PromptCacheKey:          m.Config.PromptCacheKey,
+		MaxToolRounds:           m.Config.MaxToolRounds,
+		MaxToolCallsPerRound:    m.Config.MaxToolCallsPerRound,
+		MaxToolCallsPerTurn:     m.Config.MaxToolCallsPerTurn,
+		MaxRequestBytes:         m.Config.MaxRequestBytes,
+		RequestReadTimeout:      m.Config.RequestReadTimeout,
+		MaxBufferedBytes:        m.Config.MaxBufferedBytes,
+		Metrics:                 proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys)),
+		TracerProvider:          m.tracerProvider(),
+		TraceContent:            strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
+		ListenURL:               cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
+		DisablePanel:            m.Config.UI == "off",
+		Logger:                  m.log,
 	}
 }
 
@@ -252,16 +270,27 @@ func (m *Main) serve(ln net.Listener) {
 	go func() { m.served <- m.server.Serve(proxy.Listener(ln)) }()
 }
 
-// startDemo serves the demo model on a loopback port and returns its base URL.
+// shownUpstream is how the start line names an upstream: "demo" for the demo model (its
+// loopback port is no address anyone configured), else its URL without a password.
+func (m *Main) shownUpstream(u *url.URL) string {
+	if m.demoAddr != "" && u.Host == m.demoAddr {
+		return "demo"
+	}
+	return u.Redacted()
+}
+
+// startDemo serves the demo model on a loopback port and returns its root URL (its OpenAI base
+// URL is that and /v1).
 func (m *Main) startDemo() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("start demo model: %w", err)
 	}
 	m.demo = &http.Server{Handler: demo.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	m.demoAddr = ln.Addr().String()
 	go func() { _ = m.demo.Serve(ln) }()
 	m.log.Warn("UPSTREAM_BASE_URL=demo: answering with the built-in demo model, not a real LLM")
-	return "http://" + ln.Addr().String() + "/v1", nil
+	return "http://" + ln.Addr().String(), nil
 }
 
 // prune removes history older than retention now and then (every tenth of it, at most hourly),

@@ -290,6 +290,8 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ITEMS": "0"}, "MAX_TOOL_ITEMS"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ARGUMENT_BYTES": "4GiB"}, "MAX_TOOL_ARGUMENT_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "proxy.local"}, "TRUSTED_PROXIES"},
+		{map[string]string{"DATABASE_URL": "x", "ANTHROPIC_UPSTREAM_BASE_URL": "api.anthropic.com"}, "ANTHROPIC_UPSTREAM_BASE_URL"},
+		{map[string]string{"DATABASE_URL": "x", "THREAD_HEADER": "X-Session Id"}, "THREAD_HEADER"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()

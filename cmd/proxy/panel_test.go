@@ -231,7 +231,9 @@ func TestPanelInBrowser(t *testing.T) {
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/trip", "", &ws))
 	gardens := ws.Preferences[len(ws.Preferences)-1]
 	require.Equal(t, 200, adminCall(t, m, "PATCH", fmt.Sprintf("/admin/v1/threads/trip/preferences/%d", gardens.ID), `{"title":"Botanical gardens"}`, nil))
-	within(t, ctx, waitFor(eventItem("preference_updated", "Botanical gardens")+` !== undefined`))
+	// The list as the page shows it names the preference (#2) once its reload came back.
+	within(t, ctx, waitFor(eventItem("preference_updated", "Botanical gardens")+` !== undefined`),
+		waitFor(prefItem("Botanical gardens")+` !== undefined`))
 	within(t, ctx,
 		click(eventItem("preference_added", "likes gardens")+`.querySelector("button.revert")`),
 		waitFor(`!`+eventItem("preference_added", "likes gardens")+`.querySelector(".error").hidden`))

@@ -1,6 +1,6 @@
 // Package demo is a small deterministic model that speaks the OpenAI chat completions and
-// Responses wire formats, streamed and not, so wsproxy can be tried without an API key
-// (UPSTREAM_BASE_URL=demo). It turns plain sentences into workspace tool calls:
+// Responses wire formats and Anthropic's Messages API, streamed and not, so wsproxy can be tried
+// without an API key (UPSTREAM_BASE_URL=demo), from Claude Code too. It turns plain sentences into workspace tool calls:
 //
 //	"I prefer short paragraphs."        add_preferences (soft)
 //	"It must be formal."                add_preferences (hard)
@@ -29,12 +29,15 @@ const Prefix = "[wsproxy demo model] "
 // ModelName is the model the demo reports.
 const ModelName = "wsproxy-demo"
 
-// Handler serves /v1/chat/completions, /v1/responses and /v1/models.
+// Handler serves /v1/chat/completions, /v1/responses, /v1/messages (and its count_tokens) and
+// /v1/models.
 func Handler() http.Handler {
 	d := &model{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", d.chat)
 	mux.HandleFunc("POST /v1/responses", d.responses)
+	mux.HandleFunc("POST /v1/messages", d.messages)
+	mux.HandleFunc("POST /v1/messages/count_tokens", d.countTokens)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":0,"owned_by":"wsproxy"}]}`, ModelName)

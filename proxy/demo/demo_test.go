@@ -1,10 +1,14 @@
 package demo
 
 import (
+	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,4 +103,48 @@ func TestThinkReadsPartsWithoutTheBlock(t *testing.T) {
 	rp := (&model{}).think(r)
 	require.Len(t, rp.calls, 1)
 	require.Contains(t, rp.calls[0].Arguments, `"title":"Tabs over spaces"`)
+}
+
+// TestMessagesAPI: the demo speaks Anthropic's Messages API, streamed and not, as
+// anthropic-sdk-go reads it: workspace calls as tool_use blocks, and an answer from their
+// tool_results.
+func TestMessagesAPI(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(Handler())
+	t.Cleanup(srv.Close)
+	client := anthropic.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey("demo"), option.WithMaxRetries(0))
+	var tools []anthropic.ToolUnionParam
+	for _, name := range all {
+		tools = append(tools, anthropic.ToolUnionParamOfTool(anthropic.ToolInputSchemaParam{}, name))
+	}
+	params := anthropic.MessageNewParams{Model: ModelName, MaxTokens: 256, Tools: tools,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("My goal is a tidy repository. I prefer tabs."))}}
+	for _, streamed := range []bool{false, true} {
+		var m anthropic.Message
+		if streamed {
+			stream := client.Messages.NewStreaming(context.Background(), params)
+			for stream.Next() {
+				require.NoError(t, m.Accumulate(stream.Current()))
+			}
+			require.NoError(t, stream.Err())
+		} else {
+			got, err := client.Messages.New(context.Background(), params)
+			require.NoError(t, err)
+			m = *got
+		}
+		require.Equal(t, anthropic.StopReasonToolUse, m.StopReason)
+		require.Len(t, m.Content, 2)
+		require.Equal(t, "set_objective", m.Content[0].Name)
+		require.JSONEq(t, `{"text":"A tidy repository","action_and_reasoning":"The user stated their goal."}`, string(m.Content[0].Input))
+		require.Equal(t, "add_preferences", m.Content[1].Name)
+
+		next := params
+		next.Messages = append(append([]anthropic.MessageParam(nil), params.Messages...), m.ToParam(), anthropic.NewUserMessage(
+			anthropic.NewToolResultBlock(m.Content[0].ID, `{"ok":true,"result":"objective set: A tidy repository"}`, false),
+			anthropic.NewToolResultBlock(m.Content[1].ID, `{"ok":true,"result":"recorded 1 preference"}`, false)))
+		answer, err := client.Messages.New(context.Background(), next)
+		require.NoError(t, err)
+		require.Equal(t, anthropic.StopReasonEndTurn, answer.StopReason)
+		require.Equal(t, Prefix+"Workspace updated — objective set: A tidy repository\nrecorded 1 preference", answer.Content[0].Text)
+	}
 }

@@ -183,9 +183,9 @@ func StreamFailure(err error) *Error {
 	return From(err)
 }
 
-// Write is the error funnel: it answers err in OpenAI's shape (an upstream's own error goes
-// back with its status and body unchanged) and logs only the failures that are the proxy's or
-// its dependencies', once.
+// Write is the error funnel: it answers err in OpenAI's shape, or Anthropic's on the routes
+// WithAnthropicShape marked (an upstream's own error goes back with its status and body
+// unchanged), and logs only the failures that are the proxy's or its dependencies', once.
 func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var ue *UpstreamError
 	if errors.As(err, &ue) {
@@ -205,7 +205,68 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 		return // nobody is listening
 	}
 	CopyHeader(w.Header(), e.Header)
+	if Anthropic(r.Context()) {
+		WriteJSON(w, e.Status, e.AnthropicBody())
+		return
+	}
 	WriteJSON(w, e.Status, e.Body())
+}
+
+type shapeKey struct{}
+
+// WithAnthropicShape marks a request of the Messages API's routes: Write answers its errors in
+// Anthropic's shape (docs/spec.md §14).
+func WithAnthropicShape(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), shapeKey{}, true))
+}
+
+// Anthropic reports a request WithAnthropicShape marked.
+func Anthropic(ctx context.Context) bool { v, _ := ctx.Value(shapeKey{}).(bool); return v }
+
+// AnthropicType is the error type of the Messages API for an Error of the proxy (docs/spec.md
+// §14), by its status: what Anthropic's SDKs branch on.
+func (e *Error) AnthropicType() string {
+	switch {
+	case e.Status == http.StatusUnauthorized:
+		return "authentication_error"
+	case e.Status == http.StatusForbidden:
+		return "permission_error"
+	case e.Status == http.StatusNotFound:
+		return "not_found_error"
+	case e.Status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case e.Status == http.StatusServiceUnavailable:
+		return "overloaded_error"
+	case e.Status >= 500 || e.Status == 0:
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// AnthropicBody is the error's JSON in the Messages API's shape:
+// {"type":"error","error":{"type","message"}}.
+func (e *Error) AnthropicBody() []byte {
+	var b struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	b.Type = "error"
+	b.Error.Type = e.AnthropicType()
+	b.Error.Message = e.Message
+	out, _ := rawjson.Marshal(b)
+	return out
+}
+
+// IsAnthropicError reports whether body is an error in the Messages API's shape.
+func IsAnthropicError(body []byte) bool {
+	var b struct {
+		Type  string          `json:"type"`
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &b) == nil && b.Type == "error" && len(b.Error) > 0 && b.Error[0] == '{'
 }
 
 // WriteJSON answers status with a JSON body.

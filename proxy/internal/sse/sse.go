@@ -1,6 +1,7 @@
 // Package sse reads and writes server-sent events as OpenAI-compatible servers send them:
-// `data:` lines (several in one event joined by "\n"), events ending at a blank line, comment
-// lines (`: keep-alive`) and other fields skipped; written as `data: …\n\n`.
+// `data:` lines (several in one event joined by "\n"), events ending at a blank line, an
+// `event:` line's name kept beside the data, comment lines (`: keep-alive`) and other fields
+// skipped; written as `data: …\n\n` (with its `event:` line when named).
 package sse
 
 import (
@@ -22,11 +23,12 @@ const (
 // ErrInvalid is what a Reader returns, wrapped, for a stream that breaks its limits.
 var ErrInvalid = errors.New("invalid event stream")
 
-// Reader reads the data of server-sent events.
+// Reader reads the data of server-sent events, and their names.
 type Reader struct {
 	r    *bufio.Reader
 	data []byte
 	line []byte
+	name []byte
 }
 
 // NewReader reads events from r.
@@ -37,7 +39,7 @@ func NewReader(r io.Reader) *Reader {
 // Next returns the data of the next event; the slice is valid until the next call. It returns
 // io.EOF at the end of the stream (a last event without its blank line still counts).
 func (s *Reader) Next() ([]byte, error) {
-	s.data = s.data[:0]
+	s.data, s.name = s.data[:0], s.name[:0]
 	hasData := false
 	junk := 0
 	for {
@@ -52,9 +54,13 @@ func (s *Reader) Next() ([]byte, error) {
 			if hasData {
 				return s.data, nil
 			}
+			s.name = s.name[:0] // an event without data: its name goes with it
 			continue
 		}
 		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) == "event" {
+			s.name = append(s.name[:0], bytes.TrimPrefix(value, []byte(" "))...)
+		}
 		if string(field) != "data" {
 			if junk++; junk > MaxJunkLines {
 				return nil, fmt.Errorf("%w: %d lines in a row without data", ErrInvalid, junk)
@@ -73,6 +79,9 @@ func (s *Reader) Next() ([]byte, error) {
 		hasData = true
 	}
 }
+
+// Name is the name of the event Next returned last (its event field; "" for none).
+func (s *Reader) Name() string { return string(s.name) }
 
 // EventBuffered reports whether a whole further event is already buffered, so that Next will not
 // wait for the network.

@@ -63,6 +63,11 @@ func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Head
 // every wait for the network, so that what the client has goes out as soon as the proxy would
 // wait (events that arrived together leave together).
 func readEvents(ctx context.Context, up Upstream, body Payload, flush func() error, handle func(data []byte) (stop bool, err error)) (done bool, err error) {
+	return readNamedEvents(ctx, up, body, flush, func(_ string, data []byte) (bool, error) { return handle(data) })
+}
+
+// readNamedEvents is readEvents whose handle also gets each event's name ("" for none).
+func readNamedEvents(ctx context.Context, up Upstream, body Payload, flush func() error, handle func(name string, data []byte) (stop bool, err error)) (done bool, err error) {
 	resp, err := up.Post(ctx, body)
 	if err != nil {
 		return false, err
@@ -84,7 +89,7 @@ func readEvents(ctx context.Context, up Upstream, body Payload, flush func() err
 		case bytes.HasPrefix(data, []byte("[DONE]")):
 			return true, nil
 		}
-		if stop, err := handle(data); stop || err != nil {
+		if stop, err := handle(events.Name(), data); stop || err != nil {
 			return false, err
 		}
 	}

@@ -30,9 +30,13 @@ func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
 }
 
 // tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
-// prompt_tokens_details.cached_tokens and completion_tokens, or the Responses API's
-// input_tokens, input_tokens_details.cached_tokens and output_tokens. Counts that are not
-// non-negative integers count 0; those past the int64 bounds count as its largest.
+// prompt_tokens_details.cached_tokens and completion_tokens; the Responses API's input_tokens,
+// input_tokens_details.cached_tokens and output_tokens; or the Messages API's input_tokens,
+// cache_read_input_tokens, cache_creation_input_tokens and output_tokens. The Messages API's
+// input_tokens leave out the tokens read from and written to the cache: the prompt is the sum
+// of the three, its cached part the tokens read, as chat's cached_tokens are part of its
+// prompt_tokens. Counts that are not non-negative integers count 0; those past the int64 bounds
+// count as its largest.
 func tokenCounts(raw json.RawMessage) tools.Usage {
 	var u tools.Usage
 	o, err := rawjson.Parse(raw)
@@ -54,6 +58,8 @@ func tokenCounts(raw json.RawMessage) tools.Usage {
 		CachedPromptTokens: cached("prompt_tokens_details")})
 	u.Add(tools.Usage{PromptTokens: count(o, "input_tokens"), CompletionTokens: count(o, "output_tokens"),
 		CachedPromptTokens: cached("input_tokens_details")})
+	read, written := count(o, "cache_read_input_tokens"), count(o, "cache_creation_input_tokens")
+	u.Add(tools.Usage{PromptTokens: tools.AddTokens(read, written), CachedPromptTokens: read, CacheWriteTokens: written})
 	return u
 }
 

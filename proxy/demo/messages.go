@@ -1,0 +1,180 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// messagesRequest is what the demo reads of an Anthropic Messages API request.
+type messagesRequest struct {
+	System   json.RawMessage `json:"system"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Tools []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	Stream bool `json:"stream"`
+}
+
+// contentBlock is what the demo reads of a content block.
+type contentBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+}
+
+// chat is the request as the chat completions messages the demo thinks about: a user message's
+// tool_result blocks become tool messages, its other text a user message of parts after them.
+func (mr messagesRequest) chat() (request, error) {
+	var req request
+	for _, t := range mr.Tools {
+		var tool struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		tool.Function.Name = t.Name
+		req.Tools = append(req.Tools, tool)
+	}
+	if len(mr.System) > 0 && string(mr.System) != "null" {
+		req.Messages = append(req.Messages, message{Role: "system", Content: mr.System})
+	}
+	for _, m := range mr.Messages {
+		var blocks []contentBlock
+		if json.Unmarshal(m.Content, &blocks) != nil {
+			req.Messages = append(req.Messages, message{Role: m.Role, Content: m.Content})
+			continue
+		}
+		var parts []map[string]string
+		for _, b := range blocks {
+			switch b.Type {
+			case "tool_result":
+				req.Messages = append(req.Messages, message{Role: "tool", Content: toolResultText(b.Content), ToolCallID: b.ToolUseID})
+			case "text":
+				parts = append(parts, map[string]string{"type": "text", "text": b.Text})
+			}
+		}
+		if len(parts) > 0 || m.Role != "user" {
+			content, _ := json.Marshal(parts)
+			req.Messages = append(req.Messages, message{Role: m.Role, Content: content})
+		}
+	}
+	return req, nil
+}
+
+// toolResultText is a tool_result's content as a JSON string: its string, or its text blocks'.
+func toolResultText(content json.RawMessage) json.RawMessage {
+	var s string
+	if json.Unmarshal(content, &s) == nil {
+		return content
+	}
+	return jsonString(strings.TrimSuffix(ContentText(content), "\n"))
+}
+
+// messages serves POST /v1/messages: the same thinking as chat, in Anthropic's Messages API wire
+// format, streamed and not.
+func (d *model) messages(w http.ResponseWriter, r *http.Request) {
+	var mr messagesRequest
+	if err := json.NewDecoder(r.Body).Decode(&mr); err != nil {
+		messagesError(w, "invalid JSON: "+err.Error())
+		return
+	}
+	req, err := mr.chat()
+	if err != nil {
+		messagesError(w, err.Error())
+		return
+	}
+	rp := d.think(req)
+	n := d.n.Add(1)
+	id := "msg_demo" + strconv.FormatInt(n, 10)
+	var blocks []map[string]any
+	if rp.content != "" {
+		blocks = append(blocks, map[string]any{"type": "text", "text": rp.content})
+	}
+	for _, c := range rp.calls {
+		blocks = append(blocks, map[string]any{"type": "tool_use", "id": "toolu_" + strings.TrimPrefix(c.ID, "call_"), "name": c.Name,
+			"input": json.RawMessage(c.Arguments)})
+	}
+	stop := "end_turn"
+	if len(rp.calls) > 0 {
+		stop = "tool_use"
+	}
+	prompt, completion := tokens(req, rp)
+	usage := map[string]any{"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": completion}
+	message := func(content []map[string]any, stop any, usage map[string]any) map[string]any {
+		if content == nil {
+			content = []map[string]any{}
+		}
+		return map[string]any{"id": id, "type": "message", "role": "assistant", "model": ModelName, "content": content,
+			"stop_reason": stop, "stop_sequence": nil, "usage": usage}
+	}
+	if !mr.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(message(blocks, stop, usage))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	rc := http.NewResponseController(w)
+	send := func(typ string, fields map[string]any) {
+		fields["type"] = typ
+		b, _ := json.Marshal(fields)
+		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
+		_ = rc.Flush()
+	}
+	start := map[string]any{"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}
+	send("message_start", map[string]any{"message": message(nil, nil, start)})
+	send("ping", map[string]any{})
+	for i, b := range blocks {
+		switch b["type"] {
+		case "text":
+			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "text", "text": ""}})
+			for j, word := range strings.SplitAfter(rp.content, " ") {
+				if word != "" {
+					send("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": word}})
+					if j%8 == 7 {
+						time.Sleep(5 * time.Millisecond) // a little of a real model's pace
+					}
+				}
+			}
+		case "tool_use":
+			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b["id"],
+				"name": b["name"], "input": map[string]any{}}})
+			for a := string(b["input"].(json.RawMessage)); a != ""; {
+				k := min(len(a), 12)
+				send("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": a[:k]}})
+				a = a[k:]
+			}
+		}
+		send("content_block_stop", map[string]any{"index": i})
+	}
+	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": usage})
+	send("message_stop", map[string]any{})
+}
+
+// countTokens serves POST /v1/messages/count_tokens: the demo's count of the request (words).
+func (d *model) countTokens(w http.ResponseWriter, r *http.Request) {
+	var mr messagesRequest
+	if err := json.NewDecoder(r.Body).Decode(&mr); err != nil {
+		messagesError(w, "invalid JSON: "+err.Error())
+		return
+	}
+	req, _ := mr.chat()
+	prompt, _ := tokens(req, reply{})
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"input_tokens":%d}`, prompt)
+}
+
+// messagesError answers 400 in Anthropic's error shape.
+func messagesError(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"%s"}}`, jsonEscape(msg))
+}

@@ -1,0 +1,270 @@
+package turn
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// MessagesRequest is a client's Anthropic Messages API request on a thread turn (docs/spec.md
+// §14), kept as raw JSON like ChatRequest: the proxy touches `messages`, `tools` (and drops
+// `tool_choice` when a round has no tools left) and, with placement system, `system`; every
+// other member (`thinking`, `metadata`, `context_management`, `output_config`, `cache_control`
+// wherever it stands, members the proxy does not know) reaches the upstream with its exact
+// bytes.
+type MessagesRequest struct {
+	topLevel
+	// msgs is the client's messages array, and where its elements lie.
+	msgs json.RawMessage
+	elements
+	// messages is the conversation sent upstream, as runs of raw elements: the client's
+	// messages with the workspace injected, then each tool round's two messages.
+	messages []Payload
+	clientTools
+	// system is the system the rounds send in place of the client's (nil: the client's).
+	system   json.RawMessage
+	streamed bool
+}
+
+// ParseMessagesRequest parses and checks a Messages thread turn's body (docs/spec.md §14, §10).
+// The checks are the proxy's own (a body it cannot rewrite, a reserved tool name); everything
+// else is the upstream's to judge.
+func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
+	top, err := rawjson.Parse(body)
+	if err != nil {
+		if !rawjson.Valid(body) {
+			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
+		}
+		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+	}
+	c := &MessagesRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
+	if c.msgs == nil || string(c.msgs) == "null" {
+		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages: field required")
+	}
+	if c.elements, err = objects(c.msgs, "messages", "messages must be an array"); err != nil {
+		return nil, err
+	}
+	if c.n > 0 {
+		c.messages = []Payload{{c.msgs[c.first.start:c.last.end]}}
+	}
+	if t := top.Get("tools"); t != nil && string(t) != "null" {
+		if err := c.check(t); err != nil {
+			return nil, err
+		}
+	}
+	if s := top.Get("stream"); s != nil {
+		_ = json.Unmarshal(s, &c.streamed)
+	}
+	return c, nil
+}
+
+// Streamed reports whether the client asked for a stream.
+func (c *MessagesRequest) Streamed() bool { return c.streamed }
+
+// Prepare puts the workspace text where placement says. The Messages API has no
+// prompt_cache_key (its caching follows the client's cache_control breakpoints), and sends its
+// usage in every stream: nothing else is added.
+func (c *MessagesRequest) Prepare(text string, placement Placement, _ string) {
+	c.InjectWorkspace(text, placement)
+}
+
+// JSON is the dialect of a non-streamed Messages turn.
+func (c *MessagesRequest) JSON(t *Turn) JSONDialect {
+	return &messagesJSON{req: c, up: t.Upstream}
+}
+
+// Stream is the dialect of a streamed Messages turn.
+func (c *MessagesRequest) Stream(t *Turn, out Emitter) StreamDialect {
+	return newMessagesSSE(c, t.Upstream, out)
+}
+
+// InjectWorkspace puts text (the instructions and the block) where the placement says
+// (docs/spec.md §14). With PlaceTail it becomes a new last text block of the last message when
+// that is a user message, or the system message of the conversation Claude Code ends its
+// requests with: after every block the client sent, and without cache_control, so that each
+// breakpoint the client set covers the bytes it covered before. Otherwise, and with PlaceSystem,
+// it becomes a new last text block of `system`.
+func (c *MessagesRequest) InjectWorkspace(text string, placement Placement) {
+	if placement == PlaceTail && c.n > 0 {
+		last := c.msgs[c.last.start:c.last.end]
+		if start, end, ok := rawjson.Member(last, "role"); ok {
+			if role, _ := rawjson.Unquote(last[start:end]); role == "user" || role == "system" {
+				c.messages = c.messages[:0]
+				if c.n > 1 {
+					c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
+				}
+				c.messages = append(c.messages, appendBlock(last, text))
+				return
+			}
+		}
+	}
+	// The block goes into the system prompt: the client's latest turn must not pose as it.
+	if c.n > 0 {
+		c.messages = neutralizedTurn(c.msgs, c.first.start, c.last.end, isMessagesTurn)
+	}
+	block := textPart(text)
+	switch system := c.fields.Get("system"); {
+	case isNull(system):
+		c.system = rawjson.AppendArray(nil, []json.RawMessage{block})
+	case system[0] == '"':
+		var blocks []json.RawMessage
+		if s, _ := rawjson.Unquote(system); !blankString(system) {
+			blocks = append(blocks, textPart(s))
+		}
+		c.system = rawjson.AppendArray(nil, append(blocks, block))
+	case system[0] == '[':
+		blocks, err := rawjson.Split(system)
+		if err != nil {
+			return // the upstream's to refuse as it was
+		}
+		c.system = rawjson.AppendArray(nil, append(blocks, block))
+	}
+}
+
+// isMessagesTurn reports a message of the client's turn: a user message.
+func isMessagesTurn(msg []byte) bool {
+	start, end, ok := rawjson.Member(msg, "role")
+	if !ok {
+		return false
+	}
+	role, _ := rawjson.Unquote(msg[start:end])
+	return role == "user"
+}
+
+// appendBlock appends a text block of text to the content of msg (placement tail): after the
+// blocks of an array, after a string's text block (a string content is its one text block), or
+// as the content when it has none. The message keeps its own bytes but for the workspace tags
+// in its text, neutralised (pasted text cannot pose as the block); it goes out as pieces of
+// the client's body around the new block.
+func appendBlock(msg []byte, text string) Payload {
+	block := textPart(text)
+	start, end, ok := rawjson.Member(msg, "content")
+	if !ok || (msg[start] != '"' && msg[start] != '[') { // missing or null: the block is the content
+		o, _ := rawjson.Parse(msg)
+		o.Set("content", rawjson.AppendArray(nil, []json.RawMessage{block}))
+		return Payload{o.Bytes()}
+	}
+	content := json.RawMessage(msg[start:end])
+	if content[0] == '"' {
+		var blocks []json.RawMessage
+		if s, _ := rawjson.Unquote(neutralized(content)); !blankString(content) {
+			blocks = append(blocks, textPart(s))
+		}
+		return Payload{msg[:start], rawjson.AppendArray(nil, append(blocks, block)), msg[end:]}
+	}
+	content = neutralizedBlocks(content)
+	open := content[:len(content)-1]
+	var tail []byte
+	if len(bytes.TrimSpace(open)) > 1 {
+		tail = append(tail, ',')
+	}
+	tail = append(append(tail, block...), ']')
+	return Payload{msg[:start], open, tail, msg[end:]}
+}
+
+// neutralizedBlocks is a content array with the workspace tags neutralised in the text of its
+// text blocks and of its tool_result blocks' content; content itself when it holds none.
+func neutralizedBlocks(content json.RawMessage) json.RawMessage {
+	if !mayHoldTag(content) {
+		return content
+	}
+	blocks, err := rawjson.Split(content)
+	if err != nil {
+		return content
+	}
+	changed := false
+	for i, b := range blocks {
+		n := neutralizedPart(b)
+		if o, err := rawjson.Parse(n); err == nil && text(o.Get("type")) == "tool_result" {
+			switch inner := o.Get("content"); {
+			case len(inner) > 0 && inner[0] == '"':
+				o.Set("content", neutralized(inner))
+				n = o.Bytes()
+			case len(inner) > 0 && inner[0] == '[':
+				o.Set("content", neutralizedBlocks(inner))
+				n = o.Bytes()
+			}
+		}
+		if !bytes.Equal(n, b) {
+			blocks[i], changed = n, true
+		}
+	}
+	if !changed {
+		return content
+	}
+	return rawjson.AppendArray(nil, blocks)
+}
+
+// appendRound adds a tool round to the conversation: the assistant message of the reply, its
+// content blocks as the upstream sent them (thinking and redacted_thinking with their
+// signatures), and a user message of one tool_result block per workspace call.
+func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall, results []string) {
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("assistant"))
+	msg.Set("content", rawjson.AppendArray(nil, blocks))
+	c.messages = append(c.messages, Payload{msg.Bytes()})
+	out := make([]json.RawMessage, len(calls))
+	for i, call := range calls {
+		out[i] = toolResult(call.ID, results[i])
+	}
+	user := rawjson.Object{}
+	user.Set("role", rawjson.String("user"))
+	user.Set("content", rawjson.AppendArray(nil, out))
+	c.messages = append(c.messages, Payload{user.Bytes()})
+}
+
+// toolResult is the tool_result block of a workspace call's envelope: is_error for an error
+// envelope.
+func toolResult(id, envelope string) json.RawMessage {
+	o := rawjson.Object{}
+	o.Set("type", rawjson.String("tool_result"))
+	o.Set("tool_use_id", rawjson.String(id))
+	o.Set("content", rawjson.String(envelope))
+	if strings.HasPrefix(envelope, `{"ok":false`) {
+		o.Set("is_error", json.RawMessage("true"))
+	}
+	return o.Bytes()
+}
+
+// Body encodes the request for one upstream round: the conversation so far and the client's
+// tools, followed by the proxy's when withWorkspaceTools, with the system the placement made
+// (see roundBody).
+func (c *MessagesRequest) Body(withWorkspaceTools bool) Payload {
+	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, messagesWorkspaceTools),
+		replacement{"system", c.system})
+}
+
+// CountBody is the body of a count_tokens request rewritten as the turn's first round would be
+// (docs/spec.md §14): the workspace in place and the five tools after the client's.
+func (c *MessagesRequest) CountBody(text string, placement Placement) Payload {
+	c.InjectWorkspace(text, placement)
+	return c.Body(true)
+}
+
+// messagesWorkspaceTools are the five tools in the Messages API's shape ({name, description,
+// input_schema}), as one run of elements.
+var messagesWorkspaceTools = func() Payload {
+	list := make([]json.RawMessage, len(tools.Definitions))
+	for i, def := range tools.Definitions {
+		var d struct {
+			Function struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(def, &d); err != nil {
+			panic("tools.Definitions: " + err.Error())
+		}
+		o := rawjson.Object{}
+		o.Set("name", rawjson.String(d.Function.Name))
+		o.Set("description", rawjson.String(d.Function.Description))
+		o.Set("input_schema", d.Function.Parameters)
+		list[i] = o.Bytes()
+	}
+	return Payload{elementRun(list)}
+}()

@@ -1,0 +1,170 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+)
+
+// messageRound is one round's reply of the Messages API: its content blocks as they came, which
+// of them are workspace tool_use blocks (never shown to the client), and its tool calls.
+type messageRound struct {
+	blocks []json.RawMessage
+	hidden []bool
+	calls  []toolCall // the tool_use blocks, in order (the client's marked)
+}
+
+// add reads one content block of the round: a tool_use block is a call, the workspace's unless
+// it names one of the client's tools (any other name is run as the workspace's, as in chat
+// turns: the model gets an error envelope); every other block (text, thinking,
+// redacted_thinking, server tool blocks, types the proxy does not know) is the client's to see.
+func (m *messageRound) add(block json.RawMessage, client func(string) bool) {
+	hidden := false
+	if o, err := rawjson.Parse(block); err == nil && text(o.Get("type")) == "tool_use" {
+		c := toolCall{ID: text(o.Get("id")), Name: text(o.Get("name")), Arguments: arguments(o.Get("input")), Raw: block}
+		c.Client = client(c.Name)
+		if c.ID == "" && !c.Client {
+			c.ID = "toolu_" + randomHex(12) // the round sent back needs one
+			o.Set("id", rawjson.String(c.ID))
+			block = o.Bytes()
+		}
+		if c.Arguments == "" {
+			c.Arguments = "{}"
+		}
+		hidden = !c.Client
+		m.calls = append(m.calls, c)
+	}
+	m.blocks = append(m.blocks, block)
+	m.hidden = append(m.hidden, hidden)
+}
+
+// hasHidden reports a workspace call in the round.
+func (m *messageRound) hasHidden() bool {
+	for _, h := range m.hidden {
+		if h {
+			return true
+		}
+	}
+	return false
+}
+
+// visible appends the round's blocks the client may see (all but the workspace's tool_use).
+func (m *messageRound) visible(dst []json.RawMessage) []json.RawMessage {
+	for i, b := range m.blocks {
+		if !m.hidden[i] {
+			dst = append(dst, b)
+		}
+	}
+	return dst
+}
+
+// sentBack is the round's content as the assistant message of the next round carries it:
+// every block as it came, but text blocks with no text (which the API refuses in a request).
+func (m *messageRound) sentBack() []json.RawMessage {
+	out := make([]json.RawMessage, 0, len(m.blocks))
+	for _, b := range m.blocks {
+		if o, err := rawjson.Parse(b); err == nil && text(o.Get("type")) == "text" && text(o.Get("text")) == "" {
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// stopReason is the stop_reason the client gets for a round that ended the turn: the round's
+// own, but "end_turn" where the round's tool_use blocks were all the workspace's.
+func stopReason(raw json.RawMessage, m *messageRound, clientCalls []toolCall) json.RawMessage {
+	if m.hasHidden() && len(clientCalls) == 0 && text(raw) == "tool_use" {
+		return rawjson.String("end_turn")
+	}
+	return raw
+}
+
+// messagesJSON is the dialect of a non-streamed Messages turn (docs/spec.md §14): each round's
+// reply is one message object, and the client gets one at the end.
+type messagesJSON struct {
+	req   *MessagesRequest
+	up    Upstream
+	first string            // the turn's id: its first round's message id
+	shown []json.RawMessage // the visible blocks of the rounds before the last
+	last  *messageRound
+	top   rawjson.Object // the last round's message
+	raw   []byte         // the last round's body, as it came
+	// body and header are the client's answer, set by finish.
+	body   []byte
+	header http.Header
+}
+
+func (d *messagesJSON) request(withWorkspaceTools bool) Payload {
+	return d.req.Body(withWorkspaceTools)
+}
+
+func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+	raw, header, err := postJSON(ctx, d.up, body)
+	if err != nil {
+		return nil, nil, roundInfo{}, err
+	}
+	top, err := rawjson.Parse(raw)
+	if err != nil {
+		return nil, nil, roundInfo{}, fmt.Errorf("%w: the message is not a JSON object", apierr.ErrUpstreamProtocol)
+	}
+	m := &messageRound{}
+	if content := top.Get("content"); !isNull(content) {
+		blocks, _ := rawjson.Split(content)
+		for _, b := range blocks {
+			m.add(b, d.req.IsClientTool)
+		}
+	}
+	if d.first == "" {
+		d.first = messageID(text(top.Get("id")))
+	}
+	d.last, d.top, d.raw, d.header = m, top, raw, header
+	info := roundInfo{model: text(top.Get("model")), id: text(top.Get("id"))}
+	if sr := text(top.Get("stop_reason")); sr != "" {
+		info.finishReasons = []string{sr}
+	}
+	return m.calls, top.Get("usage"), info, nil
+}
+
+// messageID is a turn's id: its first message's, or one made up when the upstream gave none.
+func messageID(first string) string {
+	if first != "" {
+		return first
+	}
+	return "msg_" + randomHex(12)
+}
+
+func (d *messagesJSON) pause() error { return nil }
+
+func (d *messagesJSON) extend(calls []toolCall, results []string) {
+	d.shown = d.last.visible(d.shown)
+	d.req.appendRound(d.last.sentBack(), calls, results)
+}
+
+// Answer is the client's body, and the last round's upstream header.
+func (d *messagesJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
+
+// finish answers with the last message: untouched when the turn was one round without a
+// workspace call (the proxy is invisible), else under the first round's id with the visible
+// blocks of every round, the stop_reason of the last and the usage summed.
+func (d *messagesJSON) finish(clientCalls []toolCall, usage *usageSum, rounds int) error {
+	if rounds == 1 && !d.last.hasHidden() {
+		d.body = d.raw
+		return nil
+	}
+	o := d.top.Clone()
+	o.Set("id", rawjson.String(d.first))
+	o.Set("content", rawjson.AppendArray(nil, d.last.visible(d.shown)))
+	if sr := o.Get("stop_reason"); sr != nil {
+		o.Set("stop_reason", stopReason(sr, d.last, clientCalls))
+	}
+	if rounds > 1 && !usage.empty() {
+		o.Set("usage", usage.json())
+	}
+	d.body = o.Bytes()
+	return nil
+}
