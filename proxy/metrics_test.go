@@ -36,9 +36,9 @@ func TestMetrics(t *testing.T) {
 	e.post("/threads/secret-thread-id/v1/chat/completions", nil, `{"messages":[]}`)
 
 	m := e.opts().Metrics
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("remove_preferences", "ok")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("remove_preferences", "ok", "proxy")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error", "proxy")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error", "proxy")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.lockedSkips.WithLabelValues("remove_preferences")))
 	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt")))
 	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion")))

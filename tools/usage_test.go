@@ -61,7 +61,7 @@ func TestUsageSaturates(t *testing.T) {
 		f.ws.ThreadID(): {PromptTokens: math.MaxInt64 - 1, CachedPromptTokens: math.MaxInt64, CompletionTokens: 1},
 	}}))
 	require.NoError(t, f.store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 2, Usage: map[ThreadID]Usage{
-		f.ws.ThreadID(): {PromptTokens: 5, CachedPromptTokens: 5, CompletionTokens: 2},
+		f.ws.ThreadID():  {PromptTokens: 5, CachedPromptTokens: 5, CompletionTokens: 2},
 		other.ThreadID(): {PromptTokens: 3},
 	}}))
 	d, err := f.ws.Get(ctx)

@@ -82,8 +82,8 @@ type Snapshot struct {
 // ToolCallRecord is one recorded tool call.
 type ToolCallRecord struct {
 	ID                 int64           `json:"id"`
-	Turn               *int            `json:"turn"`  // null for a call of no turn (over MCP)
-	Round              *int            `json:"round"` // null for a call of no turn
+	Turn               *int            `json:"turn"`    // null for a call of no turn (over MCP)
+	Round              *int            `json:"round"`   // null for a call of no turn
 	CallID             string          `json:"call_id"` // the id the model gave the call; "" for calls recorded before ids were kept
 	Tool               string          `json:"tool"`
 	Arguments          json.RawMessage `json:"arguments"`

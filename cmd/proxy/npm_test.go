@@ -26,7 +26,9 @@ type npmError struct {
 	stderr string
 }
 
-func (e *npmError) Error() string { return "scripts/npm-clients.sh: " + e.err.Error() + ": " + e.stderr }
+func (e *npmError) Error() string {
+	return "scripts/npm-clients.sh: " + e.err.Error() + ": " + e.stderr
+}
 
 // nodeModules is the node_modules folder of the pinned npm clients (scripts/npm), installed by
 // scripts/npm-clients.sh when missing; the test fails, never skips, when they cannot be.

@@ -263,8 +263,9 @@ function renderPreference(thread, p) {
 }
 
 function renderEvent(e, fresh) {
-  const who = e.actor === "agent" ? "agent (turn " + e.turn + ", round " + e.round + ")" : "user";
-  const li = el("li", { class: "event" + (fresh ? " fresh" : ""), "data-event": String(e.id), "data-kind": e.kind },
+  // An agent's change came in a proxied turn, or over MCP (from an agent elsewhere, in no turn).
+  const who = e.actor !== "agent" ? "user" : e.via === "mcp" ? "agent over MCP" : "agent (turn " + e.turn + ", round " + e.round + ")";
+  const li = el("li", { class: "event" + (fresh ? " fresh" : ""), "data-event": String(e.id), "data-kind": e.kind, "data-via": e.via },
     el("div", { class: "meta", text: "#" + e.id + " · " + new Date(e.at).toLocaleString() + " · " + who }),
     el("div", { class: "what", text: e.kind.replaceAll("_", " ") + " — " + describeTarget(e.target) + (e.reverts ? " (undoes #" + e.reverts + ")" : "") }),
     e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null,
