@@ -358,6 +358,16 @@ func TestMCPScopes(t *testing.T) {
 		read, err := admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://lonely"})
 		require.NoError(t, err)
 		require.Contains(t, read.Contents[0].Text, "Objective: No client's")
+		// A thread id's ':' and '@' are escaped in its URI, as the template's expansion escapes them.
+		text, isError = mcpCall(t, admin, "set_objective", map[string]any{"thread": "team:lisbon@2026", "text": "Meet in Lisbon"})
+		require.False(t, isError, text)
+		res, err := admin.ListResources(context.Background(), nil)
+		require.NoError(t, err)
+		require.Equal(t, "workspace://team%3Alisbon%402026", res.Resources[0].URI)
+		require.Equal(t, "team:lisbon@2026", res.Resources[0].Name)
+		read, err = admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: res.Resources[0].URI})
+		require.NoError(t, err)
+		require.Contains(t, read.Contents[0].Text, "Objective: Meet in Lisbon")
 	})
 
 	t.Run("ThreadToken", func(t *testing.T) {
@@ -664,4 +674,60 @@ func TestMCPOff(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "other"}, 400, nil)
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "panel"}, 201, nil)
 	e.admin("POST", "/admin/v1/threads/nowhere/links", map[string]any{"kind": "panel"}, 404, nil)
+}
+
+// TestMCPResourcesPaged: resources/list pages through every thread of the scope (a hundred a
+// page), most recently updated first, each once; a client's pages hold its threads alone.
+func TestMCPResourcesPaged(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=key-alice")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up" })
+	ctx := context.Background()
+	for i := range 230 {
+		id := tools.ThreadID{Name: fmt.Sprintf("page-%03d", i)}
+		if i%2 == 1 {
+			id.Client = "alice"
+		}
+		_, err := e.store.Workspace(id).SetObjective(ctx, fmt.Sprintf("Goal %d", i))
+		require.NoError(t, err)
+	}
+	list := func(token string) []string {
+		cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
+		var uris []string
+		pages := 0
+		cursor := ""
+		for {
+			res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+			require.NoError(t, err)
+			pages++
+			for _, r := range res.Resources {
+				uris = append(uris, r.URI)
+			}
+			if res.NextCursor == "" {
+				break
+			}
+			cursor = res.NextCursor
+		}
+		require.Equal(t, (len(uris)+99)/100, pages)
+		return uris
+	}
+	all := list(adminToken)
+	require.Len(t, all, 230)
+	require.Equal(t, "workspace://alice~page-229", all[0], "the most recently updated first")
+	seen := map[string]bool{}
+	for _, u := range all {
+		require.False(t, seen[u], "listed twice: %s", u)
+		seen[u] = true
+	}
+	mine := list("key-alice")
+	require.Len(t, mine, 115)
+	require.Equal(t, "workspace://page-229", mine[0])
+	for _, u := range mine {
+		require.NotContains(t, u, "~")
+	}
+
+	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	_, err = cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: "not-a-cursor,x"})
+	require.ErrorContains(t, err, "cursor")
 }

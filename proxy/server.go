@@ -365,12 +365,12 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 }
 
 // Shutdown stops the server: it ends the event streams and MCP's subscriptions at once (an HTTP
-// server's Shutdown waits for them otherwise), refuses new thread turns (503 shutting_down), waits for the running ones
-// and writes the usage of every turn. Call it as the HTTP server starts to shut down, beside
-// http.Server.Shutdown, and close the store's pool after it. The HTTP server closes the
-// connections of requests that outlive its deadline, so their turns end soon after (their
-// workspace calls within the store's timeout): Shutdown waits for them past ctx, to keep their
-// usage, and then reports ctx's error.
+// server's Shutdown waits for them otherwise), refuses new thread turns (503 shutting_down),
+// waits for the running ones and writes the usage of every turn. Call it as the HTTP server
+// starts to shut down, beside http.Server.Shutdown, and close the store's pool after it. The HTTP
+// server closes the connections of requests that outlive its deadline, so their turns end soon
+// after (their workspace calls within the store's timeout): Shutdown waits for them past ctx, to
+// keep their usage, and then reports ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.admin.Close()
 	if s.mcp != nil {
