@@ -447,7 +447,7 @@ func TestMCPScopes(t *testing.T) {
 
 // TestMCPSubscriptionAcrossReplicas: a client subscribed to a workspace on one replica is told
 // when a proxied turn on another replica (same database) changes it, once, and reads the
-// change. Subscriptions need MCP 2026-07-28 (the server keeps no session to send an earlier
+// change; its deletion is told too. Subscriptions need MCP 2026-07-28 (the server keeps no session to send an earlier
 // version's notifications on), and a resource outside the token's scope cannot be subscribed to.
 func TestMCPSubscriptionAcrossReplicas(t *testing.T) {
 	t.Parallel()
@@ -486,6 +486,10 @@ func TestMCPSubscriptionAcrossReplicas(t *testing.T) {
 			done = true
 		}
 	}
+
+	// Deleting the thread is a change of its workspace too.
+	b.admin("DELETE", "/admin/v1/threads/alice~watched", nil, 204, nil)
+	awaitUpdate(t, updated, "workspace://watched")
 
 	legacy := mcpConnect(t, a.srv.URL, "key-alice", mcpLegacy, nil)
 	err = legacy.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "workspace://watched"})

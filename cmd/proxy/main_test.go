@@ -174,7 +174,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	text, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Contains(t, string(text), `wsproxy_locked_skips_total{tool="remove_preferences"} 1`)
-	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective"} 1`)
+	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective",via="proxy"} 1`)
 	if _, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = bytes.NewReader(text)

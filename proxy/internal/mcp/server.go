@@ -110,7 +110,7 @@ func New(opts Options) *Server {
 	return s
 }
 
-// newServer is one of the SDK's servers, with the tools defs and the workspace resources.
+// newServer is one of the SDK's servers, with the tools of defs and the workspace resources.
 func (s *Server) newServer(defs []*mcp.Tool) *mcp.Server {
 	var srv *mcp.Server
 	srv = mcp.NewServer(&mcp.Implementation{Name: "wsproxy", Title: "wsproxy workspace", Version: s.opts.Version}, &mcp.ServerOptions{
