@@ -17,10 +17,11 @@ test: vet check-generated chromium buildah npm-clients jq
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -run "$(PGBOUNCER_TESTS)" ./tools ./proxy/... ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
-## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions, client scoping, concurrency and
-## replicas: what would meet session state or prepared statements kept across transactions.
+## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions and links, client scoping,
+## concurrency, replicas and MCP (its calls, scopes, subscriptions, replicas): what would meet session
+## state or prepared statements kept across transactions.
 ## TestPgBouncerTestsExist fails when a name here names no test.
-PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus)$$
+PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus|TestMCPTools|TestMCPScopes|TestMCPSubscriptionAcrossReplicas|TestMCPStatelessRoundRobin|TestPanelLinkRevoked)$$
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -12,7 +12,7 @@ import (
 )
 
 const eventGet = `-- name: EventGet :one
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed FROM events WHERE thread_id = $1 AND id = $2
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via FROM events WHERE thread_id = $1 AND id = $2
 `
 
 type EventGetParams struct {
@@ -39,6 +39,7 @@ func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (Ev
 		&i.After,
 		&i.Reverts,
 		&i.Proposed,
+		&i.Via,
 	)
 	return i, err
 }
@@ -49,15 +50,15 @@ WITH n AS (
     WHERE id = $2::text
     RETURNING next_event_id - cardinality($1::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
-    SELECT $2::text, n.first + e.i - 1, clock_timestamp(), $3::text, $4::integer, $5::integer,
-           CASE WHEN $6::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
-           $7::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
+    SELECT $2::text, n.first + e.i - 1, clock_timestamp(), $3::text, $4::text, $5::integer, $6::integer,
+           CASE WHEN $7::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
+           $8::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
            NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb
     -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
-    FROM n, ROWS FROM (unnest($1::text[]), unnest($8::text[]), unnest($9::bigint[]),
-                       unnest($10::text[]), unnest($11::text[]), unnest($12::bigint[]),
-                       unnest($13::text[]))
+    FROM n, ROWS FROM (unnest($1::text[]), unnest($9::text[]), unnest($10::bigint[]),
+                       unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[]),
+                       unnest($14::text[]))
          WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, i)
     RETURNING id
 ), notify AS (
@@ -70,6 +71,7 @@ type EventInsertParams struct {
 	Kinds         []string
 	ThreadID      string
 	Actor         string
+	Via           string
 	Turn          pgtype.Int4
 	Round         pgtype.Int4
 	AfterToolCall bool
@@ -87,15 +89,17 @@ type EventInsertRow struct {
 	Notified int64
 }
 
-// Appends a change's events: ids from the thread's next_event_id (the caller holds the thread's
-// row lock), tool_call_id the tool call recorded just before in the same transaction when
-// after_tool_call, at the time of the insert (under the lock: in id order), and one NOTIFY of the last id (delivered at commit) for live streams.
-// An empty proposal is none (SQL NULL); the text null is a removal's. Returns the first id.
+// Appends a change's events, all by one actor via one path: ids from the thread's next_event_id
+// (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
+// the same transaction when after_tool_call, at the time of the insert (under the lock: in id
+// order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
+// is none (SQL NULL); the text null is a removal's. Returns the first id.
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (EventInsertRow, error) {
 	row := db.QueryRow(ctx, eventInsert,
 		arg.Kinds,
 		arg.ThreadID,
 		arg.Actor,
+		arg.Via,
 		arg.Turn,
 		arg.Round,
 		arg.AfterToolCall,
@@ -125,7 +129,7 @@ func (q *Queries) EventLastID(ctx context.Context, db DBTX, threadID string) (in
 }
 
 const eventList = `-- name: EventList :many
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed FROM events
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via FROM events
 WHERE thread_id = $1
   AND ($2::text = '' OR (target_type = $2::text AND coalesce(target_id, 0) = $3::bigint))
   AND CASE WHEN $4::boolean THEN ($5::bigint = 0 OR id < $5::bigint) ELSE id > $5::bigint END
@@ -176,6 +180,7 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 			&i.After,
 			&i.Reverts,
 			&i.Proposed,
+			&i.Via,
 		); err != nil {
 			return nil, err
 		}

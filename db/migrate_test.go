@@ -81,7 +81,7 @@ func TestUpgradeFromPreviousSchema(t *testing.T) {
 	require.Empty(t, rows, "no Responses turn recorded yet")
 
 	// The upgraded database takes the current statements.
-	require.NoError(t, q.ToolCallInsert(ctx, pool, db.ToolCallInsertParams{ThreadID: "old", Turn: 3, Round: 1, CallID: "call_x", Tool: "list_preferences",
+	require.NoError(t, q.ToolCallInsert(ctx, pool, db.ToolCallInsertParams{ThreadID: "old", Turn: pgtype.Int4{Int32: 3, Valid: true}, Round: pgtype.Int4{Int32: 1, Valid: true}, CallID: "call_x", Tool: "list_preferences",
 		Arguments: []byte(`{}`), Ok: true, Result: []byte(`{"ok":true,"result":"#1"}`)}))
 	require.NoError(t, q.ResponseTurnRecord(ctx, pool, db.ResponseTurnRecordParams{ThreadID: "old", ResponseID: "resp_1", Turn: 3,
 		LastResponseID: "resp_2", OwedCallIds: []string{"call_x", "call_never_run"}}))
@@ -124,7 +124,7 @@ func TestUpgradeToHistory(t *testing.T) {
 	require.Len(t, tx.Preferences, 2)
 	var first int64
 	require.NoError(t, tx.Commit(ctx, func(b *pgx.Batch) {
-		db.QueueEventInsert(b, db.EventInsertParams{ThreadID: "old", Actor: "user", Kinds: []string{"preference_unlocked"},
+		db.QueueEventInsert(b, db.EventInsertParams{ThreadID: "old", Actor: "user", Via: "admin", Kinds: []string{"preference_unlocked"},
 			TargetTypes: []string{"preference"}, TargetIds: []int64{1}, Befores: []string{`{"locked":true}`}, Afters: []string{`{"locked":false}`},
 			Reverts: []int64{0}}, &first)
 	}))
@@ -282,6 +282,84 @@ func TestUpgradeToBatchesAndTombstones(t *testing.T) {
 	th, err = q.ThreadGet(ctx, pool, "old")
 	require.NoError(t, err)
 	require.Equal(t, []int64{5, 3}, []int64{th.NextEventID, th.NextPreferenceID}, "the counters go on from the deleted thread's")
+}
+
+// TestUpgradeToMCP: a database populated under schema 007 upgrades to the current one (migration
+// 010): its events say the path they came by — the agent's the proxy, the user's the admin REST —
+// and keep everything else; its tool calls keep their turns and rounds; no thread has a link. The
+// upgraded database takes an MCP call (no turn, via mcp) and issues, checks and revokes links.
+func TestUpgradeToMCP(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('old', 2, 2, 3)`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true)`,
+		`INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, action_and_reasoning, ok, result)
+		 VALUES ('old', 2, 1, 'call_1', 'add_preferences', '{"items":[{"title":"Formal"}]}', 'stated', true, '{"ok":true,"result":"recorded 1 preference"}')`,
+		`INSERT INTO events (thread_id, id, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, after)
+		 VALUES ('old', 1, 'agent', 2, 1, 1, 'stated', 'preference_added', 'preference', 1, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}')`,
+		`INSERT INTO events (thread_id, id, actor, kind, target_type, target_id, before, after)
+		 VALUES ('old', 2, 'user', 'preference_locked', 'preference', 1, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}',
+		         '{"title":"Formal","subtitle":"","kind":"hard","locked":true}')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	events, err := q.EventList(ctx, pool, db.EventListParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Equal(t, []string{"proxy", "admin"}, []string{events[0].Via, events[1].Via})
+	require.Equal(t, "stated", events[0].Reason.String)
+	require.Equal(t, int32(2), events[0].Turn.Int32)
+	calls, err := q.ToolCallListByThread(ctx, pool, db.ToolCallListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, calls, 1)
+	require.Equal(t, pgtype.Int4{Int32: 2, Valid: true}, calls[0].Turn)
+	require.Equal(t, pgtype.Int4{Int32: 1, Valid: true}, calls[0].Round)
+	links, err := q.LinkListByThread(ctx, pool, db.LinkListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Empty(t, links)
+
+	// An MCP call: no turn, its event via mcp.
+	tx, err := db.BeginLocked(ctx, pool, db.LockThreadUpsert, "old")
+	require.NoError(t, err)
+	var first int64
+	require.NoError(t, tx.Commit(ctx, func(b *pgx.Batch) {
+		db.QueueToolCallInsert(b, db.ToolCallInsertParams{ThreadID: "old", Tool: "set_objective", Arguments: []byte(`{"text":"A goal"}`),
+			ActionAndReasoning: "named", Ok: true, Result: []byte(`{"ok":true,"result":"objective set: A goal"}`)})
+		db.QueueEventInsert(b, db.EventInsertParams{ThreadID: "old", Actor: "agent", Via: "mcp", Kinds: []string{"objective_set"},
+			TargetTypes: []string{"objective"}, TargetIds: []int64{0}, Befores: []string{""}, Afters: []string{`{"text":"A goal"}`},
+			Reverts: []int64{0}, Reason: pgtype.Text{String: "named", Valid: true}, AfterToolCall: true}, &first)
+	}))
+	require.Equal(t, int64(3), first)
+	ev, err := q.EventGet(ctx, pool, db.EventGetParams{ThreadID: "old", ID: 3})
+	require.NoError(t, err)
+	require.Equal(t, "mcp", ev.Via)
+	require.False(t, ev.Turn.Valid)
+	require.Equal(t, int64(2), ev.ToolCallID.Int64)
+	calls, err = q.ToolCallListByThread(ctx, pool, db.ToolCallListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.False(t, calls[1].Turn.Valid || calls[1].Round.Valid, "an MCP call has no turn")
+	_, err = pool.Exec(ctx, `INSERT INTO events (thread_id, id, actor, via, kind, target_type) VALUES ('old', 9, 'user', 'panel', 'revert', 'objective')`)
+	require.Error(t, err, "via is proxy, mcp or admin")
+
+	link, err := q.LinkInsert(ctx, pool, db.LinkInsertParams{ThreadID: "old", Kind: "mcp", ExpiresAt: pgtype.Timestamptz{Time: time.Now().Add(time.Hour), Valid: true}})
+	require.NoError(t, err)
+	valid, err := q.LinkValid(ctx, pool, db.LinkValidParams{ThreadID: "old", ID: link.ID, Kind: "mcp"})
+	require.NoError(t, err)
+	require.True(t, valid)
+	valid, err = q.LinkValid(ctx, pool, db.LinkValidParams{ThreadID: "old", ID: link.ID, Kind: "panel"})
+	require.NoError(t, err)
+	require.False(t, valid, "a token of one kind is not one of the other")
+	n, err := q.LinkDelete(ctx, pool, db.LinkDeleteParams{ThreadID: "old", ID: link.ID})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	valid, err = q.LinkValid(ctx, pool, db.LinkValidParams{ThreadID: "old", ID: link.ID, Kind: "mcp"})
+	require.NoError(t, err)
+	require.False(t, valid, "revoked")
+	_, err = q.LinkInsert(ctx, pool, db.LinkInsertParams{ThreadID: "gone", Kind: "mcp", ExpiresAt: pgtype.Timestamptz{Time: time.Now().Add(time.Hour), Valid: true}})
+	require.Error(t, err, "a link needs its thread")
 }
 
 // TestUpgradeToProposals: a database populated under schema 007 upgrades to the current one

@@ -30,6 +30,15 @@ type Event struct {
 	After      []byte
 	Reverts    pgtype.Int8
 	Proposed   []byte
+	Via        string
+}
+
+type Link struct {
+	ThreadID  string
+	ID        int64
+	Kind      string
+	ExpiresAt pgtype.Timestamptz
+	CreatedAt pgtype.Timestamptz
 }
 
 type Objective struct {
@@ -81,8 +90,8 @@ type ThreadTombstone struct {
 type ToolCall struct {
 	ThreadID           string
 	ID                 int64
-	Turn               int32
-	Round              int32
+	Turn               pgtype.Int4
+	Round              pgtype.Int4
 	Tool               string
 	Arguments          []byte
 	ActionAndReasoning string

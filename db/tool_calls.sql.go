@@ -18,8 +18,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 
 type ToolCallInsertParams struct {
 	ThreadID           string
-	Turn               int32
-	Round              int32
+	Turn               pgtype.Int4
+	Round              pgtype.Int4
 	CallID             string
 	Tool               string
 	Arguments          []byte

@@ -125,3 +125,58 @@ func BenchmarkPassThrough(b *testing.B) {
 	defer bare.Close()
 	b.Run("bare", func(b *testing.B) { run(b, bare.URL+"/v1/chat/completions") })
 }
+
+// BenchmarkMCPToolCall is one MCP tools/call over HTTP against real Postgres: the same
+// update_preferences the tool round of BenchmarkTurn/OneToolRound runs, as one JSON-RPC request
+// (MCP 2025-11-25, no handshake: the server keeps no session), with the admin token (the thread
+// an argument) and with a thread token (checked against its link on every request).
+func BenchmarkMCPToolCall(b *testing.B) {
+	e := setup(b)
+	var clients atomic.Int64 // each a thread of its own, in every run of the benchmark
+	for _, tc := range []struct {
+		name  string
+		token func(thread string) string // "" is the admin token's
+	}{
+		{"AdminToken", nil},
+		{"ThreadToken", func(thread string) string {
+			var link struct{ Token string }
+			e.admin("POST", "/admin/v1/threads/"+thread+"/links", map[string]any{"kind": "mcp"}, 201, &link)
+			return link.Token
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				thread := fmt.Sprintf("mcp-%d", clients.Add(1))
+				if _, err := e.store.Workspace(tools.ThreadID{Name: thread}).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+					b.Error(err)
+					return
+				}
+				token, args := adminToken, `{"thread":"`+thread+`","updates":[{"index":1,"subtitle":"x"}],"action_and_reasoning":"bench"}`
+				if tc.token != nil {
+					token, args = tc.token(thread), `{"updates":[{"index":1,"subtitle":"x"}],"action_and_reasoning":"bench"}`
+				}
+				body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"update_preferences","arguments":` + args + `}}`)
+				for pb.Next() {
+					req, _ := http.NewRequest("POST", e.srv.URL+"/mcp", bytes.NewReader(body))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+					req.Header.Set("Authorization", "Bearer "+token)
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					out, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 || !bytes.Contains(out, []byte(`updated #1`)) {
+						b.Error(resp.Status, string(out))
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -166,8 +166,8 @@ func TestTurnWithToolsGoOpenAI(t *testing.T) {
 	e.admin("GET", "/admin/v1/threads/lit-review/tool-calls", nil, 200, &calls)
 	require.Len(t, calls.Data, 2)
 	require.Equal(t, "The user stated two preferences.", calls.Data[0].ActionAndReasoning)
-	require.Equal(t, 1, calls.Data[0].Turn)
-	require.Equal(t, 1, calls.Data[0].Round)
+	require.Equal(t, 1, *calls.Data[0].Turn)
+	require.Equal(t, 1, *calls.Data[0].Round)
 
 	// Turn 2: the block shows what turn 1 recorded, byte-identical instructions.
 	e.up.Script(reply(cmpl("ok")))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -383,4 +384,46 @@ func mustURL(t *testing.T, s string) *url.URL {
 	u, err := url.Parse(s)
 	require.NoError(t, err)
 	return u
+}
+
+// TestPanelLinkRevoked: a panel link is revocable (DELETE …/links/{id}): revoked, it opens
+// nothing, the sessions it opened end — their calls are 401, their event stream closes — and a
+// link's holder can neither list nor revoke links.
+func TestPanelLinkRevoked(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/shared/objective", map[string]any{"text": "Share it"}, 200, nil)
+	var l struct {
+		ID   int64  `json:"id"`
+		Kind string `json:"kind"`
+		URL  string `json:"url"`
+	}
+	e.admin("POST", "/admin/v1/threads/shared/links", nil, 201, &l)
+	require.Equal(t, "panel", l.Kind)
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	require.Equal(t, 200, code)
+	code, _ = visitor.do("GET", "/admin/v1/threads/shared", "", nil)
+	require.Equal(t, 200, code)
+	code, _ = visitor.do("GET", "/admin/v1/threads/shared/links", "", nil)
+	require.Equal(t, 403, code, "a link's holder lists no links")
+	code, _ = visitor.do("DELETE", fmt.Sprintf("/admin/v1/threads/shared/links/%d", l.ID), "", map[string]string{"X-CSRF-Token": visitor.csrf})
+	require.Equal(t, 403, code)
+
+	req, err := http.NewRequest("GET", e.srv.URL+"/admin/v1/threads/shared/events/stream", nil)
+	require.NoError(t, err)
+	stream, err := visitor.http.Do(req)
+	require.NoError(t, err)
+	defer stream.Body.Close()
+	require.Equal(t, 200, stream.StatusCode)
+
+	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/shared/links/%d", l.ID), nil, 204, nil)
+	code, _ = visitor.do("GET", "/admin/v1/threads/shared", "", nil)
+	require.Equal(t, 401, code, "the session ends with its link")
+	code, _ = e.panelClient().do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	require.Equal(t, 403, code, "a revoked link opens nothing")
+	// The stream ends at its next wake-up.
+	e.admin("PUT", "/admin/v1/threads/shared/objective", map[string]any{"text": "Changed"}, 200, nil)
+	_, err = io.ReadAll(stream.Body)
+	require.NoError(t, err, "the stream ended")
 }

@@ -140,7 +140,7 @@ func TestMessagesTurnWithAWorkspaceCall(t *testing.T) {
 		metrics := e.opts().Metrics
 		require.Equal(t, 146.0, testutil.ToFloat64(metrics.tokens.WithLabelValues("prompt", "claude-test")))
 		require.Equal(t, 104.0, testutil.ToFloat64(metrics.cachedTokens.WithLabelValues("claude-test")))
-		require.Equal(t, 1.0, testutil.ToFloat64(metrics.toolCalls.WithLabelValues("set_objective", "ok")))
+		require.Equal(t, 1.0, testutil.ToFloat64(metrics.toolCalls.WithLabelValues("set_objective", "ok", "proxy")))
 		require.Eventually(t, func() bool {
 			return testutil.ToFloat64(metrics.httpRequests.WithLabelValues("POST /threads/{thread}/v1/messages", "200")) == 1
 		}, 5*time.Second, 10*time.Millisecond, "the route label")

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -89,8 +90,8 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 			Name: "wsproxy_upstream_retries_total", Help: "Upstream rounds retried after the turn's tools ran.",
 		}),
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wsproxy_tool_calls_total", Help: "Workspace tool calls run, by tool and outcome (ok, error).",
-		}, []string{"tool", "outcome"}),
+			Name: "wsproxy_tool_calls_total", Help: "Workspace tool calls run, by tool, outcome (ok, error) and the path they came by (via: proxy, a proxied turn's; mcp).",
+		}, []string{"tool", "outcome", "via"}),
 		lockedSkips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_locked_skips_total", Help: "Locked preferences a tool call named and left untouched, by tool.",
 		}, []string{"tool"}),
@@ -125,7 +126,9 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	// The series whose labels are known in advance start at zero.
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
-			m.toolCalls.WithLabelValues(name, outcome)
+			for _, via := range []string{tools.ViaProxy, tools.ViaMCP} {
+				m.toolCalls.WithLabelValues(name, outcome, via)
+			}
 		}
 	}
 	for _, name := range []string{tools.UpdatePreferences, tools.RemovePreferences} { // the tools that can meet a lock
@@ -236,8 +239,25 @@ func (m *Metrics) UpstreamRetry() {
 	}
 }
 
-// ToolCall counts a workspace call (turn.Metrics).
+// ToolCall counts a workspace call of a proxied turn (turn.Metrics).
 func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int) {
+	m.toolCall(tools.ViaProxy, name, ok, lockedSkips)
+}
+
+// MCPToolCall counts a workspace call over MCP (mcp.Metrics).
+func (m *Metrics) MCPToolCall(name string, ok bool, lockedSkips int) {
+	m.toolCall(tools.ViaMCP, name, ok, lockedSkips)
+}
+
+// mcp is m as MCP's metrics: nil (an interface holding none) when m is.
+func (m *Metrics) mcp() mcp.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int) {
 	if m == nil {
 		return
 	}
@@ -248,7 +268,7 @@ func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int) {
 	if !ok {
 		outcome = "error"
 	}
-	m.toolCalls.WithLabelValues(name, outcome).Inc()
+	m.toolCalls.WithLabelValues(name, outcome, via).Inc()
 	if lockedSkips > 0 {
 		m.lockedSkips.WithLabelValues(name).Add(float64(lockedSkips))
 	}

@@ -41,9 +41,9 @@ func TestMetrics(t *testing.T) {
 	e.post("/threads/secret-thread-id/v1/chat/completions", nil, `{"messages":[]}`)
 
 	m := e.opts().Metrics
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("remove_preferences", "ok")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("remove_preferences", "ok", "proxy")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "error", "proxy")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("unknown", "error", "proxy")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.lockedSkips.WithLabelValues("remove_preferences")))
 	require.Equal(t, 30.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt", "")), "the requests named no model")
 	require.Equal(t, 15.0, testutil.ToFloat64(m.tokens.WithLabelValues("completion", "")))
@@ -127,7 +127,7 @@ func TestMetricsLabels(t *testing.T) {
 		`wsproxy_build_info{goversion="` + runtime.Version() + `",version="v9.9.9"} 1`,
 		`wsproxy_locked_skips_total{tool="remove_preferences"} 0`,
 		`wsproxy_locked_skips_total{tool="update_preferences"} 0`,
-		`wsproxy_tool_calls_total{outcome="ok",tool="add_preferences"} 0`,
+		`wsproxy_tool_calls_total{outcome="ok",tool="add_preferences",via="proxy"} 0`,
 		`wsproxy_upstream_retries_total 0`,
 		`wsproxy_db_pool_max_connections ` + strconv.Itoa(int(e.pool.Config().MaxConns)),
 	} {

@@ -221,7 +221,7 @@ func TestResponsesWorkspaceTurn(t *testing.T) {
 				}, 5*time.Second, 5*time.Millisecond)
 				require.Equal(t, 40.0, testutil.ToFloat64(m.tokens.WithLabelValues("prompt", "gpt-test")))
 				require.Equal(t, 22.0, testutil.ToFloat64(m.cachedTokens.WithLabelValues("gpt-test")))
-				require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "ok")))
+				require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "ok", "proxy")))
 				require.Eventually(t, func() bool { // added in the background once the turn ended
 					return e.workspace("trip").Usage == tools.Usage{PromptTokens: 40, CachedPromptTokens: 22, CompletionTokens: 13}
 				}, 5*time.Second, 5*time.Millisecond)

@@ -20,6 +20,8 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/admin"
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -123,10 +125,15 @@ type Options struct {
 	// users' conversations).
 	TraceContent bool
 	// ListenURL is a direct connection to Postgres for LISTEN (DATABASE_LISTEN_URL): the event
-	// streams of every replica wake on its notifications. Empty: streams read at each heartbeat.
+	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
+	// read at each heartbeat.
 	ListenURL string
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
+	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
+	DisableMCP bool
+	// Version is the version MCP's clients are told. Empty means "dev".
+	Version string
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
 	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
 	// Zero means DefaultStreamKeepalive.
@@ -160,8 +167,12 @@ type Server struct {
 	turnsMu  sync.Mutex
 	draining bool
 	turns    sync.WaitGroup
+	// hub wakes the event streams and MCP's subscriptions on Postgres's notifications.
+	hub *eventhub.Hub
 	// admin is the user path: the admin REST, the panel, the event streams.
 	admin *admin.Server
+	// mcp is the workspace over MCP; nil when off.
+	mcp *mcp.Server
 }
 
 // NewServer returns a server with its routes.
@@ -204,8 +215,13 @@ func NewServer(opts Options) *Server {
 	s.messagesRunner = &messagesRunner
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
-	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, ListenURL: opts.ListenURL,
-		DisablePanel: opts.DisablePanel, Logger: opts.Logger})
+	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
+	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
+		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
+	if !opts.DisableMCP {
+		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody, Metrics: opts.Metrics.mcp(),
+			TracerProvider: opts.TracerProvider, TraceContent: opts.TraceContent, Version: opts.Version, Logger: opts.Logger})
+	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
 	s.reverse = &httputil.ReverseProxy{
 		Rewrite:        s.rewritePassThrough,
@@ -271,6 +287,9 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("/v1/", s.passThrough)
 	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
 	s.admin.Register(mux)
+	if s.mcp != nil {
+		mux.Handle("/mcp", s.mcp)
+	}
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.metricsAuth(s.opts.Metrics.Handler()))
 	}
@@ -378,15 +397,19 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
 	apierr.WriteJSON(w, http.StatusOK, []byte(`{"status":"ready"}`))
 }
 
-// Shutdown stops the server: it ends the event streams at once (an HTTP server's Shutdown waits
-// for them otherwise), refuses new thread turns (503 shutting_down), waits for the running ones
-// and writes the usage of every turn. Call it as the HTTP server starts to shut down, beside
-// http.Server.Shutdown, and close the store's pool after it. The HTTP server closes the
-// connections of requests that outlive its deadline, so their turns end soon after (their
-// workspace calls within the store's timeout): Shutdown waits for them past ctx, to keep their
-// usage, and then reports ctx's error.
+// Shutdown stops the server: it ends the event streams and MCP's subscriptions at once (an HTTP
+// server's Shutdown waits for them otherwise), refuses new thread turns (503 shutting_down),
+// waits for the running ones and writes the usage of every turn. Call it as the HTTP server
+// starts to shut down, beside http.Server.Shutdown, and close the store's pool after it. The HTTP
+// server closes the connections of requests that outlive its deadline, so their turns end soon
+// after (their workspace calls within the store's timeout): Shutdown waits for them past ctx, to
+// keep their usage, and then reports ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.admin.Close()
+	if s.mcp != nil {
+		s.mcp.Close()
+	}
+	s.hub.Close()
 	s.turnsMu.Lock()
 	s.draining = true
 	s.turnsMu.Unlock()

@@ -1,15 +1,16 @@
 -- name: EventInsert :one
--- Appends a change's events: ids from the thread's next_event_id (the caller holds the thread's
--- row lock), tool_call_id the tool call recorded just before in the same transaction when
--- after_tool_call, at the time of the insert (under the lock: in id order), and one NOTIFY of the last id (delivered at commit) for live streams.
--- An empty proposal is none (SQL NULL); the text null is a removal's. Returns the first id.
+-- Appends a change's events, all by one actor via one path: ids from the thread's next_event_id
+-- (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
+-- the same transaction when after_tool_call, at the time of the insert (under the lock: in id
+-- order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
+-- is none (SQL NULL); the text null is a removal's. Returns the first id.
 WITH n AS (
     UPDATE threads SET next_event_id = next_event_id + cardinality(@kinds::text[])
     WHERE id = @thread_id::text
     RETURNING next_event_id - cardinality(@kinds::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
-    SELECT @thread_id::text, n.first + e.i - 1, clock_timestamp(), @actor::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
+    SELECT @thread_id::text, n.first + e.i - 1, clock_timestamp(), @actor::text, @via::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
            CASE WHEN @after_tool_call::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
            sqlc.narg(reason)::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
            NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb

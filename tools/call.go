@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/wsproxy/wsproxy/db"
 )
@@ -26,6 +27,24 @@ type Call struct {
 	// View is the list the call's indices name, the model's view of the round (see View); the
 	// call moves it on. Nil: the list as the call finds it.
 	View *View
+	// Via is the path the call came by: "" or ViaProxy, a call of a proxied turn; ViaMCP, a call
+	// over MCP, which belongs to no turn (Turn and Round are recorded as null) and creates its
+	// thread when new, as a turn's start does.
+	Via string
+}
+
+// via is the path the call came by.
+func (c Call) via() string {
+	if c.Via == "" {
+		return ViaProxy
+	}
+	return c.Via
+}
+
+// turn and round are the call's turn and round as recorded: null for a call of no turn.
+func (c Call) turn() (turn, round pgtype.Int4) {
+	inTurn := c.via() != ViaMCP
+	return pgtype.Int4{Int32: int32(c.Turn), Valid: inTurn}, pgtype.Int4{Int32: int32(c.Round), Valid: inTurn}
 }
 
 // Result is what a call gives back to the model.
@@ -34,6 +53,8 @@ type Result struct {
 	// Content is the tool message's content: the envelope {"ok":true,"result":…} or
 	// {"ok":false,"error":…}.
 	Content string
+	// Text is the envelope's result, or its error.
+	Text string
 	// LockedSkips counts the locked preferences the call named and left alone.
 	LockedSkips int
 }
@@ -72,9 +93,13 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	// One round trip to begin, lock the thread and read its list; one for the tool's statement
 	// (none for list_preferences); one to record the call and commit.
-	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThread, w.threadID)
+	lock := db.LockThread
+	if c.via() == ViaMCP {
+		lock = db.LockThreadUpsert
+	}
+	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
 	if errors.Is(err, db.ErrNotFound) {
-		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+		return errorResult(errThreadGone), nil
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
@@ -85,7 +110,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		view = viewOf(list)
 	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
 		// The thread was deleted and created again under its id: not the one the model was shown.
-		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+		return errorResult(errThreadGone), nil
 	}
 	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
 	if err != nil {
@@ -93,7 +118,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		view.ran(list, nil)
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
 	}
-	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), LockedSkips: out.lockedSkips}
+	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
 	err = tx.Commit(ctx, func(b *pgx.Batch) {
 		db.QueueToolCallInsert(b, w.record(c, reasoning, res))
 		if len(out.changes) > 0 {
@@ -120,7 +145,7 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	res := Result{Content: Envelope{Error: err.Error()}.encode()}
+	res := errorResult(err)
 	arg := w.record(c, reasoning, res)
 	if len(c.Arguments) > maxRefusedArguments {
 		arg.Arguments, _ = json.Marshal(storableText(truncate(c.Arguments, maxRefusedArguments)))
@@ -131,12 +156,17 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 		err = w.store.q.ToolCallInsert(ctx, q, arg)
 	}
 	if isForeignKeyViolation(err) {
-		return Result{Content: Envelope{Error: errThreadGone.Error()}.encode()}, nil
+		return errorResult(errThreadGone), nil
 	}
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	return res, nil
+}
+
+// errorResult is the result of a call refused with err.
+func errorResult(err error) Result {
+	return Result{Content: Envelope{Error: err.Error()}.encode(), Text: err.Error()}
 }
 
 type toolOutput struct {
@@ -168,10 +198,11 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 
 // record is the record of a call and the result it returned.
 func (w *Workspace) record(c Call, reasoning string, res Result) db.ToolCallInsertParams {
+	turn, round := c.turn()
 	return db.ToolCallInsertParams{
 		ThreadID:           w.threadID,
-		Turn:               int32(c.Turn),
-		Round:              int32(c.Round),
+		Turn:               turn,
+		Round:              round,
 		CallID:             storableText(c.ID),
 		Tool:               c.Name,
 		Arguments:          argumentsJSON(c.Arguments),

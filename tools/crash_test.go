@@ -111,5 +111,5 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	calls, err := ws.ToolCalls(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, calls, 3)
-	require.Equal(t, []int{1, 2, 3}, []int{calls[0].Turn, calls[1].Turn, calls[2].Turn})
+	require.Equal(t, []int{1, 2, 3}, []int{*calls[0].Turn, *calls[1].Turn, *calls[2].Turn})
 }

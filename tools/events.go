@@ -59,6 +59,7 @@ type Event struct {
 	Thread     string          `json:"thread"`
 	At         time.Time       `json:"at"`
 	Actor      string          `json:"actor"` // ByAgent or ByUser
+	Via        string          `json:"via"`   // ViaProxy, ViaMCP or ViaAdmin
 	Turn       *int            `json:"turn"`
 	Round      *int            `json:"round"`
 	ToolCallID *int64          `json:"tool_call_id"`
@@ -213,9 +214,8 @@ func proposalState(p Preference) []byte {
 // agentEvents are the parameters that append a tool call's changes, after its record in the
 // same transaction.
 func (w *Workspace) agentEvents(c Call, reason string, changes []change) db.EventInsertParams {
-	p := w.eventParams(ByAgent, changes)
-	p.Turn = pgtype.Int4{Int32: int32(c.Turn), Valid: true}
-	p.Round = pgtype.Int4{Int32: int32(c.Round), Valid: true}
+	p := w.eventParams(ByAgent, c.via(), changes)
+	p.Turn, p.Round = c.turn()
 	p.Reason = pgtype.Text{String: storableReason(reason), Valid: true}
 	p.AfterToolCall = true
 	return p
@@ -230,8 +230,8 @@ func storableReason(s string) string {
 	return string([]rune(s)[:MaxReason])
 }
 
-func (w *Workspace) eventParams(actor string, changes []change) db.EventInsertParams {
-	p := db.EventInsertParams{ThreadID: w.threadID, Actor: actor}
+func (w *Workspace) eventParams(actor, via string, changes []change) db.EventInsertParams {
+	p := db.EventInsertParams{ThreadID: w.threadID, Actor: actor, Via: via}
 	for _, c := range changes {
 		p.Kinds = append(p.Kinds, c.kind)
 		p.TargetTypes = append(p.TargetTypes, c.target.Type)
@@ -245,17 +245,10 @@ func (w *Workspace) eventParams(actor string, changes []change) db.EventInsertPa
 }
 
 func fromEvent(r db.Event) Event {
-	e := Event{ID: r.ID, Thread: r.ThreadID, At: r.At.Time.UTC(), Actor: r.Actor, Kind: r.Kind,
+	e := Event{ID: r.ID, Thread: r.ThreadID, At: r.At.Time.UTC(), Actor: r.Actor, Via: r.Via, Kind: r.Kind,
 		Target: Target{Type: r.TargetType, ID: r.TargetID.Int64}}
 	e.Before, e.After = e.Target.state(r.Before), e.Target.state(r.After)
-	if r.Turn.Valid {
-		n := int(r.Turn.Int32)
-		e.Turn = &n
-	}
-	if r.Round.Valid {
-		n := int(r.Round.Int32)
-		e.Round = &n
-	}
+	e.Turn, e.Round = intOrNull(r.Turn), intOrNull(r.Round)
 	if r.ToolCallID.Valid {
 		e.ToolCallID = &r.ToolCallID.Int64
 	}
@@ -269,6 +262,15 @@ func fromEvent(r db.Event) Event {
 		e.Proposed = proposalOf(r.Proposed)
 	}
 	return e
+}
+
+// intOrNull is a nullable integer column's value, nil for null.
+func intOrNull(v pgtype.Int4) *int {
+	if !v.Valid {
+		return nil
+	}
+	n := int(v.Int32)
+	return &n
 }
 
 // EventQuery selects a thread's events.

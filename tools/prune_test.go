@@ -40,9 +40,9 @@ func TestPruneNeverDeadlocksADelete(t *testing.T) {
 	require.NoError(t, db.Migrate(ctx, pool))
 	f := setupOn(t, pool, Limits{})
 	// Two old events whose physical order is the reverse of their ids'.
-	_, err := pool.Exec(ctx, `INSERT INTO events (thread_id, id, at, actor, kind, target_type)
-		VALUES ('t1', 2, now() - interval '2 days', 'user', 'objective_set', 'objective'),
-		       ('t1', 1, now() - interval '2 days', 'user', 'objective_set', 'objective')`)
+	_, err := pool.Exec(ctx, `INSERT INTO events (thread_id, id, at, actor, via, kind, target_type)
+		VALUES ('t1', 2, now() - interval '2 days', 'user', 'admin', 'objective_set', 'objective'),
+		       ('t1', 1, now() - interval '2 days', 'user', 'admin', 'objective_set', 'objective')`)
 	require.NoError(t, err)
 	deleter := NewStore(poolAs("deleter", nil), Options{Timeout: time.Minute}).Workspace(f.ws.ThreadID())
 	// The plan of a prune of many rows: a sequential scan.

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -12,13 +13,15 @@ import (
 )
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
-// by its id, or the thread as the first argument of turn_start (a function Citus delegates by
-// that argument) — so that it can be routed to the one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM turn_start\(\$1\)`)
+// by its id, or the thread as the first argument of turn_start or thread_revive (functions Citus
+// delegates by that argument) — so that it can be routed to the one shard (Citus) or database
+// holding it.
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|thread_revive)\(\$1\)`)
 
 // TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
-// Responses turn's record and continuation — and
-// fails when one of its statements does not name its thread (docs/scaling.md).
+// Responses turn's record and continuation — and an MCP request (its thread token's check, a
+// call that may create its thread), and fails when one of their statements does not name its
+// thread (docs/scaling.md).
 func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	t.Parallel()
 	tracer := &dbtest.Statements{}
@@ -44,6 +47,14 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	// A Responses turn's record, and a later turn continuing from it.
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}, nil))
 	_, err = ws.Continuation(ctx, "resp_1")
+	require.NoError(t, err)
+	link, err := ws.IssueLink(ctx, LinkMCP, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	_, err = ws.LinkValid(ctx, LinkMCP, link.ID)
+	require.NoError(t, err)
+	_, err = ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP, Arguments: `{"items":[{"title":"Over MCP"}]}`})
+	require.NoError(t, err)
+	_, err = store.Workspace(ThreadID{Name: "made-over-mcp"}).Run(ctx, Call{Name: ListPreferences, Via: ViaMCP})
 	require.NoError(t, err)
 	statements := tracer.All()
 	require.NotEmpty(t, statements)

@@ -86,8 +86,8 @@ type Snapshot struct {
 // ToolCallRecord is one recorded tool call.
 type ToolCallRecord struct {
 	ID                 int64           `json:"id"`
-	Turn               int             `json:"turn"`
-	Round              int             `json:"round"`
+	Turn               *int            `json:"turn"`    // null for a call of no turn (over MCP)
+	Round              *int            `json:"round"`   // null for a call of no turn
 	CallID             string          `json:"call_id"` // the id the model gave the call; "" for calls recorded before ids were kept
 	Tool               string          `json:"tool"`
 	Arguments          json.RawMessage `json:"arguments"`
@@ -473,7 +473,7 @@ func (w *Workspace) ToolCalls(ctx context.Context, after int64, limit int) (_ []
 	out := make([]ToolCallRecord, len(rows))
 	for i, r := range rows {
 		out[i] = ToolCallRecord{
-			ID: r.ID, Turn: int(r.Turn), Round: int(r.Round), CallID: r.CallID, Tool: r.Tool, Arguments: r.Arguments,
+			ID: r.ID, Turn: intOrNull(r.Turn), Round: intOrNull(r.Round), CallID: r.CallID, Tool: r.Tool, Arguments: r.Arguments,
 			ActionAndReasoning: r.ActionAndReasoning, OK: r.Ok, Result: r.Result,
 			CreatedAt: r.CreatedAt.Time.UTC(),
 		}

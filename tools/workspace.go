@@ -28,10 +28,17 @@ const (
 	Soft = "soft"
 )
 
-// Who last set an objective.
+// Who last set an objective; who made a change (an event's actor).
 const (
 	ByAgent = "agent"
 	ByUser  = "user"
+)
+
+// The paths a change comes by (an event's via, docs/spec.md §13 and §15).
+const (
+	ViaProxy = "proxy" // a tool call of a proxied turn
+	ViaMCP   = "mcp"   // a tool call over MCP
+	ViaAdmin = "admin" // a user's change, through the admin REST (the panel calls it too)
 )
 
 // Preference is one item of a thread's list. Index is its 1-based position in creation order.
@@ -256,7 +263,7 @@ func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db
 	var first int64
 	err = tx.Commit(ctx, func(b *pgx.Batch) {
 		if len(changes) > 0 {
-			db.QueueEventInsert(b, w.eventParams(ByUser, changes), &first)
+			db.QueueEventInsert(b, w.eventParams(ByUser, ViaAdmin, changes), &first)
 		}
 	})
 	return first, err

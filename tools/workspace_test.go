@@ -748,3 +748,45 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 	require.NoError(t, err)
 	turn(true)
 }
+
+// TestCallOverMCP: a call over MCP (Via ViaMCP) belongs to no turn: it creates its thread when
+// new, records no turn or round, and its events say via "mcp"; a proxied turn's say "proxy", a
+// user's "admin". Its result carries the envelope's text, an error's too.
+func TestCallOverMCP(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	ws := store.Workspace(ThreadID{Client: "alice", Name: "elsewhere"})
+	res, err := ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP,
+		Arguments: `{"items":[{"title":"Window seat"}],"action_and_reasoning":"The user said so."}`})
+	require.NoError(t, err)
+	require.True(t, res.OK)
+	require.Equal(t, "recorded 1 preference", res.Text)
+	res, err = ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP, Arguments: `{"items":[]}`})
+	require.NoError(t, err)
+	require.False(t, res.OK)
+	require.Equal(t, "items: must hold at least one preference", res.Text)
+
+	turn, err := ws.StartTurn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, turn.Number, "the call created the thread, no turn")
+	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"Fly","action_and_reasoning":"named"}`})
+	require.NoError(t, err)
+	_, err = ws.SetObjective(ctx, "Fly to Porto")
+	require.NoError(t, err)
+
+	evs, err := ws.Events(ctx, EventQuery{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, evs, 3)
+	require.Equal(t, []string{ViaMCP, ViaProxy, ViaAdmin}, []string{evs[0].Via, evs[1].Via, evs[2].Via})
+	require.Nil(t, evs[0].Turn)
+	require.Nil(t, evs[0].Round)
+	require.Equal(t, "The user said so.", *evs[0].Reason)
+	require.Equal(t, 1, *evs[1].Turn)
+	calls, err := ws.ToolCalls(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, calls, 3)
+	require.Nil(t, calls[0].Turn)
+	require.Nil(t, calls[1].Round, "a refused call over MCP has no turn either")
+	require.Equal(t, 1, *calls[2].Turn)
+}

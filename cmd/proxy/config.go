@@ -53,7 +53,9 @@ type Config struct {
 	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
 	TrustedProxies string
 	// UI is "on" or "off": the workspace panel.
-	UI              string
+	UI string
+	// MCP is "on" or "off": the workspace over MCP (/mcp).
+	MCP             string
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
@@ -83,6 +85,7 @@ func DefaultConfig() Config {
 		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
 		PromptCacheKey:     proxy.PromptCacheKeyAuto,
 		UI:                 "on",
+		MCP:                "on",
 		ShutdownTimeout:    30 * time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -128,6 +131,7 @@ func (c *Config) settings() []setting {
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
 		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
+		{"MCP", "mcp", "the workspace over MCP at /mcp: on or off", (*stringValue)(&c.MCP)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment (a ping event on /v1/messages)", (*durationValue)(&c.StreamKeepalive)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
@@ -200,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if c.UI != "on" && c.UI != "off" {
 		return fmt.Errorf("UI: %q is not on or off", c.UI)
+	}
+	if c.MCP != "on" && c.MCP != "off" {
+		return fmt.Errorf("MCP: %q is not on or off", c.MCP)
 	}
 	if c.HistoryRetention < 0 {
 		return fmt.Errorf("HISTORY_RETENTION: %s must not be negative", c.HistoryRetention)

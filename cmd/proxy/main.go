@@ -242,6 +242,8 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *prox
 		TraceContent:            strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
 		ListenURL:               cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		DisablePanel:            m.Config.UI == "off",
+		DisableMCP:              m.Config.MCP == "off",
+		Version:                 version(),
 		Logger:                  m.log,
 	}
 }

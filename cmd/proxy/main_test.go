@@ -174,7 +174,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	text, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.Contains(t, string(text), `wsproxy_locked_skips_total{tool="remove_preferences"} 1`)
-	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective"} 1`)
+	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective",via="proxy"} 1`)
 	if _, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = bytes.NewReader(text)
@@ -240,7 +240,7 @@ func TestConfig(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1",
 		"MAX_BUFFERED_BYTES": "512 MiB", "MAX_REQUEST_BYTES": "16MiB", "REQUEST_READ_TIMEOUT": "5s", "WORKSPACE_PLACEMENT": "system",
 		"PASSTHROUGH_ROUTES": "GET /v1/models", "TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1",
-		"MAX_TOOL_CALLS_PER_ROUND": "7", "MAX_TOOL_CALLS_PER_TURN": "9", "MAX_TOOL_ITEMS": "11", "MAX_TOOL_ARGUMENT_BYTES": "64KiB"}
+		"MAX_TOOL_CALLS_PER_ROUND": "7", "MAX_TOOL_CALLS_PER_TURN": "9", "MAX_TOOL_ITEMS": "11", "MAX_TOOL_ARGUMENT_BYTES": "64KiB", "MCP": "off"}
 	c := DefaultConfig()
 	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
 	require.NoError(t, c.Validate())
@@ -256,7 +256,9 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, "10.0.0.0/8, 192.168.1.1", c.TrustedProxies)
 	require.Equal(t, []int{7, 9, 11}, []int{c.MaxToolCallsPerRound, c.MaxToolCallsPerTurn, c.MaxToolItems})
 	require.Equal(t, int64(64<<10), c.MaxToolArgumentBytes)
+	require.Equal(t, "off", c.MCP)
 	d := DefaultConfig()
+	require.Equal(t, "on", d.MCP)
 	require.Equal(t, "tail", d.WorkspacePlacement)
 	require.Equal(t, "auto", d.PromptCacheKey)
 	require.Equal(t, int64(256<<20), d.MaxBufferedBytes)
@@ -292,6 +294,7 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "TRUSTED_PROXIES": "proxy.local"}, "TRUSTED_PROXIES"},
 		{map[string]string{"DATABASE_URL": "x", "ANTHROPIC_UPSTREAM_BASE_URL": "api.anthropic.com"}, "ANTHROPIC_UPSTREAM_BASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "THREAD_HEADER": "X-Session Id"}, "THREAD_HEADER"},
+		{map[string]string{"DATABASE_URL": "x", "MCP": "yes"}, "MCP"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()

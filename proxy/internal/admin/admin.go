@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,8 @@ var adminRouteTable = []adminRoute{
 	{"POST", "/admin/v1/threads/{thread}/events/{id}/revert", (*Server).adminRevert},
 	{"POST", "/admin/v1/threads/{thread}/events/{id}/apply", (*Server).adminApply},
 	{"POST", "/admin/v1/threads/{thread}/links", (*Server).adminLink},
+	{"GET", "/admin/v1/threads/{thread}/links", (*Server).adminLinks},
+	{"DELETE", "/admin/v1/threads/{thread}/links/{id}", (*Server).adminRevokeLink},
 	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
 		apierr.WriteJSON(w, http.StatusOK, openAPIDocument)
 		return nil
@@ -95,8 +98,9 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder. A wrong
-// token counts as a failed authentication of the client's address (throttled).
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder (a link's
+// while its link holds). A wrong token counts as a failed authentication of the client's address
+// (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := auth.BearerToken(r); ok {
 		if err := s.opts.Guard.Attempt(r, func() bool { return s.opts.Guard.IsAdmin(got) }, errAdminToken); err != nil {
@@ -112,7 +116,13 @@ func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if !ok {
 		return principal{}, errAdminToken
 	}
-	p.via = ses
+	p.via, p.link = ses, ses.Link
+	if holds, err := s.linkHolds(r.Context(), p); err != nil || !holds {
+		if err == nil {
+			err = errAdminToken
+		}
+		return principal{}, err
+	}
 	return p, nil
 }
 
@@ -183,9 +193,9 @@ func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	return s.opts.Store.Workspace(id), nil
 }
 
-// preferenceOf is the workspace of the path's thread and the path's preference {id}; an id that
-// is not a number names no preference.
-func (s *Server) preferenceOf(r *http.Request) (*tools.Workspace, int64, error) {
+// itemOf is the workspace of the path's thread and the path's {id} (a preference's, a link's);
+// an id that is not a number names nothing.
+func (s *Server) itemOf(r *http.Request) (*tools.Workspace, int64, error) {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return nil, 0, err
@@ -341,7 +351,7 @@ func (s *Server) adminAddPreference(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) error {
-	ws, id, err := s.preferenceOf(r)
+	ws, id, err := s.itemOf(r)
 	if err != nil {
 		return err
 	}
@@ -362,7 +372,7 @@ func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) e
 }
 
 func (s *Server) adminDeletePreference(w http.ResponseWriter, r *http.Request) error {
-	ws, id, err := s.preferenceOf(r)
+	ws, id, err := s.itemOf(r)
 	if err != nil {
 		return err
 	}
@@ -453,20 +463,36 @@ func (s *Server) eventAction(w http.ResponseWriter, r *http.Request, act func(*t
 	return writeJSON(w, http.StatusOK, ev)
 }
 
-// adminLink makes a signed, expiring link that opens the thread's panel without a key: what an
-// app gives its end user (docs/spec.md §13).
+// errLinkHolder: a link's holder could otherwise outlive its link with a longer one, or end
+// others' links.
+var errLinkHolder = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
+	Message: "a link opens its thread; it cannot make or revoke links"}
+
+// issuedLink is a thread token as POST …/links answers it: the panel's URL, or the MCP token
+// and the URL it is for.
+type issuedLink struct {
+	ID        int64     `json:"id"`
+	Kind      string    `json:"kind"`
+	URL       string    `json:"url"`
+	Token     string    `json:"token,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// adminLink issues a thread token (docs/spec.md §13, §15), signed, expiring and revocable
+// (DELETE …/links/{id}): kind "panel" (the default), a URL that opens the thread's panel
+// without a key — what an app gives its end user; or "mcp", a bearer token of /mcp bound to the
+// thread.
 func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return err
 	}
 	if principalFrom(r.Context()).thread != "" {
-		// A link's holder could otherwise outlive its link with a longer one.
-		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
-			Message: "a link opens its thread; it cannot make links"}
+		return errLinkHolder
 	}
 	var in struct {
 		TTLSeconds *int64 `json:"ttl_seconds"`
+		Kind       string `json:"kind"`
 	}
 	if r.ContentLength != 0 {
 		if err := s.decodeBody(w, r, &in); err != nil {
@@ -480,17 +506,62 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 		}
 		ttl = time.Duration(*in.TTLSeconds) * time.Second
 	}
-	if s.opts.DisablePanel {
-		return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
-	}
-	if _, err := ws.LastEventID(r.Context()); err != nil { // the thread exists
-		return err
+	switch in.Kind {
+	case "", tools.LinkPanel:
+		in.Kind = tools.LinkPanel
+		if s.opts.DisablePanel {
+			return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
+		}
+	case tools.LinkMCP:
+		if s.opts.DisableMCP {
+			return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "mcp_off", Message: "MCP is off (MCP=off): a token would open nothing"}
+		}
+	default:
+		return apierr.BadRequest("invalid_value", "kind", `kind must be "panel" or "mcp"`)
 	}
 	exp := time.Now().Add(ttl).Truncate(time.Second)
-	token := s.signer.sign("l", link{Thread: ws.ThreadID().String(), Expires: exp.Unix()})
-	return writeJSON(w, http.StatusCreated, map[string]any{
-		"url": s.opts.Guard.Peers.BaseURL(r) + "/ui/link?token=" + token, "expires_at": exp.UTC(),
-	})
+	l, err := ws.IssueLink(r.Context(), in.Kind, exp) // ErrNotFound: the thread does not exist
+	if err != nil {
+		return err
+	}
+	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix()}
+	out := issuedLink{ID: l.ID, Kind: l.Kind, ExpiresAt: exp.UTC()}
+	base := s.opts.Guard.Peers.BaseURL(r)
+	if in.Kind == tools.LinkMCP {
+		out.URL, out.Token = base+"/mcp", s.signer.Sign(auth.KindMCP, t)
+	} else {
+		out.URL = base + "/ui/link?token=" + s.signer.Sign(auth.KindPanelLink, t)
+	}
+	return writeJSON(w, http.StatusCreated, out)
+}
+
+// adminLinks lists the thread's tokens that have not expired (never the tokens themselves).
+func (s *Server) adminLinks(w http.ResponseWriter, r *http.Request) error {
+	ws, limit, after, err := s.historyOf(r)
+	if err != nil {
+		return err
+	}
+	if principalFrom(r.Context()).thread != "" {
+		return errLinkHolder
+	}
+	return list(w, limit, func(n int) ([]tools.Link, error) { return ws.Links(r.Context(), after, n) })
+}
+
+// adminRevokeLink revokes one of the thread's tokens: a panel link (and the sessions it opened)
+// or an MCP token is refused from now on, on every replica.
+func (s *Server) adminRevokeLink(w http.ResponseWriter, r *http.Request) error {
+	ws, id, err := s.itemOf(r)
+	if err != nil {
+		return err
+	}
+	if principalFrom(r.Context()).thread != "" {
+		return errLinkHolder
+	}
+	if err := ws.RevokeLink(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // errSessionEnded ends an event stream whose session expired.
@@ -503,7 +574,8 @@ const heartbeat = 15 * time.Second
 // once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets
 // every event after it. Postgres's notifications wake the stream (any replica's commits); the
 // heartbeat also reads, so a lost notification delays an event by one heartbeat at most. A
-// stream opened with a panel session ends when the session expires (a link's, with the link).
+// stream opened with a panel session ends when the session expires; a link's, also when its link
+// is revoked (seen at the next wake-up or heartbeat).
 func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
@@ -520,7 +592,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		}
 		last = n
 	}
-	wake, stop := s.hub.subscribe(ws.ThreadID().String())
+	wake, stop := s.opts.Hub.Subscribe(ws.ThreadID().String())
 	defer stop()
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
@@ -530,6 +602,9 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	}
 	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
 	var expired <-chan time.Time // never, for the admin token
+	if p := principalFrom(r.Context()); p.link != 0 {
+		es.holds = func(ctx context.Context) (bool, error) { return s.linkHolds(ctx, p) }
+	}
 	if ses := principalFrom(r.Context()).via; ses != nil {
 		es.end = time.Unix(ses.Expires, 0)
 		t := time.NewTimer(time.Until(es.end))
@@ -562,19 +637,26 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 }
 
 // eventStream is an open event stream: the events after last go out on w; past end (zero for
-// the admin token) the stream's session has expired.
+// the admin token) the stream's session has expired; holds (nil for a session of no link) says
+// whether its link still holds.
 type eventStream struct {
-	ws   *tools.Workspace
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	last int64
-	end  time.Time
+	ws    *tools.Workspace
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	last  int64
+	end   time.Time
+	holds func(context.Context) (bool, error)
 }
 
 // send writes the thread's events after es.last, a page at a time, flushing each page.
 func (es *eventStream) send(ctx context.Context) error {
 	if !es.end.IsZero() && !time.Now().Before(es.end) {
 		return errSessionEnded
+	}
+	if es.holds != nil {
+		if ok, err := es.holds(ctx); err != nil || !ok {
+			return cmp.Or(err, errSessionEnded)
+		}
 	}
 	for {
 		evs, err := es.ws.Events(ctx, tools.EventQuery{After: es.last, Limit: maxPageSize})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 )
 
 // The workspace panel (docs/spec.md §13): static files embedded in the binary, which read and write
@@ -106,15 +107,25 @@ var linkPage = template.Must(template.New("link").Parse(`<!doctype html>
 <body><p><a href="{{.}}">Open the workspace</a></p></body></html>
 `))
 
-// panelLink opens a signed link: a session for its thread alone, until the link expires.
+// panelLink opens a signed link: a session for its thread alone, until the link expires or is
+// revoked.
 func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
-	var l link
-	if !s.signer.verify("l", r.URL.Query().Get("token"), &l) || time.Now().Unix() >= l.Expires {
+	l, ok := s.signer.VerifyThreadToken(auth.KindPanelLink, r.URL.Query().Get("token"))
+	p := principal{thread: l.Thread, link: l.ID}
+	if ok {
+		holds, err := s.linkHolds(r.Context(), p)
+		if err != nil {
+			apierr.Write(w, r, s.log, err)
+			return
+		}
+		ok = holds
+	}
+	if !ok {
 		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "invalid_link",
 			Message: "this link is not valid or has expired; ask for a new one"})
 		return
 	}
-	s.startSession(w, r, principal{thread: l.Thread}, time.Unix(l.Expires, 0))
+	s.startSession(w, r, p, time.Unix(l.Expires, 0))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = linkPage.Execute(w, "/ui/#/t/"+l.Thread)
 }

@@ -5,7 +5,6 @@
 package admin
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -26,11 +26,12 @@ type Options struct {
 	// ReadBody reads a request's body within the HTTP edge's limits; the caller calls release
 	// when done with it. Required.
 	ReadBody func(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error)
-	// ListenURL is a direct connection to Postgres for LISTEN (DATABASE_LISTEN_URL): the event
-	// streams of every replica wake on its notifications. Empty: streams read at each heartbeat.
-	ListenURL string
+	// Hub wakes the event streams when their thread changes on any replica. Required.
+	Hub *eventhub.Hub
 	// DisablePanel turns the workspace panel (/ui/) off.
 	DisablePanel bool
+	// DisableMCP says MCP (/mcp) is off: no MCP token is issued.
+	DisableMCP bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -39,32 +40,20 @@ type Options struct {
 type Server struct {
 	opts Options
 	log  *slog.Logger
-	// Sessions and links are signed by signer; the hub wakes streams on Postgres's
-	// notifications, listened to until Close; closing ends the streams.
-	signer     signer
-	hub        *eventHub
-	closing    chan struct{}
-	closeOnce  sync.Once
-	heartbeat  atomic.Int64 // of the event streams, in nanoseconds
-	stopListen context.CancelFunc
-	listening  sync.WaitGroup
+	// Sessions and links are signed by signer; closing ends the streams.
+	signer    auth.Signer
+	closing   chan struct{}
+	closeOnce sync.Once
+	heartbeat atomic.Int64 // of the event streams, in nanoseconds
 }
 
-// New returns the user path's server; it listens to Postgres's notifications until Close.
+// New returns the user path's server.
 func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: opts.Logger, signer: newSigner(opts.Guard.AdminToken), hub: newEventHub(),
-		closing: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Logger, signer: auth.NewSigner(opts.Guard.AdminToken), closing: make(chan struct{})}
 	s.SetHeartbeat(heartbeat)
-	listenCtx, stop := context.WithCancel(context.Background())
-	s.stopListen = stop
-	if opts.ListenURL != "" {
-		s.listening.Go(func() {
-			tools.ListenEvents(listenCtx, opts.ListenURL, s.hub.changed, s.hub.resync, s.log)
-		})
-	}
 	return s
 }
 
@@ -76,14 +65,9 @@ func (s *Server) Register(mux *http.ServeMux) {
 	}
 }
 
-// Close ends the event streams and stops listening to Postgres, once; an HTTP server's
-// shutdown waits for the streams otherwise.
+// Close ends the event streams, once; an HTTP server's shutdown waits for them otherwise.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() {
-		close(s.closing)
-		s.stopListen()
-		s.listening.Wait()
-	})
+	s.closeOnce.Do(func() { close(s.closing) })
 }
 
 // SetHeartbeat sets how often an idle event stream gets a comment line (15 s unless set), for

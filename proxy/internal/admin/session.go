@@ -2,17 +2,14 @@ package admin
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -23,6 +20,7 @@ type principal struct {
 	admin  bool
 	client string
 	thread string   // a link's thread, in its stored form
+	link   int64    // the link's id: the session ends when the link is revoked (0: a link issued before links were recorded)
 	via    *session // set when the call came with a panel session: a write then needs its CSRF token
 }
 
@@ -80,12 +78,9 @@ type session struct {
 	Scope   string `json:"s"`
 	Expires int64  `json:"e"` // Unix seconds
 	CSRF    string `json:"c"` // the token writes must carry (X-CSRF-Token)
-}
-
-// link is a thread's signed link: it opens that thread's panel, until it expires.
-type link struct {
-	Thread  string `json:"t"`
-	Expires int64  `json:"e"`
+	// Link is the id of the link a thread's session was opened by (0 for none): the session
+	// holds while the link does.
+	Link int64 `json:"l,omitempty"`
 }
 
 // Panel sessions and links.
@@ -98,42 +93,17 @@ const (
 	MaxLinkTTL     = 30 * 24 * time.Hour
 )
 
-// signer signs sessions and links with a key derived from the admin token, so that every
-// replica configured alike accepts them, and a new token ends them all.
-type signer struct{ key []byte }
-
-func newSigner(adminToken string) signer {
-	k := sha256.Sum256([]byte("wsproxy panel signing key\n" + adminToken))
-	return signer{key: k[:]}
-}
-
-var b64 = base64.RawURLEncoding
-
-// sign is kind.payload.mac: the kind keeps a link from passing for a session.
-func (s signer) sign(kind string, v any) string {
-	b, _ := json.Marshal(v)
-	payload := kind + "." + b64.EncodeToString(b)
-	return payload + "." + b64.EncodeToString(s.mac(payload))
-}
-
-func (s signer) mac(payload string) []byte {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(payload))
-	return m.Sum(nil)
-}
-
-// verify decodes a token of kind into v when its signature holds.
-func (s signer) verify(kind, token string, v any) bool {
-	i := strings.LastIndexByte(token, '.')
-	if i < 0 || !strings.HasPrefix(token, kind+".") {
-		return false
+// linkHolds reports whether a link's session still holds: its link neither revoked nor expired,
+// its thread not deleted. A session of no link always does.
+func (s *Server) linkHolds(ctx context.Context, p principal) (bool, error) {
+	if p.link == 0 {
+		return true, nil
 	}
-	mac, err := b64.DecodeString(token[i+1:])
-	if err != nil || !hmac.Equal(mac, s.mac(token[:i])) {
-		return false
+	id, err := tools.ParseThreadID(p.thread)
+	if err != nil {
+		return false, nil
 	}
-	b, err := b64.DecodeString(token[len(kind)+1 : i])
-	return err == nil && json.Unmarshal(b, v) == nil
+	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)
 }
 
 // sessionOf is the request's valid panel session.
@@ -143,7 +113,7 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 		return nil, false
 	}
 	var ses session
-	if !s.signer.verify("s", c.Value, &ses) || time.Now().Unix() >= ses.Expires {
+	if !s.signer.Verify(auth.KindSession, c.Value, &ses) || time.Now().Unix() >= ses.Expires {
 		return nil, false
 	}
 	return &ses, true
@@ -151,8 +121,8 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
-	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text()}
-	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.sign("s", ses), Expires: exp})
+	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text(), Link: p.link}
+	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.Sign(auth.KindSession, ses), Expires: exp})
 	return ses
 }
 

@@ -229,8 +229,11 @@ function describe(e, pos, known) {
   return e.kind.replaceAll("_", " ") + ": " + name;
 }
 
+// whoText is who made a change: a user, the assistant in a proxied turn, or an assistant over MCP
+// (from an agent elsewhere, in no turn).
 function whoText(e) {
-  return e.actor === "agent" ? "the assistant · turn " + e.turn : "a user";
+  if (e.actor !== "agent") return "a user";
+  return e.via === "mcp" ? "the assistant over MCP" : "the assistant · turn " + e.turn;
 }
 
 function targetKey(t) { return t.type === "objective" ? "objective" : "preference:" + t.id; }
@@ -470,7 +473,7 @@ function conflictText(msg) {
 
 function renderEvent(e, pos, known, h, age, error, report) {
   const reverted = h.revertedBy.get(e.id);
-  const li = el("li", { class: "event" + (reverted ? " reverted" : ""), "data-kind": e.kind, "data-event": String(e.id) },
+  const li = el("li", { class: "event" + (reverted ? " reverted" : ""), "data-kind": e.kind, "data-event": String(e.id), "data-via": e.via },
     el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
     el("div", { class: "what", text: describe(e, pos, known) }),
     e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null);

@@ -1,0 +1,90 @@
+// Package eventhub wakes what a replica holds open on a thread — the admin REST's event streams
+// (docs/spec.md §13) and MCP's resource subscriptions (§15) — when the thread changes on any
+// replica: Postgres notifies every replica of each commit of events (tools.ListenEvents), and the
+// hub wakes the subscribers of that thread, who then read what is new. A wake-up carries no data,
+// so a subscriber that misses one (its buffer holds one) still reads everything at the next.
+package eventhub
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Hub wakes the subscribers of a thread when it changes. Close stops its listening.
+type Hub struct {
+	mu        sync.Mutex
+	subs      map[string]map[chan struct{}]bool // by thread (stored form)
+	stop      context.CancelFunc
+	listening sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New returns a hub that listens to Postgres's notifications over listenURL (a direct
+// connection: DATABASE_LISTEN_URL) until Close. An empty listenURL listens to nothing: its
+// subscribers are never woken, and read at their own heartbeat.
+func New(listenURL string, log *slog.Logger) *Hub {
+	ctx, stop := context.WithCancel(context.Background())
+	h := &Hub{subs: map[string]map[chan struct{}]bool{}, stop: stop}
+	if listenURL != "" {
+		h.listening.Go(func() { tools.ListenEvents(ctx, listenURL, h.changed, h.resync, log) })
+	}
+	return h
+}
+
+// Close stops listening, once, and waits for the listening to end.
+func (h *Hub) Close() {
+	h.closeOnce.Do(func() {
+		h.stop()
+		h.listening.Wait()
+	})
+}
+
+// Subscribe returns the wake-ups of thread (stored form), and the function that ends the
+// subscription.
+func (h *Hub) Subscribe(thread string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.subs[thread] == nil {
+		h.subs[thread] = map[chan struct{}]bool{}
+	}
+	h.subs[thread][ch] = true
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.subs[thread], ch)
+		if len(h.subs[thread]) == 0 {
+			delete(h.subs, thread)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// changed wakes the subscribers of thread: it has new events.
+func (h *Hub) changed(thread string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs[thread] {
+		wake(ch)
+	}
+}
+
+// resync wakes every subscriber: notifications may have been lost.
+func (h *Hub) resync() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, chans := range h.subs {
+		for ch := range chans {
+			wake(ch)
+		}
+	}
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+}

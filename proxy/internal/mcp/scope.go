@@ -1,0 +1,135 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// scope is what a request's token may see (docs/spec.md §15): every thread (the admin token), a
+// client's threads (a client key of CLIENT_KEYS), or one thread (a thread token).
+type scope struct {
+	admin  bool
+	client string         // a client key's client
+	thread tools.ThreadID // a thread token's thread
+}
+
+// bound reports whether the scope is one thread's.
+func (sc scope) bound() bool { return sc.thread.Name != "" }
+
+// resolve is the thread name names in the scope: for a thread token its thread (name empty or
+// its stored form); for a client key the client's thread of that name (as its turns name it);
+// for the admin token the thread of that stored form (client~id for a client's). A name outside
+// the scope is an unknown thread: what a token may not see does not exist for it.
+func (sc scope) resolve(name string) (tools.ThreadID, error) {
+	switch {
+	case sc.bound():
+		if name != "" && name != sc.thread.String() {
+			return tools.ThreadID{}, unknownThread(name)
+		}
+		return sc.thread, nil
+	case name == "":
+		return tools.ThreadID{}, errThreadRequired
+	case sc.admin:
+		id, err := tools.ParseThreadID(name)
+		if err != nil {
+			return tools.ThreadID{}, fmt.Errorf("thread: %w (client~id for a client's thread)", err)
+		}
+		return id, nil
+	case strings.Contains(name, "~"): // another client's namespace
+		return tools.ThreadID{}, unknownThread(name)
+	}
+	id, err := tools.NewThreadID(sc.client, name)
+	if err != nil {
+		return tools.ThreadID{}, fmt.Errorf("thread: %w", err)
+	}
+	return id, nil
+}
+
+// name is how the scope names a thread: a client its own thread by the id it gave, the admin
+// token and a thread token by its stored form.
+func (sc scope) name(id tools.ThreadID) string {
+	if sc.client != "" {
+		return id.Name
+	}
+	return id.String()
+}
+
+// listPrefix is the stored ids' prefix of the threads the scope may list (not for a thread token).
+func (sc scope) listPrefix() string {
+	if sc.admin {
+		return ""
+	}
+	return tools.ThreadID{Client: sc.client}.String() // "client~"
+}
+
+func unknownThread(name string) error { return fmt.Errorf("unknown thread %q", name) }
+
+var errThreadRequired = fmt.Errorf("thread is required: the thread whose workspace to read or change")
+
+type scopeKey struct{}
+
+func withScope(ctx context.Context, sc scope) context.Context {
+	return context.WithValue(ctx, scopeKey{}, sc)
+}
+
+// scopeFrom is the scope of the request ctx belongs to: the SDK derives the contexts of a
+// request's handlers from the request's own (each request is a session of its own).
+func scopeFrom(ctx context.Context) scope {
+	sc, _ := ctx.Value(scopeKey{}).(scope)
+	return sc
+}
+
+// authenticate is the scope of r's bearer token: the admin token, a client key, or a thread
+// token that is signed, unexpired and not revoked. Anything else is a 401 in the shape of
+// RFC 6750 (WWW-Authenticate: Bearer), counted against the client's address; a store that cannot
+// say whether a thread token was revoked is a 503.
+func (s *Server) authenticate(r *http.Request) (scope, error) {
+	token, ok := auth.BearerToken(r)
+	if !ok {
+		return scope{}, unauthorized(`Bearer realm="wsproxy mcp"`)
+	}
+	var sc scope
+	var storeErr error
+	err := s.opts.Guard.Attempt(r, func() bool {
+		if s.opts.Guard.IsAdmin(token) {
+			sc.admin = true
+			return true
+		}
+		if client, ok := s.opts.Guard.Client(token); ok {
+			sc.client = client
+			return true
+		}
+		t, ok := s.signer.VerifyThreadToken(auth.KindMCP, token)
+		if !ok {
+			return false
+		}
+		id, err := tools.ParseThreadID(t.Thread)
+		if err != nil {
+			return false
+		}
+		valid, err := s.opts.Store.Workspace(id).LinkValid(r.Context(), tools.LinkMCP, t.ID)
+		if err != nil {
+			storeErr = err
+			return true // not the token's failure
+		}
+		sc.thread = id
+		return valid
+	}, unauthorized(`Bearer realm="wsproxy mcp", error="invalid_token"`))
+	if storeErr != nil {
+		return scope{}, storeErr
+	}
+	return sc, err
+}
+
+func unauthorized(challenge string) error {
+	return &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
+		Message: "/mcp needs Authorization: Bearer <token>: the admin token, a client key, or a thread token " +
+			`(POST /admin/v1/threads/{thread}/links with {"kind":"mcp"}) that has not expired or been revoked`,
+		Header: http.Header{"WWW-Authenticate": {challenge}}}
+}

@@ -1,0 +1,215 @@
+// Package mcp serves the workspace over the Model Context Protocol (docs/spec.md §15): the five
+// workspace tools and a resource per thread, over MCP's streamable HTTP transport through the
+// official Go SDK. It is stateless: every request is authenticated and answered on its own, so
+// any replica answers any request, and nothing another replica would need is kept in memory.
+// Its calls take the agent path of tools (locks in SQL, a transaction per call, an event per
+// change, via "mcp"); it never reaches the turn engine.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Store holds the workspaces. Required.
+	Store *tools.Store
+	// Guard authenticates requests (the admin token, client keys) and throttles failures.
+	// Required.
+	Guard *auth.Guard
+	// Hub wakes the resource subscriptions when their thread changes on any replica. Required.
+	Hub *eventhub.Hub
+	// ReadBody reads a request's body within the HTTP edge's limits; the caller calls release
+	// when done with it. Required.
+	ReadBody func(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error)
+	// Metrics, when set, count the tool calls.
+	Metrics Metrics
+	// TracerProvider, when set, traces each tool call as an execute_tool span; TraceContent
+	// records its arguments and result on it.
+	TracerProvider trace.TracerProvider
+	TraceContent   bool
+	// Version is the version the server names to its clients. Empty means "dev".
+	Version string
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Metrics count what MCP does; the HTTP edge's Prometheus metrics implement it.
+type Metrics interface {
+	// MCPToolCall counts a workspace tool call over MCP: its tool, whether it succeeded, and the
+	// locked preferences it named and left alone.
+	MCPToolCall(tool string, ok bool, lockedSkips int)
+}
+
+// heartbeat is how often a resource subscription reads its thread's last event unwoken: a lost
+// notification (or none, without LISTEN) delays an update by one heartbeat at most.
+const heartbeat = 15 * time.Second
+
+// Server serves /mcp. Close ends its subscriptions.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	signer  auth.Signer
+	tracing tracing
+	handler http.Handler // the SDK's streamable HTTP transport
+	// The SDK's servers: one for the admin token, one for thread tokens, one per client (their
+	// resources' URIs name threads within the client's namespace, so their subscriptions must
+	// not meet another client's).
+	admin, bound *mcp.Server
+	clientsMu    sync.Mutex
+	clients      map[string]*mcp.Server
+	subs         subscriptions
+	// closing ends the requests in flight (the subscriptions' streams) and the watches.
+	closing  context.Context
+	close    context.CancelFunc
+	watching sync.WaitGroup
+}
+
+// New returns the MCP server.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	closing, closeFn := context.WithCancel(context.Background())
+	s := &Server{opts: opts, log: opts.Logger, signer: auth.NewSigner(opts.Guard.AdminToken),
+		tracing: newTracing(opts.TracerProvider, opts.TraceContent), clients: map[string]*mcp.Server{},
+		subs: subscriptions{watches: map[watchKey]*watch{}}, closing: closing, close: closeFn}
+	s.admin, s.bound = s.newServer(adminTools), s.newServer(boundTools)
+	s.handler = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server { return s.serverFor(scopeFrom(r.Context())) },
+		&mcp.StreamableHTTPOptions{
+			Stateless: true,
+			// One JSON answer per call; a subscriptions/listen stream is SSE all the same.
+			JSONResponse: true,
+			// Every request carries a bearer token (never a cookie), so a page of another site
+			// that a DNS rebinding points at a loopback wsproxy has nothing to send; behind a
+			// proxy on the same host, every Host is another.
+			DisableLocalhostProtection: true,
+			// Bodies are read within the edge's limits before the SDK reads them (ServeHTTP).
+			MaxRequestBodyBytes: -1,
+			// A subscriptions/listen stream ends when its client leaves (or at Close).
+			PropagateRequestCancellation: true,
+			Logger:                       sdkLogger(opts.Logger),
+		})
+	return s
+}
+
+// newServer is one of the SDK's servers, with the tools of defs and the workspace resources.
+func (s *Server) newServer(defs []*mcp.Tool) *mcp.Server {
+	var srv *mcp.Server
+	srv = mcp.NewServer(&mcp.Implementation{Name: "wsproxy", Title: "wsproxy workspace", Version: s.opts.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		Logger:       sdkLogger(s.opts.Logger),
+		// The tool list never changes; nor is a new thread told (resources/list pages through
+		// them as they are).
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Resources: &mcp.ResourceCapabilities{Subscribe: true}},
+		SubscribeHandler: func(ctx context.Context, req *mcp.SubscribeRequest) error {
+			return s.subscribe(ctx, srv, req)
+		},
+		UnsubscribeHandler: func(_ context.Context, req *mcp.UnsubscribeRequest) error {
+			s.unsubscribe(srv, req.Params.URI, req.Session)
+			return nil
+		},
+		// What a token sees is its own: no answer may be shared with another's.
+		SetCacheable: func(_ context.Context, _ mcp.Request, c *mcp.Cacheable) { c.CacheScope = "private" },
+	})
+	for _, t := range defs {
+		srv.AddTool(t, s.callTool(t.Name))
+	}
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: uriScheme + "{thread}", Name: "workspace", Title: "A thread's workspace",
+		Description: "The thread's workspace block: its objective and preferences, as the proxied conversation's model sees it.",
+		MIMEType:    "text/plain"}, s.readResource)
+	srv.AddReceivingMiddleware(s.listResources)
+	return srv
+}
+
+// instructions tell the client what the server is.
+const instructions = "wsproxy keeps a persistent workspace per conversation thread: an objective and the user's " +
+	"preferences (hard: must-haves; soft: preferences). The same workspace is injected into the thread's proxied " +
+	"conversations. Read it (list_preferences, or the workspace://{thread} resource) and keep it current with the " +
+	"tools: set the objective, record every preference the user states, edit or remove one only when the user asks. " +
+	"Items marked (locked) are the user's: the tools cannot change them, so ask the user to unlock one first."
+
+// serverFor is the SDK server of the request's scope.
+func (s *Server) serverFor(sc scope) *mcp.Server {
+	switch {
+	case sc.bound():
+		return s.bound
+	case sc.admin:
+		return s.admin
+	}
+	s.clientsMu.Lock()
+	defer s.clientsMu.Unlock()
+	srv := s.clients[sc.client]
+	if srv == nil { // the clients are CLIENT_KEYS's: a few
+		srv = s.newServer(clientTools)
+		s.clients[sc.client] = srv
+	}
+	return srv
+}
+
+// ServeHTTP serves /mcp: the request is authenticated (401 before any MCP message is read) and
+// its body read within the edge's limits; then the SDK answers it, in the request's scope. A
+// request still running when Close is called ends then.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sc, err := s.authenticate(r)
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	body, release, err := s.opts.ReadBody(w, r)
+	defer release()
+	if err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(withScope(r.Context(), sc))
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+	r = r.WithContext(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.handler.ServeHTTP(w, r)
+}
+
+// Close ends the requests in flight (the subscriptions' streams) and the subscriptions' watches,
+// once; an HTTP server's shutdown waits for the streams otherwise.
+func (s *Server) Close() {
+	s.close()
+	s.watching.Wait()
+}
+
+// sdkLogger is log for the SDK: its warnings and errors only (it logs every subscription and
+// notification at Info, with messages of its own making).
+func sdkLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(warnHandler{log.Handler()})
+}
+
+type warnHandler struct{ slog.Handler }
+
+func (h warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warnHandler) WithGroup(name string) slog.Handler {
+	return warnHandler{h.Handler.WithGroup(name)}
+}

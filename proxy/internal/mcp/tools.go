@@ -1,0 +1,102 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// The tool lists: the five tools with the descriptions and schemas the proxy injects
+// (tools.Definitions), with a required thread argument where the token is not bound to one
+// thread.
+var (
+	boundTools  = toolDefs("")
+	adminTools  = toolDefs("The thread whose workspace the call reads or changes: its id as requests through wsproxy name it (X-Thread-Id), client~id for a client's thread. A new thread is created.")
+	clientTools = toolDefs("The thread whose workspace the call reads or changes: its id as your requests through wsproxy name it (X-Thread-Id). A new thread is created.")
+)
+
+// toolDefs are the five tools, with a required thread argument described as thread says ("" for
+// none).
+func toolDefs(thread string) []*mcp.Tool {
+	defs := make([]*mcp.Tool, len(tools.Definitions))
+	for i, raw := range tools.Definitions {
+		var d struct {
+			Function struct {
+				Name        string         `json:"name"`
+				Description string         `json:"description"`
+				Parameters  map[string]any `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &d); err != nil {
+			panic("tools.Definitions: " + err.Error())
+		}
+		params := d.Function.Parameters
+		if thread != "" {
+			params["properties"].(map[string]any)["thread"] = map[string]any{"type": "string", "description": thread}
+			params["required"] = append([]any{"thread"}, params["required"].([]any)...)
+		}
+		schema, err := json.Marshal(params)
+		if err != nil {
+			panic("tools.Definitions: " + err.Error())
+		}
+		closed := false
+		defs[i] = &mcp.Tool{Name: d.Function.Name, Description: d.Function.Description, InputSchema: json.RawMessage(schema),
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: d.Function.Name == tools.ListPreferences, OpenWorldHint: &closed}}
+	}
+	return defs
+}
+
+// callTool is the handler of a tool: the call runs on the agent path against the thread the
+// scope resolves, and its result is the envelope's text (an error envelope's: a tool error).
+// The store's own failures are JSON-RPC errors.
+func (s *Server) callTool(name string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := req.Params.Arguments
+		id, err := scopeFrom(ctx).resolve(threadArgument(args))
+		if err != nil {
+			s.metrics(name, tools.Result{})
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
+		}
+		ctx, span := s.tracing.toolSpan(ctx, name, id, args)
+		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP})
+		s.tracing.endTool(span, res, err)
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))
+			msg := "internal error"
+			if errors.Is(err, tools.ErrUnavailable) {
+				msg = "the workspace store (Postgres) is unavailable; nothing was run"
+			}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg}
+		}
+		s.metrics(name, res)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Text}}, IsError: !res.OK}, nil
+	}
+}
+
+func (s *Server) metrics(name string, res tools.Result) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.MCPToolCall(name, res.OK, res.LockedSkips)
+	}
+}
+
+// threadArgument is the call's thread argument: "" when there is none (or the arguments are not
+// an object, which the tool then refuses; a thread that is not a string names none).
+func threadArgument(args json.RawMessage) string {
+	var a struct {
+		Thread json.RawMessage `json:"thread"`
+	}
+	if json.Unmarshal(args, &a) != nil {
+		return ""
+	}
+	var name string
+	if json.Unmarshal(a.Thread, &name) != nil {
+		return ""
+	}
+	return name
+}
