@@ -87,8 +87,8 @@ func TestPgBouncerTestsExist(t *testing.T) {
 	}
 }
 
-// TestRoomsImports: the turn engine and the user path meet only in tools and Postgres — neither
-// imports the other — and the turn engine knows no Prometheus (docs/architecture.md).
+// TestRoomsImports: the turn engine, the user path and MCP meet only in tools and Postgres — none
+// imports another — and the turn engine knows no Prometheus (docs/architecture.md).
 func TestRoomsImports(t *testing.T) {
 	t.Parallel()
 	deps := func(pkg string) string {
@@ -96,10 +96,12 @@ func TestRoomsImports(t *testing.T) {
 		require.NoError(t, err)
 		return string(out)
 	}
-	turn, admin := deps("proxy/internal/turn"), deps("proxy/internal/admin")
+	turn, admin, mcp := deps("proxy/internal/turn"), deps("proxy/internal/admin"), deps("proxy/internal/mcp")
 	require.NotContains(t, turn, "wsproxy/proxy/internal/admin")
 	require.NotContains(t, turn, "prometheus")
 	require.NotContains(t, admin, "wsproxy/proxy/internal/turn")
+	require.NotContains(t, mcp, "wsproxy/proxy/internal/turn")
+	require.NotContains(t, mcp, "wsproxy/proxy/internal/admin")
 	require.Contains(t, turn, "wsproxy/tools")
 	require.Contains(t, admin, "wsproxy/tools")
 }
