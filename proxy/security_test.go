@@ -3,7 +3,10 @@ package proxy
 import (
 	"bufio"
 	"compress/gzip"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -663,4 +666,20 @@ func TestStreamedCallArgumentsBounded(t *testing.T) {
 	back := assistant["tool_calls"].([]any)[0].(map[string]any)["function"].(map[string]any)["arguments"].(string)
 	require.LessOrEqual(t, len(back), max, "the round sent back keeps at most the bound of the arguments")
 	require.Contains(t, tool["content"], fmt.Sprintf("at most %d bytes (got %d)", max, len(args)))
+}
+
+// TestNoAdminTokenNoSessions: a server without an admin token accepts no session cookie, not
+// even one signed with the key an empty token would give.
+func TestNoAdminTokenNoSessions(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.AdminToken = "" })
+	forged := (&auth.Guard{}).Signer().Sign(auth.KindSession, map[string]any{"s": "admin", "e": time.Now().Add(time.Hour).Unix(), "c": "x"})
+	empty := sha256.Sum256([]byte("wsproxy panel signing key\n"))
+	m := hmac.New(sha256.New, empty[:])
+	payload := auth.KindSession + "." + base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"s":"admin","e":%d,"c":"x"}`, time.Now().Add(time.Hour).Unix())))
+	m.Write([]byte(payload))
+	for _, cookie := range []string{forged, payload + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))} {
+		resp, body := e.do("GET", "/admin/v1/threads", map[string]string{"Cookie": "wsproxy_session=" + cookie}, "")
+		require.Equal(t, 401, resp.StatusCode, body)
+	}
 }

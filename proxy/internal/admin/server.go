@@ -52,7 +52,7 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: opts.Logger, signer: auth.NewSigner(opts.Guard.AdminToken), closing: make(chan struct{})}
+	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer(), closing: make(chan struct{})}
 	s.SetHeartbeat(heartbeat)
 	return s
 }

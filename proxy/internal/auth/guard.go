@@ -3,7 +3,6 @@ package auth
 import (
 	"crypto/subtle"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -20,6 +19,17 @@ type Guard struct {
 	ClientKeys   *ClientKeys // nil: no client keys
 	Peers        Peers
 	failures     throttle
+	signer       struct {
+		once sync.Once
+		s    Signer
+	}
+}
+
+// Signer is the signer of the panel's sessions and links and of MCP's thread tokens, derived
+// from the admin token (one for every surface).
+func (g *Guard) Signer() Signer {
+	g.signer.once.Do(func() { g.signer.s = NewSigner(g.AdminToken) })
+	return g.signer.s
 }
 
 // IsAdmin reports whether token is the admin token (compared in constant time).
@@ -44,7 +54,7 @@ func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []by
 // r's address failed too often lately; else nil when verify holds, and failed — counted against
 // the address — when it does not.
 func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error {
-	addr := throttleKey(g.Peers.ClientAddr(r))
+	addr := g.Peers.ClientAddr(r) // an IPv6 address as its /64
 	if err := g.failures.check(addr); err != nil {
 		return err
 	}
@@ -60,7 +70,7 @@ func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error
 // further try from it is refused, the right credential too, until the window ends.
 type throttle struct {
 	mu       sync.Mutex
-	failures map[string]*failures // by throttleKey
+	failures map[string]*failures // by client address
 	swept    time.Time            // the last sweep of the ended windows
 }
 
@@ -125,17 +135,6 @@ func (t *throttle) makeRoom(now time.Time) {
 		}
 		delete(t.failures, a)
 	}
-}
-
-// throttleKey is the address the throttle counts: an IPv6 address's /64 (a host picks from a
-// whole /64), any other address as it is.
-func throttleKey(addr string) string {
-	ip, err := netip.ParseAddr(addr)
-	if err != nil || !ip.Is6() || ip.Is4In6() {
-		return addr
-	}
-	p, _ := ip.Prefix(64)
-	return p.String()
 }
 
 // maxTracked bounds the addresses the throttle tracks.

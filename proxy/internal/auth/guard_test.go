@@ -32,3 +32,17 @@ func TestThrottleBounded(t *testing.T) {
 	require.ErrorContains(t, err, "too many failed authentications", "one /64 is one address")
 	require.ErrorIs(t, try("[2001:db8:1:3::1]:1234"), bad, "another /64 is another")
 }
+
+// TestNoAdminTokenNoSigner: without an admin token nothing signed is accepted, not even what
+// the signer itself made (its key would be derived from nothing, known to anyone).
+func TestNoAdminTokenNoSigner(t *testing.T) {
+	t.Parallel()
+	var v struct{ S string }
+	s := (&Guard{}).Signer()
+	require.False(t, s.Verify(KindSession, s.Sign(KindSession, map[string]string{"S": "admin"}), &v))
+	forged := NewSigner("x") // any key a forger might guess
+	require.False(t, s.Verify(KindSession, forged.Sign(KindSession, map[string]string{"S": "admin"}), &v))
+	g := &Guard{AdminToken: "t"}
+	require.True(t, g.Signer().Verify(KindSession, g.Signer().Sign(KindSession, map[string]string{"S": "admin"}), &v))
+	require.Equal(t, "admin", v.S)
+}

@@ -88,7 +88,7 @@ func New(opts Options) *Server {
 		opts.Version = "dev"
 	}
 	closing, closeFn := context.WithCancel(context.Background())
-	s := &Server{opts: opts, log: opts.Logger, signer: auth.NewSigner(opts.Guard.AdminToken),
+	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer(),
 		tracing: newTracing(opts.TracerProvider, opts.TraceContent), clients: map[string]*mcp.Server{},
 		subs: subscriptions{watches: map[watchKey]*watch{}}, closing: closing, close: closeFn}
 	s.admin, s.bound = s.newServer(adminTools), s.newServer(boundTools)
