@@ -93,19 +93,24 @@ func saveScreenshot(t *testing.T, ctx context.Context, name, what string) {
 	}
 }
 
-// within runs browser steps with a deadline.
+// within runs browser steps with a deadline, one generous enough for a machine busy with the
+// other tests (a browser, a proxy and Postgres per test, all at once).
 func within(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	require.NoError(t, chromedp.Do(sctx, steps...))
 }
 
 // waitFor waits until the JavaScript expression is true in the page, through navigations (a
-// page that goes away mid-poll takes its poll with it: the next page is polled anew).
+// page that goes away mid-poll takes its poll with it: the next page is polled anew), until the
+// deadline of its steps.
 func waitFor(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		deadline := time.Now().Add(15 * time.Second)
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			deadline = time.Now().Add(time.Minute)
+		}
 		for {
 			_, err := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(time.Until(deadline)))(ctx, tg)
 			if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
