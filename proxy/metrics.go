@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +34,7 @@ type Metrics struct {
 	tokens           *prometheus.CounterVec
 	cachedTokens     prometheus.Counter
 	inflight         prometheus.Gauge
+	poolWait         prometheus.Histogram
 }
 
 // NewMetrics registers the metrics, and the Go and process collectors, on reg.
@@ -74,9 +77,13 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
+		poolWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsproxy_db_pool_acquire_duration_seconds", Help: "Time to get a Postgres connection from the pool (waiting while all are in use).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
 	}
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight,
+		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight, m.poolWait,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -90,6 +97,52 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	m.tokens.WithLabelValues("completion")
 	return m
 }
+
+// PoolTracer times every wait for a pooled Postgres connection: set it as the pool's
+// ConnConfig.Tracer (with pgx's multitracer beside another) before the pool is made.
+func (m *Metrics) PoolTracer() pgx.QueryTracer { return poolTracer{m} }
+
+// WatchPool serves the pool's connections as gauges: wsproxy_db_connections by state (acquired:
+// in use by an operation; idle; constructing) and wsproxy_db_connections_max, the pool's size.
+func (m *Metrics) WatchPool(pool *pgxpool.Pool) {
+	if m == nil {
+		return
+	}
+	conns := func(state string, f func(*pgxpool.Stat) int32) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsproxy_db_connections", Help: "Postgres connections of the pool, by state (acquired, idle, constructing).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 { return float64(f(pool.Stat())) })
+	}
+	m.registry.MustRegister(
+		conns("acquired", (*pgxpool.Stat).AcquiredConns),
+		conns("idle", (*pgxpool.Stat).IdleConns),
+		conns("constructing", (*pgxpool.Stat).ConstructingConns),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsproxy_db_connections_max", Help: "The most Postgres connections the pool opens (pool_max_conns).",
+		}, func() float64 { return float64(pool.Config().MaxConns) }))
+}
+
+// poolTracer is the pgxpool.AcquireTracer of PoolTracer; its statement hooks do nothing.
+type poolTracer struct{ m *Metrics }
+
+type acquireStartKey struct{}
+
+func (t poolTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	return context.WithValue(ctx, acquireStartKey{}, time.Now())
+}
+
+func (t poolTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireEndData) {
+	if start, ok := ctx.Value(acquireStartKey{}).(time.Time); ok && t.m != nil {
+		t.m.poolWait.Observe(time.Since(start).Seconds())
+	}
+}
+
+func (poolTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (poolTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // Handler serves the registry: in the Prometheus text format, or in OpenMetrics, with the
 // latency histograms' exemplars (trace ids), when the scraper asks for it.

@@ -175,6 +175,11 @@ func TestDemoEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(text), `wsproxy_locked_skips_total{tool="remove_preferences"} 1`)
 	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective"} 1`)
+	// The pool: its connections by state, its size, and every wait for a connection.
+	require.Contains(t, string(text), `wsproxy_db_connections{state="acquired"} `)
+	require.Contains(t, string(text), `wsproxy_db_connections{state="idle"} `)
+	require.Regexp(t, `(?m)^wsproxy_db_connections_max \d+$`, string(text))
+	require.Regexp(t, `(?m)^wsproxy_db_pool_acquire_duration_seconds_count [1-9]\d*$`, string(text))
 	if _, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = bytes.NewReader(text)
