@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -66,6 +67,8 @@ func latencyCmd(args []string) error {
 	fs.DurationVar(&h.window, "window", 10*time.Second, "the measured part of each row, after its ramp")
 	fs.IntVar(&h.size, "size", 1024, "request body size in bytes")
 	only := fs.String("scenarios", "", "run only the scenarios whose names contain one of these comma-separated words")
+	rounds := fs.Int("rounds", 1, "rounds of the rows at each load, one after the other; the table gives each figure's median")
+	fs.IntVar(&h.pool, "pool", 0, "wsproxy's pool size (pool_max_conns in its DATABASE_URL; 0: the URL's, else pgx's default)")
 	before := fs.String("before", "", "another wsproxy binary (an earlier build) whose rows run just before each wsproxy row, for a comparison")
 	h.timing.flags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -115,17 +118,73 @@ func latencyCmd(args []string) error {
 		h.timing.TTFT, h.timing.Chunks, h.timing.Interval, h.timing.total(), h.window, machine())
 	var rows []latencyRow
 	for _, n := range ns {
-		for _, s := range scenarios {
-			r, err := h.row(s, n)
-			if err != nil {
-				return fmt.Errorf("%s at %d streams: %w", s.name, n, err)
+		var runs [][]latencyRow // by scenario
+		for round := range *rounds {
+			for i, s := range scenarios {
+				r, err := h.row(s, n)
+				if err != nil {
+					return fmt.Errorf("%s at %d streams: %w", s.name, n, err)
+				}
+				fmt.Printf("round %d %s\n", round+1, r.progress())
+				if round == 0 {
+					runs = append(runs, nil)
+				}
+				runs[i] = append(runs[i], r)
 			}
-			fmt.Println(r.progress())
-			rows = append(rows, r)
 		}
+		for _, rs := range runs {
+			rows = append(rows, medianRow(rs))
+		}
+	}
+	if *rounds > 1 {
+		fmt.Printf("\nMedians over %d rounds", *rounds)
 	}
 	printLatencyTable(os.Stdout, rows)
 	return nil
+}
+
+// medianRow is the rows of one scenario and load over rounds: the streams of all of them, and
+// per figure its median.
+func medianRow(rs []latencyRow) latencyRow {
+	m := rs[0]
+	m.errors = map[string]int{}
+	m.started, m.ok, m.completed = 0, 0, 0
+	for _, r := range rs {
+		m.started += r.started
+		m.ok += r.ok
+		m.completed += r.completed
+		for k, v := range r.errors {
+			m.errors[k] += v
+		}
+	}
+	med := func(f func(latencyRow) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		return medianOf(v)
+	}
+	d := func(f func(latencyRow) time.Duration) time.Duration {
+		return time.Duration(med(func(r latencyRow) float64 { return float64(f(r)) }))
+	}
+	m.ttft50 = d(func(r latencyRow) time.Duration { return r.ttft50 })
+	m.ttft99 = d(func(r latencyRow) time.Duration { return r.ttft99 })
+	m.poolWait99 = d(func(r latencyRow) time.Duration { return r.poolWait99 })
+	m.cpu = d(func(r latencyRow) time.Duration { return r.cpu })
+	m.pgCPU = d(func(r latencyRow) time.Duration { return r.pgCPU })
+	m.connPerAcquire = d(func(r latencyRow) time.Duration { return r.connPerAcquire })
+	m.open = med(func(r latencyRow) float64 { return r.open })
+	m.rssPerStream = med(func(r latencyRow) float64 { return r.rssPerStream })
+	m.goroPerStream = med(func(r latencyRow) float64 { return r.goroPerStream })
+	m.stackPerStream = med(func(r latencyRow) float64 { return r.stackPerStream })
+	m.heapPerStream = med(func(r latencyRow) float64 { return r.heapPerStream })
+	m.upPeak = int64(med(func(r latencyRow) float64 { return float64(r.upPeak) }))
+	m.upNew = int64(med(func(r latencyRow) float64 { return float64(r.upNew) }))
+	m.pgPeak = med(func(r latencyRow) float64 { return r.pgPeak })
+	m.pgOpen = med(func(r latencyRow) float64 { return r.pgOpen })
+	m.machineBusy = med(func(r latencyRow) float64 { return r.machineBusy })
+	m.othersBusy = med(func(r latencyRow) float64 { return r.othersBusy })
+	return m
 }
 
 // latencyHarness runs the rows: it owns the model upstream and, for each row, a fresh proxy.
@@ -134,6 +193,7 @@ type latencyHarness struct {
 	timing     modelTiming
 	window     time.Duration
 	size       int
+	pool       int // wsproxy's pool_max_conns (0: its default)
 
 	model      string // the model upstream's address
 	modelCmd   *exec.Cmd
@@ -201,7 +261,18 @@ func (h *latencyHarness) startTarget(s latencyScenario) (target, error) {
 		addr, cmd, err := spawnSelf("bareproxy", "-target", "http://"+h.model)
 		return target{base: "http://" + addr, cmd: cmd, kind: kind}, err
 	case targetWsproxy:
-		addr, cmd, err := startWsproxy(cmp.Or(s.bin, h.bin), "DATABASE_URL="+h.dbURL, "UPSTREAM_BASE_URL=http://"+h.model+"/v1", "ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
+		dbURL := h.dbURL
+		if h.pool > 0 {
+			u, err := url.Parse(dbURL)
+			if err != nil {
+				return target{}, fmt.Errorf("DATABASE_URL: %w", err)
+			}
+			q := u.Query()
+			q.Set("pool_max_conns", strconv.Itoa(h.pool))
+			u.RawQuery = q.Encode()
+			dbURL = u.String()
+		}
+		addr, cmd, err := startWsproxy(cmp.Or(s.bin, h.bin), "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+h.model+"/v1", "ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
 		return target{base: "http://" + addr, cmd: cmd, kind: kind}, err
 	}
 	return target{base: "http://" + h.model, kind: targetDirect}, nil
@@ -515,7 +586,10 @@ type latencySample struct {
 	pgAcquired float64 // wsproxy's pooled connections in use
 	pgOpen     float64 // and open
 	pgMax      float64
-	upOpen     int64 // connections open at the model upstream
+	upOpen     int64   // connections open at the model upstream
+	stack      float64 // the proxy's goroutine stacks and heap in use (wsproxy: its metrics)
+	heap       float64
+	acquires   float64 // wsproxy's acquires of a pooled connection so far
 	cpu        time.Duration
 	pgCPU      time.Duration
 	poolWait   histogram
@@ -543,6 +617,8 @@ func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
 		s.pgOpen = s.pgAcquired + m[`wsproxy_db_connections{state="idle"}`] + m[`wsproxy_db_connections{state="constructing"}`]
 		s.pgMax = m["wsproxy_db_connections_max"]
 		s.poolWait = histogramOf(m, "wsproxy_db_pool_acquire_duration_seconds")
+		s.acquires = m["wsproxy_db_pool_acquire_duration_seconds_count"]
+		s.stack, s.heap = m["go_memstats_stack_inuse_bytes"], m["go_memstats_heap_inuse_bytes"]
 		s.pgCPU = h.postgresCPU()
 	}
 	return s
@@ -681,22 +757,29 @@ type latencyRow struct {
 	open           float64 // mean open streams over the window
 	rssPerStream   float64 // bytes
 	goroPerStream  float64
-	upPeak, upNew  int64
-	pgPeak, pgOpen float64 // pooled connections: the most in use in a sample, the most open
-	pgMax          float64
-	poolWait99     time.Duration // -1: no figure
-	cpu, pgCPU     time.Duration // per stream that ended in the window
-	completed      int
+	// wsproxy's: its goroutine stacks and heap in use per open stream, and the time a pooled
+	// connection is held per acquire (Little's law: connections in use over acquires per second).
+	stackPerStream, heapPerStream float64
+	connPerAcquire                time.Duration
+	upPeak, upNew                 int64
+	pgPeak, pgOpen                float64 // pooled connections: the most in use in a sample, the most open
+	pgMax                         float64
+	poolWait99                    time.Duration // -1: no figure
+	cpu, pgCPU                    time.Duration // per stream that ended in the window
+	completed                     int
 
 	machineBusy, othersBusy float64 // shares of the machine's CPU time over the window
 }
 
 func (r *latencyRow) summarize(before, start, end latencySample, samples []latencySample, completed int) {
-	var open, rss, goro []float64
+	var open, rss, goro, stack, heap, acquired []float64
 	for _, s := range samples {
 		open = append(open, float64(s.open))
 		rss = append(rss, float64(s.rss))
 		goro = append(goro, s.goroutines)
+		stack = append(stack, s.stack)
+		heap = append(heap, s.heap)
+		acquired = append(acquired, s.pgAcquired)
 		r.pgPeak = max(r.pgPeak, s.pgAcquired)
 		r.pgOpen = max(r.pgOpen, s.pgOpen)
 		r.pgMax = max(r.pgMax, s.pgMax)
@@ -705,6 +788,11 @@ func (r *latencyRow) summarize(before, start, end latencySample, samples []laten
 	if r.open > 0 {
 		r.rssPerStream = (medianOf(rss) - float64(before.rss)) / r.open
 		r.goroPerStream = (medianOf(goro) - before.goroutines) / r.open
+		r.stackPerStream = (medianOf(stack) - before.stack) / r.open
+		r.heapPerStream = (medianOf(heap) - before.heap) / r.open
+	}
+	if n := end.acquires - start.acquires; n > 0 {
+		r.connPerAcquire = time.Duration(mean(acquired) * float64(r.window) / n)
 	}
 	r.completed = completed
 	if completed > 0 {
@@ -741,8 +829,12 @@ func (r latencyRow) progress() string {
 	if len(r.errors) > 0 {
 		errs = fmt.Sprintf("  errors %v", r.errors)
 	}
-	return fmt.Sprintf("%5d streams  %-33s %6.2f%% of %d  ttft p50 %s p99 %s  open %.0f  machine %.0f%% busy (others %.0f%%)%s",
-		r.n, r.scenario.name, r.success(), r.started, dur(r.ttft50), dur(r.ttft99), r.open, 100*r.machineBusy, 100*r.othersBusy, errs)
+	ws := ""
+	if r.scenario.target == targetWsproxy {
+		ws = fmt.Sprintf("  stack %.1f KiB heap %.1f KiB a stream, a pooled connection held %s an acquire", r.stackPerStream/1024, r.heapPerStream/1024, dur(r.connPerAcquire))
+	}
+	return fmt.Sprintf("%5d streams  %-33s %6.2f%% of %d  ttft p50 %s p99 %s  open %.0f  machine %.0f%% busy (others %.0f%%)%s%s",
+		r.n, r.scenario.name, r.success(), r.started, dur(r.ttft50), dur(r.ttft99), r.open, 100*r.machineBusy, 100*r.othersBusy, ws, errs)
 }
 
 // printLatencyTable prints the rows with their TTFT added over the direct row of the same kind
