@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
@@ -62,4 +65,60 @@ func TestStreamedRoundsReuseTheUpstreamConnection(t *testing.T) {
 			require.LessOrEqual(t, len(conns), 2, "%d upstream connections for %d rounds: %s", len(conns), 2*turns, strings.Join(conns, ", "))
 		})
 	}
+}
+
+// TestManyUpstreamConnectionsKeptIdle: after a burst of concurrent requests, the proxy keeps
+// the burst's upstream connections for the next one, however many there were (Go's
+// DefaultTransport keeps at most 100 idle connections): a second burst as large opens none.
+func TestManyUpstreamConnectionsKeptIdle(t *testing.T) {
+	t.Parallel()
+	const burst = 150
+	e := setup(t)
+	var (
+		mu      sync.Mutex
+		arrived int
+		release = make(chan struct{})
+	)
+	e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if arrived++; arrived%burst == 0 {
+			close(release) // the whole burst is in: every request holds a connection
+		}
+		wait := release
+		mu.Unlock()
+		select {
+		case <-wait:
+		case <-time.After(time.Minute):
+			t.Error("the burst never came in whole")
+		}
+		upstreamtest.JSON(200, upstreamtest.Completion("ok"))(w, r)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: burst}}
+	defer client.CloseIdleConnections()
+	sendBurst := func() {
+		var wg sync.WaitGroup
+		for range burst {
+			wg.Go(func() {
+				resp, err := client.Post(e.srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","messages":[]}`))
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, 200, resp.StatusCode)
+			})
+		}
+		wg.Wait()
+	}
+	sendBurst()
+	mu.Lock()
+	release = make(chan struct{})
+	mu.Unlock()
+	sendBurst()
+	conns := map[string]bool{}
+	for _, r := range e.up.Requests() {
+		conns[r.RemoteAddr] = true
+	}
+	require.Len(t, e.up.Requests(), 2*burst)
+	require.Equal(t, burst, len(conns), "upstream connections of two bursts of %d", burst)
 }
