@@ -203,7 +203,7 @@ type latencyHarness struct {
 }
 
 func (h *latencyHarness) start() error {
-	h.probe = &http.Client{Timeout: 10 * time.Second}
+	h.probe = &http.Client{Timeout: 2 * time.Second}
 	var err error
 	if h.postmaster, err = postmasterPID(h.dbURL); err != nil {
 		return err
@@ -413,11 +413,13 @@ func (h *latencyHarness) openLoop(s latencyScenario, t target, n int) *openLoop 
 		first:  requestBody(h.size, true),
 		header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-load"}},
 		rate:   float64(n) / h.streamDuration(s).Seconds(),
+		expect: [2]time.Duration{h.streamDuration(s)},
 	}
 	if s.tool {
 		o.header.Set(toolRoundHeader, "1")
 		if s.target != targetWsproxy {
 			o.second = withToolResult(o.first)
+			o.expect = [2]time.Duration{h.timing.total(), h.timing.total()}
 		}
 	}
 	if s.thread {
@@ -435,15 +437,28 @@ func withToolResult(body []byte) []byte {
 		strconv.Quote(toolArguments)+`}}]},{"role":"tool","tool_call_id":"call_load","content":"{\"ok\":true}"}]}`))
 }
 
+// maxOpenStreams caps the streams a row holds open at once: a proxy holds two connections (two
+// open files) a stream, and these machines allow 20,000 a process. Past it, an arrival is not
+// sent and counts as a failure (errOverCap): the proxy fell that far behind.
+const maxOpenStreams = 9_500
+
+const errOverCap = "not sent: 9,500 streams open"
+
 // openLoop sends streams at Poisson arrivals of rate per second for duration, each on its own
 // whatever the others do, and returns once every stream ended.
 type openLoop struct {
-	client   *http.Client
-	url      string
-	first    []byte
-	second   []byte // the client's own second round (nil: none)
-	header   http.Header
-	thread   func(k int) string // nil: no thread
+	client *http.Client
+	url    string
+	first  []byte
+	second []byte // the client's own second round (nil: none)
+	header http.Header
+	thread func(k int) string // nil: no thread
+	// expect is how long the model takes to answer the first request and the second: a client
+	// reads an answer's first event as it comes, and the rest once the model is done, so that
+	// the load generator's CPU goes to the streams' starts and ends rather than to a wakeup for
+	// each of 200,000 events a second (the proxy writes every event as it comes all the same;
+	// the connection's buffers hold a stream's few kilobytes meanwhile).
+	expect   [2]time.Duration
 	rate     float64
 	duration time.Duration
 	open     atomic.Int64
@@ -474,7 +489,15 @@ func (o *openLoop) run() []streamResult {
 		if d := time.Until(start.Add(at)); d > 0 {
 			time.Sleep(d)
 		}
+		if o.open.Add(1) > maxOpenStreams {
+			o.open.Add(-1)
+			mu.Lock()
+			results = append(results, streamResult{start: at, end: at, err: errOverCap})
+			mu.Unlock()
+			continue
+		}
 		wg.Go(func() {
+			defer o.open.Add(-1)
 			r := o.stream(k, start)
 			mu.Lock()
 			results = append(results, r)
@@ -487,13 +510,11 @@ func (o *openLoop) run() []streamResult {
 
 // stream runs stream k: its request (and its second round when the client sends it).
 func (o *openLoop) stream(k int, runStart time.Time) streamResult {
-	o.open.Add(1)
-	defer o.open.Add(-1)
 	t0 := time.Now()
 	r := streamResult{start: t0.Sub(runStart)}
-	ttft, err := o.post(o.first, k, t0)
+	ttft, err := o.post(o.first, k, t0, o.expect[0])
 	if err == nil && o.second != nil {
-		ttft, err = o.post(o.second, k, t0)
+		ttft, err = o.post(o.second, k, t0, o.expect[1])
 	}
 	r.end = time.Since(runStart)
 	if err != nil {
@@ -506,10 +527,11 @@ func (o *openLoop) stream(k int, runStart time.Time) streamResult {
 
 var errIncomplete = errors.New("stream ended before [DONE]")
 
-// post sends one streamed request and reads its answer to the end: the time from t0 to its first
-// data line, or an error for a status other than 200, an error event or a stream without its
-// [DONE].
-func (o *openLoop) post(body []byte, k int, t0 time.Time) (time.Duration, error) {
+// post sends one streamed request and reads its answer to the end (its first event as it
+// comes, the rest from expect after the request on): the time from t0 to its first data line,
+// or an error for a status other than 200, an error event or a stream without its [DONE].
+func (o *openLoop) post(body []byte, k int, t0 time.Time, expect time.Duration) (time.Duration, error) {
+	sent := time.Now()
 	req, err := http.NewRequest(http.MethodPost, o.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, err
@@ -527,7 +549,7 @@ func (o *openLoop) post(body []byte, k int, t0 time.Time) (time.Duration, error)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return 0, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	br := bufio.NewReaderSize(resp.Body, 4096)
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
 	var ttft time.Duration
 	done := false
 	for {
@@ -535,6 +557,7 @@ func (o *openLoop) post(body []byte, k int, t0 time.Time) (time.Duration, error)
 		if bytes.HasPrefix(line, []byte("data: ")) {
 			if ttft == 0 {
 				ttft = time.Since(t0)
+				time.Sleep(time.Until(sent.Add(expect)))
 			}
 			if bytes.HasPrefix(line, []byte(`data: {"error"`)) {
 				return 0, errors.New("error event")
@@ -593,6 +616,7 @@ type latencySample struct {
 	cpu        time.Duration
 	pgCPU      time.Duration
 	poolWait   histogram
+	scraped    bool // the figures below open, rss and cpu came (a scrape may time out under load)
 }
 
 func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
@@ -608,10 +632,11 @@ func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
 	case targetBare:
 		var ls loadStats
 		if err := getJSON(h.probe, t.base+statsPath, &ls); err == nil {
-			s.goroutines = float64(ls.Goroutines)
+			s.goroutines, s.scraped = float64(ls.Goroutines), true
 		}
 	case targetWsproxy:
-		m, _ := scrapeAll(h.probe, t.base)
+		m, err := scrapeAll(h.probe, t.base)
+		s.scraped = err == nil
 		s.goroutines = m["go_goroutines"]
 		s.pgAcquired = m[`wsproxy_db_connections{state="acquired"}`]
 		s.pgOpen = s.pgAcquired + m[`wsproxy_db_connections{state="idle"}`] + m[`wsproxy_db_connections{state="constructing"}`]
@@ -776,6 +801,9 @@ func (r *latencyRow) summarize(before, start, end latencySample, samples []laten
 	for _, s := range samples {
 		open = append(open, float64(s.open))
 		rss = append(rss, float64(s.rss))
+		if !s.scraped {
+			continue
+		}
 		goro = append(goro, s.goroutines)
 		stack = append(stack, s.stack)
 		heap = append(heap, s.heap)

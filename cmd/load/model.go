@@ -144,20 +144,11 @@ func (m *modelUpstream) answerJSON(w http.ResponseWriter, r *http.Request, start
 		`,"finish_reason":"` + finish + `"}],"usage":{"prompt_tokens":300,"completion_tokens":40,"total_tokens":340}}`))
 }
 
-// sleepUntil waits until t; false when the client left first.
+// sleepUntil waits until t; false when the client left first (a chunk written after it left
+// fails, which ends the stream too).
 func sleepUntil(r *http.Request, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return r.Context().Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
+	time.Sleep(time.Until(t))
+	return r.Context().Err() == nil
 }
 
 // textPieces are the n pieces of a text answer (about a token each).
