@@ -10,9 +10,13 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 )
 
-// maxTurnStartBatches is how many batches of turn starts are under way at once, each on a pooled
-// connection of its own.
-const maxTurnStartBatches = 2
+// Batches of turn starts: how many are under way at once, each on a pooled connection of its
+// own, and how many turn starts one carries at most (Postgres runs them one after the other, in
+// a few milliseconds for 64; their threads stay locked until the batch commits).
+const (
+	maxTurnStartBatches = 2
+	maxTurnStartBatch   = 64
+)
 
 // turnStarter begins the turns of concurrent requests together, as group commit does: a turn
 // start that finds fewer than maxTurnStartBatches batches under way goes at once, with those
@@ -52,8 +56,9 @@ func (s *turnStarter) start(ctx context.Context, thread string) (db.TurnStartRow
 	s.waiting = append(s.waiting, p)
 	var batch []*pendingStart
 	if s.running < maxTurnStartBatches {
-		s.running++
-		batch, s.waiting = s.waiting, nil
+		if batch = s.take(); batch != nil {
+			s.running++
+		}
 	}
 	s.mu.Unlock()
 	if batch != nil {
@@ -75,11 +80,25 @@ func (s *turnStarter) start(ctx context.Context, thread string) (db.TurnStartRow
 func (s *turnStarter) next() []*pendingStart {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	batch := s.waiting
-	s.waiting = nil
-	if len(batch) == 0 {
+	batch := s.take()
+	if batch == nil {
 		s.running--
-		return nil
+	}
+	return batch
+}
+
+// take takes the next batch off the waiting list, first come first, but for turn starts whose
+// callers gave up (the client left, or the operation's time ran out). The caller holds mu.
+func (s *turnStarter) take() []*pendingStart {
+	var batch []*pendingStart
+	n := 0
+	for ; n < len(s.waiting) && len(batch) < maxTurnStartBatch; n++ {
+		if p := s.waiting[n]; p.ctx.Err() == nil {
+			batch = append(batch, p)
+		}
+	}
+	if s.waiting = s.waiting[n:]; len(s.waiting) == 0 {
+		s.waiting = nil
 	}
 	return batch
 }
