@@ -173,6 +173,7 @@ func medianRow(rs []latencyRow) latencyRow {
 	m.cpu = d(func(r latencyRow) time.Duration { return r.cpu })
 	m.pgCPU = d(func(r latencyRow) time.Duration { return r.pgCPU })
 	m.connPerAcquire = d(func(r latencyRow) time.Duration { return r.connPerAcquire })
+	m.connPerTurn = d(func(r latencyRow) time.Duration { return r.connPerTurn })
 	m.open = med(func(r latencyRow) float64 { return r.open })
 	m.rssPerStream = med(func(r latencyRow) float64 { return r.rssPerStream })
 	m.goroPerStream = med(func(r latencyRow) float64 { return r.goroPerStream })
@@ -363,7 +364,7 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 		upBefore = h.upstreamStats(true)
 		machineBefore, ourBefore = readCPUTimes(), h.ourCPU(t)
 		start = h.sample(t, loop)
-		for time.Since(runStart) < ramp+h.window {
+		for i := 0; i < 4 || time.Since(runStart) < ramp+h.window; i++ { // under load a sample may take seconds
 			time.Sleep(250 * time.Millisecond)
 			samples = append(samples, h.sample(t, loop))
 		}
@@ -620,7 +621,7 @@ type latencySample struct {
 }
 
 func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
-	s := latencySample{open: o.open.Load(), upOpen: h.upstreamStats(false).Open}
+	s := latencySample{open: o.open.Load()}
 	pid := t.pid()
 	if pid == 0 {
 		return s
@@ -785,7 +786,7 @@ type latencyRow struct {
 	// wsproxy's: its goroutine stacks and heap in use per open stream, and the time a pooled
 	// connection is held per acquire (Little's law: connections in use over acquires per second).
 	stackPerStream, heapPerStream float64
-	connPerAcquire                time.Duration
+	connPerAcquire, connPerTurn   time.Duration
 	upPeak, upNew                 int64
 	pgPeak, pgOpen                float64 // pooled connections: the most in use in a sample, the most open
 	pgMax                         float64
@@ -821,6 +822,9 @@ func (r *latencyRow) summarize(before, start, end latencySample, samples []laten
 	}
 	if n := end.acquires - start.acquires; n > 0 {
 		r.connPerAcquire = time.Duration(mean(acquired) * float64(r.window) / n)
+	}
+	if completed > 0 {
+		r.connPerTurn = time.Duration(mean(acquired) * float64(r.window) / float64(completed))
 	}
 	r.completed = completed
 	if completed > 0 {
@@ -859,7 +863,8 @@ func (r latencyRow) progress() string {
 	}
 	ws := ""
 	if r.scenario.target == targetWsproxy {
-		ws = fmt.Sprintf("  stack %.1f KiB heap %.1f KiB a stream, a pooled connection held %s an acquire", r.stackPerStream/1024, r.heapPerStream/1024, dur(r.connPerAcquire))
+		ws = fmt.Sprintf("  stack %.1f KiB heap %.1f KiB a stream, a pooled connection held %s an acquire, %s a turn",
+			r.stackPerStream/1024, r.heapPerStream/1024, dur(r.connPerAcquire), dur(r.connPerTurn))
 	}
 	return fmt.Sprintf("%5d streams  %-33s %6.2f%% of %d  ttft p50 %s p99 %s  open %.0f  machine %.0f%% busy (others %.0f%%)%s%s",
 		r.n, r.scenario.name, r.success(), r.started, dur(r.ttft50), dur(r.ttft99), r.open, 100*r.machineBusy, 100*r.othersBusy, ws, errs)
