@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-cache soak
+.PHONY: test vet generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
 ifndef VERSION
@@ -21,7 +21,7 @@ test: vet check-generated chromium buildah npm-clients jq
 ## concurrency, replicas and MCP (its calls, scopes, subscriptions, replicas): what would meet session
 ## state or prepared statements kept across transactions.
 ## TestPgBouncerTestsExist fails when a name here names no test.
-PGBOUNCER_TESTS = ^(TestTurns|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus|TestMCPTools|TestMCPScopes|TestMCPSubscriptionAcrossReplicas|TestMCPStatelessRoundRobin|TestPanelLinkRevoked|TestMessagesTurnWithAWorkspaceCall|TestMessagesMixedRoundContinued|TestApplyProposal|TestAdminApplyProposal)$$
+PGBOUNCER_TESTS = ^(TestTurns|TestConcurrentTurnStartsShareRoundTrips|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus|TestMCPTools|TestMCPScopes|TestMCPSubscriptionAcrossReplicas|TestMCPStatelessRoundRobin|TestPanelLinkRevoked|TestMessagesTurnWithAWorkspaceCall|TestMessagesMixedRoundContinued|TestApplyProposal|TestAdminApplyProposal)$$
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -81,6 +81,16 @@ bench:
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	PG_DURABLE=1 scripts/pg.sh exec sh -c 'DURABLE_URL=$$TEST_DATABASE_URL TEST_DATABASE_URL= PG_DURABLE= scripts/pg.sh exec sh -c "DATABASE_URL=\$$DURABLE_URL NOFSYNC_DATABASE_URL=\$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)"'
+
+## bench-latency: streamed turns at a hosted model's latency (400 ms to the first token, then 40
+## chunks at 25 ms), open-loop at 100, 1,000 and 5,000 concurrent streams: direct, through the bare
+## reverse proxy and through wsproxy (pass-through, a thread turn, one tool round), each row a fresh
+## proxy; prints the table of BENCHMARKS.md. Its Postgres is a throwaway cluster with the server's
+## default durability (fsync on), whatever TEST_DATABASE_URL says. LATENCY_FLAGS="-c 100 -window 3s"
+## for a short run.
+bench-latency: build
+	$(GO) build -o bin/load ./cmd/load
+	TEST_DATABASE_URL= DATABASE_URL= PG_DURABLE=1 scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load latency -wsproxy bin/wsproxy $(LATENCY_FLAGS)'
 
 ## bench-cache: what each workspace placement costs a conversation's upstream prompt cache
 ## (scripted chat and agent sessions under OpenAI's caching rule, and a Messages agent loop shaped

@@ -60,7 +60,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		UpstreamURL:          u,
 		AnthropicUpstreamURL: root,
 		AdminToken:           adminToken,
-		Metrics:              NewMetrics(reg, MetricsOptions{Pool: pool}),
+		Metrics:              watched(NewMetrics(reg, MetricsOptions{}), pool),
 		Instructions:         "INSTR",
 		UpstreamTimeout:      10 * time.Second,
 		RetryBackoff:         time.Millisecond,
@@ -215,4 +215,10 @@ func pgxpoolNew(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 type page[T any] struct {
 	Data    []T  `json:"data"`
 	HasMore bool `json:"has_more"`
+}
+
+// watched is m reporting pool's state.
+func watched(m *Metrics, pool *pgxpool.Pool) *Metrics {
+	m.WatchPool(pool)
+	return m
 }

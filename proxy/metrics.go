@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -39,8 +40,6 @@ type MetricsOptions struct {
 	// MaxModels bounds the model label: the first MaxModels distinct models requested keep their
 	// name, later ones count as "other". Zero means DefaultMaxModels.
 	MaxModels int
-	// Pool, when set, is the Postgres pool whose state the wsproxy_db_pool_* metrics report.
-	Pool *pgxpool.Pool
 }
 
 // Metrics are wsproxy's Prometheus metrics (docs/spec.md §9), registered on the registry given to
@@ -58,6 +57,7 @@ type Metrics struct {
 	tokens           *prometheus.CounterVec // kind, model[, client]
 	cachedTokens     *prometheus.CounterVec // model[, client]
 	inflight         prometheus.Gauge
+	poolWait         prometheus.Histogram
 	byClient         bool // the token counters have a client label
 	models           modelLabels
 }
@@ -108,6 +108,10 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
+		poolWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "wsproxy_db_pool_acquire_duration_seconds", Help: "Time to get a Postgres connection from the pool (waiting while all are in use).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "wsproxy_build_info", Help: "Always 1: the version of wsproxy and of Go it was built with.",
@@ -115,14 +119,11 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight, buildInfo,
+		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if opts.Pool != nil {
-		reg.MustRegister(poolCollector{opts.Pool})
-	}
 	// The series whose labels are known in advance start at zero.
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
@@ -170,11 +171,10 @@ var (
 	poolTotal    = prometheus.NewDesc("wsproxy_db_pool_connections", "Postgres connections open (in use, idle and being opened).", nil, nil)
 	poolMax      = prometheus.NewDesc("wsproxy_db_pool_max_connections", "The pool's size (pool_max_conns).", nil, nil)
 	poolWaits    = prometheus.NewDesc("wsproxy_db_pool_acquire_waits_total", "Acquires that waited for a connection because none was idle.", nil, nil)
-	poolWaited   = prometheus.NewDesc("wsproxy_db_pool_acquire_wait_seconds_total", "Time spent by the acquires that waited for a connection.", nil, nil)
 )
 
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits, poolWaited} {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits} {
 		ch <- d
 	}
 }
@@ -186,8 +186,40 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()))
 	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
 	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
-	ch <- prometheus.MustNewConstMetric(poolWaited, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
 }
+
+// PoolTracer times every wait for a pooled Postgres connection: set it as the pool's
+// ConnConfig.Tracer (with pgx's multitracer beside another) before the pool is made.
+func (m *Metrics) PoolTracer() pgx.QueryTracer { return poolTracer{m} }
+
+// WatchPool reports pool's state at each scrape (the wsproxy_db_pool_* gauges, and the acquires
+// that waited); the time of each acquire comes from PoolTracer.
+func (m *Metrics) WatchPool(pool *pgxpool.Pool) {
+	if m != nil {
+		m.registry.MustRegister(poolCollector{pool})
+	}
+}
+
+// poolTracer is the pgxpool.AcquireTracer of PoolTracer; its statement hooks do nothing.
+type poolTracer struct{ m *Metrics }
+
+type acquireStartKey struct{}
+
+func (t poolTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	return context.WithValue(ctx, acquireStartKey{}, time.Now())
+}
+
+func (t poolTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireEndData) {
+	if start, ok := ctx.Value(acquireStartKey{}).(time.Time); ok && t.m != nil {
+		t.m.poolWait.Observe(time.Since(start).Seconds())
+	}
+}
+
+func (poolTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+func (poolTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // Handler serves the registry: in the Prometheus text format, or in OpenMetrics, with the
 // latency histograms' exemplars (trace ids), when the scraper asks for it.

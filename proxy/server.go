@@ -8,6 +8,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -74,7 +75,8 @@ type Options struct {
 	// UpstreamTimeout is the longest wait for an upstream's response headers and the longest
 	// silence inside its body. Zero means DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration
-	// Transport carries the upstream requests. Nil means a clone of http.DefaultTransport.
+	// Transport carries the upstream requests. Nil means a clone of http.DefaultTransport that
+	// keeps every idle connection until it has been idle for 90 s.
 	Transport http.RoundTripper
 	// ClientKeys, when set, are required on every /v1 request and namespace threads per client;
 	// UpstreamAPIKey must then be set (clients' keys are wsproxy's, not the upstream's).
@@ -181,7 +183,10 @@ func NewServer(opts Options) *Server {
 	base := opts.Transport
 	if base == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 256
+		// Every connection a burst of streams opened stays for the next burst until it has
+		// been idle for IdleConnTimeout (90 s); DefaultTransport keeps 100 at most, and every
+		// stream past them would open a new one (a TCP and a TLS handshake).
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, math.MaxInt
 		base = t
 	}
 	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Host: opts.UpstreamURL.Host,

@@ -113,6 +113,7 @@ type Store struct {
 	q       *db.Queries
 	limits  Limits
 	timeout time.Duration
+	starter *turnStarter
 }
 
 // Limits are the limits the store's calls are held to.
@@ -154,7 +155,7 @@ func NewStore(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout}
+	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout, starter: &turnStarter{pool: pool, timeout: opts.Timeout}}
 }
 
 // ErrUnavailable marks the failures of an operation that are Postgres's, not the operation's:
@@ -213,16 +214,17 @@ type TurnStart struct {
 // Block renders the turn's workspace block.
 func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences) }
 
-// StartTurn begins a turn in one statement (TurnStart): it creates the thread on its first turn,
-// takes the next turn number, and snapshots the workspace under it when it changed since the
-// last snapshot, reading the workspace's tables only then. It commits without waiting for the
-// disk: a crash may lose a turn start, and with it only a turn number and a snapshot of a
+// StartTurn begins a turn in one statement (TurnStart), in one round trip with the turns of
+// other threads that start at the same time (turnStarter): it creates the thread on its first
+// turn, takes the next turn number, and snapshots the workspace under it when it changed since
+// the last snapshot, reading the workspace's tables only then. It commits without waiting for
+// the disk: a crash may lose a turn start, and with it only a turn number and a snapshot of a
 // workspace that the last stored one already holds; any later durable commit of the thread (a
 // tool call, an edit) flushes the WAL past it, so nothing durable can refer to a lost turn.
 func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	row, err := w.store.q.TurnStart(ctx, w.store.pool, w.threadID)
+	row, err := w.store.starter.start(ctx, w.threadID)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}

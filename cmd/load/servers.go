@@ -121,5 +121,5 @@ func bareProxyCmd(args []string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("-target: %q is not a URL", *target)
 	}
-	return listenAndServe(*addr, bareProxy(u))
+	return serveCounted(*addr, bareProxy(u))
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -68,26 +67,12 @@ func (st *suite) stop() {
 
 // spawn starts this program with args and returns the address it listens on.
 func (st *suite) spawn(args ...string) (string, error) {
-	self, err := os.Executable()
+	addr, cmd, err := spawnSelf(args...)
 	if err != nil {
-		return "", err
-	}
-	cmd := exec.Command(self, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", err
-	}
-	if err := cmd.Start(); err != nil {
 		return "", err
 	}
 	st.procs = append(st.procs, cmd)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", args[0], err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	return strings.TrimSpace(strings.TrimPrefix(line, "listening on ")), nil
+	return addr, nil
 }
 
 // proxy starts a wsproxy in front of upstream on dbURL.

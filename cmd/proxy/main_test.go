@@ -175,6 +175,10 @@ func TestDemoEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	require.Contains(t, string(text), `wsproxy_locked_skips_total{tool="remove_preferences"} 1`)
 	require.Contains(t, string(text), `wsproxy_tool_calls_total{outcome="ok",tool="set_objective",via="proxy"} 1`)
+	// The pool: its connections, its size, and every acquire of a connection.
+	require.Regexp(t, `(?m)^wsproxy_db_pool_acquired_connections \d+$`, string(text))
+	require.Regexp(t, `(?m)^wsproxy_db_pool_max_connections \d+$`, string(text))
+	require.Regexp(t, `(?m)^wsproxy_db_pool_acquire_duration_seconds_count [1-9]\d*$`, string(text))
 	if _, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command("promtool", "check", "metrics")
 		cmd.Stdin = bytes.NewReader(text)

@@ -24,6 +24,8 @@ type Request struct {
 	Path   string
 	Header http.Header
 	Body   []byte
+	// RemoteAddr is the client's address: one per connection.
+	RemoteAddr string
 }
 
 // JSON decodes the body into a generic map.
@@ -85,7 +87,7 @@ func (s *Server) Remaining() int {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body})
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body, RemoteAddr: r.RemoteAddr})
 	var reply Reply
 	if len(s.replies) > 0 {
 		reply, s.replies = s.replies[0], s.replies[1:]

@@ -17,7 +17,7 @@ import (
 const (
 	MaxEvent      = 8 << 20 // one event's data (a whole tool call may come in one chunk)
 	MaxJunkLines  = 300     // lines in a row that carry no data (comments, other fields)
-	readerBufSize = 32 << 10
+	readerBufSize = 4 << 10
 )
 
 // ErrInvalid is what a Reader returns, wrapped, for a stream that breaks its limits.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
@@ -61,13 +62,17 @@ func postJSON(ctx context.Context, up Upstream, body Payload) ([]byte, http.Head
 // readEvents posts body upstream and hands the data of each event of the answer's stream to
 // handle, until handle says stop, the stream ends, or [DONE] comes (done). It calls flush before
 // every wait for the network, so that what the client has goes out as soon as the proxy would
-// wait (events that arrived together leave together).
+// wait (events that arrived together leave together). A stream that ends as it should (stop or
+// [DONE]) is read on to its body's end (finishBody), so that its connection serves the next
+// round or turn.
 func readEvents(ctx context.Context, up Upstream, body Payload, flush func() error, handle func(data []byte) (stop bool, err error)) (done bool, err error) {
 	return readNamedEvents(ctx, up, body, flush, func(_ string, data []byte) (bool, error) { return handle(data) })
 }
 
 // readNamedEvents is readEvents whose handle also gets each event's name ("" for none).
 func readNamedEvents(ctx context.Context, up Upstream, body Payload, flush func() error, handle func(name string, data []byte) (stop bool, err error)) (done bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	resp, err := up.Post(ctx, body)
 	if err != nil {
 		return false, err
@@ -87,10 +92,34 @@ func readNamedEvents(ctx context.Context, up Upstream, body Payload, flush func(
 		case err != nil:
 			return false, readError(ctx, err)
 		case bytes.HasPrefix(data, []byte("[DONE]")):
+			finishBody(resp.Body, cancel)
 			return true, nil
 		}
-		if stop, err := handle(events.Name(), data); stop || err != nil {
+		stop, err := handle(events.Name(), data)
+		if err != nil {
 			return false, err
 		}
+		if stop {
+			finishBody(resp.Body, cancel)
+			return false, nil
+		}
 	}
+}
+
+// What finishBody waits for after a stream's last event.
+const (
+	afterLastEventBytes   = 4 << 10
+	afterLastEventTimeout = 250 * time.Millisecond
+)
+
+// finishBody reads what follows a stream's last event up to the body's end — over HTTP/1.1 the
+// last chunk of the chunked encoding, which a server writes as its handler returns — at most
+// afterLastEventBytes within afterLastEventTimeout (past either, cancel ends the request). Go's
+// transport keeps a connection for the next request only when its response body was read to
+// the end; one closed before it is closed too, and the next round or turn would open a new one
+// (a TCP and, to a hosted model, a TLS handshake).
+func finishBody(body io.Reader, cancel context.CancelFunc) {
+	timer := time.AfterFunc(afterLastEventTimeout, cancel)
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, afterLastEventBytes))
+	timer.Stop()
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What the harness reads of Linux's /proc: processes' CPU time and memory, and the machine's
+// CPU time.
+
+// cpuTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const cpuTick = 10 * time.Millisecond
+
+// procStat is what /proc/PID/stat says of a process: its parent, and its CPU time so far.
+type procStat struct {
+	ppid int
+	cpu  time.Duration
+}
+
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 13 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return procStat{ppid: ppid, cpu: time.Duration(utime+stime) * cpuTick}, true
+}
+
+// currentRSS is a process's resident set size (VmRSS), in bytes.
+func currentRSS(pid int) (int64, error) {
+	return procStatus(pid, "VmRSS:")
+}
+
+// procStatus reads a kB figure of /proc/PID/status.
+func procStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// postgresCPU is the CPU time of the Postgres server and of every process it started (backends,
+// WAL writer, checkpointer, …), so far.
+func (h *latencyHarness) postgresCPU() time.Duration {
+	total := time.Duration(0)
+	if st, ok := readProcStat(h.postmaster); ok {
+		total += st.cpu
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok && st.ppid == h.postmaster {
+			total += st.cpu
+		}
+	}
+	return total
+}
+
+// ourCPU is the CPU time so far of every process of a row: this one (the clients), the model
+// upstream, the row's proxy and Postgres.
+func (h *latencyHarness) ourCPU(t target) time.Duration {
+	total := h.postgresCPU()
+	for _, pid := range []int{os.Getpid(), h.modelCmd.Process.Pid, t.pid()} {
+		if st, ok := readProcStat(pid); ok && pid != 0 {
+			total += st.cpu
+		}
+	}
+	return total
+}
+
+// cpuTimes are the machine's CPU times so far, in ticks: all of them, and those not idle.
+type cpuTimes struct{ total, busy int64 }
+
+func readCPUTimes() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal …
+	var t cpuTimes
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		if i >= 8 { // guest time is counted in user already
+			break
+		}
+		t.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += v
+		}
+	}
+	return t
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

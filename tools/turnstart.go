@@ -1,0 +1,131 @@
+package tools
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// Batches of turn starts: how many are under way at once, each on a pooled connection of its
+// own, and how many turn starts one carries at most (Postgres runs them one after the other, in
+// a few milliseconds for 64; their threads stay locked until the batch commits).
+const (
+	maxTurnStartBatches = 2
+	maxTurnStartBatch   = 64
+)
+
+// turnStarter begins the turns of concurrent requests together, as group commit does: a turn
+// start that finds fewer than maxTurnStartBatches batches under way goes at once, with those
+// waiting; the others wait for the next batch, which leaves as soon as one under way is back.
+// However many turns start at once, their starts hold at most maxTurnStartBatches pooled
+// connections, for one round trip a batch (db.TurnStarts), instead of one connection each: under
+// load a round trip lasts as long as the proxy and Postgres take to be scheduled, and the turns
+// would wait for the pool in turn. A turn's start waits for at most the batch under way and its
+// own; one that starts alone goes at once.
+type turnStarter struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+
+	mu      sync.Mutex
+	waiting []*pendingStart
+	running int // batches under way
+}
+
+// pendingStart is one turn start: its thread, and where its result goes (buffered: the sender
+// never waits for a caller that gave up).
+type pendingStart struct {
+	ctx    context.Context
+	thread string
+	done   chan startResult
+}
+
+type startResult struct {
+	row db.TurnStartRow
+	err error
+}
+
+// start begins a turn of thread. The caller that starts a batch sends it itself, so that a turn
+// starting alone costs no hand-over; the batches that follow go from a goroutine of their own.
+func (s *turnStarter) start(ctx context.Context, thread string) (db.TurnStartRow, error) {
+	p := &pendingStart{ctx: ctx, thread: thread, done: make(chan startResult, 1)}
+	s.mu.Lock()
+	s.waiting = append(s.waiting, p)
+	var batch []*pendingStart
+	if s.running < maxTurnStartBatches {
+		if batch = s.take(); batch != nil {
+			s.running++
+		}
+	}
+	s.mu.Unlock()
+	if batch != nil {
+		s.send(batch)
+		if next := s.next(); next != nil {
+			go s.sendAll(next)
+		}
+	}
+	select {
+	case r := <-p.done:
+		return r.row, r.err
+	case <-ctx.Done():
+		return db.TurnStartRow{}, ctx.Err()
+	}
+}
+
+// next takes the turn starts that waited while a batch was under way, or ends the batch's turn
+// of sending when none did.
+func (s *turnStarter) next() []*pendingStart {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	batch := s.take()
+	if batch == nil {
+		s.running--
+	}
+	return batch
+}
+
+// take takes the next batch off the waiting list, first come first, but for turn starts whose
+// callers gave up (the client left, or the operation's time ran out). The caller holds mu.
+func (s *turnStarter) take() []*pendingStart {
+	var batch []*pendingStart
+	n := 0
+	for ; n < len(s.waiting) && len(batch) < maxTurnStartBatch; n++ {
+		if p := s.waiting[n]; p.ctx.Err() == nil {
+			batch = append(batch, p)
+		}
+	}
+	if s.waiting = s.waiting[n:]; len(s.waiting) == 0 {
+		s.waiting = nil
+	}
+	return batch
+}
+
+// sendAll sends batch, then the turn starts that waited meanwhile, until none did.
+func (s *turnStarter) sendAll(batch []*pendingStart) {
+	for ; batch != nil; batch = s.next() {
+		s.send(batch)
+	}
+}
+
+// send begins the batch's turns in one round trip, bounded by the store's timeout; its context
+// is the first turn's, without its cancellation (the others' starts go on when that client
+// leaves), so that a trace shows the batch below that turn.
+func (s *turnStarter) send(batch []*pendingStart) {
+	threads := make([]string, 0, len(batch))
+	for _, p := range batch {
+		threads = append(threads, p.thread)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), s.timeout)
+	rows, err := db.TurnStarts(ctx, s.pool, threads)
+	cancel()
+	for i, p := range batch {
+		if err != nil {
+			p.done <- startResult{err: err}
+			continue
+		}
+		p.done <- startResult{row: rows[i]}
+	}
+}
