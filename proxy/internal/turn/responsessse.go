@@ -111,26 +111,33 @@ func (d *responsesSSE) event(data []byte) error {
 		ev.Set("response", resp.Bytes())
 		return d.emit(typ, ev)
 	case "response.completed", "response.incomplete", "response.failed":
-		rr, err := parseResponse(append([]byte(nil), ev.Get("response")...), d.req) // kept past the reader's buffer
-		if err != nil {
-			return err
-		}
-		if d.first == "" {
-			d.first = turnID(rr.id)
-		}
-		if err := d.decideAll(rr); err != nil {
-			return err
-		}
-		d.last, d.terminal = rr, typ
-		ev.Del("response")
-		d.terminalEvent = ev.Own()
-		d.shown = len(rr.visible(d.output)) // the items the client will have been told of
-		return nil
+		return d.terminalOf(typ, ev)
 	}
 	if d.cur.pending >= 0 {
 		return d.hold(data, ev)
 	}
 	return d.itemEvent(typ, ev, data)
+}
+
+// terminalOf keeps the round's terminal event (of type typ): its response is the round's, the
+// rest of it the template of the client's terminal event. The calls still undecided are decided
+// by that response, and the events held behind them go out first.
+func (d *responsesSSE) terminalOf(typ string, ev rawjson.Object) error {
+	rr, err := parseResponse(append([]byte(nil), ev.Get("response")...), d.req) // kept past the reader's buffer
+	if err != nil {
+		return err
+	}
+	ev.Del("response")
+	d.terminalEvent = ev.Own() // before the held events are replayed through the same scratch
+	if d.first == "" {
+		d.first = turnID(rr.id)
+	}
+	if err := d.decideAll(rr); err != nil {
+		return err
+	}
+	d.last, d.terminal = rr, typ
+	d.shown = len(rr.visible(d.output)) // the items the client will have been told of
+	return nil
 }
 
 // itemEvent emits an event of the round's output (or any other event but the lifecycle ones),
