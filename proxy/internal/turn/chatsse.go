@@ -33,7 +33,7 @@ type chatSSE struct {
 	// last is the first chunk with choices, then the last chunk with a finish_reason: the
 	// template of the finish chunk.
 	last rawjson.Object
-	// earlier are the usage objects of the rounds before this one.
+	// earlier are the usage objects of the completed rounds before this one.
 	earlier usageSum
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
@@ -47,9 +47,6 @@ func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, 
 func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	if d.cur.usage != nil {
-		d.earlier.raws = append(d.earlier.raws, d.cur.usage)
-	}
 	d.cur = newChatRound(d.maxArgs)
 	if err := d.round(ctx, body); err != nil {
 		if d.cur.emitted {
@@ -96,6 +93,7 @@ func (d *chatSSE) extend(calls []toolCall, results []string) {
 		}
 	}
 	d.req.appendRound(content, reasoning, calls, results)
+	d.earlier.keep(d.cur.usage)
 }
 
 // reasoningKeys are the delta members servers stream a model's reasoning in (DeepSeek, vLLM,
@@ -293,7 +291,7 @@ func (d *chatSSE) inPlace(k chatChunk, finish bool) error {
 	if k.hasUsage {
 		k.c.Del("usage")
 		if d.req.IncludeUsage {
-			k.c.Set("usage", d.turnUsage())
+			k.c.Set("usage", d.earlier.with(d.cur.usage))
 			d.cur.usageSent = true
 		}
 	}
@@ -307,12 +305,6 @@ func (d *chatSSE) inPlace(k chatChunk, finish bool) error {
 		reason = json.RawMessage("null")
 	}
 	return d.send(k.c, k.choice, k.delta, reason)
-}
-
-// turnUsage is the turn's usage so far: the earlier rounds' and this round's, as usageSum
-// makes it.
-func (d *chatSSE) turnUsage() json.RawMessage {
-	return (&usageSum{raws: append(d.earlier.raws[:len(d.earlier.raws):len(d.earlier.raws)], d.cur.usage)}).json()
 }
 
 // asIs reports whether a chunk from which nothing was taken can go to the client as it came:

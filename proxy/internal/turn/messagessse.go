@@ -29,7 +29,7 @@ type messagesSSE struct {
 	first string // the turn's id: the first round's message id
 	model string // the model the upstream named (for traces)
 	shown int    // the blocks the client got so far: the next client index
-	// earlier are the usage objects of the rounds before this one.
+	// earlier are the usage objects of the completed rounds before this one.
 	earlier usageSum
 	cur     messagesRound
 	scratch rawjson.Object
@@ -132,11 +132,6 @@ func newMessagesSSE(req *MessagesRequest, up Upstream, out Emitter) *messagesSSE
 func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	if d.round > 0 {
-		if u := d.roundUsage(); !isNull(u) {
-			d.earlier.raws = append(d.earlier.raws, u)
-		}
-	}
 	d.round++
 	d.cur = messagesRound{index: map[int]int{}, blocks: map[int]*blockAcc{}}
 	if err := d.stream(ctx, body); err != nil {
@@ -272,8 +267,7 @@ func (d *messagesSSE) messageDelta(name string, ev rawjson.Object, data []byte) 
 		return d.send(name, data)
 	}
 	out := d.cur.delta.Clone()
-	sum := usageSum{raws: append(append([]json.RawMessage(nil), d.earlier.raws...), d.roundUsage())}
-	if u := sum.json(); u != nil {
+	if u := d.earlier.with(d.roundUsage()); u != nil {
 		out.Set("usage", u)
 	}
 	return d.send(name, out.Bytes())
@@ -337,6 +331,7 @@ func (d *messagesSSE) pause() error {
 
 func (d *messagesSSE) extend(calls []toolCall, results []string) {
 	d.req.appendRound(d.cur.reply.sentBack(), calls, results)
+	d.earlier.keep(d.roundUsage())
 }
 
 // finish ends the stream: the last round's message_delta, held because the round also called
