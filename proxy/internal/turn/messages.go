@@ -156,7 +156,7 @@ func appendBlock(msg []byte, text string) Payload {
 		}
 		return Payload{msg[:start], rawjson.AppendArray(nil, append(blocks, block)), msg[end:]}
 	}
-	content = neutralizedBlocks(content)
+	content = neutralizedContent(content)
 	open := content[:len(content)-1]
 	var tail []byte
 	if len(bytes.TrimSpace(open)) > 1 {
@@ -164,39 +164,6 @@ func appendBlock(msg []byte, text string) Payload {
 	}
 	tail = append(append(tail, block...), ']')
 	return Payload{msg[:start], open, tail, msg[end:]}
-}
-
-// neutralizedBlocks is a content array with the workspace tags neutralised in the text of its
-// text blocks and of its tool_result blocks' content; content itself when it holds none.
-func neutralizedBlocks(content json.RawMessage) json.RawMessage {
-	if !mayHoldTag(content) {
-		return content
-	}
-	blocks, err := rawjson.Split(content)
-	if err != nil {
-		return content
-	}
-	changed := false
-	for i, b := range blocks {
-		n := neutralizedPart(b)
-		if o, err := rawjson.Parse(n); err == nil && text(o.Get("type")) == "tool_result" {
-			switch inner := o.Get("content"); {
-			case len(inner) > 0 && inner[0] == '"':
-				o.Set("content", neutralized(inner))
-				n = o.Bytes()
-			case len(inner) > 0 && inner[0] == '[':
-				o.Set("content", neutralizedBlocks(inner))
-				n = o.Bytes()
-			}
-		}
-		if !bytes.Equal(n, b) {
-			blocks[i], changed = n, true
-		}
-	}
-	if !changed {
-		return content
-	}
-	return rawjson.AppendArray(nil, blocks)
 }
 
 // appendRound adds a tool round to the conversation: the assistant message of the reply, its
