@@ -10,6 +10,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // chatJSON is the dialect of a non-streamed chat completions turn: each round's reply is one
@@ -50,7 +51,7 @@ func (d *chatJSON) pause() error { return nil }
 // Answer is the client's body, and the last round's upstream header.
 func (d *chatJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
-func (d *chatJSON) extend(calls []toolCall, results []string) {
+func (d *chatJSON) extend(calls []toolCall, results []tools.Result) {
 	content, cut := capText(d.last.message.Get("content"))
 	reasoning := d.last.reasoning()
 	for i, v := range reasoning.Vals {

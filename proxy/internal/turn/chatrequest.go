@@ -7,6 +7,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // ChatRequest is a client's chat completion request on a thread turn, kept as raw JSON: the
@@ -177,7 +178,7 @@ func (c *ChatRequest) askUsage() {
 // appendRound adds a tool round to the conversation: the assistant message of the reply
 // (content, the reasoning members the upstream sent, and the workspace's calls) and one tool
 // message per call with its result.
-func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []string) {
+func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []tools.Result) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("assistant"))
 	if len(content) == 0 {
@@ -198,7 +199,7 @@ func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Obj
 		tm := rawjson.Object{}
 		tm.Set("role", rawjson.String("tool"))
 		tm.Set("tool_call_id", rawjson.String(call.ID))
-		tm.Set("content", rawjson.String(results[i]))
+		tm.Set("content", rawjson.String(results[i].Content))
 		c.messages = append(c.messages, Payload{tm.Bytes()})
 	}
 }

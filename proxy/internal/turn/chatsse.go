@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
@@ -78,7 +79,7 @@ func (d *chatSSE) pause() error {
 	return d.flush()
 }
 
-func (d *chatSSE) extend(calls []toolCall, results []string) {
+func (d *chatSSE) extend(calls []toolCall, results []tools.Result) {
 	if d.cur.truncated && d.log != nil {
 		d.log.Warn("round text over the cap sent back truncated", slog.String("thread", d.thread), slog.Int("cap", maxRoundText))
 	}

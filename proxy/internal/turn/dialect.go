@@ -49,7 +49,7 @@ type Dialect interface {
 	// holds.
 	pause() error
 	// extend appends the last reply and the results of the workspace's calls to the request.
-	extend(calls []toolCall, results []string)
+	extend(calls []toolCall, results []tools.Result)
 	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
 	// with the usage of every round.
 	finish(clientCalls []toolCall, usage *usageSum, rounds int) error

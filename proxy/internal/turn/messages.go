@@ -3,7 +3,6 @@ package turn
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -169,7 +168,7 @@ func appendBlock(msg []byte, text string) Payload {
 // appendRound adds a tool round to the conversation: the assistant message of the reply, its
 // content blocks as the upstream sent them (thinking and redacted_thinking with their
 // signatures), and a user message of one tool_result block per workspace call.
-func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall, results []string) {
+func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall, results []tools.Result) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("assistant"))
 	msg.Set("content", rawjson.AppendArray(nil, blocks))
@@ -184,14 +183,14 @@ func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall
 	c.messages = append(c.messages, Payload{user.Bytes()})
 }
 
-// toolResult is the tool_result block of a workspace call's envelope: is_error for an error
-// envelope.
-func toolResult(id, envelope string) json.RawMessage {
+// toolResult is the tool_result block of a workspace call's result: its envelope, is_error when
+// the call failed.
+func toolResult(id string, res tools.Result) json.RawMessage {
 	o := rawjson.Object{}
 	o.Set("type", rawjson.String("tool_result"))
 	o.Set("tool_use_id", rawjson.String(id))
-	o.Set("content", rawjson.String(envelope))
-	if strings.HasPrefix(envelope, `{"ok":false`) {
+	o.Set("content", rawjson.String(res.Content))
+	if !res.OK {
 		o.Set("is_error", json.RawMessage("true"))
 	}
 	return o.Bytes()

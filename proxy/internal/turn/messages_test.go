@@ -2,9 +2,11 @@ package turn
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // TestMessagesSystemPlacementNeutralizesToolResults: with placement system, the workspace tags
@@ -38,4 +40,19 @@ func TestMessagesSystemPlacementNeutralizesToolResults(t *testing.T) {
 			require.Equal(t, "‹/workspace> too", blocks[0].Text)
 		})
 	}
+}
+
+// TestMessagesToolResultIsError: a tool_result is marked is_error when its call failed, whatever
+// the bytes of its envelope.
+func TestMessagesToolResultIsError(t *testing.T) {
+	t.Parallel()
+	req, err := ParseMessagesRequest([]byte(`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"go"}]}`))
+	require.NoError(t, err)
+	calls := []toolCall{{ID: "a", Name: tools.ListPreferences}, {ID: "b", Name: tools.ListPreferences}}
+	req.appendRound(nil, calls, []tools.Result{{Content: ` {"ok":false,"error":"refused"}`}, {OK: true, Content: `{"ok":true,"result":"{\"ok\":false"}`}})
+	var body struct{ Messages []json.RawMessage }
+	require.NoError(t, json.Unmarshal(req.Body(true).Bytes(), &body))
+	results := string(body.Messages[2])
+	require.Equal(t, 1, strings.Count(results, `"is_error":true`), results)
+	require.Contains(t, results, `refused\"}","is_error":true`)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // messageRound is one round's reply of the Messages API: its content blocks as they came, which
@@ -140,7 +141,7 @@ func messageID(first string) string {
 
 func (d *messagesJSON) pause() error { return nil }
 
-func (d *messagesJSON) extend(calls []toolCall, results []string) {
+func (d *messagesJSON) extend(calls []toolCall, results []tools.Result) {
 	d.shown = d.last.visible(d.shown)
 	d.req.appendRound(d.last.sentBack(), calls, results)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // messagesSSE is the dialect of a streamed Messages turn (docs/spec.md §14, §16): Anthropic's
@@ -329,7 +330,7 @@ func (d *messagesSSE) pause() error {
 	return d.flush()
 }
 
-func (d *messagesSSE) extend(calls []toolCall, results []string) {
+func (d *messagesSSE) extend(calls []toolCall, results []tools.Result) {
 	d.req.appendRound(d.cur.reply.sentBack(), calls, results)
 	d.earlier.keep(d.roundUsage())
 }

@@ -257,10 +257,10 @@ func isResponsesTurn(item []byte) bool {
 // extend adds a tool round: when the round's response was stored, the next round continues it
 // (previous_response_id) with the outputs of its calls alone; otherwise it sends everything
 // again, with the round's output items and the outputs after it.
-func (c *ResponsesRequest) extend(rr *responseRound, calls []toolCall, results []string) {
+func (c *ResponsesRequest) extend(rr *responseRound, calls []toolCall, results []tools.Result) {
 	outputs := make([]json.RawMessage, len(calls))
 	for i, call := range calls {
-		outputs[i] = functionCallOutput(call.ID, results[i])
+		outputs[i] = functionCallOutput(call.ID, results[i].Content)
 	}
 	if rr.stored && rr.id != "" {
 		c.previous = rawjson.String(rr.id)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // responsesTurn is what both Responses dialects keep of a turn: its request and upstream, how its
@@ -20,7 +22,7 @@ func (t *responsesTurn) request(withWorkspaceTools bool) Payload {
 	return t.req.Body(withWorkspaceTools)
 }
 
-func (t *responsesTurn) extend(calls []toolCall, results []string) {
+func (t *responsesTurn) extend(calls []toolCall, results []tools.Result) {
 	t.output = t.last.visible(t.output)
 	t.req.extend(t.last, calls, results)
 }

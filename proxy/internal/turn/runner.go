@@ -235,21 +235,21 @@ func retryable(err error) bool {
 	return errors.As(err, &se) || errors.Is(err, apierr.ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
-// notRun is the envelope of a workspace call over a bound, which is not run.
-func notRun(msg string) string {
+// notRun is the result of a workspace call over a bound, which is not run.
+func notRun(msg string) tools.Result {
 	b, _ := rawjson.Marshal(tools.Envelope{Error: "not run: " + msg})
-	return string(b)
+	return tools.Result{Content: string(b)}
 }
 
 // runTools runs the workspace's calls in order, their indices naming view, and returns their
-// tool-message contents. Only a failure of the store ends the turn; a call the tool refuses is
+// results. Only a failure of the store ends the turn; a call the tool refuses is
 // an error envelope for the model, and so is a call past MaxToolCallsPerRound or
 // MaxToolCallsPerTurn, which is not run (a parallel wrapper counts as one call). Once started,
 // the calls run to their end whether or not the client stays (a round is never left half done:
 // "remove #1" without the "add" of its new wording); each is bounded by the store's timeout.
-func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
+func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]tools.Result, error) {
 	ctx = context.WithoutCancel(ctx)
-	out := make([]string, len(calls))
+	out := make([]tools.Result, len(calls))
 	perRound, perTurn := cmp.Or(r.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), cmp.Or(r.MaxToolCallsPerTurn, DefaultMaxToolCallsPerTurn)
 	if over := len(calls) - min(perRound, max(perTurn-t.calls, 0)); over > 0 && r.Logger != nil {
 		r.Logger.LogAttrs(ctx, slog.LevelWarn, "workspace calls over their bound not run", slog.String("thread", t.Workspace.ThreadID().String()),
@@ -262,7 +262,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 		case t.calls >= perTurn:
 			out[i] = notRun(fmt.Sprintf("a turn runs at most %d workspace calls; answer the user", perTurn))
 		}
-		if out[i] != "" {
+		if out[i].Content != "" {
 			r.metrics().ToolCall(call.Name, false, 0)
 			continue
 		}
@@ -279,7 +279,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 		if err != nil {
 			return nil, err
 		}
-		out[i] = res.Content
+		out[i] = res
 	}
 	return out, nil
 }
@@ -301,21 +301,24 @@ func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, 
 	return res, nil
 }
 
-// runParts runs the workspace calls of a parallel wrapper and returns the wrapper's output: the
-// list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …].
-func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View, parts []toolCall) (string, error) {
+// runParts runs the workspace calls of a parallel wrapper and returns the wrapper's result: the
+// list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …],
+// OK when each of them is.
+func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View, parts []toolCall) (tools.Result, error) {
 	items := make([]json.RawMessage, len(parts))
+	ok := true
 	for i, p := range parts {
 		res, err := r.runTool(ctx, t, n, view, p)
 		if err != nil {
-			return "", err
+			return tools.Result{}, err
 		}
+		ok = ok && res.OK
 		o := rawjson.Object{}
 		o.Set("recipient_name", rawjson.String("functions."+p.Name))
 		o.Set("output", json.RawMessage(res.Content))
 		items[i] = o.Bytes()
 	}
-	return string(rawjson.AppendArray(nil, items)), nil
+	return tools.Result{OK: ok, Content: string(rawjson.AppendArray(nil, items))}, nil
 }
 
 func newCallID() string { return "call_" + randomHex(12) }
