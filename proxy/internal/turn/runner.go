@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -189,11 +188,8 @@ func (r *Runner) retry(ctx context.Context, n int, call func() error) error {
 			return err
 		}
 		wait := time.Duration(float64(base<<attempt) * (0.8 + 0.4*mathrand.Float64()))
-		var ue *apierr.UpstreamError
-		if errors.As(err, &ue) {
-			if secs, perr := strconv.Atoi(ue.Header.Get("Retry-After")); perr == nil && secs > 0 {
-				wait = max(wait, min(time.Duration(secs)*time.Second, maxRetryAfter))
-			}
+		if ue := (*apierr.UpstreamError)(nil); errors.As(err, &ue) {
+			wait = max(wait, min(ue.RetryAfter(), maxRetryAfter))
 		}
 		r.metrics().UpstreamRetry()
 		if r.Logger != nil {
@@ -223,13 +219,8 @@ func retryable(err error) bool {
 	if errors.As(err, &nr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var ue *apierr.UpstreamError
-	if errors.As(err, &ue) {
-		switch ue.StatusCode {
-		case 429, 500, 502, 503, 504, 529:
-			return true
-		}
-		return false
+	if ue := (*apierr.UpstreamError)(nil); errors.As(err, &ue) {
+		return ue.Temporary()
 	}
 	var se *apierr.StreamError
 	return errors.As(err, &se) || errors.Is(err, apierr.ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
