@@ -198,10 +198,16 @@ func toolResult(id string, res tools.Result) json.RawMessage {
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
 // tools, followed by the proxy's when withWorkspaceTools, with the system the placement made
-// (see roundBody).
+// (see roundBody). A round without the workspace tools of a client that sent none still defines
+// the five, with tool_choice none: the Messages API refuses a request whose messages hold
+// tool_use or tool_result blocks and that defines no tools.
 func (c *MessagesRequest) Body(withWorkspaceTools bool) Payload {
+	var choice json.RawMessage
+	if !withWorkspaceTools && len(c.tools) == 0 {
+		withWorkspaceTools, choice = true, json.RawMessage(`{"type":"none"}`)
+	}
 	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, messagesWorkspaceTools),
-		replacement{"system", c.system})
+		replacement{"system", c.system}, replacement{"tool_choice", choice})
 }
 
 // CountBody is the body of a count_tokens request rewritten as the turn's first round would be

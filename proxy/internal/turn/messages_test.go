@@ -1,11 +1,13 @@
 package turn
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -55,4 +57,37 @@ func TestMessagesToolResultIsError(t *testing.T) {
 	results := string(body.Messages[2])
 	require.Equal(t, 1, strings.Count(results, `"is_error":true`), results)
 	require.Contains(t, results, `refused\"}","is_error":true`)
+}
+
+// TestMessagesLastRoundKeepsTools: the round after MAX_TOOL_ROUNDS of a client that sent no
+// tools still defines tools (its history holds tool_use and tool_result blocks, which Anthropic
+// refuses without them): the five, with tool_choice none.
+func TestMessagesLastRoundKeepsTools(t *testing.T) {
+	t.Parallel()
+	objective := `{"text":"Last round","action_and_reasoning":"goal"}`
+	round := func(id string, blocks ...upstreamtest.Block) string {
+		return upstreamtest.MessageReply{ID: id, Blocks: blocks}.JSON()
+	}
+	up := &script{replies: bodies(round("msg_1", upstreamtest.ToolUseBlock("toolu_1", tools.SetObjective, objective)),
+		round("msg_2", upstreamtest.TextBlock("Done.")))}
+	req, err := ParseMessagesRequest([]byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
+	require.NoError(t, err)
+	tt := newTurn(t, tools.Limits{}, up)
+	rounds, err := (&Runner{MaxToolRounds: 1}).Run(context.Background(), tt, req.JSON(tt))
+	require.NoError(t, err)
+	require.Equal(t, 2, rounds)
+	var last struct {
+		Tools      []struct{ Name string } `json:"tools"`
+		ToolChoice json.RawMessage         `json:"tool_choice"`
+		Messages   []json.RawMessage       `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(up.sent[1], &last))
+	require.Len(t, last.Messages, 3, "the call and its result")
+	require.Len(t, last.Tools, len(tools.Names), "Requests which include tool_use or tool_result blocks must define tools")
+	require.JSONEq(t, `{"type":"none"}`, string(last.ToolChoice))
+	var first struct {
+		ToolChoice json.RawMessage `json:"tool_choice"`
+	}
+	require.NoError(t, json.Unmarshal(up.sent[0], &first))
+	require.Nil(t, first.ToolChoice, "the other rounds as the client sent them")
 }
