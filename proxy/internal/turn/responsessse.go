@@ -38,9 +38,11 @@ type responsesSSE struct {
 		failed *apierr.StreamError
 		// pending is the output_index of a function call whose owner is not known yet (its name
 		// came empty, or it is a parallel wrapper, decided by its arguments), -1 for none; held
-		// are the events that arrived since, as they came, replayed once it is decided.
-		pending int
-		held    [][]byte
+		// are the events that arrived since, as they came, replayed once it is decided, and
+		// heldBytes their size, at most maxRoundText: past it the call is the client's.
+		pending   int
+		held      [][]byte
+		heldBytes int
 	}
 	scratch rawjson.Object
 }
@@ -64,7 +66,7 @@ func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 func (d *responsesSSE) newRound() {
 	d.round++
 	d.cur.index, d.cur.owner, d.cur.hidden, d.cur.emitted, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
-	d.cur.pending, d.cur.held, d.cur.failed = -1, nil, nil
+	d.cur.pending, d.cur.held, d.cur.heldBytes, d.cur.failed = -1, nil, 0, nil
 }
 
 // stream reads one round's events up to its terminal event.
@@ -131,6 +133,11 @@ func (d *responsesSSE) terminalOf(typ string, ev rawjson.Object) error {
 	d.terminalEvent = ev.Own() // before the held events are replayed through the same scratch
 	if d.first == "" {
 		d.first = turnID(rr.id)
+	}
+	for n, owner := range d.cur.owner {
+		if owner == client {
+			rr.toClient(n) // the client saw it as its own
+		}
 	}
 	if err := d.decideAll(rr); err != nil {
 		return err
@@ -216,9 +223,15 @@ func (d *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
 }
 
 // hold keeps an event while a call's owner is undecided; the call's output_item.done decides
-// it, and the held events are replayed in order.
+// it, and the held events are replayed in order. Past maxRoundText held, the call is the
+// client's (memory stays flat, docs/spec.md §7): its events go out at once, and the round's
+// terminal response does not make it the workspace's.
 func (d *responsesSSE) hold(data []byte, ev rawjson.Object) error {
 	d.cur.held = append(d.cur.held, append([]byte(nil), data...))
+	if d.cur.heldBytes += len(data); d.cur.heldBytes > maxRoundText {
+		d.decide(d.cur.pending, "", false)
+		return d.replay()
+	}
 	if text(ev.Get("type")) != "response.output_item.done" {
 		return nil
 	}
@@ -268,13 +281,15 @@ func (d *responsesSSE) decideAll(rr *responseRound) error {
 // behind another undecided call.
 func (d *responsesSSE) replay() error {
 	held := d.cur.held
-	d.cur.held = nil
+	d.cur.held, d.cur.heldBytes = nil, 0
 	for i, data := range held {
 		if err := d.event(data); err != nil {
 			return err
 		}
 		if d.cur.pending >= 0 {
-			d.cur.held = append(d.cur.held, held[i+1:]...)
+			for _, rest := range held[i+1:] {
+				d.cur.held, d.cur.heldBytes = append(d.cur.held, rest), d.cur.heldBytes+len(rest)
+			}
 			return nil
 		}
 	}
