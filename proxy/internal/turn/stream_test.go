@@ -2,6 +2,7 @@ package turn
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +66,31 @@ func TestStreamRetryCountsTheRoundOnce(t *testing.T) {
 		}
 		require.EqualValues(t, 300, usage["prompt_tokens"], "round 1 and round 2, not the failed attempt")
 	})
+}
+
+// TestChatStreamWrapperOverTheBound: a parallel wrapper whose arguments are longer than a
+// workspace call may be is the workspace's, refused for its length: the client never gets the
+// start of it as a call of its own.
+func TestChatStreamWrapperOverTheBound(t *testing.T) {
+	t.Parallel()
+	const limit = 1024
+	args := upstreamtest.Args(map[string]any{"tool_uses": []any{
+		map[string]any{"recipient_name": "functions.set_objective", "parameters": map[string]string{"text": strings.Repeat("x", 2*limit), "action_and_reasoning": "goal"}},
+		map[string]any{"recipient_name": "functions.get_weather", "parameters": map[string]string{}},
+	}})
+	round1 := upstreamtest.Events(append(upstreamtest.ToolCallChunks("c", 100, call{ID: "w", Name: "multi_tool_use.parallel", Arguments: args}), "[DONE]")...)
+	round2 := upstreamtest.Events(append(upstreamtest.ContentChunks("c", "Done."), "[DONE]")...)
+	up := &script{replies: bodies(strings.Join(round1, ""), strings.Join(round2, ""))}
+	req, err := ParseChatRequest([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"go"}],` +
+		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}]}`))
+	require.NoError(t, err)
+	tt := newTurn(t, tools.Limits{ArgumentBytesMax: limit}, up)
+	out := &recorder{}
+	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
+	require.NoError(t, err)
+	for _, e := range out.events {
+		require.NotContains(t, string(e.data), "tool_calls\":[", "no call for the client")
+	}
+	require.Equal(t, 2, rounds)
+	require.Contains(t, string(up.sent[1]), fmt.Sprintf("at most %d bytes (got %d)", limit, len(args)))
 }
