@@ -78,7 +78,7 @@ func (c *MessagesRequest) JSON(t *Turn) JSONDialect {
 
 // Stream is the dialect of a streamed Messages turn.
 func (c *MessagesRequest) Stream(t *Turn, out Emitter) StreamDialect {
-	return newMessagesSSE(c, t.Upstream, out)
+	return newMessagesSSE(c, t.Upstream, t.Workspace.Limits().ArgumentBytesMax, out)
 }
 
 // InjectWorkspace puts text (the instructions and the block) where the placement says

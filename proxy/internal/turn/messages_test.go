@@ -3,6 +3,8 @@ package turn
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,4 +92,88 @@ func TestMessagesLastRoundKeepsTools(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(up.sent[0], &first))
 	require.Nil(t, first.ToolChoice, "the other rounds as the client sent them")
+}
+
+// messagesStream is a streamed Messages reply built from its blocks' events: message_start, then
+// for each block its content_block_start (the block) and deltas (JSON objects), then
+// message_delta and message_stop.
+func messagesStream(id, stopReason string, blocks ...streamedBlock) string {
+	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	var b strings.Builder
+	b.WriteString(ev("message_start", `{"type":"message_start","message":{"id":"`+id+`","type":"message","role":"assistant","model":"claude-test",`+
+		`"content":[],"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}}`))
+	for i, bl := range blocks {
+		index := strconv.Itoa(i)
+		b.WriteString(ev("content_block_start", `{"type":"content_block_start","index":`+index+`,"content_block":`+bl.start+`}`))
+		for _, d := range bl.deltas {
+			b.WriteString(ev("content_block_delta", `{"type":"content_block_delta","index":`+index+`,"delta":`+d+`}`))
+		}
+		b.WriteString(ev("content_block_stop", `{"type":"content_block_stop","index":`+index+`}`))
+	}
+	b.WriteString(ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"`+stopReason+`","stop_sequence":null},"usage":{"output_tokens":5}}`))
+	b.WriteString(ev("message_stop", `{"type":"message_stop"}`))
+	return b.String()
+}
+
+// streamedBlock is a content block of messagesStream: its start and its deltas.
+type streamedBlock struct {
+	start  string
+	deltas []string
+}
+
+// pieces are the deltas of s cut into pieces of n bytes, each made by delta from the piece's
+// JSON string.
+func pieces(s string, n int, delta func(piece string) string) []string {
+	var out []string
+	for ; s != ""; s = s[min(n, len(s)):] {
+		q, _ := json.Marshal(s[:min(n, len(s))])
+		out = append(out, delta(string(q)))
+	}
+	return out
+}
+
+// TestMessagesStreamKeepsWhatTheNextRoundNeeds: a streamed round of 4 MiB of text, its thinking
+// and a workspace call whose input is over the workspace's bound goes back capped: its text at
+// maxRoundText, the call's input not kept past the bound (the call refused for its length), the
+// thinking whole with its signature. The client gets every byte of the text.
+func TestMessagesStreamKeepsWhatTheNextRoundNeeds(t *testing.T) {
+	t.Parallel()
+	const textSize, inputSize, limit = 4 << 20, 64 << 10, 4096
+	thinking := strings.Repeat("t", 3000)
+	input := upstreamtest.Args(map[string]string{"text": strings.Repeat("x", inputSize), "action_and_reasoning": "goal"})
+	round1 := messagesStream("msg_1", "tool_use",
+		streamedBlock{`{"type":"thinking","thinking":"","signature":""}`, append(
+			pieces(thinking, 100, func(p string) string { return `{"type":"thinking_delta","thinking":` + p + `}` }),
+			`{"type":"signature_delta","signature":"`+upstreamtest.Signature(thinking)+`"}`)},
+		streamedBlock{`{"type":"text","text":""}`, pieces(strings.Repeat("y", textSize), 4096,
+			func(p string) string { return `{"type":"text_delta","text":` + p + `}` })},
+		streamedBlock{`{"type":"tool_use","id":"toolu_1","name":"set_objective","input":{}}`, pieces(input, 1024,
+			func(p string) string { return `{"type":"input_json_delta","partial_json":` + p + `}` })})
+	round2 := messagesStream("msg_2", "end_turn", streamedBlock{`{"type":"text","text":""}`, []string{`{"type":"text_delta","text":"Done."}`}})
+	up := &script{replies: bodies(round1, round2)}
+	req, err := ParseMessagesRequest([]byte(`{"model":"m","stream":true,"max_tokens":100,"thinking":{"type":"enabled","budget_tokens":1024},` +
+		`"messages":[{"role":"user","content":"go"}]}`))
+	require.NoError(t, err)
+	tt := newTurn(t, tools.Limits{ArgumentBytesMax: limit}, up)
+	got := 0
+	out := &recorder{}
+	out.onEmit = func(e event) {
+		var d struct {
+			Delta struct{ Text string } `json:"delta"`
+		}
+		if json.Unmarshal(e.data, &d) == nil {
+			got += len(d.Delta.Text)
+		}
+	}
+	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
+	require.NoError(t, err)
+	require.Equal(t, 2, rounds)
+	require.Equal(t, textSize+len("Done."), got, "the client got every byte")
+	require.Len(t, up.sent, 2)
+	require.Empty(t, upstreamtest.CheckMessages(up.sent[1]), "the thinking whole, the call answered")
+	require.Less(t, len(up.sent[1]), len(up.sent[0])+maxRoundText+limit+len(thinking)+4096, "round 2 carries the capped round")
+	require.Contains(t, string(up.sent[1]), fmt.Sprintf("at most %d bytes (got %d)", limit, len(input)))
+	d, err := tt.Workspace.Get(context.Background())
+	require.NoError(t, err)
+	require.Nil(t, d.Objective, "refused for its length")
 }

@@ -22,14 +22,15 @@ import (
 // message_stop; ping events, event types the proxy does not know and the upstream's error
 // event pass as they came.
 type messagesSSE struct {
-	req   *MessagesRequest
-	up    Upstream
-	out   Emitter
-	dirty bool
-	round int
-	first string // the turn's id: the first round's message id
-	model string // the model the upstream named (for traces)
-	shown int    // the blocks the client got so far: the next client index
+	req     *MessagesRequest
+	up      Upstream
+	out     Emitter
+	maxArgs int // the bytes of a workspace call's input kept (tools.Limits.ArgumentBytesMax)
+	dirty   bool
+	round   int
+	first   string // the turn's id: the first round's message id
+	model   string // the model the upstream named (for traces)
+	shown   int    // the blocks the client got so far: the next client index
 	// earlier are the usage objects of the completed rounds before this one.
 	earlier usageSum
 	cur     messagesRound
@@ -49,6 +50,11 @@ type messagesRound struct {
 	delta      rawjson.Object
 	deltaName  string
 	settled    bool // message_delta came: the round's blocks are known
+	// kept counts the bytes of text and citations the round's blocks keep, at most maxRoundText;
+	// cut: some were left out. clientCall: a tool_use block of the client's came, so the round
+	// ends the turn and goes back to no upstream: only its calls are kept.
+	kept            int
+	cut, clientCall bool
 	// inPlace: the round held no workspace call, so its message_delta and what follows go to the
 	// client where they came.
 	inPlace bool
@@ -66,33 +72,58 @@ type blockAcc struct {
 	thinking  strings.Builder
 	signature strings.Builder
 	input     strings.Builder
+	length    int // the bytes of input the deltas brought (input keeps at most maxArgs of them)
 	citations []json.RawMessage
 	// has records the delta kinds that came: their members replace the start block's.
 	hasText, hasThinking, hasSignature, hasInput bool
 }
 
-// add applies one delta to the block. Deltas of types the proxy does not know leave it as it is.
-func (b *blockAcc) add(raw json.RawMessage) {
-	d, err := rawjson.Parse(raw)
+// add applies one delta to block b. Of their text and citations the round's blocks keep
+// maxRoundText in all, and none once the round holds a call of the client's (it goes back to
+// no upstream); of a workspace call's input maxArgs (past it the call is refused for its
+// length), of a client's none. Thinking and its signature are kept whole: a thinking block goes
+// back with its signature or not at all, and the request's max_tokens bounds it. Deltas of
+// types the proxy does not know leave the block as it is.
+func (d *messagesSSE) add(b *blockAcc, raw json.RawMessage) {
+	o, err := rawjson.Parse(raw)
 	if err != nil {
 		return
 	}
-	switch text(d.Get("type")) {
+	r := &d.cur
+	room := maxRoundText - r.kept
+	if r.cut || r.clientCall {
+		room = 0
+	}
+	switch text(o.Get("type")) {
 	case "text_delta":
-		b.text.WriteString(text(d.Get("text")))
 		b.hasText = true
+		if s := text(o.Get("text")); len(s) <= room {
+			b.text.WriteString(s)
+			r.kept += len(s)
+		} else {
+			r.cut = true
+		}
 	case "thinking_delta":
-		b.thinking.WriteString(text(d.Get("thinking")))
+		b.thinking.WriteString(text(o.Get("thinking")))
 		b.hasThinking = true
 	case "signature_delta":
-		b.signature.WriteString(text(d.Get("signature")))
+		b.signature.WriteString(text(o.Get("signature")))
 		b.hasSignature = true
 	case "input_json_delta":
-		b.input.WriteString(text(d.Get("partial_json")))
+		s := text(o.Get("partial_json"))
 		b.hasInput = true
+		if b.length += len(s); b.hidden && b.length <= d.maxArgs {
+			b.input.WriteString(s)
+		}
 	case "citations_delta":
-		if c := d.Get("citation"); !isNull(c) {
+		c := o.Get("citation")
+		switch {
+		case isNull(c):
+		case len(c) <= room:
 			b.citations = append(b.citations, append(json.RawMessage(nil), c...))
+			r.kept += len(c)
+		default:
+			r.cut = true
 		}
 	}
 }
@@ -126,8 +157,8 @@ func (b *blockAcc) block() json.RawMessage {
 // start0 is the text a start block's member already held (servers send "" and the deltas).
 func (b *blockAcc) start0(key string) string { return text(b.start.Get(key)) }
 
-func newMessagesSSE(req *MessagesRequest, up Upstream, out Emitter) *messagesSSE {
-	return &messagesSSE{req: req, up: up, out: out}
+func newMessagesSSE(req *MessagesRequest, up Upstream, maxArgs int, out Emitter) *messagesSSE {
+	return &messagesSSE{req: req, up: up, maxArgs: maxArgs, out: out}
 }
 
 func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
@@ -225,6 +256,7 @@ func (d *messagesSSE) blockEvent(name, typ string, ev rawjson.Object, data []byt
 		b := &blockAcc{start: cb.Own(), typ: text(cb.Get("type"))}
 		if b.typ == "tool_use" {
 			b.hidden = !d.req.IsClientTool(text(cb.Get("name")))
+			d.cur.clientCall = d.cur.clientCall || !b.hidden
 		}
 		if _, seen := d.cur.blocks[n]; !seen {
 			d.cur.order = append(d.cur.order, n)
@@ -238,7 +270,7 @@ func (d *messagesSSE) blockEvent(name, typ string, ev rawjson.Object, data []byt
 		d.cur.index[n] = ci
 	case "content_block_delta":
 		if b := d.cur.blocks[n]; b != nil {
-			b.add(ev.Get("delta"))
+			d.add(b, ev.Get("delta"))
 		}
 	}
 	ci, ok := d.cur.index[n]
@@ -287,6 +319,9 @@ func (d *messagesSSE) settle() {
 			b.start.Set("id", rawjson.String("toolu_"+randomHex(12))) // the round sent back needs one
 		}
 		d.cur.reply.add(b.block(), func(string) bool { return !b.hidden })
+		if b.hidden && b.length > b.input.Len() {
+			d.cur.reply.calls[len(d.cur.reply.calls)-1].Length = b.length // its input cut off
+		}
 	}
 }
 

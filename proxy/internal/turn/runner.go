@@ -29,8 +29,10 @@ const (
 )
 
 // maxRoundText caps the assistant content (and reasoning) a chat round sends back to the
-// upstream with its workspace calls, streamed or not: the client gets all of it, and a stream
-// keeps no more than this of it, so memory stays flat however long a stream runs.
+// upstream with its workspace calls, streamed or not, and the text and citations of a streamed
+// Messages round: the client gets all of it, and a stream keeps no more than this of it, so
+// memory stays flat however long a stream runs. It also bounds the events a Responses stream
+// holds behind a call whose owner is not known yet.
 const maxRoundText = 1 << 20
 
 // Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the workspace tool
