@@ -450,7 +450,8 @@ func (r *chatRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json
 	return out, true
 }
 
-// hidCalls reports whether the round called the workspace's tools (whose calls the client never sees).
+// hidCalls reports whether the round called the workspace's tools (whose calls the client
+// never sees).
 func (r *chatRound) hidCalls() bool {
 	for _, c := range r.calls {
 		if !c.client {

@@ -16,7 +16,7 @@ import (
 )
 
 // Request is a client's request of a thread turn in one wire API (ChatRequest,
-// ResponsesRequest), ready to run once Prepare has put the workspace in it.
+// ResponsesRequest, MessagesRequest), ready to run once Prepare has put the workspace in it.
 type Request interface {
 	// Model is the model the request names ("" for none).
 	Model() string
@@ -34,10 +34,11 @@ type Request interface {
 
 // Dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
 // server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
-// (responsesSSE). The loop (Runner.Run) is the same for every dialect: it asks for the next
-// round's request, has the dialect fetch and decode the reply, runs the workspace's calls, has
-// the dialect extend the request with them, and has it finish the turn. A new wire format is a
-// new dialect, never a new loop.
+// (responsesSSE), the Messages API as JSON (messagesJSON) or as typed events (messagesSSE). The
+// loop (Runner.Run) is the same for every dialect: it asks for the next round's request, has
+// the dialect fetch and decode the reply, runs the workspace's calls, has the dialect extend the
+// request with them, and has it finish the turn. A new wire format is a new dialect, never a
+// new loop.
 type Dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
 	request(withWorkspaceTools bool) Payload
@@ -77,11 +78,11 @@ type StreamDialect interface {
 
 // Emitter is the client of a streamed turn.
 type Emitter interface {
-	// Emit writes one event: data (a chat.completion.chunk, a Responses event) under the event
-	// name event ("" for none).
+	// Emit writes one event: data (a chat.completion.chunk, a Responses or Messages event) under
+	// the event name event ("" for none).
 	Emit(event string, data []byte) error
-	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
-	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
+	// Flush sends what was written. The stream dialects call it whenever the turn is about to
+	// wait (for the upstream, or for tools), so every event leaves as soon as it is ready, and events that
 	// arrived together leave together.
 	Flush() error
 }

@@ -18,10 +18,12 @@ type Placement string
 
 // Placements.
 const (
-	// PlaceTail appends the workspace to the last message when it is a user or tool message, so
-	// that every earlier message stays a cached prefix; else it places as PlaceSystem.
+	// PlaceTail appends the workspace to the client's last message or input item when it is the
+	// client's own (a user message, a tool's result: each request's InjectWorkspace says), so
+	// that every earlier one stays a cached prefix; else it places as PlaceSystem.
 	PlaceTail Placement = "tail"
-	// PlaceSystem appends the workspace to a leading system or developer message, or adds one.
+	// PlaceSystem puts the workspace in the system prompt: a leading system or developer message
+	// (chat), `instructions` (the Responses API), `system` (the Messages API).
 	PlaceSystem Placement = "system"
 )
 

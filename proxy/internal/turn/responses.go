@@ -9,8 +9,8 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept as raw
-// JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
+// ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept
+// as raw JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
 // `parallel_tool_calls` when a round has no tools left), `instructions` (placement system),
 // `previous_response_id` (continuing a recorded turn, and chaining stored rounds) and `include`
 // (reasoning sent back without a store); every other field reaches the upstream with its exact
@@ -193,9 +193,9 @@ func functionCallOutput(callID, output string) json.RawMessage {
 }
 
 // InjectWorkspace puts text (the instructions and the block) where the placement says
-// (docs/spec.md §3.1, §12). With PlaceTail it goes into the last input item when that is a user message or a
-// function_call_output, after its own content; otherwise, and with PlaceSystem, it is appended
-// to `instructions` (set when absent).
+// (docs/spec.md §3.1, §12). With PlaceTail it goes into the last input item when that is a user
+// message or a function_call_output, after its own content; otherwise, and with PlaceSystem, it
+// is appended to `instructions` (set when absent).
 func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 	if placement == PlaceTail && c.n > 0 {
 		last := c.items[c.last.start:c.last.end]

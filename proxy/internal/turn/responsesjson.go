@@ -35,8 +35,8 @@ func (t *responsesTurn) recordEnd() error {
 	return t.req.Record(t.first, t.last.id, t.last.owed())
 }
 
-// responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's reply
-// is one response object, and the client gets one at the end.
+// responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's
+// reply is one response object, and the client gets one at the end.
 type responsesJSON struct {
 	responsesTurn
 	raw []byte // the last round's body, as it came

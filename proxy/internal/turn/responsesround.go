@@ -117,8 +117,9 @@ func (rr *responseRound) workspaceCallIDs() []string {
 }
 
 // owed are the call_ids of the round's workspace calls when the upstream stored the round: a
-// client continuing from it owes the upstream their outputs, which the proxy sends (docs/spec.md §12).
-// An unstored round owes nothing: its client sends the items it saw, which hold none of them.
+// client continuing from it owes the upstream their outputs, which the proxy sends
+// (docs/spec.md §12). An unstored round owes nothing: its client sends the items it saw, which
+// hold none of them.
 func (rr *responseRound) owed() []string {
 	if !rr.stored {
 		return nil

@@ -35,8 +35,9 @@ const (
 // holds behind a call whose owner is not known yet.
 const maxRoundText = 1 << 20
 
-// Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the workspace tool
-// calls of each reply, feeds the results back, and calls again until the model answers. It knows
+// Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the
+// workspace tool calls of each reply, feeds the results back, and calls again until the model
+// answers. It knows
 // nothing of HTTP: the upstream is an interface, and the client is what the turn's dialect makes
 // of the last reply (a body, or the events of an Emitter).
 type Runner struct {
@@ -100,13 +101,14 @@ func (r *Runner) maxToolRounds() int {
 	return DefaultMaxToolRounds
 }
 
-// Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the upstream calls made.
+// Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the rounds the
+// turn made (a retried round counts once).
 func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
-	// ran counts the rounds that ran workspace calls, for wsproxy_tool_rounds: the tool rounds,
+	// ran counts the rounds that ran workspace calls, for Metrics.ToolRounds: the tool rounds,
 	// and a last round that ran them beside the client's calls (no tool round, docs/spec.md §6,
-	// but no turn the model answered at once either, which the metric's 0 is for, §9).
+	// but no turn the model answered at once either, which a count of 0 is for, §9).
 	ran := 0
 	defer func() {
 		r.metrics().ToolRounds(ran)

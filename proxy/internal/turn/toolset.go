@@ -11,7 +11,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// maxToolNames is how many tool names a request keeps in a set (OpenAI accepts 128 tools);
+// maxToolNames is how many tool names a request keeps in a set, far above what an API accepts;
 // past it, IsClientTool reads them from the body, so that memory does not grow with a hostile
 // body's tools.
 const maxToolNames = 256
@@ -52,8 +52,9 @@ func (c *clientTools) check(list json.RawMessage) error {
 }
 
 // eachToolName walks a tools array, checked, and calls fn with the name of each tool's function
-// or custom part, or its own name (the Responses API's shape; nil when it has none), without allocating for names without escapes. It
-// returns the run of the array's elements (nil for none).
+// or custom part, or its own name (the Responses and Messages APIs' shape; nil when it has
+// none), without allocating for names without escapes. It returns the run of the array's
+// elements (nil for none).
 func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMessage, error) {
 	var scratch struct{ tool, part rawjson.Object }
 	first, last := -1, 0
