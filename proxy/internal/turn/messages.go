@@ -220,22 +220,12 @@ func (c *MessagesRequest) CountBody(text string, placement Placement) Payload {
 // messagesWorkspaceTools are the five tools in the Messages API's shape ({name, description,
 // input_schema}), as one run of elements.
 var messagesWorkspaceTools = func() Payload {
-	list := make([]json.RawMessage, len(tools.Definitions))
-	for i, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(def, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
+	list := make([]json.RawMessage, len(tools.All))
+	for i, d := range tools.All {
 		o := rawjson.Object{}
-		o.Set("name", rawjson.String(d.Function.Name))
-		o.Set("description", rawjson.String(d.Function.Description))
-		o.Set("input_schema", d.Function.Parameters)
+		o.Set("name", rawjson.String(d.Name))
+		o.Set("description", rawjson.String(d.Description))
+		o.Set("input_schema", d.Parameters)
 		list[i] = o.Bytes()
 	}
 	return Payload{elementRun(list)}

@@ -158,23 +158,13 @@ var workspaceTools = func() Payload {
 // ({"type":"function","name","description","parameters","strict":false}: the API's strict
 // default would require every property), as one run of elements.
 var responsesWorkspaceTools = func() Payload {
-	list := make([]json.RawMessage, len(tools.Definitions))
-	for i, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(def, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
+	list := make([]json.RawMessage, len(tools.All))
+	for i, d := range tools.All {
 		o := rawjson.Object{}
 		o.Set("type", rawjson.String("function"))
-		o.Set("name", rawjson.String(d.Function.Name))
-		o.Set("description", rawjson.String(d.Function.Description))
-		o.Set("parameters", d.Function.Parameters)
+		o.Set("name", rawjson.String(d.Name))
+		o.Set("description", rawjson.String(d.Description))
+		o.Set("parameters", d.Parameters)
 		o.Set("strict", json.RawMessage("false"))
 		list[i] = o.Bytes()
 	}
