@@ -307,7 +307,7 @@ func (d *messagesSSE) messageDelta(name string, ev rawjson.Object, data []byte) 
 }
 
 // settle builds the round's blocks and calls from what accumulated, in the order the blocks
-// started.
+// started (a workspace call without an id gets one).
 func (d *messagesSSE) settle() {
 	if d.cur.settled {
 		return
@@ -315,9 +315,6 @@ func (d *messagesSSE) settle() {
 	d.cur.settled = true
 	for _, n := range d.cur.order {
 		b := d.cur.blocks[n]
-		if b.typ == "tool_use" && b.hidden && text(b.start.Get("id")) == "" {
-			b.start.Set("id", rawjson.String("toolu_"+randomHex(12))) // the round sent back needs one
-		}
 		d.cur.reply.add(b.block(), func(string) bool { return !b.hidden })
 		if b.hidden && b.length > b.input.Len() {
 			d.cur.reply.calls[len(d.cur.reply.calls)-1].Length = b.length // its input cut off
