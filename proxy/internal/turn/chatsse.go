@@ -21,13 +21,12 @@ import (
 // gets one role delta at the start, one finish_reason at the end, the first id the upstream gave
 // on every chunk, and the turn's usage once, where the last round's upstream put it.
 type chatSSE struct {
-	req     *ChatRequest
-	up      Upstream
-	out     Emitter
+	req *ChatRequest
+	up  Upstream
+	streamOut
 	log     *slog.Logger // nil logs nothing
 	thread  string
 	maxArgs int    // the bytes of a workspace call's arguments kept (tools.Limits.ArgumentBytesMax)
-	dirty   bool   // written, not flushed
 	id      string // the first id the upstream gave (or one made up)
 	model   string // the model the upstream named (for traces)
 	emitted bool   // the role delta went out
@@ -42,17 +41,14 @@ type chatSSE struct {
 }
 
 func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, maxArgs int, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, maxArgs: maxArgs, cur: newChatRound(maxArgs)}
+	return &chatSSE{req: req, up: up, streamOut: streamOut{out: out}, log: log, thread: thread, maxArgs: maxArgs, cur: newChatRound(maxArgs)}
 }
 
 func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	d.cur = newChatRound(d.maxArgs)
-	if err := d.round(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
-		}
+	if err := d.attempt(func() error { return d.round(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	calls := make([]toolCall, len(d.cur.calls))
@@ -72,11 +68,6 @@ func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 	}
 	calls, _ = unwrapParallel(calls, d.req.IsClientTool)
 	return calls, d.cur.usage, info, nil
-}
-
-func (d *chatSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
 }
 
 func (d *chatSSE) extend(calls []toolCall, results []tools.Result) {
@@ -123,7 +114,6 @@ type chatRound struct {
 	// turn's last, and it and what follows go to the client where they came (finishSent and
 	// usageSent once they did).
 	inPlace, finishSent, usageSent bool
-	emitted                        bool // the client got part of this round
 }
 
 func newChatRound(maxArgs int) chatRound {
@@ -371,19 +361,7 @@ func (d *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMes
 	return d.emit(c.Bytes())
 }
 
-func (d *chatSSE) emit(chunk []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit("", chunk)
-}
-
-func (d *chatSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *chatSSE) emit(chunk []byte) error { return d.sendEvent("", chunk) }
 
 // emptyDelta reports a delta with nothing for the client: no members, or only null and ""
 // (and the members named in but, whatever they hold).

@@ -87,6 +87,47 @@ type Emitter interface {
 	Flush() error
 }
 
+// streamOut is a stream dialect's client: it writes events to out and flushes only when it
+// wrote something.
+type streamOut struct {
+	out   Emitter
+	dirty bool // written, not flushed
+	// partial: the client got part of the round under way, so a retry would repeat it.
+	partial bool
+}
+
+// attempt runs stream, one attempt at a round; its error is wrapped in noRetry once part of the
+// round reached the client.
+func (s *streamOut) attempt(stream func() error) error {
+	s.partial = false
+	if err := stream(); err != nil {
+		if s.partial {
+			return noRetry{err}
+		}
+		return err
+	}
+	return nil
+}
+
+// sendEvent writes one event of the round.
+func (s *streamOut) sendEvent(name string, data []byte) error {
+	s.dirty, s.partial = true, true
+	return s.out.Emit(name, data)
+}
+
+func (s *streamOut) flush() error {
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.out.Flush()
+}
+
+func (s *streamOut) pause() error {
+	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return s.flush()
+}
+
 // Metrics count what the loop does; the HTTP edge's Prometheus metrics implement it.
 type Metrics interface {
 	// ToolCall counts a workspace call of tool name: ok or refused, with the locked items it

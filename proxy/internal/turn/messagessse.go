@@ -22,11 +22,10 @@ import (
 // message_stop; ping events, event types the proxy does not know and the upstream's error
 // event pass as they came.
 type messagesSSE struct {
-	req     *MessagesRequest
-	up      Upstream
-	out     Emitter
+	req *MessagesRequest
+	up  Upstream
+	streamOut
 	maxArgs int // the bytes of a workspace call's input kept (tools.Limits.ArgumentBytesMax)
-	dirty   bool
 	round   int
 	first   string // the turn's id: the first round's message id
 	model   string // the model the upstream named (for traces)
@@ -158,7 +157,7 @@ func (b *blockAcc) block() json.RawMessage {
 func (b *blockAcc) start0(key string) string { return text(b.start.Get(key)) }
 
 func newMessagesSSE(req *MessagesRequest, up Upstream, maxArgs int, out Emitter) *messagesSSE {
-	return &messagesSSE{req: req, up: up, maxArgs: maxArgs, out: out}
+	return &messagesSSE{req: req, up: up, maxArgs: maxArgs, streamOut: streamOut{out: out}}
 }
 
 func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
@@ -166,10 +165,7 @@ func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Bo
 func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	d.round++
 	d.cur = messagesRound{index: map[int]int{}, blocks: map[int]*blockAcc{}}
-	if err := d.stream(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
-		}
+	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	info := roundInfo{model: d.model, id: d.first}
@@ -357,11 +353,6 @@ func (d *messagesSSE) stopReasonText() string {
 	return text(delta.Get("stop_reason"))
 }
 
-func (d *messagesSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
-}
-
 func (d *messagesSSE) extend(calls []toolCall, results []tools.Result) {
 	d.req.appendRound(d.cur.reply.sentBack(), calls, results)
 	d.earlier.keep(d.roundUsage())
@@ -422,16 +413,4 @@ func (d *messagesSSE) Keepalive() []byte { return messagesPing }
 
 var messagesPing = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
 
-func (d *messagesSSE) send(typ string, data []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit(typ, data)
-}
-
-func (d *messagesSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *messagesSSE) send(typ string, data []byte) error { return d.sendEvent(typ, data) }

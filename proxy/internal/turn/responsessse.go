@@ -18,11 +18,10 @@ import (
 // sequence_number are renumbered so that the rounds read as one gap-free stream.
 type responsesSSE struct {
 	responsesTurn // last: the last round's terminal response
-	out           Emitter
-	dirty         bool
-	round         int
-	seq           int // the next sequence_number the client gets
-	shown         int // the visible output items so far: the next client output_index
+	streamOut
+	round int
+	seq   int // the next sequence_number the client gets
+	shown int // the visible output items so far: the next client output_index
 	// template is the first response.created's response: the base of a response.failed the
 	// proxy makes.
 	template rawjson.Object
@@ -30,10 +29,9 @@ type responsesSSE struct {
 	// terminalEvent is that event's members but its response: the template of the client's.
 	terminalEvent rawjson.Object
 	cur           struct {
-		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
-		owner   map[int]int     // upstream output_index of a function call → who runs it
-		hidden  map[string]bool // the item ids of the workspace calls
-		emitted bool            // the client got part of this round
+		index  map[int]int     // upstream output_index → the client's (-1: a workspace call's)
+		owner  map[int]int     // upstream output_index of a function call → who runs it
+		hidden map[string]bool // the item ids of the workspace calls
 		// failed is the round's error event, when the upstream sent one.
 		failed *apierr.StreamError
 		// pending is the output_index of a function call whose owner is not known yet (its name
@@ -48,15 +46,12 @@ type responsesSSE struct {
 }
 
 func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter) *responsesSSE {
-	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, out: out}
+	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, streamOut: streamOut{out: out}}
 }
 
 func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	d.newRound()
-	if err := d.stream(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
-		}
+	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	return d.last.calls, d.last.top.Get("usage"), d.last.info(), nil
@@ -65,7 +60,7 @@ func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 // newRound starts a round: nothing seen of it yet.
 func (d *responsesSSE) newRound() {
 	d.round++
-	d.cur.index, d.cur.owner, d.cur.hidden, d.cur.emitted, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
+	d.cur.index, d.cur.owner, d.cur.hidden, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, nil
 	d.cur.pending, d.cur.held, d.cur.heldBytes, d.cur.failed = -1, nil, 0, nil
 }
 
@@ -304,11 +299,6 @@ func (d *responsesSSE) clientPrevious(resp *rawjson.Object) {
 	}
 }
 
-func (d *responsesSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
-}
-
 // finish records the turn and ends the stream with the terminal event of the last round,
 // carrying the turn's response.
 func (d *responsesSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
@@ -362,16 +352,4 @@ func (d *responsesSSE) emit(typ string, ev rawjson.Object) error {
 // emitRaw sends data that is not a JSON object as it came.
 func (d *responsesSSE) emitRaw(data []byte) error { return d.send("", data) }
 
-func (d *responsesSSE) send(typ string, data []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit(typ, data)
-}
-
-func (d *responsesSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *responsesSSE) send(typ string, data []byte) error { return d.sendEvent(typ, data) }
