@@ -87,6 +87,28 @@ type Emitter interface {
 	Flush() error
 }
 
+// jsonAnswer is what a JSON dialect keeps for its client: the last round's body, as it came,
+// and header, and the client's body once finish set it.
+type jsonAnswer struct {
+	raw, body []byte
+	header    http.Header
+}
+
+// post sends a round's body upstream and keeps its answer's body and header.
+func (a *jsonAnswer) post(ctx context.Context, up Upstream, body Payload) ([]byte, error) {
+	raw, header, err := postJSON(ctx, up, body)
+	if err != nil {
+		return nil, err
+	}
+	a.raw, a.header = raw, header
+	return raw, nil
+}
+
+func (a *jsonAnswer) pause() error { return nil }
+
+// Answer is the client's body, and the last round's upstream header.
+func (a *jsonAnswer) Answer() ([]byte, http.Header) { return a.body, a.header }
+
 // streamOut is a stream dialect's client: it writes events to out and flushes only when it
 // wrote something.
 type streamOut struct {

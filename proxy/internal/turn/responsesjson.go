@@ -3,7 +3,6 @@ package turn
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -39,14 +38,11 @@ func (t *responsesTurn) recordEnd() error {
 // reply is one response object, and the client gets one at the end.
 type responsesJSON struct {
 	responsesTurn
-	raw []byte // the last round's body, as it came
-	// body and header are the client's answer, set by finish.
-	body   []byte
-	header http.Header
+	jsonAnswer
 }
 
 func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	raw, header, err := postJSON(ctx, d.up, body)
+	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
@@ -57,14 +53,9 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 	if d.first == "" {
 		d.first = turnID(rr.id)
 	}
-	d.last, d.raw, d.header = rr, raw, header
+	d.last = rr
 	return rr.calls, rr.top.Get("usage"), rr.info(), nil
 }
-
-func (d *responsesJSON) pause() error { return nil }
-
-// Answer is the client's body, and the last round's upstream header.
-func (d *responsesJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
 // finish records the turn and answers with the last response: untouched when the turn was one
 // round that held no workspace call and continued nothing recorded (the proxy is invisible),
