@@ -25,22 +25,19 @@ type MessagesRequest struct {
 	messages []Payload
 	clientTools
 	// system is the system the rounds send in place of the client's (nil: the client's).
-	system   json.RawMessage
-	streamed bool
+	system json.RawMessage
 }
 
 // ParseMessagesRequest parses and checks a Messages thread turn's body (docs/spec.md §14, §10).
 // The checks are the proxy's own (a body it cannot rewrite, a reserved tool name); everything
 // else is the upstream's to judge.
 func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
-	top, err := rawjson.Parse(body)
+	tl, err := parseTop(body)
 	if err != nil {
-		if !rawjson.Valid(body) {
-			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, err
 	}
-	c := &MessagesRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
+	top := tl.fields
+	c := &MessagesRequest{topLevel: tl, msgs: top.Get("messages")}
 	if c.msgs == nil || string(c.msgs) == "null" {
 		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages: field required")
 	}
@@ -55,14 +52,8 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 			return nil, err
 		}
 	}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.streamed)
-	}
 	return c, nil
 }
-
-// Streamed reports whether the client asked for a stream.
-func (c *MessagesRequest) Streamed() bool { return c.streamed }
 
 // Prepare puts the workspace text where placement says. The Messages API has no
 // prompt_cache_key (its caching follows the client's cache_control breakpoints), and sends its

@@ -39,20 +39,16 @@ type ResponsesRequest struct {
 	// sent (owed); the turn fails when it cannot, since a later continuation would lose its
 	// context.
 	Record func(first, last string, owed []string) error
-	// streamed is the client's "stream".
-	streamed bool
 }
 
 // ParseResponsesRequest parses and checks a Responses thread turn's body (docs/spec.md §12, §10).
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
-	top, err := rawjson.Parse(body)
+	tl, err := parseTop(body)
 	if err != nil {
-		if !rawjson.Valid(body) {
-			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, err
 	}
-	c := &ResponsesRequest{topLevel: topLevel{top}}
+	top := tl.fields
+	c := &ResponsesRequest{topLevel: tl}
 	if string(top.Get("background")) == "true" {
 		return nil, apierr.BadRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
 	}
@@ -91,14 +87,8 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			return nil, apierr.BadRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
 		}
 	}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.streamed)
-	}
 	return c, nil
 }
-
-// Streamed reports whether the client asked for a stream.
-func (c *ResponsesRequest) Streamed() bool { return c.streamed }
 
 // Prepare puts the workspace text where placement says, has an unstored reasoning turn get its
 // reasoning back encrypted, and sets the prompt_cache_key the client did not ("" for none).
