@@ -8,6 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -57,9 +59,9 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
-		ctx, span := s.tracing.toolSpan(ctx, name, id, args)
+		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", tools.ViaMCP))
 		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP})
-		s.tracing.endTool(span, res, err)
+		s.tracing.End(span, res, err)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))
 			msg := "internal error"
