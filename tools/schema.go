@@ -40,25 +40,25 @@ var kindProperty = obj{
 	"description": "'hard' for must-haves, 'soft' for preferences.",
 }
 
-func function(name, description string, properties obj, required ...string) obj {
-	properties["action_and_reasoning"] = reasoningProperty
-	return obj{
-		"type": "function",
-		"function": obj{
-			"name":        name,
-			"description": description,
-			"parameters": obj{
-				"type":       "object",
-				"properties": properties,
-				"required":   append(required, "action_and_reasoning"),
-			},
-		},
-	}
+// Definition is one of the five tools: its name, its description, and its parameters' JSON
+// schema; each wire API's tool entry is built from it.
+type Definition struct {
+	Name, Description string
+	Parameters        json.RawMessage
 }
 
-// Definitions are the five tools as OpenAI `tools` entries, in the order of Names, encoded once.
-// The descriptions carry the instructions of the tools' original documents.
-var Definitions = mustEncode(
+func function(name, description string, properties obj, required ...string) Definition {
+	properties["action_and_reasoning"] = reasoningProperty
+	return Definition{Name: name, Description: description, Parameters: mustEncode(obj{
+		"type":       "object",
+		"properties": properties,
+		"required":   append(required, "action_and_reasoning"),
+	})}
+}
+
+// All are the five tools, in the order of Names, their schemas encoded once. The descriptions
+// carry the instructions of the tools' original documents.
+var All = []Definition{
 	function(AddPreferences,
 		"Record one or more decoded user preferences (hard or soft constraints) that the user explicitly stated. "+
 			"Use this for every add — pass a one-element list to record a single preference. "+
@@ -121,16 +121,22 @@ var Definitions = mustEncode(
 				"from the user's perspective (the outcome they want), not a description of your own steps.",
 		}},
 		"text"),
-)
+}
 
-func mustEncode(defs ...obj) []json.RawMessage {
-	out := make([]json.RawMessage, len(defs))
-	for i, d := range defs {
-		b, err := json.Marshal(d)
-		if err != nil {
-			panic(err)
-		}
-		out[i] = b
+// Definitions are the five tools as chat completions' `tools` entries, in the order of Names,
+// encoded once.
+var Definitions = func() []json.RawMessage {
+	out := make([]json.RawMessage, len(All))
+	for i, d := range All {
+		out[i] = mustEncode(obj{"type": "function", "function": obj{"name": d.Name, "description": d.Description, "parameters": d.Parameters}})
 	}
 	return out
+}()
+
+func mustEncode(v obj) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
@@ -69,6 +72,29 @@ type UpstreamError struct {
 
 func (e *UpstreamError) Error() string {
 	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, Truncate(string(e.Body), 200))
+}
+
+// Temporary reports an answer a later try may not meet: the upstream overloaded or failing (429,
+// 500, 502, 503, 504, 529).
+func (e *UpstreamError) Temporary() bool {
+	switch e.StatusCode {
+	case 429, 500, 502, 503, 504, 529:
+		return true
+	}
+	return false
+}
+
+// RetryAfter is the wait the answer's Retry-After asks for, given in seconds or as an HTTP date
+// (RFC 9110 §10.2.3); 0 for none, one not understood, or a date past.
+func (e *UpstreamError) RetryAfter() time.Duration {
+	v := strings.TrimSpace(e.Header.Get("Retry-After"))
+	if secs, err := strconv.Atoi(v); err == nil {
+		return time.Duration(min(max(secs, 0), math.MaxInt32)) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(time.Until(at), 0)
+	}
+	return 0
 }
 
 // Sentinels for failures to reach the upstream.

@@ -8,12 +8,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
 
 // The tool lists: the five tools with the descriptions and schemas the proxy injects
-// (tools.Definitions), with a required thread argument where the token is not bound to one
+// (tools.All), with a required thread argument where the token is not bound to one
 // thread.
 var (
 	boundTools  = toolDefs("")
@@ -24,30 +26,24 @@ var (
 // toolDefs are the five tools, with a required thread argument described as thread says ("" for
 // none).
 func toolDefs(thread string) []*mcp.Tool {
-	defs := make([]*mcp.Tool, len(tools.Definitions))
-	for i, raw := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string         `json:"name"`
-				Description string         `json:"description"`
-				Parameters  map[string]any `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(raw, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
-		params := d.Function.Parameters
+	defs := make([]*mcp.Tool, len(tools.All))
+	for i, d := range tools.All {
+		schema := d.Parameters
 		if thread != "" {
+			var params map[string]any
+			if err := json.Unmarshal(d.Parameters, &params); err != nil {
+				panic("tools.All: " + err.Error())
+			}
 			params["properties"].(map[string]any)["thread"] = map[string]any{"type": "string", "description": thread}
 			params["required"] = append([]any{"thread"}, params["required"].([]any)...)
-		}
-		schema, err := json.Marshal(params)
-		if err != nil {
-			panic("tools.Definitions: " + err.Error())
+			var err error
+			if schema, err = json.Marshal(params); err != nil {
+				panic("tools.All: " + err.Error())
+			}
 		}
 		closed := false
-		defs[i] = &mcp.Tool{Name: d.Function.Name, Description: d.Function.Description, InputSchema: json.RawMessage(schema),
-			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: d.Function.Name == tools.ListPreferences, OpenWorldHint: &closed}}
+		defs[i] = &mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: schema,
+			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: d.Name == tools.ListPreferences, OpenWorldHint: &closed}}
 	}
 	return defs
 }
@@ -63,9 +59,9 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
-		ctx, span := s.tracing.toolSpan(ctx, name, id, args)
+		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", tools.ViaMCP))
 		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP})
-		s.tracing.endTool(span, res, err)
+		s.tracing.End(span, res, err)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))
 			msg := "internal error"

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // chatJSON is the dialect of a non-streamed chat completions turn: each round's reply is one
@@ -20,16 +20,13 @@ type chatJSON struct {
 	log    *slog.Logger // nil logs nothing
 	thread string
 	last   *completion // the last round's reply
-	// body and header are the client's answer, set by finish.
-	body   []byte
-	header http.Header
-	raw    []byte // the last round's body, as it came
+	jsonAnswer
 }
 
 func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	raw, header, err := postJSON(ctx, d.up, body)
+	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
@@ -37,7 +34,7 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
-	d.last, d.raw, d.header = c, raw, header
+	d.last = c
 	info := roundInfo{model: text(c.top.Get("model")), id: text(c.top.Get("id"))}
 	if fr := text(c.choice.Get("finish_reason")); fr != "" {
 		info.finishReasons = []string{fr}
@@ -45,12 +42,7 @@ func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.Ra
 	return c.calls, c.top.Get("usage"), info, nil
 }
 
-func (d *chatJSON) pause() error { return nil }
-
-// Answer is the client's body, and the last round's upstream header.
-func (d *chatJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
-
-func (d *chatJSON) extend(calls []toolCall, results []string) {
+func (d *chatJSON) extend(calls []toolCall, results []tools.Result) {
 	content, cut := capText(d.last.message.Get("content"))
 	reasoning := d.last.reasoning()
 	for i, v := range reasoning.Vals {

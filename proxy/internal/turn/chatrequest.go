@@ -7,6 +7,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // ChatRequest is a client's chat completion request on a thread turn, kept as raw JSON: the
@@ -24,8 +25,7 @@ type ChatRequest struct {
 	// messages with the workspace injected, then each tool round's messages.
 	messages []Payload
 	clientTools
-	// streamed is the client's "stream"; IncludeUsage its stream_options.include_usage.
-	streamed     bool
+	// IncludeUsage is the client's stream_options.include_usage.
 	IncludeUsage bool
 	// Legacy: the request uses the legacy functions/function_call fields; it is passed through
 	// without a workspace.
@@ -72,14 +72,12 @@ func objects(list json.RawMessage, name, notArray string) (elements, error) {
 
 // ParseChatRequest parses and checks a thread turn's body (docs/spec.md §3, §10).
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
-	top, err := rawjson.Parse(body) // checks the whole body as it goes
+	tl, err := parseTop(body)
 	if err != nil {
-		if !rawjson.Valid(body) {
-			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, err
 	}
-	c := &ChatRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
+	top := tl.fields
+	c := &ChatRequest{topLevel: tl, msgs: top.Get("messages")}
 	if c.msgs == nil {
 		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages is required")
 	}
@@ -104,9 +102,6 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			return nil, apierr.BadRequest("unsupported_parameter", "n", "n greater than 1 is not supported on a thread turn")
 		}
 	}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.streamed)
-	}
 	if so := top.Get("stream_options"); c.streamed && so != nil {
 		var opts struct {
 			IncludeUsage bool `json:"include_usage"`
@@ -117,8 +112,31 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	return c, nil
 }
 
-// topLevel is a request's top-level members, as the client sent them.
-type topLevel struct{ fields rawjson.Object }
+// topLevel is a request's top-level members, as the client sent them, and its "stream".
+type topLevel struct {
+	fields   rawjson.Object
+	streamed bool
+}
+
+// parseTop reads a request body's top-level members (checking the whole body as it goes): an
+// error for a body that is not a JSON object.
+func parseTop(body []byte) (topLevel, error) {
+	top, err := rawjson.Parse(body)
+	if err != nil {
+		if !rawjson.Valid(body) {
+			return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
+		}
+		return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+	}
+	t := topLevel{fields: top}
+	if s := top.Get("stream"); s != nil {
+		_ = json.Unmarshal(s, &t.streamed)
+	}
+	return t, nil
+}
+
+// Streamed reports whether the client asked for a stream.
+func (f *topLevel) Streamed() bool { return f.streamed }
 
 // Model is the model the request names ("" when none).
 func (f *topLevel) Model() string {
@@ -132,9 +150,6 @@ func (f *topLevel) setDefault(key string, value json.RawMessage) {
 		f.fields.Set(key, value)
 	}
 }
-
-// Streamed reports whether the client asked for a stream.
-func (c *ChatRequest) Streamed() bool { return c.streamed }
 
 // Prepare puts the workspace text where placement says, asks a streamed turn's upstream for its
 // usage, and sets the prompt_cache_key the client did not ("" for none).
@@ -177,7 +192,7 @@ func (c *ChatRequest) askUsage() {
 // appendRound adds a tool round to the conversation: the assistant message of the reply
 // (content, the reasoning members the upstream sent, and the workspace's calls) and one tool
 // message per call with its result.
-func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []string) {
+func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Object, calls []toolCall, results []tools.Result) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("assistant"))
 	if len(content) == 0 {
@@ -198,7 +213,7 @@ func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Obj
 		tm := rawjson.Object{}
 		tm.Set("role", rawjson.String("tool"))
 		tm.Set("tool_call_id", rawjson.String(call.ID))
-		tm.Set("content", rawjson.String(results[i]))
+		tm.Set("content", rawjson.String(results[i].Content))
 		c.messages = append(c.messages, Payload{tm.Bytes()})
 	}
 }

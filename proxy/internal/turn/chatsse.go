@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // chatSSE is the dialect of a streamed chat completions turn (docs/spec.md §7, §16): chunks go
@@ -20,20 +21,19 @@ import (
 // gets one role delta at the start, one finish_reason at the end, the first id the upstream gave
 // on every chunk, and the turn's usage once, where the last round's upstream put it.
 type chatSSE struct {
-	req     *ChatRequest
-	up      Upstream
-	out     Emitter
+	req *ChatRequest
+	up  Upstream
+	streamOut
 	log     *slog.Logger // nil logs nothing
 	thread  string
 	maxArgs int    // the bytes of a workspace call's arguments kept (tools.Limits.ArgumentBytesMax)
-	dirty   bool   // written, not flushed
 	id      string // the first id the upstream gave (or one made up)
 	model   string // the model the upstream named (for traces)
 	emitted bool   // the role delta went out
 	// last is the first chunk with choices, then the last chunk with a finish_reason: the
 	// template of the finish chunk.
 	last rawjson.Object
-	// earlier are the usage objects of the rounds before this one.
+	// earlier are the usage objects of the completed rounds before this one.
 	earlier usageSum
 	// scratch holds the member lists chunks are parsed into, reused from chunk to chunk.
 	scratch struct{ chunk, choice, delta rawjson.Object }
@@ -41,20 +41,14 @@ type chatSSE struct {
 }
 
 func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, maxArgs int, out Emitter) *chatSSE {
-	return &chatSSE{req: req, up: up, out: out, log: log, thread: thread, maxArgs: maxArgs, cur: newChatRound(maxArgs)}
+	return &chatSSE{req: req, up: up, streamOut: streamOut{out: out}, log: log, thread: thread, maxArgs: maxArgs, cur: newChatRound(maxArgs)}
 }
 
 func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	if d.cur.usage != nil {
-		d.earlier.raws = append(d.earlier.raws, d.cur.usage)
-	}
 	d.cur = newChatRound(d.maxArgs)
-	if err := d.round(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round: a retry would repeat it
-		}
+	if err := d.attempt(func() error { return d.round(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	calls := make([]toolCall, len(d.cur.calls))
@@ -76,12 +70,7 @@ func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 	return calls, d.cur.usage, info, nil
 }
 
-func (d *chatSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
-}
-
-func (d *chatSSE) extend(calls []toolCall, results []string) {
+func (d *chatSSE) extend(calls []toolCall, results []tools.Result) {
 	if d.cur.truncated && d.log != nil {
 		d.log.Warn("round text over the cap sent back truncated", slog.String("thread", d.thread), slog.Int("cap", maxRoundText))
 	}
@@ -96,6 +85,7 @@ func (d *chatSSE) extend(calls []toolCall, results []string) {
 		}
 	}
 	d.req.appendRound(content, reasoning, calls, results)
+	d.earlier.keep(d.cur.usage)
 }
 
 // reasoningKeys are the delta members servers stream a model's reasoning in (DeepSeek, vLLM,
@@ -124,7 +114,6 @@ type chatRound struct {
 	// turn's last, and it and what follows go to the client where they came (finishSent and
 	// usageSent once they did).
 	inPlace, finishSent, usageSent bool
-	emitted                        bool // the client got part of this round
 }
 
 func newChatRound(maxArgs int) chatRound {
@@ -293,7 +282,7 @@ func (d *chatSSE) inPlace(k chatChunk, finish bool) error {
 	if k.hasUsage {
 		k.c.Del("usage")
 		if d.req.IncludeUsage {
-			k.c.Set("usage", d.turnUsage())
+			k.c.Set("usage", d.earlier.with(d.cur.usage))
 			d.cur.usageSent = true
 		}
 	}
@@ -307,12 +296,6 @@ func (d *chatSSE) inPlace(k chatChunk, finish bool) error {
 		reason = json.RawMessage("null")
 	}
 	return d.send(k.c, k.choice, k.delta, reason)
-}
-
-// turnUsage is the turn's usage so far: the earlier rounds' and this round's, as usageSum
-// makes it.
-func (d *chatSSE) turnUsage() json.RawMessage {
-	return (&usageSum{raws: append(d.earlier.raws[:len(d.earlier.raws):len(d.earlier.raws)], d.cur.usage)}).json()
 }
 
 // asIs reports whether a chunk from which nothing was taken can go to the client as it came:
@@ -378,19 +361,7 @@ func (d *chatSSE) send(c, choice, delta rawjson.Object, finishReason json.RawMes
 	return d.emit(c.Bytes())
 }
 
-func (d *chatSSE) emit(chunk []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit("", chunk)
-}
-
-func (d *chatSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *chatSSE) emit(chunk []byte) error { return d.sendEvent("", chunk) }
 
 // emptyDelta reports a delta with nothing for the client: no members, or only null and ""
 // (and the members named in but, whatever they hold).
@@ -457,7 +428,8 @@ func (r *chatRound) toolCalls(req *ChatRequest, raw json.RawMessage) (out []json
 	return out, true
 }
 
-// hidCalls reports whether the round called the workspace's tools (whose calls the client never sees).
+// hidCalls reports whether the round called the workspace's tools (whose calls the client
+// never sees).
 func (r *chatRound) hidCalls() bool {
 	for _, c := range r.calls {
 		if !c.client {

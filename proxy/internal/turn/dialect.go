@@ -16,7 +16,7 @@ import (
 )
 
 // Request is a client's request of a thread turn in one wire API (ChatRequest,
-// ResponsesRequest), ready to run once Prepare has put the workspace in it.
+// ResponsesRequest, MessagesRequest), ready to run once Prepare has put the workspace in it.
 type Request interface {
 	// Model is the model the request names ("" for none).
 	Model() string
@@ -34,10 +34,11 @@ type Request interface {
 
 // Dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
 // server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
-// (responsesSSE). The loop (Runner.Run) is the same for every dialect: it asks for the next
-// round's request, has the dialect fetch and decode the reply, runs the workspace's calls, has
-// the dialect extend the request with them, and has it finish the turn. A new wire format is a
-// new dialect, never a new loop.
+// (responsesSSE), the Messages API as JSON (messagesJSON) or as typed events (messagesSSE). The
+// loop (Runner.Run) is the same for every dialect: it asks for the next round's request, has
+// the dialect fetch and decode the reply, runs the workspace's calls, has the dialect extend the
+// request with them, and has it finish the turn. A new wire format is a new dialect, never a
+// new loop.
 type Dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
 	request(withWorkspaceTools bool) Payload
@@ -49,7 +50,7 @@ type Dialect interface {
 	// holds.
 	pause() error
 	// extend appends the last reply and the results of the workspace's calls to the request.
-	extend(calls []toolCall, results []string)
+	extend(calls []toolCall, results []tools.Result)
 	// finish ends the turn on the last reply: the client gets its calls, if any, or the answer,
 	// with the usage of every round.
 	finish(clientCalls []toolCall, usage *usageSum, rounds int) error
@@ -77,13 +78,76 @@ type StreamDialect interface {
 
 // Emitter is the client of a streamed turn.
 type Emitter interface {
-	// Emit writes one event: data (a chat.completion.chunk, a Responses event) under the event
-	// name event ("" for none).
+	// Emit writes one event: data (a chat.completion.chunk, a Responses or Messages event) under
+	// the event name event ("" for none).
 	Emit(event string, data []byte) error
-	// Flush sends what was written. The runner calls it whenever it is about to wait (for the
-	// upstream, or for tools), so every event leaves as soon as it is ready, and events that
+	// Flush sends what was written. The stream dialects call it whenever the turn is about to
+	// wait (for the upstream, or for tools), so every event leaves as soon as it is ready, and events that
 	// arrived together leave together.
 	Flush() error
+}
+
+// jsonAnswer is what a JSON dialect keeps for its client: the last round's body, as it came,
+// and header, and the client's body once finish set it.
+type jsonAnswer struct {
+	raw, body []byte
+	header    http.Header
+}
+
+// post sends a round's body upstream and keeps its answer's body and header.
+func (a *jsonAnswer) post(ctx context.Context, up Upstream, body Payload) ([]byte, error) {
+	raw, header, err := postJSON(ctx, up, body)
+	if err != nil {
+		return nil, err
+	}
+	a.raw, a.header = raw, header
+	return raw, nil
+}
+
+func (a *jsonAnswer) pause() error { return nil }
+
+// Answer is the client's body, and the last round's upstream header.
+func (a *jsonAnswer) Answer() ([]byte, http.Header) { return a.body, a.header }
+
+// streamOut is a stream dialect's client: it writes events to out and flushes only when it
+// wrote something.
+type streamOut struct {
+	out   Emitter
+	dirty bool // written, not flushed
+	// partial: the client got part of the round under way, so a retry would repeat it.
+	partial bool
+}
+
+// attempt runs stream, one attempt at a round; its error is wrapped in noRetry once part of the
+// round reached the client.
+func (s *streamOut) attempt(stream func() error) error {
+	s.partial = false
+	if err := stream(); err != nil {
+		if s.partial {
+			return noRetry{err}
+		}
+		return err
+	}
+	return nil
+}
+
+// sendEvent writes one event of the round.
+func (s *streamOut) sendEvent(name string, data []byte) error {
+	s.dirty, s.partial = true, true
+	return s.out.Emit(name, data)
+}
+
+func (s *streamOut) flush() error {
+	if !s.dirty {
+		return nil
+	}
+	s.dirty = false
+	return s.out.Flush()
+}
+
+func (s *streamOut) pause() error {
+	s.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
+	return s.flush()
 }
 
 // Metrics count what the loop does; the HTTP edge's Prometheus metrics implement it.

@@ -117,14 +117,16 @@ func wrapperCalls(c toolCall, client func(string) bool) (parts []parallelCall, o
 // unwrapParallel is a chat round's calls with each parallel wrapper that names a workspace tool
 // replaced by the calls it holds (ids <wrapper id>_<n>): the workspace's run in wsproxy, the
 // client's go to the client as calls of their own (not shown: a stream has not sent them). A
-// wrapper that names only the client's tools is the client's call, as the model made it.
+// wrapper that names only the client's tools is the client's call, as the model made it. A
+// wrapper a stream kept only the start of (Length set: its arguments are longer than a workspace
+// call may be) stays the workspace's, refused for its length: the client never gets it cut off.
 func unwrapParallel(calls []toolCall, client func(string) bool) (out []toolCall, unwrapped bool) {
 	out = make([]toolCall, 0, len(calls))
 	for _, c := range calls {
 		parts, ok := wrapperCalls(c, client)
 		unwrapped = unwrapped || ok
 		if !ok {
-			if isParallelWrapper(c.Name, client) {
+			if isParallelWrapper(c.Name, client) && c.Length == 0 {
 				c.Client, c.shown = true, false // held back from a stream until the round ended
 			}
 			out = append(out, c)

@@ -3,7 +3,6 @@ package turn
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -26,22 +25,19 @@ type MessagesRequest struct {
 	messages []Payload
 	clientTools
 	// system is the system the rounds send in place of the client's (nil: the client's).
-	system   json.RawMessage
-	streamed bool
+	system json.RawMessage
 }
 
 // ParseMessagesRequest parses and checks a Messages thread turn's body (docs/spec.md §14, §10).
 // The checks are the proxy's own (a body it cannot rewrite, a reserved tool name); everything
 // else is the upstream's to judge.
 func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
-	top, err := rawjson.Parse(body)
+	tl, err := parseTop(body)
 	if err != nil {
-		if !rawjson.Valid(body) {
-			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, err
 	}
-	c := &MessagesRequest{topLevel: topLevel{top}, msgs: top.Get("messages")}
+	top := tl.fields
+	c := &MessagesRequest{topLevel: tl, msgs: top.Get("messages")}
 	if c.msgs == nil || string(c.msgs) == "null" {
 		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages: field required")
 	}
@@ -56,14 +52,8 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 			return nil, err
 		}
 	}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.streamed)
-	}
 	return c, nil
 }
-
-// Streamed reports whether the client asked for a stream.
-func (c *MessagesRequest) Streamed() bool { return c.streamed }
 
 // Prepare puts the workspace text where placement says. The Messages API has no
 // prompt_cache_key (its caching follows the client's cache_control breakpoints), and sends its
@@ -79,7 +69,7 @@ func (c *MessagesRequest) JSON(t *Turn) JSONDialect {
 
 // Stream is the dialect of a streamed Messages turn.
 func (c *MessagesRequest) Stream(t *Turn, out Emitter) StreamDialect {
-	return newMessagesSSE(c, t.Upstream, out)
+	return newMessagesSSE(c, t.Upstream, t.Workspace.Limits().ArgumentBytesMax, out)
 }
 
 // InjectWorkspace puts text (the instructions and the block) where the placement says
@@ -156,7 +146,7 @@ func appendBlock(msg []byte, text string) Payload {
 		}
 		return Payload{msg[:start], rawjson.AppendArray(nil, append(blocks, block)), msg[end:]}
 	}
-	content = neutralizedBlocks(content)
+	content = neutralizedContent(content)
 	open := content[:len(content)-1]
 	var tail []byte
 	if len(bytes.TrimSpace(open)) > 1 {
@@ -166,43 +156,10 @@ func appendBlock(msg []byte, text string) Payload {
 	return Payload{msg[:start], open, tail, msg[end:]}
 }
 
-// neutralizedBlocks is a content array with the workspace tags neutralised in the text of its
-// text blocks and of its tool_result blocks' content; content itself when it holds none.
-func neutralizedBlocks(content json.RawMessage) json.RawMessage {
-	if !mayHoldTag(content) {
-		return content
-	}
-	blocks, err := rawjson.Split(content)
-	if err != nil {
-		return content
-	}
-	changed := false
-	for i, b := range blocks {
-		n := neutralizedPart(b)
-		if o, err := rawjson.Parse(n); err == nil && text(o.Get("type")) == "tool_result" {
-			switch inner := o.Get("content"); {
-			case len(inner) > 0 && inner[0] == '"':
-				o.Set("content", neutralized(inner))
-				n = o.Bytes()
-			case len(inner) > 0 && inner[0] == '[':
-				o.Set("content", neutralizedBlocks(inner))
-				n = o.Bytes()
-			}
-		}
-		if !bytes.Equal(n, b) {
-			blocks[i], changed = n, true
-		}
-	}
-	if !changed {
-		return content
-	}
-	return rawjson.AppendArray(nil, blocks)
-}
-
 // appendRound adds a tool round to the conversation: the assistant message of the reply, its
 // content blocks as the upstream sent them (thinking and redacted_thinking with their
 // signatures), and a user message of one tool_result block per workspace call.
-func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall, results []string) {
+func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall, results []tools.Result) {
 	msg := rawjson.Object{}
 	msg.Set("role", rawjson.String("assistant"))
 	msg.Set("content", rawjson.AppendArray(nil, blocks))
@@ -217,14 +174,14 @@ func (c *MessagesRequest) appendRound(blocks []json.RawMessage, calls []toolCall
 	c.messages = append(c.messages, Payload{user.Bytes()})
 }
 
-// toolResult is the tool_result block of a workspace call's envelope: is_error for an error
-// envelope.
-func toolResult(id, envelope string) json.RawMessage {
+// toolResult is the tool_result block of a workspace call's result: its envelope, is_error when
+// the call failed.
+func toolResult(id string, res tools.Result) json.RawMessage {
 	o := rawjson.Object{}
 	o.Set("type", rawjson.String("tool_result"))
 	o.Set("tool_use_id", rawjson.String(id))
-	o.Set("content", rawjson.String(envelope))
-	if strings.HasPrefix(envelope, `{"ok":false`) {
+	o.Set("content", rawjson.String(res.Content))
+	if !res.OK {
 		o.Set("is_error", json.RawMessage("true"))
 	}
 	return o.Bytes()
@@ -232,10 +189,16 @@ func toolResult(id, envelope string) json.RawMessage {
 
 // Body encodes the request for one upstream round: the conversation so far and the client's
 // tools, followed by the proxy's when withWorkspaceTools, with the system the placement made
-// (see roundBody).
+// (see roundBody). A round without the workspace tools of a client that sent none still defines
+// the five, with tool_choice none: the Messages API refuses a request whose messages hold
+// tool_use or tool_result blocks and that defines no tools.
 func (c *MessagesRequest) Body(withWorkspaceTools bool) Payload {
+	var choice json.RawMessage
+	if !withWorkspaceTools && len(c.tools) == 0 {
+		withWorkspaceTools, choice = true, json.RawMessage(`{"type":"none"}`)
+	}
 	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, messagesWorkspaceTools),
-		replacement{"system", c.system})
+		replacement{"system", c.system}, replacement{"tool_choice", choice})
 }
 
 // CountBody is the body of a count_tokens request rewritten as the turn's first round would be
@@ -248,22 +211,12 @@ func (c *MessagesRequest) CountBody(text string, placement Placement) Payload {
 // messagesWorkspaceTools are the five tools in the Messages API's shape ({name, description,
 // input_schema}), as one run of elements.
 var messagesWorkspaceTools = func() Payload {
-	list := make([]json.RawMessage, len(tools.Definitions))
-	for i, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(def, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
+	list := make([]json.RawMessage, len(tools.All))
+	for i, d := range tools.All {
 		o := rawjson.Object{}
-		o.Set("name", rawjson.String(d.Function.Name))
-		o.Set("description", rawjson.String(d.Function.Description))
-		o.Set("input_schema", d.Function.Parameters)
+		o.Set("name", rawjson.String(d.Name))
+		o.Set("description", rawjson.String(d.Description))
+		o.Set("input_schema", d.Parameters)
 		list[i] = o.Bytes()
 	}
 	return Payload{elementRun(list)}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // messageRound is one round's reply of the Messages API: its content blocks as they came, which
@@ -93,10 +93,7 @@ type messagesJSON struct {
 	shown []json.RawMessage // the visible blocks of the rounds before the last
 	last  *messageRound
 	top   rawjson.Object // the last round's message
-	raw   []byte         // the last round's body, as it came
-	// body and header are the client's answer, set by finish.
-	body   []byte
-	header http.Header
+	jsonAnswer
 }
 
 func (d *messagesJSON) request(withWorkspaceTools bool) Payload {
@@ -104,7 +101,7 @@ func (d *messagesJSON) request(withWorkspaceTools bool) Payload {
 }
 
 func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	raw, header, err := postJSON(ctx, d.up, body)
+	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
@@ -122,7 +119,7 @@ func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 	if d.first == "" {
 		d.first = messageID(text(top.Get("id")))
 	}
-	d.last, d.top, d.raw, d.header = m, top, raw, header
+	d.last, d.top = m, top
 	info := roundInfo{model: text(top.Get("model")), id: text(top.Get("id"))}
 	if sr := text(top.Get("stop_reason")); sr != "" {
 		info.finishReasons = []string{sr}
@@ -138,15 +135,10 @@ func messageID(first string) string {
 	return "msg_" + randomHex(12)
 }
 
-func (d *messagesJSON) pause() error { return nil }
-
-func (d *messagesJSON) extend(calls []toolCall, results []string) {
+func (d *messagesJSON) extend(calls []toolCall, results []tools.Result) {
 	d.shown = d.last.visible(d.shown)
 	d.req.appendRound(d.last.sentBack(), calls, results)
 }
-
-// Answer is the client's body, and the last round's upstream header.
-func (d *messagesJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
 // finish answers with the last message: untouched when the turn was one round without a
 // workspace call (the proxy is invisible), else under the first round's id with the visible

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // messagesSSE is the dialect of a streamed Messages turn (docs/spec.md §14, §16): Anthropic's
@@ -21,15 +22,15 @@ import (
 // message_stop; ping events, event types the proxy does not know and the upstream's error
 // event pass as they came.
 type messagesSSE struct {
-	req   *MessagesRequest
-	up    Upstream
-	out   Emitter
-	dirty bool
-	round int
-	first string // the turn's id: the first round's message id
-	model string // the model the upstream named (for traces)
-	shown int    // the blocks the client got so far: the next client index
-	// earlier are the usage objects of the rounds before this one.
+	req *MessagesRequest
+	up  Upstream
+	streamOut
+	maxArgs int // the bytes of a workspace call's input kept (tools.Limits.ArgumentBytesMax)
+	round   int
+	first   string // the turn's id: the first round's message id
+	model   string // the model the upstream named (for traces)
+	shown   int    // the blocks the client got so far: the next client index
+	// earlier are the usage objects of the completed rounds before this one.
 	earlier usageSum
 	cur     messagesRound
 	scratch rawjson.Object
@@ -48,6 +49,11 @@ type messagesRound struct {
 	delta      rawjson.Object
 	deltaName  string
 	settled    bool // message_delta came: the round's blocks are known
+	// kept counts the bytes of text and citations the round's blocks keep, at most maxRoundText;
+	// cut: some were left out. clientCall: a tool_use block of the client's came, so the round
+	// ends the turn and goes back to no upstream: only its calls are kept.
+	kept            int
+	cut, clientCall bool
 	// inPlace: the round held no workspace call, so its message_delta and what follows go to the
 	// client where they came.
 	inPlace bool
@@ -65,33 +71,58 @@ type blockAcc struct {
 	thinking  strings.Builder
 	signature strings.Builder
 	input     strings.Builder
+	length    int // the bytes of input the deltas brought (input keeps at most maxArgs of them)
 	citations []json.RawMessage
 	// has records the delta kinds that came: their members replace the start block's.
 	hasText, hasThinking, hasSignature, hasInput bool
 }
 
-// add applies one delta to the block. Deltas of types the proxy does not know leave it as it is.
-func (b *blockAcc) add(raw json.RawMessage) {
-	d, err := rawjson.Parse(raw)
+// add applies one delta to block b. Of their text and citations the round's blocks keep
+// maxRoundText in all, and none once the round holds a call of the client's (it goes back to
+// no upstream); of a workspace call's input maxArgs (past it the call is refused for its
+// length), of a client's none. Thinking and its signature are kept whole: a thinking block goes
+// back with its signature or not at all, and the request's max_tokens bounds it. Deltas of
+// types the proxy does not know leave the block as it is.
+func (d *messagesSSE) add(b *blockAcc, raw json.RawMessage) {
+	o, err := rawjson.Parse(raw)
 	if err != nil {
 		return
 	}
-	switch text(d.Get("type")) {
+	r := &d.cur
+	room := maxRoundText - r.kept
+	if r.cut || r.clientCall {
+		room = 0
+	}
+	switch text(o.Get("type")) {
 	case "text_delta":
-		b.text.WriteString(text(d.Get("text")))
 		b.hasText = true
+		if s := text(o.Get("text")); len(s) <= room {
+			b.text.WriteString(s)
+			r.kept += len(s)
+		} else {
+			r.cut = true
+		}
 	case "thinking_delta":
-		b.thinking.WriteString(text(d.Get("thinking")))
+		b.thinking.WriteString(text(o.Get("thinking")))
 		b.hasThinking = true
 	case "signature_delta":
-		b.signature.WriteString(text(d.Get("signature")))
+		b.signature.WriteString(text(o.Get("signature")))
 		b.hasSignature = true
 	case "input_json_delta":
-		b.input.WriteString(text(d.Get("partial_json")))
+		s := text(o.Get("partial_json"))
 		b.hasInput = true
+		if b.length += len(s); b.hidden && b.length <= d.maxArgs {
+			b.input.WriteString(s)
+		}
 	case "citations_delta":
-		if c := d.Get("citation"); !isNull(c) {
+		c := o.Get("citation")
+		switch {
+		case isNull(c):
+		case len(c) <= room:
 			b.citations = append(b.citations, append(json.RawMessage(nil), c...))
+			r.kept += len(c)
+		default:
+			r.cut = true
 		}
 	}
 }
@@ -125,24 +156,16 @@ func (b *blockAcc) block() json.RawMessage {
 // start0 is the text a start block's member already held (servers send "" and the deltas).
 func (b *blockAcc) start0(key string) string { return text(b.start.Get(key)) }
 
-func newMessagesSSE(req *MessagesRequest, up Upstream, out Emitter) *messagesSSE {
-	return &messagesSSE{req: req, up: up, out: out}
+func newMessagesSSE(req *MessagesRequest, up Upstream, maxArgs int, out Emitter) *messagesSSE {
+	return &messagesSSE{req: req, up: up, maxArgs: maxArgs, streamOut: streamOut{out: out}}
 }
 
 func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
 func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	if d.round > 0 {
-		if u := d.roundUsage(); !isNull(u) {
-			d.earlier.raws = append(d.earlier.raws, u)
-		}
-	}
 	d.round++
 	d.cur = messagesRound{index: map[int]int{}, blocks: map[int]*blockAcc{}}
-	if err := d.stream(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
-		}
+	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	info := roundInfo{model: d.model, id: d.first}
@@ -229,6 +252,7 @@ func (d *messagesSSE) blockEvent(name, typ string, ev rawjson.Object, data []byt
 		b := &blockAcc{start: cb.Own(), typ: text(cb.Get("type"))}
 		if b.typ == "tool_use" {
 			b.hidden = !d.req.IsClientTool(text(cb.Get("name")))
+			d.cur.clientCall = d.cur.clientCall || !b.hidden
 		}
 		if _, seen := d.cur.blocks[n]; !seen {
 			d.cur.order = append(d.cur.order, n)
@@ -242,7 +266,7 @@ func (d *messagesSSE) blockEvent(name, typ string, ev rawjson.Object, data []byt
 		d.cur.index[n] = ci
 	case "content_block_delta":
 		if b := d.cur.blocks[n]; b != nil {
-			b.add(ev.Get("delta"))
+			d.add(b, ev.Get("delta"))
 		}
 	}
 	ci, ok := d.cur.index[n]
@@ -272,15 +296,14 @@ func (d *messagesSSE) messageDelta(name string, ev rawjson.Object, data []byte) 
 		return d.send(name, data)
 	}
 	out := d.cur.delta.Clone()
-	sum := usageSum{raws: append(append([]json.RawMessage(nil), d.earlier.raws...), d.roundUsage())}
-	if u := sum.json(); u != nil {
+	if u := d.earlier.with(d.roundUsage()); u != nil {
 		out.Set("usage", u)
 	}
 	return d.send(name, out.Bytes())
 }
 
 // settle builds the round's blocks and calls from what accumulated, in the order the blocks
-// started.
+// started (a workspace call without an id gets one).
 func (d *messagesSSE) settle() {
 	if d.cur.settled {
 		return
@@ -288,10 +311,10 @@ func (d *messagesSSE) settle() {
 	d.cur.settled = true
 	for _, n := range d.cur.order {
 		b := d.cur.blocks[n]
-		if b.typ == "tool_use" && b.hidden && text(b.start.Get("id")) == "" {
-			b.start.Set("id", rawjson.String("toolu_"+randomHex(12))) // the round sent back needs one
-		}
 		d.cur.reply.add(b.block(), func(string) bool { return !b.hidden })
+		if b.hidden && b.length > b.input.Len() {
+			d.cur.reply.calls[len(d.cur.reply.calls)-1].Length = b.length // its input cut off
+		}
 	}
 }
 
@@ -330,13 +353,9 @@ func (d *messagesSSE) stopReasonText() string {
 	return text(delta.Get("stop_reason"))
 }
 
-func (d *messagesSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
-}
-
-func (d *messagesSSE) extend(calls []toolCall, results []string) {
+func (d *messagesSSE) extend(calls []toolCall, results []tools.Result) {
 	d.req.appendRound(d.cur.reply.sentBack(), calls, results)
+	d.earlier.keep(d.roundUsage())
 }
 
 // finish ends the stream: the last round's message_delta, held because the round also called
@@ -394,16 +413,4 @@ func (d *messagesSSE) Keepalive() []byte { return messagesPing }
 
 var messagesPing = []byte("event: ping\ndata: {\"type\": \"ping\"}\n\n")
 
-func (d *messagesSSE) send(typ string, data []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit(typ, data)
-}
-
-func (d *messagesSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *messagesSSE) send(typ string, data []byte) error { return d.sendEvent(typ, data) }

@@ -45,15 +45,15 @@ func roundBody(top rawjson.Object, conv string, runs, toolRuns []Payload, replac
 				w.member(k)
 				w.array(toolRuns)
 			}
+		case r >= 0:
+			written[r] = true
+			w.member(k)
+			w.raw(replace[r].value)
 		case k == "tool_choice" || k == "parallel_tool_calls":
 			if len(toolRuns) > 0 {
 				w.member(k)
 				w.raw(top.Vals[i])
 			}
-		case r >= 0:
-			written[r] = true
-			w.member(k)
-			w.raw(replace[r].value)
 		default:
 			w.member(k)
 			w.raw(top.Vals[i])

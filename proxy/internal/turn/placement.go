@@ -18,10 +18,12 @@ type Placement string
 
 // Placements.
 const (
-	// PlaceTail appends the workspace to the last message when it is a user or tool message, so
-	// that every earlier message stays a cached prefix; else it places as PlaceSystem.
+	// PlaceTail appends the workspace to the client's last message or input item when it is the
+	// client's own (a user message, a tool's result: each request's InjectWorkspace says), so
+	// that every earlier one stays a cached prefix; else it places as PlaceSystem.
 	PlaceTail Placement = "tail"
-	// PlaceSystem appends the workspace to a leading system or developer message, or adds one.
+	// PlaceSystem puts the workspace in the system prompt: a leading system or developer message
+	// (chat), `instructions` (the Responses API), `system` (the Messages API).
 	PlaceSystem Placement = "system"
 )
 
@@ -113,7 +115,7 @@ func neutralizedElement(el []byte) []byte {
 }
 
 // neutralizedContent is a content (a JSON string, or an array of parts) with the workspace tags
-// of its text neutralised.
+// of its text neutralised; content itself when it holds none.
 func neutralizedContent(content json.RawMessage) json.RawMessage {
 	if content[0] == '"' {
 		return neutralized(content)
@@ -121,14 +123,19 @@ func neutralizedContent(content json.RawMessage) json.RawMessage {
 	if !mayHoldTag(content) {
 		return content
 	}
-	out := []byte{'['}
+	out, changed := []byte{'['}, false
 	_ = rawjson.Each(content, func(i, start, end int) error {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = append(out, neutralizedPart(content[start:end])...)
+		n := neutralizedPart(content[start:end])
+		changed = changed || string(n) != string(content[start:end])
+		out = append(out, n...)
 		return nil
 	})
+	if !changed {
+		return content
+	}
 	return append(out, ']')
 }
 
@@ -214,18 +221,27 @@ func neutralized(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// neutralizedPart is a content part with the workspace tags of its text neutralised; the part
-// itself when it holds none.
+// neutralizedPart is a content part with the workspace tags of its text neutralised (of a
+// Messages tool_result block, its content: a string or blocks); the part itself when it holds
+// none.
 func neutralizedPart(part json.RawMessage) json.RawMessage {
 	if !mayHoldTag(part) {
 		return part
 	}
 	o, err := rawjson.Parse(part)
-	if err != nil || len(o.Get("text")) == 0 || o.Get("text")[0] != '"' {
+	if err != nil {
 		return part
 	}
-	if text := neutralized(o.Get("text")); len(text) != len(o.Get("text")) || string(text) != string(o.Get("text")) {
-		o.Set("text", text)
+	key := "text"
+	if text(o.Get("type")) == "tool_result" {
+		key = "content"
+	}
+	v := o.Get(key)
+	if len(v) == 0 || (v[0] != '"' && (key == "text" || v[0] != '[')) {
+		return part
+	}
+	if n := neutralizedContent(v); string(n) != string(v) {
+		o.Set(key, n)
 		return o.Bytes()
 	}
 	return part

@@ -9,8 +9,8 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept as raw
-// JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
+// ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept
+// as raw JSON like ChatRequest: the proxy touches `input`, `tools` (and drops `tool_choice` and
 // `parallel_tool_calls` when a round has no tools left), `instructions` (placement system),
 // `previous_response_id` (continuing a recorded turn, and chaining stored rounds) and `include`
 // (reasoning sent back without a store); every other field reaches the upstream with its exact
@@ -39,20 +39,16 @@ type ResponsesRequest struct {
 	// sent (owed); the turn fails when it cannot, since a later continuation would lose its
 	// context.
 	Record func(first, last string, owed []string) error
-	// streamed is the client's "stream".
-	streamed bool
 }
 
 // ParseResponsesRequest parses and checks a Responses thread turn's body (docs/spec.md §12, §10).
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
-	top, err := rawjson.Parse(body)
+	tl, err := parseTop(body)
 	if err != nil {
-		if !rawjson.Valid(body) {
-			return nil, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return nil, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
+		return nil, err
 	}
-	c := &ResponsesRequest{topLevel: topLevel{top}}
+	top := tl.fields
+	c := &ResponsesRequest{topLevel: tl}
 	if string(top.Get("background")) == "true" {
 		return nil, apierr.BadRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")
 	}
@@ -91,14 +87,8 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 			return nil, apierr.BadRequest("invalid_type", "previous_response_id", "previous_response_id must be a string")
 		}
 	}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &c.streamed)
-	}
 	return c, nil
 }
-
-// Streamed reports whether the client asked for a stream.
-func (c *ResponsesRequest) Streamed() bool { return c.streamed }
 
 // Prepare puts the workspace text where placement says, has an unstored reasoning turn get its
 // reasoning back encrypted, and sets the prompt_cache_key the client did not ("" for none).
@@ -193,9 +183,9 @@ func functionCallOutput(callID, output string) json.RawMessage {
 }
 
 // InjectWorkspace puts text (the instructions and the block) where the placement says
-// (docs/spec.md §3.1, §12). With PlaceTail it goes into the last input item when that is a user message or a
-// function_call_output, after its own content; otherwise, and with PlaceSystem, it is appended
-// to `instructions` (set when absent).
+// (docs/spec.md §3.1, §12). With PlaceTail it goes into the last input item when that is a user
+// message or a function_call_output, after its own content; otherwise, and with PlaceSystem, it
+// is appended to `instructions` (set when absent).
 func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 	if placement == PlaceTail && c.n > 0 {
 		last := c.items[c.last.start:c.last.end]
@@ -257,10 +247,10 @@ func isResponsesTurn(item []byte) bool {
 // extend adds a tool round: when the round's response was stored, the next round continues it
 // (previous_response_id) with the outputs of its calls alone; otherwise it sends everything
 // again, with the round's output items and the outputs after it.
-func (c *ResponsesRequest) extend(rr *responseRound, calls []toolCall, results []string) {
+func (c *ResponsesRequest) extend(rr *responseRound, calls []toolCall, results []tools.Result) {
 	outputs := make([]json.RawMessage, len(calls))
 	for i, call := range calls {
-		outputs[i] = functionCallOutput(call.ID, results[i])
+		outputs[i] = functionCallOutput(call.ID, results[i].Content)
 	}
 	if rr.stored && rr.id != "" {
 		c.previous = rawjson.String(rr.id)

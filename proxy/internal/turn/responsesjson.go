@@ -3,7 +3,8 @@ package turn
 import (
 	"context"
 	"encoding/json"
-	"net/http"
+
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // responsesTurn is what both Responses dialects keep of a turn: its request and upstream, how its
@@ -20,7 +21,7 @@ func (t *responsesTurn) request(withWorkspaceTools bool) Payload {
 	return t.req.Body(withWorkspaceTools)
 }
 
-func (t *responsesTurn) extend(calls []toolCall, results []string) {
+func (t *responsesTurn) extend(calls []toolCall, results []tools.Result) {
 	t.output = t.last.visible(t.output)
 	t.req.extend(t.last, calls, results)
 }
@@ -33,18 +34,15 @@ func (t *responsesTurn) recordEnd() error {
 	return t.req.Record(t.first, t.last.id, t.last.owed())
 }
 
-// responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's reply
-// is one response object, and the client gets one at the end.
+// responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's
+// reply is one response object, and the client gets one at the end.
 type responsesJSON struct {
 	responsesTurn
-	raw []byte // the last round's body, as it came
-	// body and header are the client's answer, set by finish.
-	body   []byte
-	header http.Header
+	jsonAnswer
 }
 
 func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
-	raw, header, err := postJSON(ctx, d.up, body)
+	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
 		return nil, nil, roundInfo{}, err
 	}
@@ -55,14 +53,9 @@ func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, js
 	if d.first == "" {
 		d.first = turnID(rr.id)
 	}
-	d.last, d.raw, d.header = rr, raw, header
+	d.last = rr
 	return rr.calls, rr.top.Get("usage"), rr.info(), nil
 }
-
-func (d *responsesJSON) pause() error { return nil }
-
-// Answer is the client's body, and the last round's upstream header.
-func (d *responsesJSON) Answer() ([]byte, http.Header) { return d.body, d.header }
 
 // finish records the turn and answers with the last response: untouched when the turn was one
 // round that held no workspace call and continued nothing recorded (the proxy is invisible),

@@ -92,6 +92,19 @@ func responsesCall(item rawjson.Object, client func(string) bool) toolCall {
 	return c
 }
 
+// toClient makes the function call at output index n the client's.
+func (rr *responseRound) toClient(n int) {
+	if n >= len(rr.items) || !rr.hidden[n] {
+		return
+	}
+	rr.hidden[n] = false
+	for i := range rr.calls {
+		if &rr.calls[i].Raw[0] == &rr.items[n][0] {
+			rr.calls[i].Client, rr.calls[i].Parts = true, nil
+		}
+	}
+}
+
 // workspaceCallIDs are the call_ids of the round's workspace calls.
 func (rr *responseRound) workspaceCallIDs() []string {
 	var ids []string
@@ -104,8 +117,9 @@ func (rr *responseRound) workspaceCallIDs() []string {
 }
 
 // owed are the call_ids of the round's workspace calls when the upstream stored the round: a
-// client continuing from it owes the upstream their outputs, which the proxy sends (docs/spec.md §12).
-// An unstored round owes nothing: its client sends the items it saw, which hold none of them.
+// client continuing from it owes the upstream their outputs, which the proxy sends
+// (docs/spec.md §12). An unstored round owes nothing: its client sends the items it saw, which
+// hold none of them.
 func (rr *responseRound) owed() []string {
 	if !rr.stored {
 		return nil

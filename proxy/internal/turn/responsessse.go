@@ -18,11 +18,10 @@ import (
 // sequence_number are renumbered so that the rounds read as one gap-free stream.
 type responsesSSE struct {
 	responsesTurn // last: the last round's terminal response
-	out           Emitter
-	dirty         bool
-	round         int
-	seq           int // the next sequence_number the client gets
-	shown         int // the visible output items so far: the next client output_index
+	streamOut
+	round int
+	seq   int // the next sequence_number the client gets
+	shown int // the visible output items so far: the next client output_index
 	// template is the first response.created's response: the base of a response.failed the
 	// proxy makes.
 	template rawjson.Object
@@ -30,31 +29,29 @@ type responsesSSE struct {
 	// terminalEvent is that event's members but its response: the template of the client's.
 	terminalEvent rawjson.Object
 	cur           struct {
-		index   map[int]int     // upstream output_index → the client's (-1: a workspace call's)
-		owner   map[int]int     // upstream output_index of a function call → who runs it
-		hidden  map[string]bool // the item ids of the workspace calls
-		emitted bool            // the client got part of this round
+		index  map[int]int     // upstream output_index → the client's (-1: a workspace call's)
+		owner  map[int]int     // upstream output_index of a function call → who runs it
+		hidden map[string]bool // the item ids of the workspace calls
 		// failed is the round's error event, when the upstream sent one.
 		failed *apierr.StreamError
 		// pending is the output_index of a function call whose owner is not known yet (its name
 		// came empty, or it is a parallel wrapper, decided by its arguments), -1 for none; held
-		// are the events that arrived since, as they came, replayed once it is decided.
-		pending int
-		held    [][]byte
+		// are the events that arrived since, as they came, replayed once it is decided, and
+		// heldBytes their size, at most maxRoundText: past it the call is the client's.
+		pending   int
+		held      [][]byte
+		heldBytes int
 	}
 	scratch rawjson.Object
 }
 
 func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter) *responsesSSE {
-	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, out: out}
+	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, streamOut: streamOut{out: out}}
 }
 
 func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
 	d.newRound()
-	if err := d.stream(ctx, body); err != nil {
-		if d.cur.emitted {
-			return nil, nil, roundInfo{}, noRetry{err} // the client has part of this round
-		}
+	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, nil, roundInfo{}, err
 	}
 	return d.last.calls, d.last.top.Get("usage"), d.last.info(), nil
@@ -63,8 +60,8 @@ func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 // newRound starts a round: nothing seen of it yet.
 func (d *responsesSSE) newRound() {
 	d.round++
-	d.cur.index, d.cur.owner, d.cur.hidden, d.cur.emitted, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, false, nil
-	d.cur.pending, d.cur.held, d.cur.failed = -1, nil, nil
+	d.cur.index, d.cur.owner, d.cur.hidden, d.last = map[int]int{}, map[int]int{}, map[string]bool{}, nil
+	d.cur.pending, d.cur.held, d.cur.heldBytes, d.cur.failed = -1, nil, 0, nil
 }
 
 // stream reads one round's events up to its terminal event.
@@ -111,26 +108,38 @@ func (d *responsesSSE) event(data []byte) error {
 		ev.Set("response", resp.Bytes())
 		return d.emit(typ, ev)
 	case "response.completed", "response.incomplete", "response.failed":
-		rr, err := parseResponse(append([]byte(nil), ev.Get("response")...), d.req) // kept past the reader's buffer
-		if err != nil {
-			return err
-		}
-		if d.first == "" {
-			d.first = turnID(rr.id)
-		}
-		if err := d.decideAll(rr); err != nil {
-			return err
-		}
-		d.last, d.terminal = rr, typ
-		ev.Del("response")
-		d.terminalEvent = ev.Own()
-		d.shown = len(rr.visible(d.output)) // the items the client will have been told of
-		return nil
+		return d.terminalOf(typ, ev)
 	}
 	if d.cur.pending >= 0 {
 		return d.hold(data, ev)
 	}
 	return d.itemEvent(typ, ev, data)
+}
+
+// terminalOf keeps the round's terminal event (of type typ): its response is the round's, the
+// rest of it the template of the client's terminal event. The calls still undecided are decided
+// by that response, and the events held behind them go out first.
+func (d *responsesSSE) terminalOf(typ string, ev rawjson.Object) error {
+	rr, err := parseResponse(append([]byte(nil), ev.Get("response")...), d.req) // kept past the reader's buffer
+	if err != nil {
+		return err
+	}
+	ev.Del("response")
+	d.terminalEvent = ev.Own() // before the held events are replayed through the same scratch
+	if d.first == "" {
+		d.first = turnID(rr.id)
+	}
+	for n, owner := range d.cur.owner {
+		if owner == client {
+			rr.toClient(n) // the client saw it as its own
+		}
+	}
+	if err := d.decideAll(rr); err != nil {
+		return err
+	}
+	d.last, d.terminal = rr, typ
+	d.shown = len(rr.visible(d.output)) // the items the client will have been told of
+	return nil
 }
 
 // itemEvent emits an event of the round's output (or any other event but the lifecycle ones),
@@ -209,9 +218,15 @@ func (d *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
 }
 
 // hold keeps an event while a call's owner is undecided; the call's output_item.done decides
-// it, and the held events are replayed in order.
+// it, and the held events are replayed in order. Past maxRoundText held, the call is the
+// client's (memory stays flat, docs/spec.md §7): its events go out at once, and the round's
+// terminal response does not make it the workspace's.
 func (d *responsesSSE) hold(data []byte, ev rawjson.Object) error {
 	d.cur.held = append(d.cur.held, append([]byte(nil), data...))
+	if d.cur.heldBytes += len(data); d.cur.heldBytes > maxRoundText {
+		d.decide(d.cur.pending, "", false)
+		return d.replay()
+	}
 	if text(ev.Get("type")) != "response.output_item.done" {
 		return nil
 	}
@@ -261,13 +276,15 @@ func (d *responsesSSE) decideAll(rr *responseRound) error {
 // behind another undecided call.
 func (d *responsesSSE) replay() error {
 	held := d.cur.held
-	d.cur.held = nil
+	d.cur.held, d.cur.heldBytes = nil, 0
 	for i, data := range held {
 		if err := d.event(data); err != nil {
 			return err
 		}
 		if d.cur.pending >= 0 {
-			d.cur.held = append(d.cur.held, held[i+1:]...)
+			for _, rest := range held[i+1:] {
+				d.cur.held, d.cur.heldBytes = append(d.cur.held, rest), d.cur.heldBytes+len(rest)
+			}
 			return nil
 		}
 	}
@@ -280,11 +297,6 @@ func (d *responsesSSE) clientPrevious(resp *rawjson.Object) {
 	if d.req.Continued {
 		d.req.showClientPrevious(resp)
 	}
-}
-
-func (d *responsesSSE) pause() error {
-	d.dirty = true // the Emitter learns that the stream now waits for the proxy's tools
-	return d.flush()
 }
 
 // finish records the turn and ends the stream with the terminal event of the last round,
@@ -340,16 +352,4 @@ func (d *responsesSSE) emit(typ string, ev rawjson.Object) error {
 // emitRaw sends data that is not a JSON object as it came.
 func (d *responsesSSE) emitRaw(data []byte) error { return d.send("", data) }
 
-func (d *responsesSSE) send(typ string, data []byte) error {
-	d.dirty = true
-	d.cur.emitted = true
-	return d.out.Emit(typ, data)
-}
-
-func (d *responsesSSE) flush() error {
-	if !d.dirty {
-		return nil
-	}
-	d.dirty = false
-	return d.out.Flush()
-}
+func (d *responsesSSE) send(typ string, data []byte) error { return d.sendEvent(typ, data) }

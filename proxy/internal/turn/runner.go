@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -30,12 +29,15 @@ const (
 )
 
 // maxRoundText caps the assistant content (and reasoning) a chat round sends back to the
-// upstream with its workspace calls, streamed or not: the client gets all of it, and a stream
-// keeps no more than this of it, so memory stays flat however long a stream runs.
+// upstream with its workspace calls, streamed or not, and the text and citations of a streamed
+// Messages round: the client gets all of it, and a stream keeps no more than this of it, so
+// memory stays flat however long a stream runs. It also bounds the events a Responses stream
+// holds behind a call whose owner is not known yet.
 const maxRoundText = 1 << 20
 
-// Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the workspace tool
-// calls of each reply, feeds the results back, and calls again until the model answers. It knows
+// Runner runs the loop of a thread turn (docs/spec.md §6): it calls the upstream, runs the
+// workspace tool calls of each reply, feeds the results back, and calls again until the model
+// answers. It knows
 // nothing of HTTP: the upstream is an interface, and the client is what the turn's dialect makes
 // of the last reply (a body, or the events of an Emitter).
 type Runner struct {
@@ -99,13 +101,14 @@ func (r *Runner) maxToolRounds() int {
 	return DefaultMaxToolRounds
 }
 
-// Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the upstream calls made.
+// Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the rounds the
+// turn made (a retried round counts once).
 func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	var usage usageSum
 	toolRounds := 0
-	// ran counts the rounds that ran workspace calls, for wsproxy_tool_rounds: the tool rounds,
+	// ran counts the rounds that ran workspace calls, for Metrics.ToolRounds: the tool rounds,
 	// and a last round that ran them beside the client's calls (no tool round, docs/spec.md §6,
-	// but no turn the model answered at once either, which the metric's 0 is for, §9).
+	// but no turn the model answered at once either, which a count of 0 is for, §9).
 	ran := 0
 	defer func() {
 		r.metrics().ToolRounds(ran)
@@ -189,11 +192,8 @@ func (r *Runner) retry(ctx context.Context, n int, call func() error) error {
 			return err
 		}
 		wait := time.Duration(float64(base<<attempt) * (0.8 + 0.4*mathrand.Float64()))
-		var ue *apierr.UpstreamError
-		if errors.As(err, &ue) {
-			if secs, perr := strconv.Atoi(ue.Header.Get("Retry-After")); perr == nil && secs > 0 {
-				wait = max(wait, min(time.Duration(secs)*time.Second, maxRetryAfter))
-			}
+		if ue := (*apierr.UpstreamError)(nil); errors.As(err, &ue) {
+			wait = max(wait, min(ue.RetryAfter(), maxRetryAfter))
 		}
 		r.metrics().UpstreamRetry()
 		if r.Logger != nil {
@@ -223,33 +223,28 @@ func retryable(err error) bool {
 	if errors.As(err, &nr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	var ue *apierr.UpstreamError
-	if errors.As(err, &ue) {
-		switch ue.StatusCode {
-		case 429, 500, 502, 503, 504, 529:
-			return true
-		}
-		return false
+	if ue := (*apierr.UpstreamError)(nil); errors.As(err, &ue) {
+		return ue.Temporary()
 	}
 	var se *apierr.StreamError
 	return errors.As(err, &se) || errors.Is(err, apierr.ErrUpstreamUnreachable) || errors.Is(err, errStreamEnded)
 }
 
-// notRun is the envelope of a workspace call over a bound, which is not run.
-func notRun(msg string) string {
+// notRun is the result of a workspace call over a bound, which is not run.
+func notRun(msg string) tools.Result {
 	b, _ := rawjson.Marshal(tools.Envelope{Error: "not run: " + msg})
-	return string(b)
+	return tools.Result{Content: string(b)}
 }
 
 // runTools runs the workspace's calls in order, their indices naming view, and returns their
-// tool-message contents. Only a failure of the store ends the turn; a call the tool refuses is
+// results. Only a failure of the store ends the turn; a call the tool refuses is
 // an error envelope for the model, and so is a call past MaxToolCallsPerRound or
 // MaxToolCallsPerTurn, which is not run (a parallel wrapper counts as one call). Once started,
 // the calls run to their end whether or not the client stays (a round is never left half done:
 // "remove #1" without the "add" of its new wording); each is bounded by the store's timeout.
-func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]string, error) {
+func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View, calls []toolCall) ([]tools.Result, error) {
 	ctx = context.WithoutCancel(ctx)
-	out := make([]string, len(calls))
+	out := make([]tools.Result, len(calls))
 	perRound, perTurn := cmp.Or(r.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), cmp.Or(r.MaxToolCallsPerTurn, DefaultMaxToolCallsPerTurn)
 	if over := len(calls) - min(perRound, max(perTurn-t.calls, 0)); over > 0 && r.Logger != nil {
 		r.Logger.LogAttrs(ctx, slog.LevelWarn, "workspace calls over their bound not run", slog.String("thread", t.Workspace.ThreadID().String()),
@@ -262,7 +257,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 		case t.calls >= perTurn:
 			out[i] = notRun(fmt.Sprintf("a turn runs at most %d workspace calls; answer the user", perTurn))
 		}
-		if out[i] != "" {
+		if out[i].Content != "" {
 			r.metrics().ToolCall(call.Name, false, 0)
 			continue
 		}
@@ -279,7 +274,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 		if err != nil {
 			return nil, err
 		}
-		out[i] = res.Content
+		out[i] = res
 	}
 	return out, nil
 }
@@ -301,21 +296,24 @@ func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, 
 	return res, nil
 }
 
-// runParts runs the workspace calls of a parallel wrapper and returns the wrapper's output: the
-// list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …].
-func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View, parts []toolCall) (string, error) {
+// runParts runs the workspace calls of a parallel wrapper and returns the wrapper's result: the
+// list of its calls' results, [{"recipient_name":"functions.<name>","output":<envelope>}, …],
+// OK when each of them is.
+func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View, parts []toolCall) (tools.Result, error) {
 	items := make([]json.RawMessage, len(parts))
+	ok := true
 	for i, p := range parts {
 		res, err := r.runTool(ctx, t, n, view, p)
 		if err != nil {
-			return "", err
+			return tools.Result{}, err
 		}
+		ok = ok && res.OK
 		o := rawjson.Object{}
 		o.Set("recipient_name", rawjson.String("functions."+p.Name))
 		o.Set("output", json.RawMessage(res.Content))
 		items[i] = o.Bytes()
 	}
-	return string(rawjson.AppendArray(nil, items)), nil
+	return tools.Result{OK: ok, Content: string(rawjson.AppendArray(nil, items))}, nil
 }
 
 func newCallID() string { return "call_" + randomHex(12) }

@@ -6,13 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -177,3 +181,59 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 type call = upstreamtest.Call
 
 var cmpl = upstreamtest.Completion
+
+// retryLog is a slog.Handler that keeps the wait of each retry the runner logs, and cancels the
+// turn at the first (the test need not wait for it).
+type retryLog struct {
+	waits  *[]time.Duration
+	cancel context.CancelFunc
+}
+
+func (h retryLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h retryLog) WithGroup(string) slog.Handler            { return h }
+func (h retryLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "wait" {
+			*h.waits = append(*h.waits, a.Value.Duration())
+			h.cancel()
+		}
+		return true
+	})
+	return nil
+}
+
+// TestRetryAfter: a round after the turn's tools answered 503 waits as the upstream's
+// Retry-After says, in seconds or as an HTTP date (RFC 9110 §10.2.3), up to 10 s.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	objective := `{"text":"Wait","action_and_reasoning":"goal"}`
+	for name, tc := range map[string]struct {
+		value string
+		want  time.Duration
+	}{
+		"Seconds":      {"3", 3 * time.Second},
+		"HTTPDate":     {time.Now().Add(time.Hour).UTC().Format(http.TimeFormat), maxRetryAfter},
+		"HTTPDatePast": {time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			overloaded := &apierr.UpstreamError{StatusCode: 503, Header: http.Header{"Retry-After": {tc.value}}, Body: []byte(`{"error":{}}`)}
+			up := &script{replies: []scripted{{body: cmpl("", call{ID: "a", Name: tools.SetObjective, Arguments: objective})}, {err: overloaded}}}
+			req, err := ParseChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"go"}]}`))
+			require.NoError(t, err)
+			tt := newTurn(t, tools.Limits{}, up)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var waits []time.Duration
+			_, err = (&Runner{RetryBackoff: time.Millisecond, Logger: slog.New(retryLog{&waits, cancel})}).Run(ctx, tt, req.JSON(tt))
+			require.ErrorAs(t, err, &overloaded)
+			require.Len(t, waits, 1)
+			if tc.want == 0 {
+				require.Less(t, waits[0], 10*time.Millisecond, "the backoff's")
+				return
+			}
+			require.Equal(t, tc.want, waits[0])
+		})
+	}
+}

@@ -11,7 +11,7 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
-// maxToolNames is how many tool names a request keeps in a set (OpenAI accepts 128 tools);
+// maxToolNames is how many tool names a request keeps in a set, far above what an API accepts;
 // past it, IsClientTool reads them from the body, so that memory does not grow with a hostile
 // body's tools.
 const maxToolNames = 256
@@ -52,8 +52,9 @@ func (c *clientTools) check(list json.RawMessage) error {
 }
 
 // eachToolName walks a tools array, checked, and calls fn with the name of each tool's function
-// or custom part, or its own name (the Responses API's shape; nil when it has none), without allocating for names without escapes. It
-// returns the run of the array's elements (nil for none).
+// or custom part, or its own name (the Responses and Messages APIs' shape; nil when it has
+// none), without allocating for names without escapes. It returns the run of the array's
+// elements (nil for none).
 func eachToolName(list json.RawMessage, fn func(name []byte) error) (json.RawMessage, error) {
 	var scratch struct{ tool, part rawjson.Object }
 	first, last := -1, 0
@@ -157,23 +158,13 @@ var workspaceTools = func() Payload {
 // ({"type":"function","name","description","parameters","strict":false}: the API's strict
 // default would require every property), as one run of elements.
 var responsesWorkspaceTools = func() Payload {
-	list := make([]json.RawMessage, len(tools.Definitions))
-	for i, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string          `json:"name"`
-				Description string          `json:"description"`
-				Parameters  json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		}
-		if err := json.Unmarshal(def, &d); err != nil {
-			panic("tools.Definitions: " + err.Error())
-		}
+	list := make([]json.RawMessage, len(tools.All))
+	for i, d := range tools.All {
 		o := rawjson.Object{}
 		o.Set("type", rawjson.String("function"))
-		o.Set("name", rawjson.String(d.Function.Name))
-		o.Set("description", rawjson.String(d.Function.Description))
-		o.Set("parameters", d.Function.Parameters)
+		o.Set("name", rawjson.String(d.Name))
+		o.Set("description", rawjson.String(d.Description))
+		o.Set("parameters", d.Parameters)
 		o.Set("strict", json.RawMessage("false"))
 		list[i] = o.Bytes()
 	}

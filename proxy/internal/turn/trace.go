@@ -9,14 +9,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/genai"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
 // SemconvVersion is the version of the semantic conventions the traces follow.
 const SemconvVersion = "1.40.0"
-
-// instrumentationName names the turn engine's tracer.
-const instrumentationName = "github.com/wsproxy/wsproxy/proxy"
 
 // Traces follow the OpenTelemetry semantic conventions v1.40.0 (SemconvVersion), GenAI ones
 // included: a client span per upstream round (`chat {model}`) and an `execute_tool {name}` span
@@ -25,10 +23,7 @@ const instrumentationName = "github.com/wsproxy/wsproxy/proxy"
 // Tracing traces a turn's rounds and tool calls. Off (the zero value) it starts no span and
 // allocates nothing.
 type Tracing struct {
-	tracer trace.Tracer
-	// content: record tool arguments and results (an explicit opt-in).
-	content bool
-	on      bool
+	tools genai.Tools
 	// provider is gen_ai.provider.name: openai for OpenAI's API, else the upstream's host.
 	provider string
 }
@@ -36,10 +31,7 @@ type Tracing struct {
 // NewTracing traces with tp (nil: nothing), recording tool arguments and results when content
 // is set, naming the upstream's provider (gen_ai.provider.name) provider.
 func NewTracing(tp trace.TracerProvider, content bool, provider string) Tracing {
-	if tp == nil {
-		return Tracing{provider: provider}
-	}
-	return Tracing{tracer: tp.Tracer(instrumentationName), content: content, on: true, provider: provider}
+	return Tracing{tools: genai.NewTools(tp, content), provider: provider}
 }
 
 // roundInfo is what a round's reply says of itself, for its span.
@@ -50,14 +42,15 @@ type roundInfo struct {
 
 // roundSpan starts the client span of one upstream round of a turn.
 func (tr Tracing) roundSpan(ctx context.Context, t *Turn, n int) (context.Context, trace.Span) {
-	if !tr.on {
+	tracer := tr.tools.Tracer()
+	if tracer == nil {
 		return ctx, noop.Span{}
 	}
 	name := "chat"
 	if t.Model != "" {
 		name += " " + t.Model
 	}
-	return tr.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		semconv.GenAIOperationNameChat,
 		semconv.GenAIProviderNameKey.String(tr.provider),
 		semconv.GenAIRequestModel(t.Model),
@@ -90,36 +83,8 @@ func endRound(span trace.Span, info roundInfo, usage tools.Usage, retries int, e
 
 // toolSpan starts the span of one workspace tool call.
 func (tr Tracing) toolSpan(ctx context.Context, call toolCall) (context.Context, trace.Span) {
-	if !tr.on {
-		return ctx, noop.Span{}
-	}
-	ctx, span := tr.tracer.Start(ctx, "execute_tool "+call.Name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
-		semconv.GenAIOperationNameExecuteTool,
-		semconv.GenAIToolName(call.Name),
-		semconv.GenAIToolCallID(call.ID),
-		semconv.GenAIToolType("function"),
-	))
-	if tr.content && span.IsRecording() {
-		span.SetAttributes(attribute.String("gen_ai.tool.call.arguments", call.Arguments))
-	}
-	return ctx, span
+	return tr.tools.Start(ctx, call.Name, call.Arguments, semconv.GenAIToolCallID(call.ID))
 }
 
 // endTool records a tool call's outcome on its span.
-func (tr Tracing) endTool(span trace.Span, res tools.Result, err error) {
-	if tr.on && span.IsRecording() {
-		outcome := "ok"
-		if !res.OK {
-			outcome = "error"
-		}
-		span.SetAttributes(attribute.String("wsproxy.tool.outcome", outcome), attribute.Int("wsproxy.tool.locked_skips", res.LockedSkips))
-		if tr.content {
-			span.SetAttributes(attribute.String("gen_ai.tool.call.result", res.Content))
-		}
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-	}
-	span.End()
-}
+func (tr Tracing) endTool(span trace.Span, res tools.Result, err error) { tr.tools.End(span, res, err) }

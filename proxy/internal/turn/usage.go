@@ -63,6 +63,17 @@ func tokenCounts(raw json.RawMessage) tools.Usage {
 	return u
 }
 
+// keep keeps a completed round's usage object (null: none) for with, without its token counts.
+func (u *usageSum) keep(raw json.RawMessage) { u.add(raw, tools.Usage{}) }
+
+// with is the usage of u's rounds and of raw, the round under way (null: none), as json makes
+// it; u stays as it is.
+func (u *usageSum) with(raw json.RawMessage) json.RawMessage {
+	sum := usageSum{raws: u.raws[:len(u.raws):len(u.raws)]}
+	sum.keep(raw)
+	return sum.json()
+}
+
 func (u *usageSum) empty() bool { return len(u.raws) == 0 }
 
 func (u *usageSum) json() json.RawMessage {
