@@ -166,9 +166,15 @@ func (m *Main) openDatabase(ctx context.Context) error {
 	if m.pool, err = pgxpool.NewWithConfig(ctx, poolConfig); err != nil {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
-	migrateCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := db.Migrate(migrateCtx, m.pool); err != nil {
+	// Postgres must answer within a minute; the migrations then take as long as they take (a
+	// backfill of a large table, or the wait for another replica's).
+	pingCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = m.pool.Ping(pingCtx)
+	cancel()
+	if err == nil {
+		err = db.Migrate(ctx, m.pool)
+	}
+	if err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
 	return nil
