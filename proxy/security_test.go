@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -682,4 +683,25 @@ func TestNoAdminTokenNoSessions(t *testing.T) {
 		resp, body := e.do("GET", "/admin/v1/threads", map[string]string{"Cookie": "wsproxy_session=" + cookie}, "")
 		require.Equal(t, 401, resp.StatusCode, body)
 	}
+}
+
+// TestLinkIDZeroRefused: a thread token names its link (docs/spec.md §13): a panel link, a
+// thread's session or an MCP token signed with the admin token's key but of id 0 (no link, so
+// never revocable) opens nothing.
+func TestLinkIDZeroRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/z/objective", map[string]any{"text": "Keep it"}, 200, nil)
+	signer := (&auth.Guard{AdminToken: adminToken}).Signer()
+	exp := time.Now().Add(time.Hour).Unix()
+	link := signer.Sign(auth.KindPanelLink, auth.ThreadToken{Thread: "z", Expires: exp})
+	code, _ := e.panelClient().do("GET", "/ui/link?token="+url.QueryEscape(link), "", nil)
+	require.Equal(t, 403, code, "a panel link of id 0")
+	ses := signer.Sign(auth.KindSession, map[string]any{"s": "thread:z", "e": exp, "c": "x"})
+	resp, body := e.do("GET", "/admin/v1/threads/z", map[string]string{"Cookie": "wsproxy_session=" + ses}, "")
+	require.Equal(t, 401, resp.StatusCode, "a thread's session of no link: %s", body)
+	tok := signer.Sign(auth.KindMCP, auth.ThreadToken{Thread: "z", Expires: exp})
+	resp, body = e.do("POST", "/mcp", map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"},
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	require.Equal(t, 401, resp.StatusCode, "an MCP token of id 0: %s", body)
 }

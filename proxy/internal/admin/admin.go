@@ -602,7 +602,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	}
 	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
 	var expired <-chan time.Time // never, for the admin token
-	if p := principalFrom(r.Context()); p.link != 0 {
+	if p := principalFrom(r.Context()); p.thread != "" {
 		es.holds = func(ctx context.Context) (bool, error) { return s.linkHolds(ctx, p) }
 	}
 	if ses := principalFrom(r.Context()).via; ses != nil {

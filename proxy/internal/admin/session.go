@@ -20,7 +20,7 @@ type principal struct {
 	admin  bool
 	client string
 	thread string   // a link's thread, in its stored form
-	link   int64    // the link's id: the session ends when the link is revoked (0: a link issued before links were recorded)
+	link   int64    // a thread's: its link's id (the session ends when the link is revoked)
 	via    *session // set when the call came with a panel session: a write then needs its CSRF token
 }
 
@@ -78,8 +78,8 @@ type session struct {
 	Scope   string `json:"s"`
 	Expires int64  `json:"e"` // Unix seconds
 	CSRF    string `json:"c"` // the token writes must carry (X-CSRF-Token)
-	// Link is the id of the link a thread's session was opened by (0 for none): the session
-	// holds while the link does.
+	// Link is the id of the link a thread's session was opened by: the session holds while the
+	// link does.
 	Link int64 `json:"l,omitempty"`
 }
 
@@ -94,9 +94,9 @@ const (
 )
 
 // linkHolds reports whether a link's session still holds: its link neither revoked nor expired,
-// its thread not deleted. A session of no link always does.
+// its thread not deleted. The admin's and a client's sessions are of no link.
 func (s *Server) linkHolds(ctx context.Context, p principal) (bool, error) {
-	if p.link == 0 {
+	if p.thread == "" {
 		return true, nil
 	}
 	id, err := tools.ParseThreadID(p.thread)
