@@ -705,3 +705,54 @@ func TestLinkIDZeroRefused(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	require.Equal(t, 401, resp.StatusCode, "an MCP token of id 0: %s", body)
 }
+
+// TestRemovedClientsAccessEnds: once a client's keys are gone from CLIENT_KEYS (this replica
+// restarted without them), nothing of that client's works any more (docs/spec.md §13, §15): its
+// panel sessions, and the panel links and MCP tokens of its threads, with the sessions they
+// opened. Another client's keep working.
+func TestRemovedClientsAccessEnds(t *testing.T) {
+	t.Parallel()
+	both, err := ParseClientKeys("alice=key-alice,bob=key-bob")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = both, "sk-up" })
+	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
+	alice, bob := e.panelClient(), e.panelClient()
+	require.Equal(t, 200, alice.signIn("key-alice"))
+	require.Equal(t, 200, bob.signIn("key-bob"))
+	var l struct {
+		URL string `json:"url"`
+	}
+	e.admin("POST", "/admin/v1/threads/alice~t1/links", nil, 201, &l)
+	linkPath := strings.TrimPrefix(l.URL, e.srv.URL)
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", linkPath, "", nil)
+	require.Equal(t, 200, code)
+	token, _, _ := mintMCPToken(t, e, "alice~t1", 0)
+	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
+	resp := mcpPost(t, e.srv.URL, "Bearer "+token, "")
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	onlyBob, err := ParseClientKeys("bob=key-bob")
+	require.NoError(t, err)
+	after := setupWithPool(t, e.pool, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = onlyBob, "sk-up" })
+	for _, c := range []*panelClient{alice, bob, visitor} {
+		c.base = after.srv.URL // the same host: the cookie goes with it
+	}
+	code, _ = alice.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 401, code, "the removed client's session")
+	code, _ = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+	require.Equal(t, 401, code, "the session of a link to the removed client's thread")
+	code, _ = after.panelClient().do("GET", linkPath, "", nil)
+	require.Equal(t, 403, code, "a link to the removed client's thread")
+	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	resp.Body.Close()
+	require.Equal(t, 401, resp.StatusCode, "an MCP token of the removed client's thread")
+
+	code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 200, code, "another client's session")
+	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
+}

@@ -98,8 +98,8 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder (a link's
-// while its link holds). A wrong token counts as a failed authentication of the client's address
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder while the
+// session holds (s.holds). A wrong token counts as a failed authentication of the client's address
 // (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := auth.BearerToken(r); ok {
@@ -117,7 +117,7 @@ func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 		return principal{}, errAdminToken
 	}
 	p.via, p.link = ses, ses.Link
-	if holds, err := s.linkHolds(r.Context(), p); err != nil || !holds {
+	if holds, err := s.holds(r.Context(), p); err != nil || !holds {
 		if err == nil {
 			err = errAdminToken
 		}
@@ -602,8 +602,8 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	}
 	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
 	var expired <-chan time.Time // never, for the admin token
-	if p := principalFrom(r.Context()); p.thread != "" {
-		es.holds = func(ctx context.Context) (bool, error) { return s.linkHolds(ctx, p) }
+	if p := principalFrom(r.Context()); !p.admin {
+		es.holds = func(ctx context.Context) (bool, error) { return s.holds(ctx, p) }
 	}
 	if ses := principalFrom(r.Context()).via; ses != nil {
 		es.end = time.Unix(ses.Expires, 0)
@@ -637,8 +637,8 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 }
 
 // eventStream is an open event stream: the events after last go out on w; past end (zero for
-// the admin token) the stream's session has expired; holds (nil for a session of no link) says
-// whether its link still holds.
+// the admin token) the stream's session has expired; holds (nil for the admin) says
+// whether its session still holds.
 type eventStream struct {
 	ws    *tools.Workspace
 	w     http.ResponseWriter

@@ -113,7 +113,7 @@ func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
 	l, ok := s.signer.VerifyThreadToken(auth.KindPanelLink, r.URL.Query().Get("token"))
 	p := principal{thread: l.Thread, link: l.ID}
 	if ok {
-		holds, err := s.linkHolds(r.Context(), p)
+		holds, err := s.holds(r.Context(), p)
 		if err != nil {
 			apierr.Write(w, r, s.log, err)
 			return

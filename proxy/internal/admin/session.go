@@ -93,14 +93,18 @@ const (
 	MaxLinkTTL     = 30 * 24 * time.Hour
 )
 
-// linkHolds reports whether a link's session still holds: its link neither revoked nor expired,
-// its thread not deleted. The admin's and a client's sessions are of no link.
-func (s *Server) linkHolds(ctx context.Context, p principal) (bool, error) {
-	if p.thread == "" {
+// holds reports whether a session's principal still holds: the admin's always; a client's
+// while the client has a key (CLIENT_KEYS); a link's while its link is neither revoked nor
+// expired, its thread not deleted and the thread's client (if any) has a key.
+func (s *Server) holds(ctx context.Context, p principal) (bool, error) {
+	switch {
+	case p.admin:
 		return true, nil
+	case p.thread == "":
+		return s.opts.Guard.HasClient(p.client), nil
 	}
 	id, err := tools.ParseThreadID(p.thread)
-	if err != nil {
+	if err != nil || !s.opts.Guard.HasClient(id.Client) {
 		return false, nil
 	}
 	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)

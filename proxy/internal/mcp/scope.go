@@ -110,7 +110,7 @@ func (s *Server) authenticate(r *http.Request) (scope, error) {
 			return false
 		}
 		id, err := tools.ParseThreadID(t.Thread)
-		if err != nil {
+		if err != nil || !s.opts.Guard.HasClient(id.Client) {
 			return false
 		}
 		valid, err := s.opts.Store.Workspace(id).LinkValid(r.Context(), tools.LinkMCP, t.ID)
