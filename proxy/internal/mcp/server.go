@@ -166,7 +166,8 @@ func (s *Server) serverFor(sc scope) *mcp.Server {
 
 // ServeHTTP serves /mcp: the request is authenticated (401 before any MCP message is read) and
 // its body read within the edge's limits; then the SDK answers it, in the request's scope. A
-// request still running when Close is called ends then.
+// request still running when Close is called ends then, and a thread token's when its token no
+// longer holds.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc, err := s.authenticate(r)
 	if err != nil {
@@ -182,6 +183,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(withScope(r.Context(), sc))
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
+	if sc.bound() {
+		go s.endWithToken(ctx, cancel, sc)
+	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.handler.ServeHTTP(w, r)
