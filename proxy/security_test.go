@@ -235,6 +235,13 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	resp, body := e.do("POST", "/v1/chat/completions", alice("t1"), `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, 200, resp.StatusCode, body)
 	check("stream", resp, body)
+	// The upstream's error event inside a stream, which ends it: the client gets it, redacted.
+	e.up.Script(upstreamtest.StreamNoDone(upstreamtest.Chunk("c1", `{"role":"assistant","content":"o"}`, ""),
+		`{"error":{"message":"Incorrect API key provided: `+operatorKey+`","type":"invalid_request_error"}}`))
+	resp, body = e.do("POST", "/v1/chat/completions", alice("t1"), `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	check("stream's error event", resp, body)
+	require.Contains(t, body, "Incorrect API key provided: [redacted]", "the stream's error event as it came")
 	e.up.Script(withIdentity(reply(`{"object":"list","data":[]}`)))
 	resp, body = e.do("GET", "/v1/models", alice(""), "")
 	require.Equal(t, 200, resp.StatusCode, body)
