@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -648,5 +650,22 @@ func TestMessagesPlacement(t *testing.T) {
 				require.JSONEq(t, strings.ReplaceAll(tt.wantSystem, `"BLOCK"`, string(rawjson.String(block))), string(sent["system"]))
 			}
 		})
+	}
+}
+
+// TestMessagesUpstreamUnreachableNamed: a Messages upstream that cannot be reached is named by
+// its own host, not the OpenAI-compatible upstream's, with a thread or without.
+func TestMessagesUpstreamUnreachableNamed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	host := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	e := setup(t, func(o *Options) { o.AnthropicUpstreamURL = &url.URL{Scheme: "http", Host: host} })
+	for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
+		resp := e.post("/v1/messages", h, `{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+		body := readBody(t, resp)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+		require.Contains(t, body, "the upstream at "+host+" could not be reached")
 	}
 }

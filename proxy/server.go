@@ -184,7 +184,7 @@ func NewServer(opts Options) *Server {
 		t.MaxIdleConnsPerHost = 256
 		base = t
 	}
-	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Host: opts.UpstreamURL.Host,
+	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout,
 		Observe: func(ctx context.Context, code string, d time.Duration) {
 			opts.Metrics.observeUpstream(ctx, code, d)
 			noteUpstream(ctx, code)
