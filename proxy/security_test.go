@@ -483,7 +483,8 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 // continues from (previous_response_id) or references (an input item's id, item_reference
 // included) must be one the client's own requests produced through wsproxy — pass-through, JSON
 // or streamed, and thread turns alike; another's is a 404 previous_response_not_found and nothing
-// reaches the upstream. A client continues its own anywhere.
+// reaches the upstream. A client continues its own anywhere. A conversation is refused (null is
+// none).
 func TestContinuationsScopedPerClient(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
@@ -539,6 +540,9 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 		{"/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_sse"},{"role":"user","content":"more"}]}`},
 		{"/threads/b/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_json"},{"role":"user","content":"more"}]}`},
 		{"/threads/b2/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_sse"}`},
+		// A null conversation is no conversation (docs/spec.md §16), as without client keys.
+		{"/v1/responses", `{"model":"m","input":"more","conversation":null}`},
+		{"/threads/b/v1/responses", `{"model":"m","input":"more","conversation":null}`},
 	} {
 		e.up.Script(upstreamtest.ResponseSpec{ID: "resp_bob_more", Items: []upstreamtest.Item{item("msg_bob_more", "ok")}}.Reply())
 		resp, body := as("sk-bob-secret", r.path, r.body)
