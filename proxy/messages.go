@@ -80,12 +80,17 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 
 // messagesUpstream is the Anthropic upstream of one client request, at path: the client's query
 // string (Claude Code sends ?beta=true) and headers (anthropic-version and anthropic-beta among
-// them) go on, less what messagesHeader removes.
+// them) go on, less what messagesHeader removes. A keyless upstream (a local one) is
+// legitimate: with client keys and no ANTHROPIC_UPSTREAM_API_KEY the request carries no key.
 func (s *Server) messagesUpstream(r *http.Request, path string) *clientUpstream {
 	h := rewrittenHeader(r.Header)
 	s.messagesHeader(h)
-	return &clientUpstream{client: s.client, url: upstreamURL(s.opts.AnthropicUpstreamURL, path, r.URL.RawQuery).String(),
+	u := &clientUpstream{client: s.client, url: upstreamURL(s.opts.AnthropicUpstreamURL, path, r.URL.RawQuery).String(),
 		header: h, tracing: s.tracing, back: s.fromUpstream()}
+	if s.opts.ClientKeys != nil && s.opts.AnthropicUpstreamAPIKey == "" {
+		u.keyless = "ANTHROPIC_UPSTREAM_API_KEY"
+	}
+	return u
 }
 
 // messagesHeader is stripHeaders for the Anthropic upstream: the same headers go, and the

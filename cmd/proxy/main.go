@@ -146,6 +146,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
+	if clientKeys != nil && m.Config.AnthropicUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.AnthropicUpstreamBaseURL != "demo" {
+		m.log.Warn("CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY: Messages requests reach the Anthropic upstream with no key (the clients' stay with wsproxy)",
+			slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("fix", "set ANTHROPIC_UPSTREAM_API_KEY, unless that upstream needs none"))
+	}
 	m.serve(ln)
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
 		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("version", version()))
