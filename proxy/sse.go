@@ -10,7 +10,7 @@ import (
 )
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response, and a
-// keepalive comment when the client has had nothing for the keepalive interval (docs/spec.md
+// keepalive (a comment, or the Messages API's ping event) when the client has had nothing for the keepalive interval (docs/spec.md
 // §16) — once the stream started, or once the proxy began a round the client cannot see (before
 // that, the client waits for the upstream's status as it would straight). The keepalive is a
 // runtime timer, not a goroutine: it fires only when the stream is silent.
@@ -86,7 +86,7 @@ func (o *sseWriter) Flush() error {
 	return o.rc.Flush()
 }
 
-// keepalive writes a comment when the stream has been silent for the interval, and sets the
+// keepalive writes the keepalive when the stream has been silent for the interval, and sets the
 // timer for the next check.
 func (o *sseWriter) keepalive() {
 	o.mu.Lock()

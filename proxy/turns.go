@@ -90,7 +90,7 @@ func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward fun
 	return in, true
 }
 
-// errShuttingDown answers a turn that would start once Wait has begun.
+// errShuttingDown answers a turn that would start once Shutdown has begun.
 var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
 	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
 

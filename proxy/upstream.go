@@ -19,7 +19,7 @@ const maxErrorBody = 1 << 20
 // back the upstream's as fromUpstream leaves them.
 type clientUpstream struct {
 	client  *http.Client
-	url     string // …/chat/completions
+	url     string // …/chat/completions, …/responses or …/v1/messages(/count_tokens)
 	header  http.Header
 	tracing tracing // the round's trace context goes upstream (traceparent)
 	back    fromUpstream

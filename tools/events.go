@@ -70,8 +70,8 @@ type Event struct {
 	After      json.RawMessage `json:"after"`
 	Reverts    *int64          `json:"reverts,omitempty"`
 	// Proposed is a locked_skip's proposal: the preference's fields as the refused update would
-	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where none
-	// was kept (other kinds, and updates refused before wsproxy kept them).
+	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where the
+	// event has none (other kinds, and an update's locked_skip stored without one).
 	Proposed json.RawMessage `json:"proposed,omitempty"`
 }
 

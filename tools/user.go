@@ -88,7 +88,7 @@ type ToolCallRecord struct {
 	ID                 int64           `json:"id"`
 	Turn               *int            `json:"turn"`    // null for a call of no turn (over MCP)
 	Round              *int            `json:"round"`   // null for a call of no turn
-	CallID             string          `json:"call_id"` // the id the model gave the call; "" for calls recorded before ids were kept
+	CallID             string          `json:"call_id"` // the id the model gave the call; "" when none was stored
 	Tool               string          `json:"tool"`
 	Arguments          json.RawMessage `json:"arguments"`
 	ActionAndReasoning string          `json:"action_and_reasoning"`

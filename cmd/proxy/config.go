@@ -46,9 +46,11 @@ type Config struct {
 	WorkspacePlacement string
 	// PromptCacheKey: auto, thread or off.
 	PromptCacheKey string
-	// DatabaseListenURL is a direct connection for LISTEN ("" means DatabaseURL).
+	// DatabaseListenURL is a direct connection for LISTEN: the event streams and MCP's
+	// subscriptions ("" means DatabaseURL).
 	DatabaseListenURL string
-	// HistoryRetention prunes events, snapshots and tool-call records older than it (0 keeps them).
+	// HistoryRetention prunes events, snapshots, tool-call records, response turns and client
+	// responses older than it (0 keeps them).
 	HistoryRetention time.Duration
 	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
 	TrustedProxies string
@@ -126,8 +128,8 @@ func (c *Config) settings() []setting {
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt)", (*stringValue)(&c.WorkspacePlacement)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
-		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
-		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
+		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates, MCP's subscriptions), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
+		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last), tool-call records, response turns and client responses older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
 		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},

@@ -93,7 +93,7 @@ func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.setSessionCookie(w, r, &http.Cookie{MaxAge: -1})
-	// and a session cookie of Path=/, which would otherwise outlive this sign-out
+	// and any session cookie of Path=/, which the browser would send on every path
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,6 +1,5 @@
 // Package admin is wsproxy's user path: the admin REST (docs/spec.md §8, §13), the workspace
-// panel and its sessions and links, and the live event streams with the LISTEN loop that wakes
-// them. It reaches the workspace only through tools (the user path, which ignores locks), never
+// panel and its sessions and links, and the live event streams (eventhub wakes them). It reaches the workspace only through tools (the user path, which ignores locks), never
 // through the turn engine: the model's path and the user's meet in tools and Postgres alone.
 package admin
 
