@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -166,16 +167,10 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is required (a Postgres URL, e.g. postgres://user@localhost/wsproxy)")
 	}
-	if c.UpstreamBaseURL != "demo" {
-		u, err := url.Parse(c.UpstreamBaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
-		}
-	}
-	if c.AnthropicUpstreamBaseURL != "" && c.AnthropicUpstreamBaseURL != "demo" {
-		u, err := url.Parse(c.AnthropicUpstreamBaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.AnthropicUpstreamBaseURL)
+	// The upstreams' base URLs (an empty ANTHROPIC_UPSTREAM_BASE_URL takes its default).
+	for _, b := range [][2]string{{"UPSTREAM_BASE_URL", c.UpstreamBaseURL}, {"ANTHROPIC_UPSTREAM_BASE_URL", cmp.Or(c.AnthropicUpstreamBaseURL, "demo")}} {
+		if u, err := url.Parse(b[1]); b[1] != "demo" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", b[0], b[1])
 		}
 	}
 	if c.ThreadHeader != "" && !validHeaderName(c.ThreadHeader) {

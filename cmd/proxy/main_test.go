@@ -272,6 +272,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{map[string]string{}, "DATABASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_BASE_URL": "ftp://x"}, "UPSTREAM_BASE_URL"},
+		{map[string]string{"DATABASE_URL": "x", "ANTHROPIC_UPSTREAM_BASE_URL": "ftp://x"}, "ANTHROPIC_UPSTREAM_BASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "0"}, "MAX_TOOL_ROUNDS"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "many"}, "MAX_TOOL_ROUNDS"},
 		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_TIMEOUT": "10"}, "UPSTREAM_TIMEOUT"},
