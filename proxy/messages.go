@@ -37,7 +37,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.messagesUpstream(r, "/v1/messages"), s.messagesRunner)
+	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.messagesUpstream(r, "/v1/messages"), s.messagesRunner, nil)
 }
 
 // countTokens serves POST /v1/messages/count_tokens and its thread-path form (docs/spec.md
