@@ -70,6 +70,10 @@ type Config struct {
 	MaxToolArgumentBytes int64
 	// MetricsToken, when set, is the bearer token /metrics needs.
 	MetricsToken string
+	// TraceContent records a tool call's arguments and result on its span:
+	// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, an environment variable only, as
+	// the other OTEL_ settings (no flag).
+	TraceContent bool
 }
 
 // DefaultConfig is the configuration with nothing set.
@@ -155,6 +159,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 		}
 		fs.Var(s.value, s.flag, s.usage+" ($"+s.env+")")
 	}
+	c.TraceContent = strings.EqualFold(getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wsproxy [flags]\n       wsproxy version\n\nEvery flag is also an environment variable.\n\n")
 		fs.PrintDefaults()

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
@@ -249,7 +248,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *prox
 		MaxBufferedBytes:        m.Config.MaxBufferedBytes,
 		Metrics:                 proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys)),
 		TracerProvider:          m.tracerProvider(),
-		TraceContent:            strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
+		TraceContent:            m.Config.TraceContent,
 		ListenURL:               cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		DisablePanel:            m.Config.UI == "off",
 		DisableMCP:              m.Config.MCP == "off",
