@@ -9,6 +9,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -143,27 +144,17 @@ func (s *Server) tokenHolds(ctx context.Context, sc scope) (bool, error) {
 // no longer holds: at its expiry, or when a change of its thread or a heartbeat finds it revoked.
 // It returns when ctx ends.
 func (s *Server) endWithToken(ctx context.Context, cancel context.CancelFunc, sc scope) {
-	wake, stop := s.opts.Hub.Subscribe(sc.thread.String())
-	defer stop()
-	expired := time.NewTimer(time.Until(sc.expires))
-	defer expired.Stop()
-	ticker := time.NewTicker(heartbeat)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-expired.C:
-			cancel()
-			return
-		case <-wake:
-		case <-ticker.C:
+	defer time.AfterFunc(time.Until(sc.expires), cancel).Stop()
+	first := true // authenticate has just checked it
+	_ = s.opts.Hub.Watch(ctx, sc.thread.String(), eventhub.Heartbeat, func(bool) error {
+		if !first {
+			if ok, err := s.tokenHolds(ctx, sc); err == nil && !ok {
+				cancel()
+			}
 		}
-		if ok, err := s.tokenHolds(ctx, sc); err == nil && !ok {
-			cancel()
-			return
-		}
-	}
+		first = false
+		return nil
+	})
 }
 
 func unauthorized(challenge string) error {

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
@@ -54,10 +53,6 @@ type Metrics interface {
 	// locked preferences it named and left alone.
 	MCPToolCall(tool string, ok bool, lockedSkips int)
 }
-
-// heartbeat is how often a resource subscription reads its thread's last event unwoken: a lost
-// notification (or none, without LISTEN) delays an update by one heartbeat at most.
-const heartbeat = 15 * time.Second
 
 // Server serves /mcp. Close ends its subscriptions.
 type Server struct {
