@@ -1,14 +1,12 @@
 package proxy
 
 import (
-	"errors"
 	"io"
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
 )
 
 // DefaultAnthropicUpstreamURL is Anthropic's API, the upstream of the Messages API's routes
@@ -56,15 +54,12 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	block := tools.RenderBlock("", nil)
-	switch d, err := s.opts.Store.Workspace(in.thread).Get(r.Context()); {
-	case err == nil:
-		block = d.Block
-	case !errors.Is(err, tools.ErrNotFound):
+	block, err := s.opts.Store.Workspace(in.thread).Block(r.Context())
+	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	body := req.CountBody(s.instructions(in.placement)+"\n\n"+block, in.placement)
+	body := req.CountBody(s.workspaceText(in.placement, block), in.placement)
 	resp, err := s.messagesUpstream(r, "/v1/messages/count_tokens").Post(r.Context(), body)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)

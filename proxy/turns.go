@@ -213,7 +213,13 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.
 		Model:     model,
 		Upstream:  up,
 	}
-	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
+	return t, s.workspaceText(placement, start.Block()), nil
+}
+
+// workspaceText is what a turn puts in its request: the instructions for placement, then the
+// workspace block.
+func (s *Server) workspaceText(placement turn.Placement, block string) string {
+	return s.instructions(placement) + "\n\n" + block
 }
 
 // endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
