@@ -12,9 +12,13 @@ import (
 )
 
 const clientResponsePrune = `-- name: ClientResponsePrune :execrows
-DELETE FROM client_responses WHERE created_at < $1
+DELETE FROM client_responses
+WHERE (client, id) IN (
+    SELECT o.client, o.id FROM client_responses o WHERE o.created_at < $1 FOR UPDATE SKIP LOCKED)
 `
 
+// HISTORY_RETENTION: ids made longer ago than the cutoff, but those another transaction holds
+// (as EventPrune).
 func (q *Queries) ClientResponsePrune(ctx context.Context, db DBTX, before pgtype.Timestamptz) (int64, error) {
 	result, err := db.Exec(ctx, clientResponsePrune, before)
 	if err != nil {

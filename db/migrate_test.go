@@ -2,11 +2,14 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -399,7 +402,7 @@ func TestUpgradeToProposals(t *testing.T) {
 	require.Equal(t, "Why not.", evs[3].Reason.String)
 	require.JSONEq(t, `{"title":"Trains","subtitle":"","kind":"soft","locked":true}`, string(evs[3].Before))
 
-	_, err = q.EventInsert(ctx, pool, db.EventInsertParams{ThreadID: "old", Actor: "user", Kinds: []string{"locked_skip", "preference_updated"},
+	_, err = q.EventInsert(ctx, pool, db.EventInsertParams{ThreadID: "old", Actor: "user", Via: "admin", Kinds: []string{"locked_skip", "preference_updated"},
 		TargetTypes: []string{"preference", "preference"}, TargetIds: []int64{1, 1}, Befores: []string{"{}", "{}"}, Afters: []string{"{}", "{}"},
 		Reverts: []int64{0, 0}, Proposals: []string{`{"title":"Planes","subtitle":"","kind":"soft"}`, ""}})
 	require.NoError(t, err)
@@ -441,4 +444,100 @@ func TestUpgradeToCacheWrites(t *testing.T) {
 		"a batch counts once, its cache writes too")
 	_, err = q.TurnStart(ctx, pool, "old")
 	require.NoError(t, err)
+}
+
+// TestUpgradeWhileReplicasOfThePreviousVersionRun: during a rolling deploy, replicas still on the
+// previous version write to the upgraded database as they always did: an event without via (a
+// tool call's, the agent's, or a user's edit) and a tool call with its turn and round.
+func TestUpgradeWhileReplicasOfThePreviousVersionRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('old', 2, 1, 1)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	for _, stmt := range []string{
+		`INSERT INTO tool_calls (thread_id, turn, round, call_id, tool, arguments, ok, result)
+		 VALUES ('old', 3, 1, 'call_1', 'set_objective', '{"text":"A goal"}', true, '{"ok":true}')`,
+		`INSERT INTO events (thread_id, id, actor, turn, round, tool_call_id, reason, kind, target_type, after)
+		 VALUES ('old', 1, 'agent', 3, 1, 1, 'named', 'objective_set', 'objective', '{"text":"A goal"}')`,
+		`INSERT INTO events (thread_id, id, actor, kind, target_type, before, after)
+		 VALUES ('old', 2, 'user', 'objective_set', 'objective', '{"text":"A goal"}', '{"text":"Another"}')`,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	events, err := db.New().EventList(ctx, pool, db.EventListParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Equal(t, "proxy", events[0].Via, "the agent's, of a proxied turn")
+}
+
+// migrationFS is a set of migrations of the given SQL, named 001, 002, ….
+func migrationFS(sql ...string) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for i, s := range sql {
+		fsys[fmt.Sprintf("migration/%03d_test.sql", i+1)] = &fstest.MapFile{Data: []byte(s)}
+	}
+	return fsys
+}
+
+// TestMigrationOutlivesTheStatementTimeout: a migration of a large table takes longer than the
+// pool's statement_timeout (DATABASE_TIMEOUT), and runs to its end all the same; another replica
+// starting meanwhile waits for it (on the migrations' lock, however long), then finds nothing
+// left to do.
+func TestMigrationOutlivesTheStatementTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "50"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	fsys := migrationFS(`CREATE TABLE big (id int)`, `SELECT pg_sleep(0.5)`)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- db.MigrateFS(ctx, pool, fsys) }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n))
+	require.Equal(t, 2, n)
+}
+
+// TestMigrationFailsOnALockItCannotHave: a migration that needs a table another session holds
+// (a transaction left open) fails after the migrations' lock_timeout, saying so, rather than
+// waiting — with every statement of a turn queued behind it — for as long as that session
+// lasts; nothing of it is applied.
+func TestMigrationFailsOnALockItCannotHave(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, db.MigrateFS(ctx, pool, migrationFS(`CREATE TABLE held (id int)`)))
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, `SELECT * FROM held`)
+	require.NoError(t, err)
+
+	guard, cancel := context.WithTimeout(ctx, 30*time.Second) // the lock is never released: bounds the wait without the fix
+	defer cancel()
+	err = db.MigrateFS(guard, pool, migrationFS(`CREATE TABLE held (id int)`, `ALTER TABLE held ADD COLUMN x int`))
+	require.Error(t, err)
+	require.NoError(t, guard.Err(), "the migration waited for the lock: %v", err)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available")
+	require.Contains(t, err.Error(), "002_test")
+	require.Contains(t, err.Error(), "locked by another session")
+	require.NoError(t, holder.Rollback(ctx))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n))
+	require.Equal(t, 1, n, "nothing of it was applied")
 }

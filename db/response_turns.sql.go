@@ -60,9 +60,13 @@ func (q *Queries) ResponseTurnContinuation(ctx context.Context, db DBTX, arg Res
 }
 
 const responseTurnPrune = `-- name: ResponseTurnPrune :execrows
-DELETE FROM response_turns WHERE created_at < $1
+DELETE FROM response_turns
+WHERE (thread_id, response_id) IN (
+    SELECT o.thread_id, o.response_id FROM response_turns o WHERE o.created_at < $1 FOR UPDATE SKIP LOCKED)
 `
 
+// HISTORY_RETENTION: records of turns older than the cutoff, but those another transaction
+// holds (as EventPrune).
 func (q *Queries) ResponseTurnPrune(ctx context.Context, db DBTX, before pgtype.Timestamptz) (int64, error) {
 	result, err := db.Exec(ctx, responseTurnPrune, before)
 	if err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -734,4 +735,71 @@ func TestMCPResourcesPaged(t *testing.T) {
 	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
 	_, err = cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: "not-a-cursor,x"})
 	require.ErrorContains(t, err, "cursor")
+}
+
+// TestMCPListenEndsWithItsToken: a thread token's subscriptions/listen stream ends once its
+// token no longer holds (revoked here): at the thread's next change (or heartbeat) it closes,
+// rather than announcing the thread's changes to a holder who may no longer see them.
+func TestMCPListenEndsWithItsToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": "Before"}, 200, nil)
+	token, id, _ := mintMCPToken(t, e, "tok", 0)
+	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
+		`"notifications":{"resourceSubscriptions":["workspace://tok"]},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + token} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		rd := bufio.NewReader(resp.Body)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	// The stream holds the subscription once a change is announced on it.
+	announced := func(text string) bool {
+		e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": text}, 200, nil)
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					return false
+				}
+				if strings.Contains(line, "notifications/resources/updated") {
+					return true
+				}
+			case <-timeout:
+				return false
+			}
+		}
+	}
+	require.Eventually(t, func() bool { return announced("Changed") }, 30*time.Second, 10*time.Millisecond)
+
+	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/tok/links/%d", id), nil, 204, nil)
+	e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": "After the revocation"}, 200, nil)
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return // the stream ended
+			}
+		case <-timeout:
+			t.Fatal("the stream outlived its token")
+		}
+	}
 }

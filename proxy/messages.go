@@ -1,14 +1,12 @@
 package proxy
 
 import (
-	"errors"
 	"io"
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
 )
 
 // DefaultAnthropicUpstreamURL is Anthropic's API, the upstream of the Messages API's routes
@@ -37,7 +35,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.messagesUpstream(r, "/v1/messages"), s.messagesRunner)
+	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.messagesUpstream(r, "/v1/messages"), s.messagesRunner, nil)
 }
 
 // countTokens serves POST /v1/messages/count_tokens and its thread-path form (docs/spec.md
@@ -56,15 +54,12 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	block := tools.RenderBlock("", nil)
-	switch d, err := s.opts.Store.Workspace(in.thread).Get(r.Context()); {
-	case err == nil:
-		block = d.Block
-	case !errors.Is(err, tools.ErrNotFound):
+	block, err := s.opts.Store.Workspace(in.thread).Block(r.Context())
+	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	body := req.CountBody(s.instructions(in.placement)+"\n\n"+block, in.placement)
+	body := req.CountBody(s.workspaceText(in.placement, block), in.placement)
 	resp, err := s.messagesUpstream(r, "/v1/messages/count_tokens").Post(r.Context(), body)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
@@ -80,12 +75,17 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 
 // messagesUpstream is the Anthropic upstream of one client request, at path: the client's query
 // string (Claude Code sends ?beta=true) and headers (anthropic-version and anthropic-beta among
-// them) go on, less what messagesHeader removes.
+// them) go on, less what messagesHeader removes. A keyless upstream (a local one) is
+// legitimate: with client keys and no ANTHROPIC_UPSTREAM_API_KEY the request carries no key.
 func (s *Server) messagesUpstream(r *http.Request, path string) *clientUpstream {
 	h := rewrittenHeader(r.Header)
 	s.messagesHeader(h)
-	return &clientUpstream{client: s.client, url: upstreamURL(s.opts.AnthropicUpstreamURL, path, r.URL.RawQuery).String(),
+	u := &clientUpstream{client: s.client, url: upstreamURL(s.opts.AnthropicUpstreamURL, path, r.URL.RawQuery).String(),
 		header: h, tracing: s.tracing, back: s.fromUpstream()}
+	if s.opts.ClientKeys != nil && s.opts.AnthropicUpstreamAPIKey == "" {
+		u.keyless = "ANTHROPIC_UPSTREAM_API_KEY"
+	}
+	return u
 }
 
 // messagesHeader is stripHeaders for the Anthropic upstream: the same headers go, and the

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -649,4 +651,50 @@ func TestMessagesPlacement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMessagesUpstreamUnreachableNamed: a Messages upstream that cannot be reached is named by
+// its own host, not the OpenAI-compatible upstream's, with a thread or without.
+func TestMessagesUpstreamUnreachableNamed(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	host := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	e := setup(t, func(o *Options) { o.AnthropicUpstreamURL = &url.URL{Scheme: "http", Host: host} })
+	for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
+		resp := e.post("/v1/messages", h, `{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
+		body := readBody(t, resp)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+		require.Contains(t, body, "the upstream at "+host+" could not be reached")
+	}
+}
+
+// TestMessagesKeylessUpstreamRefuses: with CLIENT_KEYS and no ANTHROPIC_UPSTREAM_API_KEY, a
+// Messages turn goes upstream with no key (the client's stays with wsproxy), which a local
+// upstream may take; one that answers 401 is a 502 naming the setting, not the upstream's 401
+// (the client's key was right). With the setting, the upstream's 401 is the client's.
+func TestMessagesKeylessUpstreamRefuses(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	refused := upstreamtest.MessagesError(401, "authentication_error", "x-api-key header is required")
+	h := map[string]string{"X-Api-Key": "sk-alice-secret", "Content-Type": "application/json", "Anthropic-Version": "2023-06-01"}
+	const body = `{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
+
+	e := setup(t, func(o *Options) { o.ClientKeys = keys })
+	e.up.Script(refused, refused)
+	for _, path := range []string{"/threads/k/v1/messages", "/threads/k/v1/messages/count_tokens"} {
+		resp, got := e.do("POST", path, h, body)
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, "%s: %s", path, got)
+		require.Contains(t, got, "ANTHROPIC_UPSTREAM_API_KEY", path)
+		require.Contains(t, got, `"type":"error"`, "Anthropic's shape")
+	}
+	require.Empty(t, e.up.Requests()[0].Header.Get("X-Api-Key"), "no key went upstream")
+
+	keyed := setup(t, func(o *Options) { o.ClientKeys, o.AnthropicUpstreamAPIKey = keys, "sk-ant-wrong" })
+	keyed.up.Script(refused)
+	resp, got := keyed.do("POST", "/threads/k/v1/messages", h, body)
+	require.Equal(t, 401, resp.StatusCode, got)
+	require.Contains(t, got, "x-api-key header is required")
 }

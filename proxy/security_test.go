@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -234,6 +235,13 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	resp, body := e.do("POST", "/v1/chat/completions", alice("t1"), `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
 	require.Equal(t, 200, resp.StatusCode, body)
 	check("stream", resp, body)
+	// The upstream's error event inside a stream, which ends it: the client gets it, redacted.
+	e.up.Script(upstreamtest.StreamNoDone(upstreamtest.Chunk("c1", `{"role":"assistant","content":"o"}`, ""),
+		`{"error":{"message":"Incorrect API key provided: `+operatorKey+`","type":"invalid_request_error"}}`))
+	resp, body = e.do("POST", "/v1/chat/completions", alice("t1"), `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	check("stream's error event", resp, body)
+	require.Contains(t, body, "Incorrect API key provided: [redacted]", "the stream's error event as it came")
 	e.up.Script(withIdentity(reply(`{"object":"list","data":[]}`)))
 	resp, body = e.do("GET", "/v1/models", alice(""), "")
 	require.Equal(t, 200, resp.StatusCode, body)
@@ -475,7 +483,8 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 // continues from (previous_response_id) or references (an input item's id, item_reference
 // included) must be one the client's own requests produced through wsproxy — pass-through, JSON
 // or streamed, and thread turns alike; another's is a 404 previous_response_not_found and nothing
-// reaches the upstream. A client continues its own anywhere.
+// reaches the upstream. A client continues its own anywhere. A conversation is refused (null is
+// none).
 func TestContinuationsScopedPerClient(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
@@ -531,6 +540,9 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 		{"/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_sse"},{"role":"user","content":"more"}]}`},
 		{"/threads/b/v1/responses", `{"model":"m","input":[{"type":"item_reference","id":"msg_bob_json"},{"role":"user","content":"more"}]}`},
 		{"/threads/b2/v1/responses", `{"model":"m","input":"more","previous_response_id":"resp_bob_sse"}`},
+		// A null conversation is no conversation (docs/spec.md §16), as without client keys.
+		{"/v1/responses", `{"model":"m","input":"more","conversation":null}`},
+		{"/threads/b/v1/responses", `{"model":"m","input":"more","conversation":null}`},
 	} {
 		e.up.Script(upstreamtest.ResponseSpec{ID: "resp_bob_more", Items: []upstreamtest.Item{item("msg_bob_more", "ok")}}.Reply())
 		resp, body := as("sk-bob-secret", r.path, r.body)
@@ -682,4 +694,76 @@ func TestNoAdminTokenNoSessions(t *testing.T) {
 		resp, body := e.do("GET", "/admin/v1/threads", map[string]string{"Cookie": "wsproxy_session=" + cookie}, "")
 		require.Equal(t, 401, resp.StatusCode, body)
 	}
+}
+
+// TestLinkIDZeroRefused: a thread token names its link (docs/spec.md §13): a panel link, a
+// thread's session or an MCP token signed with the admin token's key but of id 0 (no link, so
+// never revocable) opens nothing.
+func TestLinkIDZeroRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/z/objective", map[string]any{"text": "Keep it"}, 200, nil)
+	signer := (&auth.Guard{AdminToken: adminToken}).Signer()
+	exp := time.Now().Add(time.Hour).Unix()
+	link := signer.Sign(auth.KindPanelLink, auth.ThreadToken{Thread: "z", Expires: exp})
+	code, _ := e.panelClient().do("GET", "/ui/link?token="+url.QueryEscape(link), "", nil)
+	require.Equal(t, 403, code, "a panel link of id 0")
+	ses := signer.Sign(auth.KindSession, map[string]any{"s": "thread:z", "e": exp, "c": "x"})
+	resp, body := e.do("GET", "/admin/v1/threads/z", map[string]string{"Cookie": "wsproxy_session=" + ses}, "")
+	require.Equal(t, 401, resp.StatusCode, "a thread's session of no link: %s", body)
+	tok := signer.Sign(auth.KindMCP, auth.ThreadToken{Thread: "z", Expires: exp})
+	resp, body = e.do("POST", "/mcp", map[string]string{"Authorization": "Bearer " + tok, "Content-Type": "application/json"},
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	require.Equal(t, 401, resp.StatusCode, "an MCP token of id 0: %s", body)
+}
+
+// TestRemovedClientsAccessEnds: once a client's keys are gone from CLIENT_KEYS (this replica
+// restarted without them), nothing of that client's works any more (docs/spec.md §13, §15): its
+// panel sessions, and the panel links and MCP tokens of its threads, with the sessions they
+// opened. Another client's keep working.
+func TestRemovedClientsAccessEnds(t *testing.T) {
+	t.Parallel()
+	both, err := ParseClientKeys("alice=key-alice,bob=key-bob")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = both, "sk-up" })
+	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
+	alice, bob := e.panelClient(), e.panelClient()
+	require.Equal(t, 200, alice.signIn("key-alice"))
+	require.Equal(t, 200, bob.signIn("key-bob"))
+	var l struct {
+		URL string `json:"url"`
+	}
+	e.admin("POST", "/admin/v1/threads/alice~t1/links", nil, 201, &l)
+	linkPath := strings.TrimPrefix(l.URL, e.srv.URL)
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", linkPath, "", nil)
+	require.Equal(t, 200, code)
+	token, _, _ := mintMCPToken(t, e, "alice~t1", 0)
+	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
+	resp := mcpPost(t, e.srv.URL, "Bearer "+token, "")
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	onlyBob, err := ParseClientKeys("bob=key-bob")
+	require.NoError(t, err)
+	after := setupWithPool(t, e.pool, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = onlyBob, "sk-up" })
+	for _, c := range []*panelClient{alice, bob, visitor} {
+		c.base = after.srv.URL // the same host: the cookie goes with it
+	}
+	code, _ = alice.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 401, code, "the removed client's session")
+	code, _ = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+	require.Equal(t, 401, code, "the session of a link to the removed client's thread")
+	code, _ = after.panelClient().do("GET", linkPath, "", nil)
+	require.Equal(t, 403, code, "a link to the removed client's thread")
+	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	resp.Body.Close()
+	require.Equal(t, 401, resp.StatusCode, "an MCP token of the removed client's thread")
+
+	code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 200, code, "another client's session")
+	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
 }

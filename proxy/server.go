@@ -189,7 +189,7 @@ func NewServer(opts Options) *Server {
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, math.MaxInt
 		base = t
 	}
-	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout, Host: opts.UpstreamURL.Host,
+	transport := &timeoutTransport{Base: base, Timeout: opts.UpstreamTimeout,
 		Observe: func(ctx context.Context, code string, d time.Duration) {
 			opts.Metrics.observeUpstream(ctx, code, d)
 			noteUpstream(ctx, code)

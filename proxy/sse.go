@@ -10,7 +10,7 @@ import (
 )
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response, and a
-// keepalive comment when the client has had nothing for the keepalive interval (docs/spec.md
+// keepalive (a comment, or the Messages API's ping event) when the client has had nothing for the keepalive interval (docs/spec.md
 // §16) — once the stream started, or once the proxy began a round the client cannot see (before
 // that, the client waits for the upstream's status as it would straight). The keepalive is a
 // runtime timer, not a goroutine: it fires only when the stream is silent.
@@ -18,7 +18,7 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	thread  string
-	back    fromUpstream // every event's data passes its redaction
+	back    fromUpstream // every event written passes its redaction (put)
 	every   time.Duration
 	mu      sync.Mutex // the timer writes too
 	started bool
@@ -49,10 +49,16 @@ func (o *sseWriter) keepaliveWith(b []byte) {
 func (o *sseWriter) Emit(event string, data []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.buf = sse.AppendNamedEvent(o.buf[:0], event, data)
+	return o.put(o.buf)
+}
+
+// put writes b, the operator's keys redacted: every event of a stream goes out through it.
+// The caller holds o.mu.
+func (o *sseWriter) put(b []byte) error {
 	o.start()
-	o.buf = sse.AppendNamedEvent(o.buf[:0], event, o.back.redact(data))
 	o.last = time.Now()
-	_, err := o.w.Write(o.buf)
+	_, err := o.w.Write(o.back.redact(b))
 	return err
 }
 
@@ -80,7 +86,7 @@ func (o *sseWriter) Flush() error {
 	return o.rc.Flush()
 }
 
-// keepalive writes a comment when the stream has been silent for the interval, and sets the
+// keepalive writes the keepalive when the stream has been silent for the interval, and sets the
 // timer for the next check.
 func (o *sseWriter) keepalive() {
 	o.mu.Lock()
@@ -96,9 +102,7 @@ func (o *sseWriter) keepalive() {
 		o.timer.Reset(o.every - idle)
 		return
 	}
-	o.start()
-	o.last = time.Now()
-	if _, err := o.w.Write(o.ping); err == nil {
+	if err := o.put(o.ping); err == nil {
 		_ = o.rc.Flush()
 	}
 	o.timer.Reset(o.every)
@@ -108,9 +112,7 @@ func (o *sseWriter) keepalive() {
 func (o *sseWriter) write(b []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.start()
-	o.last = time.Now()
-	if _, err := o.w.Write(b); err != nil {
+	if err := o.put(b); err != nil {
 		return err
 	}
 	return o.rc.Flush()

@@ -28,12 +28,11 @@ func upstreamURL(base *url.URL, rest, rawQuery string) *url.URL {
 // timeoutTransport bounds how long the upstream may stay silent: the wait for the response
 // headers, and each wait for body bytes after them, streamed or not. A silence longer than
 // Timeout cancels the request and surfaces as apierr.ErrUpstreamTimeout. It also reports every
-// exchange to observe (when set) with its status code label and duration.
+// exchange to observe (when set) with its status code label and duration. A failure to reach
+// the upstream names the request's host (apierr.HostError): each upstream its own.
 type timeoutTransport struct {
 	Base    http.RoundTripper
 	Timeout time.Duration
-	// Host is the upstream's, which a failure to reach it names (apierr.HostError).
-	Host string
 	// Observe, when set, is called once per exchange with the request's context, the status
 	// ("error" when no response came) and the time from sending to the end of the body.
 	Observe func(ctx context.Context, code string, d time.Duration)
@@ -51,7 +50,7 @@ func (t *timeoutTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		cancel(nil)
 		t.observe(req.Context(), "error", start)
-		return nil, &apierr.HostError{Host: t.Host, Err: err}
+		return nil, &apierr.HostError{Host: req.URL.Host, Err: err}
 	}
 	timer.Reset(t.Timeout)
 	resp.Body = &idleBody{ReadCloser: resp.Body, ctx: ctx, timer: timer, timeout: t.Timeout, done: func() {

@@ -90,7 +90,7 @@ func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward fun
 	return in, true
 }
 
-// errShuttingDown answers a turn that would start once Wait has begun.
+// errShuttingDown answers a turn that would start once Shutdown has begun.
 var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
 	Message: "this wsproxy is shutting down; retry the request", Header: http.Header{"Retry-After": {"1"}}}
 
@@ -110,7 +110,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		s.forward(w, r, in.body) // legacy functions: no workspace, no turn
 		return
 	}
-	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.openAIUpstream(r, "/chat/completions"), s.runner)
+	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.openAIUpstream(r, "/chat/completions"), s.runner, nil)
 }
 
 // responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
@@ -156,19 +156,19 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveTurn runs a thread turn of req, whatever its wire API, toward up with runner: it takes
-// the turn's number and workspace, has setup (at most one, when given) fit the turn to its API,
+// the turn's number and workspace, has setup (when not nil) fit the turn to its API,
 // puts the workspace in the request, and answers with a stream or one body; the turn's usage
 // goes to its thread when it ends.
 func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up turn.Upstream,
-	runner *turn.Runner, setup ...func(*turn.Turn)) {
+	runner *turn.Runner, setup func(*turn.Turn)) {
 	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), up)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
 	defer s.endTurn(t)
-	for _, fit := range setup {
-		fit(t)
+	if setup != nil {
+		setup(t)
 	}
 	cacheKey := ""
 	if s.cacheKey {
@@ -213,7 +213,13 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.
 		Model:     model,
 		Upstream:  up,
 	}
-	return t, s.instructions(placement) + "\n\n" + start.Block(), nil
+	return t, s.workspaceText(placement, start.Block()), nil
+}
+
+// workspaceText is what a turn puts in its request: the instructions for placement, then the
+// workspace block.
+func (s *Server) workspaceText(placement turn.Placement, block string) string {
+	return s.instructions(placement) + "\n\n" + block
 }
 
 // endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,10 +19,14 @@ const maxErrorBody = 1 << 20
 // back the upstream's as fromUpstream leaves them.
 type clientUpstream struct {
 	client  *http.Client
-	url     string // …/chat/completions
+	url     string // …/chat/completions, …/responses or …/v1/messages(/count_tokens)
 	header  http.Header
 	tracing tracing // the round's trace context goes upstream (traceparent)
 	back    fromUpstream
+	// keyless names the setting of the operator's key when its requests go with no credential
+	// (client keys are set, the operator's key is not): the upstream's 401 is then the
+	// operator's to fix, a 502 naming it.
+	keyless string
 }
 
 func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.UpstreamResponse, error) {
@@ -45,7 +50,13 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 		if err != nil {
 			return nil, apierr.Transport(ctx, err)
 		}
-		return nil, &apierr.UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: u.back.redact(b)}
+		b = u.back.redact(b)
+		if resp.StatusCode == http.StatusUnauthorized && u.keyless != "" {
+			return nil, &apierr.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_key_missing",
+				Message: "the upstream refused a request that carried no key (401): clients' keys stay with wsproxy; set " + u.keyless,
+				Err:     errors.New(apierr.Truncate(string(b), 200))}
+		}
+		return nil, &apierr.UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: b}
 	}
 	return &turn.UpstreamResponse{Header: resp.Header, Body: resp.Body}, nil
 }

@@ -12,4 +12,8 @@ FROM unnest(@ids::text[]) AS u (id)
 WHERE NOT EXISTS (SELECT 1 FROM client_responses c WHERE c.client = @client::text AND c.id = u.id);
 
 -- name: ClientResponsePrune :execrows
-DELETE FROM client_responses WHERE created_at < @before;
+-- HISTORY_RETENTION: ids made longer ago than the cutoff, but those another transaction holds
+-- (as EventPrune).
+DELETE FROM client_responses
+WHERE (client, id) IN (
+    SELECT o.client, o.id FROM client_responses o WHERE o.created_at < @before FOR UPDATE SKIP LOCKED);

@@ -24,4 +24,8 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = @thread_id AND r.response_id = @response_id;
 
 -- name: ResponseTurnPrune :execrows
-DELETE FROM response_turns WHERE created_at < @before;
+-- HISTORY_RETENTION: records of turns older than the cutoff, but those another transaction
+-- holds (as EventPrune).
+DELETE FROM response_turns
+WHERE (thread_id, response_id) IN (
+    SELECT o.thread_id, o.response_id FROM response_turns o WHERE o.created_at < @before FOR UPDATE SKIP LOCKED);

@@ -70,8 +70,8 @@ type Event struct {
 	After      json.RawMessage `json:"after"`
 	Reverts    *int64          `json:"reverts,omitempty"`
 	// Proposed is a locked_skip's proposal: the preference's fields as the refused update would
-	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where none
-	// was kept (other kinds, and updates refused before wsproxy kept them).
+	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where the
+	// event has none (other kinds, and an update's locked_skip stored without one).
 	Proposed json.RawMessage `json:"proposed,omitempty"`
 }
 
@@ -333,7 +333,27 @@ var errNothingToRevert = invalid("", "this event changed nothing (locked_skip): 
 // returns the revert event. ErrNotFound for an unknown thread or event; a *ConflictError when
 // the target changed again since; a *ValidationError for an event that changed nothing or a
 // state past the limits; a *DuplicateError when a restored title is taken.
-func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err error) {
+func (w *Workspace) RevertEvent(ctx context.Context, id int64) (Event, error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
+		if ev.Kind == LockedSkip {
+			return change{}, errNothingToRevert
+		}
+		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
+			return change{}, err
+		}
+		if ev.Target.Type == TargetObjective {
+			c, err = w.revertObjective(ctx, tx, ev)
+		} else {
+			c, err = w.revertPreference(ctx, tx, ev, nextID, list)
+		}
+		c.kind, c.reverts = Revert, id
+		return c, err
+	})
+}
+
+// changeOnEvent makes the user change fn derives from event id (ErrNotFound for an unknown one),
+// under the thread's lock, and returns the change's event.
+func (w *Workspace) changeOnEvent(ctx context.Context, id int64, fn func(tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error)) (_ Event, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
@@ -341,23 +361,10 @@ func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err err
 		if err != nil {
 			return nil, db.NotFound(err)
 		}
-		ev := fromEvent(r)
-		if ev.Kind == LockedSkip {
-			return nil, errNothingToRevert
-		}
-		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
-			return nil, err
-		}
-		var c change
-		if ev.Target.Type == TargetObjective {
-			c, err = w.revertObjective(ctx, tx, ev)
-		} else {
-			c, err = w.revertPreference(ctx, tx, ev, nextID, list)
-		}
+		c, err := fn(tx, fromEvent(r), nextID, list)
 		if err != nil {
 			return nil, err
 		}
-		c.kind, c.reverts = Revert, id
 		return []change{c}, nil
 	})
 	if err != nil {
@@ -365,7 +372,7 @@ func (w *Workspace) RevertEvent(ctx context.Context, id int64) (_ Event, err err
 	}
 	r, err := w.store.q.EventGet(ctx, w.store.pool, db.EventGetParams{ThreadID: w.threadID, ID: first})
 	if err != nil {
-		return Event{}, fmt.Errorf("read revert event: %w", err)
+		return Event{}, fmt.Errorf("read the change's event: %w", err)
 	}
 	return fromEvent(r), nil
 }
@@ -395,66 +402,67 @@ var (
 // change's event. ErrNotFound for an unknown thread or event; a *ConflictError when the item
 // changed since; a *ValidationError for an event of another kind, one without a proposal, or a
 // proposal that changes nothing; a *DuplicateError when the proposed title is taken.
-func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (_ Event, err error) {
-	ctx, done := w.store.op(ctx)
-	defer done(&err)
-	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
-		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
-		if err != nil {
-			return nil, db.NotFound(err)
-		}
-		ev := fromEvent(r)
+func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (Event, error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, _ int64, list []Preference) (change, error) {
 		switch {
 		case ev.Kind != LockedSkip:
-			return nil, errNotAProposal
+			return change{}, errNotAProposal
 		case ev.Proposed == nil:
-			return nil, errNoProposal
+			return change{}, errNoProposal
 		}
 		if err := w.laterChange(ctx, tx, id, ev.Target, true); err != nil {
-			return nil, err
+			return change{}, err
 		}
 		i := indexOf(list, ev.Target.ID)
 		if i < 0 { // gone without an event: pruned history
-			return nil, ErrNotFound
+			return change{}, ErrNotFound
 		}
 		current := list[i]
 		if string(ev.Proposed) == "null" {
 			if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: current.ID}); err != nil {
-				return nil, fmt.Errorf("delete preference: %w", err)
+				return change{}, fmt.Errorf("delete preference: %w", err)
 			}
 			c, _ := prefChange(&current, nil)
-			return []change{c}, nil
+			return c, nil
 		}
 		var want struct{ Title, Subtitle, Kind string }
 		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
-			return nil, fmt.Errorf("decode proposal: %w", err)
+			return change{}, fmt.Errorf("decode proposal: %w", err)
 		}
-		p, err := w.store.checkInput(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked})
+		p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked}, current.ID, list)
 		if err != nil {
-			return nil, err
+			return change{}, err
 		}
-		if existing, ok := findTitle(list, p.Title, current.ID); ok {
-			return nil, &DuplicateError{Existing: existing}
-		}
-		p.ID, p.Index = current.ID, current.Index
+		p.Index = current.Index
 		c, ok := prefChange(&current, &p)
 		if !ok {
-			return nil, errSameProposal
+			return change{}, errSameProposal
 		}
-		if _, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
-			Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}); err != nil {
-			return nil, fmt.Errorf("update preference: %w", err)
-		}
-		return []change{c}, nil
+		return c, w.updatePreference(ctx, tx, p)
 	})
+}
+
+// checkedFields are in's checked fields for preference id of list: a *ValidationError past the
+// limits, a *DuplicateError for a title another preference has.
+func (w *Workspace) checkedFields(in PreferenceInput, id int64, list []Preference) (Preference, error) {
+	p, err := w.store.checkInput(in)
 	if err != nil {
-		return Event{}, err
+		return Preference{}, err
 	}
-	r, err := w.store.q.EventGet(ctx, w.store.pool, db.EventGetParams{ThreadID: w.threadID, ID: first})
-	if err != nil {
-		return Event{}, fmt.Errorf("read the change's event: %w", err)
+	if existing, ok := findTitle(list, p.Title, id); ok {
+		return Preference{}, &DuplicateError{Existing: existing}
 	}
-	return fromEvent(r), nil
+	p.ID = id
+	return p, nil
+}
+
+// updatePreference writes p's fields over its preference.
+func (w *Workspace) updatePreference(ctx context.Context, tx db.DBTX, p Preference) error {
+	if _, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
+		Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}); err != nil {
+		return fmt.Errorf("update preference: %w", err)
+	}
+	return nil
 }
 
 func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (change, error) {
@@ -501,22 +509,13 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 	if err := json.Unmarshal(ev.Before, &before); err != nil {
 		return change{}, fmt.Errorf("decode event: %w", err)
 	}
-	p, err := w.store.checkInput(PreferenceInput{Title: before.Title, Subtitle: before.Subtitle, Kind: before.Kind, Locked: before.Locked})
+	p, err := w.checkedFields(PreferenceInput{Title: before.Title, Subtitle: before.Subtitle, Kind: before.Kind, Locked: before.Locked}, ev.Target.ID, list)
 	if err != nil {
 		return change{}, err
 	}
-	if existing, ok := findTitle(list, p.Title, ev.Target.ID); ok {
-		return change{}, &DuplicateError{Existing: existing}
-	}
-	p.ID = ev.Target.ID
 	c.after = prefState(p)
 	if i >= 0 {
-		_, err = w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
-			Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked})
-		if err != nil {
-			return change{}, fmt.Errorf("update preference: %w", err)
-		}
-		return c, nil
+		return c, w.updatePreference(ctx, tx, p)
 	}
 	// It was removed: it comes back with its old id, in its old place.
 	if max := w.store.limits.PreferencesMax; len(list) >= max {

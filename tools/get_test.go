@@ -64,3 +64,27 @@ func TestGetReadsOneSnapshot(t *testing.T) {
 	}
 	require.Equal(t, RenderBlock(d.Objective.Text, d.Preferences), d.Block)
 }
+
+// TestBlockAsATurnStarts: Block is the block a turn of the thread would start with — the
+// workspace as it stands, or the empty workspace's for a thread that does not exist (nothing is
+// made).
+func TestBlockAsATurnStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t)
+	_, err := f.ws.SetObjective(ctx, "Plan a trip")
+	require.NoError(t, err)
+	block, err := f.ws.Block(ctx)
+	require.NoError(t, err)
+	next, err := f.ws.StartTurn(ctx)
+	require.NoError(t, err)
+	require.Equal(t, next.Block(), block)
+	require.Contains(t, block, "Plan a trip")
+
+	none := f.store.Workspace(ThreadID{Name: "none"})
+	block, err = none.Block(ctx)
+	require.NoError(t, err)
+	require.Equal(t, RenderBlock("", nil), block)
+	_, err = none.Get(ctx)
+	require.ErrorIs(t, err, ErrNotFound, "no thread is made")
+}

@@ -74,3 +74,60 @@ func TestPruneNeverDeadlocksADelete(t *testing.T) {
 	_, err = f.ws.Get(ctx)
 	require.ErrorIs(t, err, ErrNotFound)
 }
+
+// TestPruneWaitsForNoHeldRow: of every table it prunes, the history prune leaves the rows
+// another transaction holds (a thread's DELETE, whose cascade locks them in its own order) to
+// its next run, rather than waiting for them: it prunes the rest and returns.
+func TestPruneWaitsForNoHeldRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, cfg := dbtest.Schema(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	app := "pruner-" + hex.EncodeToString(b[:])
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, db.Migrate(ctx, pool))
+	setupOn(t, pool, Limits{})
+	_, err = pool.Exec(ctx, `INSERT INTO response_turns (thread_id, response_id, turn, last_response_id, created_at)
+		VALUES ('t1', 'resp_held', 1, 'resp_held', now() - interval '2 days'), ('t1', 'resp_free', 1, 'resp_free', now() - interval '2 days')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO client_responses (client, id, created_at)
+		VALUES ('alice', 'resp_held', now() - interval '2 days'), ('alice', 'resp_free', now() - interval '2 days')`)
+	require.NoError(t, err)
+	pc := cfg.Copy()
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	prunerPool, err := pgxpool.NewWithConfig(ctx, pc)
+	require.NoError(t, err)
+	t.Cleanup(prunerPool.Close)
+	pruner := NewStore(prunerPool, Options{Timeout: time.Minute})
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM response_turns WHERE response_id = 'resp_held' FOR SHARE`)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM client_responses WHERE id = 'resp_held' FOR SHARE`)
+	require.NoError(t, err)
+	type result struct {
+		p   Pruned
+		err error
+	}
+	pruned := make(chan result, 1)
+	go func() { p, err := pruner.PruneHistory(ctx, time.Now().Add(-24*time.Hour)); pruned <- result{p, err} }()
+	waiting := func() bool {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&n))
+		return n > 0
+	}
+	require.Eventually(t, func() bool { return waiting() || len(pruned) > 0 }, time.Minute, 10*time.Millisecond)
+	require.False(t, waiting(), "the prune waits for a row another transaction holds")
+	r := <-pruned
+	require.NoError(t, r.err)
+	require.Equal(t, Pruned{ResponseTurns: 1, ClientResponses: 1}, r.p, "the rows no one holds")
+	require.NoError(t, holder.Commit(ctx))
+	p, err := pruner.PruneHistory(ctx, time.Now().Add(-24*time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, Pruned{ResponseTurns: 1, ClientResponses: 1}, p, "the next run prunes them")
+}

@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -88,7 +89,7 @@ type ToolCallRecord struct {
 	ID                 int64           `json:"id"`
 	Turn               *int            `json:"turn"`    // null for a call of no turn (over MCP)
 	Round              *int            `json:"round"`   // null for a call of no turn
-	CallID             string          `json:"call_id"` // the id the model gave the call; "" for calls recorded before ids were kept
+	CallID             string          `json:"call_id"` // the id the model gave the call; "" when none was stored
 	Tool               string          `json:"tool"`
 	Arguments          json.RawMessage `json:"arguments"`
 	ActionAndReasoning string          `json:"action_and_reasoning"`
@@ -204,6 +205,16 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	}
 	d.Block = RenderBlock(objective, d.Preferences)
 	return d, nil
+}
+
+// Block is the workspace block a turn of the thread would start with now: the empty
+// workspace's when the thread does not exist.
+func (w *Workspace) Block(ctx context.Context) (string, error) {
+	d, err := w.Get(ctx)
+	if errors.Is(err, ErrNotFound) {
+		return RenderBlock("", nil), nil
+	}
+	return d.Block, err
 }
 
 // UsageBatch is the usage of the turns that ended within one interval, as one writer (a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,9 +47,11 @@ type Config struct {
 	WorkspacePlacement string
 	// PromptCacheKey: auto, thread or off.
 	PromptCacheKey string
-	// DatabaseListenURL is a direct connection for LISTEN ("" means DatabaseURL).
+	// DatabaseListenURL is a direct connection for LISTEN: the event streams and MCP's
+	// subscriptions ("" means DatabaseURL).
 	DatabaseListenURL string
-	// HistoryRetention prunes events, snapshots and tool-call records older than it (0 keeps them).
+	// HistoryRetention prunes events, snapshots, tool-call records, response turns and client
+	// responses older than it (0 keeps them).
 	HistoryRetention time.Duration
 	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
 	TrustedProxies string
@@ -67,6 +70,10 @@ type Config struct {
 	MaxToolArgumentBytes int64
 	// MetricsToken, when set, is the bearer token /metrics needs.
 	MetricsToken string
+	// TraceContent records a tool call's arguments and result on its span:
+	// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, an environment variable only, as
+	// the other OTEL_ settings (no flag).
+	TraceContent bool
 }
 
 // DefaultConfig is the configuration with nothing set.
@@ -126,8 +133,8 @@ func (c *Config) settings() []setting {
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt)", (*stringValue)(&c.WorkspacePlacement)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
-		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
-		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last) and tool-call records older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
+		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates, MCP's subscriptions), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
+		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last), tool-call records, response turns and client responses older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
 		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
@@ -152,6 +159,7 @@ func (c *Config) Load(args []string, getenv func(string) string, output io.Write
 		}
 		fs.Var(s.value, s.flag, s.usage+" ($"+s.env+")")
 	}
+	c.TraceContent = strings.EqualFold(getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: wsproxy [flags]\n       wsproxy version\n\nEvery flag is also an environment variable.\n\n")
 		fs.PrintDefaults()
@@ -164,16 +172,10 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is required (a Postgres URL, e.g. postgres://user@localhost/wsproxy)")
 	}
-	if c.UpstreamBaseURL != "demo" {
-		u, err := url.Parse(c.UpstreamBaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.UpstreamBaseURL)
-		}
-	}
-	if c.AnthropicUpstreamBaseURL != "" && c.AnthropicUpstreamBaseURL != "demo" {
-		u, err := url.Parse(c.AnthropicUpstreamBaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %q is not an http(s) URL (or \"demo\")", c.AnthropicUpstreamBaseURL)
+	// The upstreams' base URLs (an empty ANTHROPIC_UPSTREAM_BASE_URL takes its default).
+	for _, b := range [][2]string{{"UPSTREAM_BASE_URL", c.UpstreamBaseURL}, {"ANTHROPIC_UPSTREAM_BASE_URL", cmp.Or(c.AnthropicUpstreamBaseURL, "demo")}} {
+		if u, err := url.Parse(b[1]); b[1] != "demo" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", b[0], b[1])
 		}
 	}
 	if c.ThreadHeader != "" && !validHeaderName(c.ThreadHeader) {

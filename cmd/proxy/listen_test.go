@@ -38,3 +38,24 @@ func TestListenBeyondLoopback(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicKeyMissingWarned: with CLIENT_KEYS and no ANTHROPIC_UPSTREAM_API_KEY, the start
+// warns that Messages requests go upstream with no key, naming the setting; with it, it does not.
+func TestAnthropicKeyMissingWarned(t *testing.T) {
+	t.Parallel()
+	const warning = "CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY"
+	for _, key := range []string{"", "sk-ant-op"} {
+		_, logs := MustRunMain(t, func(cfg *Config) {
+			cfg.UpstreamBaseURL = "http://127.0.0.1:1/v1"
+			cfg.UpstreamAPIKey = "sk-upstream"
+			cfg.AnthropicUpstreamBaseURL = "http://127.0.0.1:1"
+			cfg.AnthropicUpstreamAPIKey = key
+			cfg.ClientKeys = "alice=sk-alice-0123456789"
+		})
+		if key == "" {
+			require.Contains(t, lineOf(t, logs.String(), warning), "level=WARN")
+		} else {
+			require.NotContains(t, logs.String(), warning)
+		}
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 	"time"
 
@@ -149,6 +148,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
+	if clientKeys != nil && m.Config.AnthropicUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.AnthropicUpstreamBaseURL != "demo" {
+		m.log.Warn("CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY: Messages requests reach the Anthropic upstream with no key (the clients' stay with wsproxy)",
+			slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("fix", "set ANTHROPIC_UPSTREAM_API_KEY, unless that upstream needs none"))
+	}
 	m.serve(ln)
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
 		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("version", version()))
@@ -171,9 +174,15 @@ func (m *Main) openDatabase(ctx context.Context) error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	m.metrics.WatchPool(m.pool)
-	migrateCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := db.Migrate(migrateCtx, m.pool); err != nil {
+	// Postgres must answer within a minute; the migrations then take as long as they take (a
+	// backfill of a large table, or the wait for another replica's).
+	pingCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = m.pool.Ping(pingCtx)
+	cancel()
+	if err == nil {
+		err = db.Migrate(ctx, m.pool)
+	}
+	if err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
 	return nil
@@ -244,7 +253,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *prox
 		MaxBufferedBytes:        m.Config.MaxBufferedBytes,
 		Metrics:                 m.metrics,
 		TracerProvider:          m.tracerProvider(),
-		TraceContent:            strings.EqualFold(os.Getenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"), "true"),
+		TraceContent:            m.Config.TraceContent,
 		ListenURL:               cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
 		DisablePanel:            m.Config.UI == "off",
 		DisableMCP:              m.Config.MCP == "off",

@@ -244,7 +244,8 @@ func TestConfig(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://x", "MAX_TOOL_ROUNDS": "3", "UPSTREAM_TIMEOUT": "3s", "LISTEN_ADDR": ":1",
 		"MAX_BUFFERED_BYTES": "512 MiB", "MAX_REQUEST_BYTES": "16MiB", "REQUEST_READ_TIMEOUT": "5s", "WORKSPACE_PLACEMENT": "system",
 		"PASSTHROUGH_ROUTES": "GET /v1/models", "TRUSTED_PROXIES": "10.0.0.0/8, 192.168.1.1",
-		"MAX_TOOL_CALLS_PER_ROUND": "7", "MAX_TOOL_CALLS_PER_TURN": "9", "MAX_TOOL_ITEMS": "11", "MAX_TOOL_ARGUMENT_BYTES": "64KiB", "MCP": "off"}
+		"MAX_TOOL_CALLS_PER_ROUND": "7", "MAX_TOOL_CALLS_PER_TURN": "9", "MAX_TOOL_ITEMS": "11", "MAX_TOOL_ARGUMENT_BYTES": "64KiB", "MCP": "off",
+		"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "True"}
 	c := DefaultConfig()
 	require.NoError(t, c.Load([]string{"-listen-addr", ":2", "-log-format", "json"}, func(k string) string { return env[k] }, io.Discard))
 	require.NoError(t, c.Validate())
@@ -261,7 +262,9 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, []int{7, 9, 11}, []int{c.MaxToolCallsPerRound, c.MaxToolCallsPerTurn, c.MaxToolItems})
 	require.Equal(t, int64(64<<10), c.MaxToolArgumentBytes)
 	require.Equal(t, "off", c.MCP)
+	require.True(t, c.TraceContent)
 	d := DefaultConfig()
+	require.False(t, d.TraceContent)
 	require.Equal(t, "on", d.MCP)
 	require.Equal(t, "tail", d.WorkspacePlacement)
 	require.Equal(t, "auto", d.PromptCacheKey)
@@ -276,6 +279,7 @@ func TestConfig(t *testing.T) {
 	}{
 		{map[string]string{}, "DATABASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_BASE_URL": "ftp://x"}, "UPSTREAM_BASE_URL"},
+		{map[string]string{"DATABASE_URL": "x", "ANTHROPIC_UPSTREAM_BASE_URL": "ftp://x"}, "ANTHROPIC_UPSTREAM_BASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "0"}, "MAX_TOOL_ROUNDS"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_TOOL_ROUNDS": "many"}, "MAX_TOOL_ROUNDS"},
 		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_TIMEOUT": "10"}, "UPSTREAM_TIMEOUT"},

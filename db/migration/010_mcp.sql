@@ -3,12 +3,14 @@
 -- via: the path a change came by. 'proxy': a tool call of a proxied turn; 'mcp': a tool call
 -- over MCP; 'admin': a user's change through the admin REST (or the panel, which calls it). The
 -- events stored before this migration came by the proxy (the agent's) or the admin REST (the
--- user's). The default makes the column a change of the catalogue alone; the user's events are
--- then rewritten, and the default goes: every insert names its via.
-ALTER TABLE events ADD COLUMN via text NOT NULL DEFAULT 'proxy';
+-- user's): the column and its check are a change of the catalogue alone (the check NOT VALID:
+-- no scan, the rows it would read are all 'proxy' or 'admin'), and the user's events are then
+-- rewritten. The default stays: a replica of the previous version, during a rolling deploy,
+-- inserts events naming no via (its users' edits among them, which then say 'proxy'); this
+-- version names it on every insert.
+ALTER TABLE events ADD COLUMN via text NOT NULL DEFAULT 'proxy',
+    ADD CONSTRAINT events_via_check CHECK (via IN ('proxy', 'mcp', 'admin')) NOT VALID;
 UPDATE events SET via = 'admin' WHERE actor = 'user';
-ALTER TABLE events ALTER COLUMN via DROP DEFAULT,
-    ADD CONSTRAINT events_via_check CHECK (via IN ('proxy', 'mcp', 'admin'));
 
 -- A tool call over MCP belongs to no turn: its turn and round are null.
 ALTER TABLE tool_calls ALTER COLUMN turn DROP NOT NULL, ALTER COLUMN round DROP NOT NULL;

@@ -98,8 +98,8 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder (a link's
-// while its link holds). A wrong token counts as a failed authentication of the client's address
+// adminPrincipal is who calls: the admin by its token, or a panel session's holder while the
+// session holds (s.holds). A wrong token counts as a failed authentication of the client's address
 // (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := auth.BearerToken(r); ok {
@@ -117,7 +117,7 @@ func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 		return principal{}, errAdminToken
 	}
 	p.via, p.link = ses, ses.Link
-	if holds, err := s.linkHolds(r.Context(), p); err != nil || !holds {
+	if holds, err := s.holds(r.Context(), p); err != nil || !holds {
 		if err == nil {
 			err = errAdminToken
 		}
@@ -564,11 +564,8 @@ func (s *Server) adminRevokeLink(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// errSessionEnded ends an event stream whose session expired.
+// errSessionEnded ends an event stream whose session no longer holds.
 var errSessionEnded = errors.New("the session ended")
-
-// heartbeat is how often an idle event stream gets a comment line (docs/spec.md §13).
-const heartbeat = 15 * time.Second
 
 // adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
 // once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets
@@ -592,8 +589,6 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		}
 		last = n
 	}
-	wake, stop := s.opts.Hub.Subscribe(ws.ThreadID().String())
-	defer stop()
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
@@ -601,58 +596,47 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		return nil
 	}
 	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
-	var expired <-chan time.Time // never, for the admin token
-	if p := principalFrom(r.Context()); p.link != 0 {
-		es.holds = func(ctx context.Context) (bool, error) { return s.linkHolds(ctx, p) }
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+	p := principalFrom(ctx)
+	if !p.admin {
+		es.holds = func(ctx context.Context) (bool, error) { return s.holds(ctx, p) }
 	}
-	if ses := principalFrom(r.Context()).via; ses != nil {
-		es.end = time.Unix(ses.Expires, 0)
-		t := time.NewTimer(time.Until(es.end))
-		defer t.Stop()
-		expired = t.C
+	if p.via != nil { // a session's stream ends when the session does
+		var expire context.CancelFunc
+		ctx, expire = context.WithDeadline(ctx, time.Unix(p.via.Expires, 0))
+		defer expire()
 	}
-	ticker := time.NewTicker(time.Duration(s.heartbeat.Load()))
-	defer ticker.Stop()
-	for err := es.send(r.Context()); ; err = es.send(r.Context()) {
-		if err != nil {
-			if r.Context().Err() == nil && !errors.Is(err, errSessionEnded) {
-				s.log.LogAttrs(r.Context(), slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
+	err = s.opts.Hub.Watch(ctx, ws.ThreadID().String(), time.Duration(s.heartbeat.Load()), func(tick bool) error {
+		if tick {
+			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
+				return err
 			}
-			return nil
-		}
-		select {
-		case <-r.Context().Done():
-			return nil
-		case <-s.closing:
-			return nil
-		case <-expired:
-			return nil
-		case <-wake:
-		case <-ticker.C:
-			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil || rc.Flush() != nil {
-				return nil
+			if err := rc.Flush(); err != nil {
+				return err
 			}
 		}
+		return es.send(ctx)
+	})
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errSessionEnded) {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 	}
+	return nil
 }
 
-// eventStream is an open event stream: the events after last go out on w; past end (zero for
-// the admin token) the stream's session has expired; holds (nil for a session of no link) says
-// whether its link still holds.
+// eventStream is an open event stream: the events after last go out on w; holds (nil for the
+// admin) says whether its session still holds.
 type eventStream struct {
 	ws    *tools.Workspace
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	last  int64
-	end   time.Time
 	holds func(context.Context) (bool, error)
 }
 
 // send writes the thread's events after es.last, a page at a time, flushing each page.
 func (es *eventStream) send(ctx context.Context) error {
-	if !es.end.IsZero() && !time.Now().Before(es.end) {
-		return errSessionEnded
-	}
 	if es.holds != nil {
 		if ok, err := es.holds(ctx); err != nil || !ok {
 			return cmp.Or(err, errSessionEnded)

@@ -93,7 +93,7 @@ func (s *Server) panelSignOut(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.setSessionCookie(w, r, &http.Cookie{MaxAge: -1})
-	// and a session cookie of Path=/, which would otherwise outlive this sign-out
+	// and any session cookie of Path=/, which the browser would send on every path
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -113,7 +113,7 @@ func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
 	l, ok := s.signer.VerifyThreadToken(auth.KindPanelLink, r.URL.Query().Get("token"))
 	p := principal{thread: l.Thread, link: l.ID}
 	if ok {
-		holds, err := s.linkHolds(r.Context(), p)
+		holds, err := s.holds(r.Context(), p)
 		if err != nil {
 			apierr.Write(w, r, s.log, err)
 			return

@@ -1,13 +1,13 @@
 // Package admin is wsproxy's user path: the admin REST (docs/spec.md §8, §13), the workspace
-// panel and its sessions and links, and the live event streams with the LISTEN loop that wakes
-// them. It reaches the workspace only through tools (the user path, which ignores locks), never
-// through the turn engine: the model's path and the user's meet in tools and Postgres alone.
+// panel and its sessions and links, and the live event streams (eventhub wakes them). It
+// reaches the workspace only through tools (the user path, which ignores locks), never through
+// the turn engine: the model's path and the user's meet in tools and Postgres alone.
 package admin
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +42,8 @@ type Server struct {
 	log  *slog.Logger
 	// Sessions and links are signed by signer; closing ends the streams.
 	signer    auth.Signer
-	closing   chan struct{}
-	closeOnce sync.Once
+	closing   context.Context
+	close     context.CancelFunc
 	heartbeat atomic.Int64 // of the event streams, in nanoseconds
 }
 
@@ -52,8 +52,9 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer(), closing: make(chan struct{})}
-	s.SetHeartbeat(heartbeat)
+	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer()}
+	s.closing, s.close = context.WithCancel(context.Background())
+	s.SetHeartbeat(eventhub.Heartbeat)
 	return s
 }
 
@@ -66,9 +67,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 }
 
 // Close ends the event streams, once; an HTTP server's shutdown waits for them otherwise.
-func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
-}
+func (s *Server) Close() { s.close() }
 
 // SetHeartbeat sets how often an idle event stream gets a comment line (15 s unless set), for
 // the streams opened after it.

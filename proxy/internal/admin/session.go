@@ -20,7 +20,7 @@ type principal struct {
 	admin  bool
 	client string
 	thread string   // a link's thread, in its stored form
-	link   int64    // the link's id: the session ends when the link is revoked (0: a link issued before links were recorded)
+	link   int64    // a thread's: its link's id (the session ends when the link is revoked)
 	via    *session // set when the call came with a panel session: a write then needs its CSRF token
 }
 
@@ -78,8 +78,8 @@ type session struct {
 	Scope   string `json:"s"`
 	Expires int64  `json:"e"` // Unix seconds
 	CSRF    string `json:"c"` // the token writes must carry (X-CSRF-Token)
-	// Link is the id of the link a thread's session was opened by (0 for none): the session
-	// holds while the link does.
+	// Link is the id of the link a thread's session was opened by: the session holds while the
+	// link does.
 	Link int64 `json:"l,omitempty"`
 }
 
@@ -93,14 +93,18 @@ const (
 	MaxLinkTTL     = 30 * 24 * time.Hour
 )
 
-// linkHolds reports whether a link's session still holds: its link neither revoked nor expired,
-// its thread not deleted. A session of no link always does.
-func (s *Server) linkHolds(ctx context.Context, p principal) (bool, error) {
-	if p.link == 0 {
+// holds reports whether a session's principal still holds: the admin's always; a client's
+// while the client has a key (CLIENT_KEYS); a link's while its link is neither revoked nor
+// expired, its thread not deleted and the thread's client (if any) has a key.
+func (s *Server) holds(ctx context.Context, p principal) (bool, error) {
+	switch {
+	case p.admin:
 		return true, nil
+	case p.thread == "":
+		return s.opts.Guard.HasClient(p.client), nil
 	}
 	id, err := tools.ParseThreadID(p.thread)
-	if err != nil {
+	if err != nil || !s.opts.Guard.HasClient(id.Client) {
 		return false, nil
 	}
 	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)

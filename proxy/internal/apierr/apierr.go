@@ -23,8 +23,8 @@ import (
 // answer: it is never sent, only logged and counted.
 const StatusClientClosedRequest = 499
 
-// Error is an error the proxy itself answers with, in OpenAI's shape:
-// {"error":{"message","type","param","code"}}.
+// Error is an error the proxy itself answers with, in OpenAI's shape
+// ({"error":{"message","type","param","code"}}), or Anthropic's on the Messages API's routes.
 type Error struct {
 	Status  int
 	Type    string // invalid_request_error, server_error, …
@@ -101,7 +101,7 @@ func (e *UpstreamError) RetryAfter() time.Duration {
 var (
 	ErrUpstreamTimeout     = errors.New("upstream timed out")
 	ErrUpstreamUnreachable = errors.New("upstream unreachable")
-	// ErrUpstreamProtocol: the upstream answered something that is not the OpenAI wire format.
+	// ErrUpstreamProtocol: the upstream answered something that is not its API's wire format.
 	ErrUpstreamProtocol = errors.New("upstream response not understood")
 )
 

@@ -48,6 +48,13 @@ func (g *Guard) Client(key string) (string, bool) {
 	return g.ClientKeys.Lookup(key)
 }
 
+// HasClient reports whether the client name has a key (CLIENT_KEYS); "" (a thread of no client)
+// always does. A client's sessions, and the links and MCP tokens of its threads, hold while it
+// does.
+func (g *Guard) HasClient(name string) bool {
+	return name == "" || g.ClientKeys != nil && g.ClientKeys.names[name]
+}
+
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
 // Attempt is one authentication of r by verify: refused at once (429 too_many_failures) when

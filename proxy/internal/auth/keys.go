@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,13 +22,14 @@ type ClientKeys struct {
 	// byHash maps the SHA-256 of a key to its client: a lookup that reveals nothing of the keys
 	// through its timing, and no key kept in memory in the clear.
 	byHash map[[32]byte]string
+	names  map[string]bool
 }
 
 // ParseClientKeys reads `name=key` pairs separated by commas or new lines (blank lines and lines
 // starting with # are skipped). Names are 1-64 characters of A-Z a-z 0-9 . _ -; a name may have
 // several keys (to rotate them), a key one name.
 func ParseClientKeys(spec string) (*ClientKeys, error) {
-	k := &ClientKeys{byHash: map[[32]byte]string{}}
+	k := &ClientKeys{byHash: map[[32]byte]string{}, names: map[string]bool{}}
 	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(spec, ",", "\n")))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -46,7 +48,7 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 		if _, dup := k.byHash[h]; dup {
 			return nil, fmt.Errorf("entry %d (%s): the key is given twice", n, name)
 		}
-		k.byHash[h] = name
+		k.byHash[h], k.names[name] = name, true
 	}
 	if len(k.byHash) == 0 {
 		return nil, fmt.Errorf("no name=key entry")
@@ -55,18 +57,7 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 }
 
 // Names are the clients' names, sorted, each once.
-func (k *ClientKeys) Names() []string {
-	seen := make(map[string]bool, len(k.byHash))
-	var out []string
-	for _, name := range k.byHash {
-		if !seen[name] {
-			seen[name] = true
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
+func (k *ClientKeys) Names() []string { return slices.Sorted(maps.Keys(k.names)) }
 
 // Lookup returns the client whose key key is.
 func (k *ClientKeys) Lookup(key string) (string, bool) {

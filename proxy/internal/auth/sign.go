@@ -61,19 +61,18 @@ func (s Signer) Verify(kind, token string, v any) bool {
 }
 
 // ThreadToken is what a thread's token says: the thread it is bound to (stored form), its id
-// among the thread's links (tools.Link; 0 in a panel link issued before links were recorded),
-// and when it expires.
+// among the thread's links (tools.Link), and when it expires.
 type ThreadToken struct {
 	Thread  string `json:"t"`
-	ID      int64  `json:"i,omitempty"`
+	ID      int64  `json:"i"`
 	Expires int64  `json:"e"` // Unix seconds
 }
 
-// VerifyThreadToken decodes a thread token of kind whose signature holds and that has not
-// expired. Whether it was revoked is its link's to say (tools.Workspace.LinkValid).
+// VerifyThreadToken decodes a thread token of kind whose signature holds, that names a link and
+// has not expired. Whether it was revoked is its link's to say (tools.Workspace.LinkValid).
 func (s Signer) VerifyThreadToken(kind, token string) (ThreadToken, bool) {
 	var t ThreadToken
-	if !s.Verify(kind, token, &t) || t.Thread == "" || time.Now().Unix() >= t.Expires {
+	if !s.Verify(kind, token, &t) || t.Thread == "" || t.ID <= 0 || time.Now().Unix() >= t.Expires {
 		return ThreadToken{}, false
 	}
 	return t, true

@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -60,6 +61,32 @@ func (h *Hub) Subscribe(thread string) (<-chan struct{}, func()) {
 		}
 		h.mu.Unlock()
 	}
+}
+
+// Heartbeat is how often a watch reads unwoken (Watch): a lost notification (or none, without
+// LISTEN) delays what it reads by one heartbeat at most.
+const Heartbeat = 15 * time.Second
+
+// Watch calls fn at once, then at each wake-up of thread (stored form) and, unwoken, every
+// interval (tick true), until ctx ends (nil) or fn fails (its error).
+func (h *Hub) Watch(ctx context.Context, thread string, every time.Duration, fn func(tick bool) error) error {
+	wake, stop := h.Subscribe(thread)
+	defer stop()
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for tick := false; ctx.Err() == nil; {
+		if err := fn(tick); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+			tick = false
+		case <-ticker.C:
+			tick = true
+		}
+	}
+	return nil
 }
 
 // changed wakes the subscribers of thread: it has new events.

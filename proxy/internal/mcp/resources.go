@@ -7,11 +7,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -202,33 +202,22 @@ func (s *Server) unsubscribe(srv *mcp.Server, uri string, session *mcp.ServerSes
 // ctx ends: woken by the hub, or at each heartbeat, it reads the thread's last event id (a thread
 // deleted has none), and a new one is a change.
 func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string, ws *tools.Workspace) {
-	wake, stop := s.opts.Hub.Subscribe(ws.ThreadID().String())
-	defer stop()
-	last, err := lastEventID(ctx, ws)
-	if err != nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "mcp subscription read failed", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
-	}
-	ticker := time.NewTicker(heartbeat)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wake:
-		case <-ticker.C:
-		}
+	var last int64
+	first := true
+	_ = s.opts.Hub.Watch(ctx, ws.ThreadID().String(), eventhub.Heartbeat, func(bool) error {
 		id, err := lastEventID(ctx, ws)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.LogAttrs(ctx, slog.LevelWarn, "mcp subscription read failed", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
-			}
-			continue
+		if err != nil && ctx.Err() == nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp subscription read failed", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 		}
-		if id != last {
+		switch {
+		case first:
+			first, last = false, id
+		case err == nil && id != last:
 			last = id
 			_ = srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) // it logs its own failures
 		}
-	}
+		return nil
+	})
 }
 
 // lastEventID is the thread's last event id; -1 for a thread that does not exist.

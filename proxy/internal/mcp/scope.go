@@ -5,18 +5,22 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
 // scope is what a request's token may see (docs/spec.md §15): every thread (the admin token), a
 // client's threads (a client key of CLIENT_KEYS), or one thread (a thread token).
 type scope struct {
-	admin  bool
-	client string         // a client key's client
-	thread tools.ThreadID // a thread token's thread
+	admin   bool
+	client  string         // a client key's client
+	thread  tools.ThreadID // a thread token's thread
+	link    int64          // a thread token's link (tools.Link)
+	expires time.Time      // when a thread token expires
 }
 
 // bound reports whether the scope is one thread's.
@@ -113,18 +117,44 @@ func (s *Server) authenticate(r *http.Request) (scope, error) {
 		if err != nil {
 			return false
 		}
-		valid, err := s.opts.Store.Workspace(id).LinkValid(r.Context(), tools.LinkMCP, t.ID)
+		sc.thread, sc.link, sc.expires = id, t.ID, time.Unix(t.Expires, 0)
+		valid, err := s.tokenHolds(r.Context(), sc)
 		if err != nil {
 			storeErr = err
 			return true // not the token's failure
 		}
-		sc.thread = id
 		return valid
 	}, unauthorized(`Bearer realm="wsproxy mcp", error="invalid_token"`))
 	if storeErr != nil {
 		return scope{}, storeErr
 	}
 	return sc, err
+}
+
+// tokenHolds reports whether a thread token's scope still holds: its link neither revoked nor
+// expired, its thread not deleted, and the thread's client (if any) in CLIENT_KEYS.
+func (s *Server) tokenHolds(ctx context.Context, sc scope) (bool, error) {
+	if !s.opts.Guard.HasClient(sc.thread.Client) {
+		return false, nil
+	}
+	return s.opts.Store.Workspace(sc.thread).LinkValid(ctx, tools.LinkMCP, sc.link)
+}
+
+// endWithToken cancels a thread token's request (a subscriptions/listen stream) once its token
+// no longer holds: at its expiry, or when a change of its thread or a heartbeat finds it revoked.
+// It returns when ctx ends.
+func (s *Server) endWithToken(ctx context.Context, cancel context.CancelFunc, sc scope) {
+	defer time.AfterFunc(time.Until(sc.expires), cancel).Stop()
+	first := true // authenticate has just checked it
+	_ = s.opts.Hub.Watch(ctx, sc.thread.String(), eventhub.Heartbeat, func(bool) error {
+		if !first {
+			if ok, err := s.tokenHolds(ctx, sc); err == nil && !ok {
+				cancel()
+			}
+		}
+		first = false
+		return nil
+	})
 }
 
 func unauthorized(challenge string) error {

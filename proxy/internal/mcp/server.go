@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
@@ -54,10 +53,6 @@ type Metrics interface {
 	// locked preferences it named and left alone.
 	MCPToolCall(tool string, ok bool, lockedSkips int)
 }
-
-// heartbeat is how often a resource subscription reads its thread's last event unwoken: a lost
-// notification (or none, without LISTEN) delays an update by one heartbeat at most.
-const heartbeat = 15 * time.Second
 
 // Server serves /mcp. Close ends its subscriptions.
 type Server struct {
@@ -166,7 +161,8 @@ func (s *Server) serverFor(sc scope) *mcp.Server {
 
 // ServeHTTP serves /mcp: the request is authenticated (401 before any MCP message is read) and
 // its body read within the edge's limits; then the SDK answers it, in the request's scope. A
-// request still running when Close is called ends then.
+// request still running when Close is called ends then, and a thread token's when its token no
+// longer holds.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc, err := s.authenticate(r)
 	if err != nil {
@@ -182,6 +178,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(withScope(r.Context(), sc))
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
+	if sc.bound() {
+		go s.endWithToken(ctx, cancel, sc)
+	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.handler.ServeHTTP(w, r)

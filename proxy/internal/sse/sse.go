@@ -1,6 +1,6 @@
-// Package sse reads and writes server-sent events as OpenAI-compatible servers send them:
-// `data:` lines (several in one event joined by "\n"), events ending at a blank line, an
-// `event:` line's name kept beside the data, comment lines (`: keep-alive`) and other fields
+// Package sse reads and writes server-sent events as OpenAI-compatible and Anthropic servers
+// send them: `data:` lines (several in one event joined by "\n"), events ending at a blank line,
+// an `event:` line's name kept beside the data, comment lines (`: keep-alive`) and other fields
 // skipped; written as `data: …\n\n` (with its `event:` line when named).
 package sse
 
