@@ -10,9 +10,10 @@ import (
 )
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response, and a
-// keepalive (a comment, or the Messages API's ping event) when the client has had nothing for the keepalive interval (docs/spec.md
-// §16) — once the stream started, or once the proxy began a round the client cannot see (before
-// that, the client waits for the upstream's status as it would straight). The keepalive is a
+// keepalive (a comment, or the Messages API's ping event) when the client has had nothing for
+// the keepalive interval (docs/spec.md §16) — once the stream started, or once the proxy began
+// a round the client cannot see (before that, the client waits for the upstream's status as it
+// would straight). The keepalive is a
 // runtime timer, not a goroutine: it fires only when the stream is silent.
 type sseWriter struct {
 	w       http.ResponseWriter
