@@ -15,6 +15,13 @@ import (
 // The threads are locked in id order, so two batches of turn starts, or one and a batch of usage
 // (AddUsage), never deadlock. A failure fails every turn start of the batch.
 func TurnStarts(ctx context.Context, pool *pgxpool.Pool, threadIDs []string) ([]TurnStartRow, error) {
+	if len(threadIDs) == 1 { // a turn starting alone: one statement, as a batch would send it
+		row, err := New().TurnStart(ctx, pool, threadIDs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []TurnStartRow{row}, nil
+	}
 	order := make([]int, len(threadIDs))
 	for i := range order {
 		order[i] = i

@@ -52,6 +52,9 @@ func isChatTurn(msg []byte) bool {
 // The block then stands before the turn (placement system), and pasted text in the turn cannot
 // pose as a later one.
 func neutralizedTurn(list []byte, from, end int, isTurn func([]byte) bool) []Payload {
+	if !mayHoldTag(list[from:end]) { // nothing to look for: the elements as they came
+		return []Payload{{list[from:end]}}
+	}
 	in := func(start, stop int) bool { return start >= from && stop <= end }
 	turn, before, prev := -1, -1, -1 // where the turn starts; the end of the element before it
 	_ = rawjson.Each(list, func(_, start, stop int) error {
