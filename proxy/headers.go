@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -171,4 +173,58 @@ func responseHeader(in http.Header) http.Header {
 	h.Del("Content-Length")
 	h.Del("Content-Encoding")
 	return h
+}
+
+// redactingLog is log with the operator's keys redacted from its records' attribute values: the
+// turn engine logs what an upstream sent (a stream's error data, which may quote the key). Nil
+// stays nil, and without keys log is returned as it is.
+func (f fromUpstream) redactingLog(log *slog.Logger) *slog.Logger {
+	if log == nil || len(f.keys) == 0 {
+		return log
+	}
+	return slog.New(redactingHandler{log.Handler(), f})
+}
+
+// redactingHandler is the slog.Handler of redactingLog.
+type redactingHandler struct {
+	slog.Handler
+	f fromUpstream
+}
+
+func (h redactingHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(h.attr(a))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	for i, a := range attrs {
+		attrs[i] = h.attr(a)
+	}
+	return redactingHandler{h.Handler.WithAttrs(attrs), h.f}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{h.Handler.WithGroup(name), h.f}
+}
+
+// attr is a with the keys redacted from its value (each member of a group's).
+func (h redactingHandler) attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	if v.Kind() == slog.KindGroup {
+		members := v.Group()
+		redacted := make([]any, len(members))
+		for i, m := range members {
+			redacted[i] = h.attr(m)
+		}
+		return slog.Group(a.Key, redacted...)
+	}
+	s := []byte(v.String())
+	if r := h.f.redact(s); !bytes.Equal(r, s) {
+		return slog.String(a.Key, string(r))
+	}
+	return a
 }

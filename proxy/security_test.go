@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -766,4 +767,28 @@ func TestRemovedClientsAccessEnds(t *testing.T) {
 	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
+}
+
+// TestOperatorKeyNotLogged: an upstream's stream error that quotes the operator's key, met in a
+// round after tools ran, is retried and logged: the log line has the key redacted.
+func TestOperatorKeyNotLogged(t *testing.T) {
+	t.Parallel()
+	const operatorKey = "sk-operator-0123456789abcdef"
+	logs := &lockedBuffer{}
+	e := setup(t, func(o *Options) {
+		o.UpstreamAPIKey = operatorKey
+		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	e.up.Script(
+		upstreamtest.Stream(upstreamtest.ToolCallChunks("c1", 2, upstreamtest.Call{ID: "c1", Name: "set_objective",
+			Arguments: `{"text":"A goal","action_and_reasoning":"Said so."}`})...),
+		upstreamtest.StreamNoDone(`{"error":{"message":"Incorrect API key provided: `+operatorKey+`","type":"server_error"}}`),
+		upstreamtest.Stream(upstreamtest.Chunk("c2", `{"role":"assistant","content":"Done."}`, "stop")))
+	resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"Content-Type": "application/json", "X-Thread-Id": "t1"},
+		`{"stream":true,"messages":[{"role":"user","content":"My goal."}]}`)
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Contains(t, body, "Done.")
+	require.Contains(t, logs.String(), "retrying an upstream round after tools ran")
+	require.NotContains(t, logs.String(), operatorKey)
+	require.Contains(t, logs.String(), "Incorrect API key provided: [redacted]")
 }

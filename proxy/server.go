@@ -204,7 +204,7 @@ func NewServer(opts Options) *Server {
 		log:     opts.Logger,
 		tracing: tracing,
 		runner: &turn.Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
-			Metrics: opts.Metrics, Logger: opts.Logger,
+			Metrics: opts.Metrics,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, Tracing: turn.NewTracing(opts.TracerProvider, opts.TraceContent, provider)},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,
@@ -215,6 +215,7 @@ func NewServer(opts Options) *Server {
 			s.upstreamKeys = append(s.upstreamKeys, []byte(k))
 		}
 	}
+	s.runner.Logger = s.fromUpstream().redactingLog(opts.Logger)
 	messagesRunner := *s.runner
 	messagesRunner.Tracing = turn.NewTracing(opts.TracerProvider, opts.TraceContent, anthropicProvider(opts.AnthropicUpstreamURL))
 	s.messagesRunner = &messagesRunner
