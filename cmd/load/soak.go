@@ -201,7 +201,7 @@ func (s soakSummary) String() string {
 	fmt.Fprintf(&b, "  errors the clients saw (then retried): %v\n", s.ClientErrors)
 	fmt.Fprintf(&b, "  preferences the loop reported recorded: %d; stored exactly once: %d; lost: %d; duplicated: %d\n",
 		s.Reported, s.StoredOnce, s.Lost, s.Duplicated)
-	fmt.Fprintf(&b, "  goroutines with idle connections closed: %.0f before, %.0f after (must be equal)\n", s.GoroutinesBefore, s.GoroutinesAfter)
+	fmt.Fprintf(&b, "  goroutines with idle connections closed: %.0f before, %.0f after (none more after)\n", s.GoroutinesBefore, s.GoroutinesAfter)
 	fmt.Fprintf(&b, "  live heap: %.1f MB before, %.1f MB after, %.0f bytes a request (a leak: over %d MB and %d KB a request, or over %d MB)\n",
 		s.HeapBefore/(1<<20), s.HeapAfter/(1<<20), s.heapPerRequest(), heapFloor>>20, heapPerRequest>>10, heapMax>>20)
 	for _, p := range s.problems() {
@@ -219,7 +219,9 @@ func (s soakSummary) problems() []string {
 	if s.Lost > 0 || s.Duplicated > 0 {
 		out = append(out, fmt.Sprintf("writes lost (%d) or duplicated (%d)", s.Lost, s.Duplicated))
 	}
-	if s.GoroutinesAfter != s.GoroutinesBefore {
+	// Fewer after is no leak: a goroutine that lives only while it has work (the usage writer,
+	// a batch of turn starts) may have been running when the baseline was taken.
+	if s.GoroutinesAfter > s.GoroutinesBefore {
 		out = append(out, fmt.Sprintf("goroutines did not come back: %.0f before, %.0f after", s.GoroutinesBefore, s.GoroutinesAfter))
 	}
 	if growth := s.HeapAfter - s.HeapBefore; growth > heapMax || (growth > heapFloor && s.heapPerRequest() > heapPerRequest) {
