@@ -234,6 +234,31 @@ type cacheWay struct {
 	placement string // "" when direct
 }
 
+// post sends body to the way's URL (through wsproxy: in thread, with the way's placement) and
+// returns the answer of a 200.
+func (way cacheWay) post(thread string, body map[string]any, header ...string) ([]byte, error) {
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", way.url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	if way.placement != "" {
+		req.Header.Set("X-Thread-Id", thread)
+		req.Header.Set("X-Workspace-Placement", way.placement)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("%s: %d %s", way.name, resp.StatusCode, out)
+	}
+	return out, nil
+}
+
 // cacheFigures is what a session cost one way.
 type cacheFigures struct {
 	Prompt, Cached int
@@ -310,21 +335,9 @@ func clientTools(names ...string) []any {
 func runSession(s session, way cacheWay, thread string) (cacheFigures, error) {
 	var f cacheFigures
 	err := s(func(msgs []map[string]any, tools []any) (map[string]any, error) {
-		body, _ := json.Marshal(map[string]any{"model": way.name, "messages": msgs, "tools": tools})
-		req, _ := http.NewRequest("POST", way.url, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if way.placement != "" {
-			req.Header.Set("X-Thread-Id", thread)
-			req.Header.Set("X-Workspace-Placement", way.placement)
-		}
-		resp, err := http.DefaultClient.Do(req)
+		b, err := way.post(thread, map[string]any{"model": way.name, "messages": msgs, "tools": tools})
 		if err != nil {
 			return nil, err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			return nil, fmt.Errorf("%s: %d %s", way.name, resp.StatusCode, b)
 		}
 		var c struct {
 			Choices []struct {

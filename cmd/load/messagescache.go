@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -292,22 +291,9 @@ func (f messagesFigures) String() string {
 func runMessagesSession(tool string, way cacheWay, thread string) (messagesFigures, error) {
 	var f messagesFigures
 	err := messagesAgentLoop(func(body map[string]any) (map[string]any, error) {
-		b, _ := json.Marshal(body)
-		req, _ := http.NewRequest("POST", way.url, bytes.NewReader(b))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Anthropic-Version", "2023-06-01")
-		if way.placement != "" {
-			req.Header.Set("X-Thread-Id", thread)
-			req.Header.Set("X-Workspace-Placement", way.placement)
-		}
-		resp, err := http.DefaultClient.Do(req)
+		out, err := way.post(thread, body, "Anthropic-Version", "2023-06-01")
 		if err != nil {
 			return nil, err
-		}
-		defer resp.Body.Close()
-		out, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			return nil, fmt.Errorf("%s: %d %s", way.name, resp.StatusCode, out)
 		}
 		var m struct {
 			Usage struct {
