@@ -98,7 +98,10 @@ type answerIDs struct{ answers []*responseIDs }
 func (a *answerIDs) tap(header http.Header, body io.ReadCloser) io.ReadCloser {
 	ids := newResponseIDs(strings.HasPrefix(header.Get("Content-Type"), "text/event-stream"))
 	a.answers = append(a.answers, ids)
-	return &tapBody{ReadCloser: body, ids: ids}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(body, ids), body}
 }
 
 // all are the ids read so far.

@@ -27,7 +27,6 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
@@ -473,7 +472,7 @@ func (h *wireHarness) compare(t testing.TB, e wireEntry, body []byte, bytewise b
 		}
 	}
 	if !equalReadouts(want, got) {
-		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), apierr.Truncate(string(body), 3000))
+		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), tools.Truncate(string(body), 3000))
 	}
 }
 

@@ -25,14 +25,9 @@ func isMessagesRoute(r *http.Request) bool { return apierr.Anthropic(r.Context()
 // messages serves POST /v1/messages and its thread-path form (docs/spec.md §14): a thread turn
 // of the Messages API when a thread is named, else a pass-through to the Anthropic upstream.
 func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	in, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
+	in, req, ok := turnRequest(s, w, r, s.forwardBody, turn.ParseMessagesRequest)
 	defer in.release()
 	if !ok {
-		return
-	}
-	req, err := turn.ParseMessagesRequest(in.body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
 		return
 	}
 	s.serveTurn(w, r, in, req, s.opts.Store.Workspace(in.thread), s.messagesUpstream(r, "/v1/messages"), s.messagesRunner, nil)
@@ -44,14 +39,9 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 // client counts what the model will see; no turn is counted and no thread is made. Without one,
 // a pass-through.
 func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
-	in, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
+	in, req, ok := turnRequest(s, w, r, s.forwardBody, turn.ParseMessagesRequest)
 	defer in.release()
 	if !ok {
-		return
-	}
-	req, err := turn.ParseMessagesRequest(in.body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
 		return
 	}
 	block, err := s.opts.Store.Workspace(in.thread).Block(r.Context())

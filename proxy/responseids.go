@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"io"
 )
 
 // The ids a Responses API answer holds, read as its bytes pass on to the client (neither held
@@ -103,20 +102,6 @@ func (x *responseIDs) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
-}
-
-// tapBody is an upstream answer's body that passes what it reads to ids.
-type tapBody struct {
-	io.ReadCloser
-	ids *responseIDs
-}
-
-func (b *tapBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if n > 0 {
-		_, _ = b.ids.Write(p[:n])
-	}
-	return n, err
 }
 
 // idScanner scans one JSON value for the strings at idPaths, calling found with each. It reads

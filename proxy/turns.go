@@ -69,25 +69,37 @@ func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok b
 	return id, true, nil
 }
 
-// turnInbound reads a chat, Responses or Messages request: a thread turn's thread, placement and
-// body. A request without a thread is passed to forward, for its client ("" without client
-// keys), and one that fails is answered; ok is then false. The caller calls in.release when done.
-func (s *Server) turnInbound(w http.ResponseWriter, r *http.Request, forward func(w http.ResponseWriter, r *http.Request, client string, body []byte)) (in inbound, ok bool) {
+// forwardFunc passes a request that names no thread upstream, for its client ("" without client
+// keys).
+type forwardFunc func(w http.ResponseWriter, r *http.Request, client string, body []byte)
+
+// forwardBody is the forwardFunc of the routes whose pass-through is the same for every client.
+func (s *Server) forwardBody(w http.ResponseWriter, r *http.Request, _ string, body []byte) {
+	s.forward(w, r, body)
+}
+
+// turnRequest reads a chat, Responses or Messages request and parses it: a thread turn's
+// thread, placement, body and request. A request without a thread is passed to forward, and one
+// that fails is answered; ok is then false. The caller calls in.release when done.
+func turnRequest[R any](s *Server, w http.ResponseWriter, r *http.Request, forward forwardFunc, parse func([]byte) (R, error)) (in inbound, req R, ok bool) {
 	in, err := s.inbound(w, r, nil)
 	if err == nil && !in.named {
 		if err = s.passThroughAllowed(r); err == nil {
 			forward(w, r, in.thread.Client, in.body)
-			return in, false
+			return in, req, false
 		}
 	}
 	if err == nil {
 		in.placement, err = s.placementOf(r)
 	}
+	if err == nil {
+		req, err = parse(in.body)
+	}
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
-		return in, false
+		return in, req, false
 	}
-	return in, true
+	return in, req, true
 }
 
 // errShuttingDown answers a turn that would start once Shutdown has begun.
@@ -96,14 +108,9 @@ var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type:
 
 // chat serves POST /v1/chat/completions and its thread-path form.
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	in, ok := s.turnInbound(w, r, func(w http.ResponseWriter, r *http.Request, _ string, body []byte) { s.forward(w, r, body) })
+	in, req, ok := turnRequest(s, w, r, s.forwardBody, turn.ParseChatRequest)
 	defer in.release()
 	if !ok {
-		return
-	}
-	req, err := turn.ParseChatRequest(in.body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
 		return
 	}
 	if req.Legacy {
@@ -115,14 +122,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 
 // responses serves POST /v1/responses and its thread-path form (docs/spec.md §12).
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	in, ok := s.turnInbound(w, r, s.forwardResponses)
+	in, req, ok := turnRequest(s, w, r, s.forwardResponses, turn.ParseResponsesRequest)
 	defer in.release()
 	if !ok {
-		return
-	}
-	req, err := turn.ParseResponsesRequest(in.body)
-	if err != nil {
-		apierr.Write(w, r, s.log, err)
 		return
 	}
 	ws := s.opts.Store.Workspace(in.thread)

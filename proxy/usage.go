@@ -35,7 +35,6 @@ type usageWriter struct {
 	pending  map[tools.ThreadID]tools.Usage
 	number   int64         // the last batch's number
 	running  bool          // a goroutine is writing
-	closed   bool          // close was called: add keeps nothing more
 	closing  chan struct{} // closed by close: write what is left at once, then stop
 	closeOne sync.Once
 	wg       sync.WaitGroup
@@ -53,7 +52,7 @@ func (u *usageWriter) add(id tools.ThreadID, usage tools.Usage) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.closed {
+	if u.isClosing() {
 		u.log.LogAttrs(context.Background(), slog.LevelError, "a turn's usage lost: it ended after the usage writer stopped",
 			slog.String("thread", id.String()))
 		return
@@ -129,10 +128,9 @@ func (u *usageWriter) isClosing() bool {
 // once no turn can end any more.
 func (u *usageWriter) close() {
 	u.closeOne.Do(func() {
-		u.mu.Lock()
-		u.closed = true
-		u.mu.Unlock()
+		u.mu.Lock() // add keeps nothing more once it is closed
 		close(u.closing)
+		u.mu.Unlock()
 	})
 	u.wg.Wait()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -19,7 +20,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		return toolOutput{}, err
 	}
 	var changes []change
-	after := list
+	after := slices.Clip(list) // appended to as a copy: list stays as it was
 	if len(fresh) > 0 {
 		rows, err := w.insert(ctx, tx, nextID, fresh)
 		if err != nil {
@@ -29,7 +30,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 			p := fromRow(len(list)+i+1, r)
 			c, _ := prefChange(nil, &p)
 			changes = append(changes, c)
-			after = append(after[:len(after):len(after)], p) // a copy: list stays as it was
+			after = append(after, p)
 		}
 	}
 	text := "recorded " + plural(len(fresh), "preference")

@@ -60,7 +60,7 @@ type index int
 func (i *index) UnmarshalJSON(b []byte) error {
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil || f != float64(int64(f)) || f < 1 || f > 1e9 {
-		return invalid("", "an index must be an integer ≥ 1, not %s", truncate(string(b), 40))
+		return invalid("", "an index must be an integer ≥ 1, not %s", Truncate(string(b), 40))
 	}
 	*i = index(f)
 	return nil

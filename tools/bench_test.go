@@ -169,7 +169,7 @@ func BenchmarkHugeToolCall(b *testing.B) {
 						b.Fatal(err)
 					}
 					if res.OK != done {
-						b.Fatalf("%s: %s", tool, truncate(res.Content, 200))
+						b.Fatalf("%s: %s", tool, Truncate(res.Content, 200))
 					}
 				}
 			})

@@ -148,7 +148,7 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	res := errorResult(err)
 	arg := w.record(c, reasoning, res)
 	if len(c.Arguments) > maxRefusedArguments {
-		arg.Arguments, _ = json.Marshal(storableText(truncate(c.Arguments, maxRefusedArguments)))
+		arg.Arguments, _ = json.Marshal(storableText(Truncate(c.Arguments, maxRefusedArguments)))
 	}
 	if tx != nil {
 		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })

@@ -130,7 +130,8 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-func truncate(s string, n int) string {
+// Truncate is s cut to its first n bytes at a character's boundary, marked with an ellipsis.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -360,12 +360,9 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 		if patch.Locked != nil {
 			in.Locked = *patch.Locked
 		}
-		p, err := w.store.checkInput(in)
+		p, err := w.checkedFields(in, id, list)
 		if err != nil {
 			return nil, err
-		}
-		if existing, ok := findTitle(list, p.Title, id); ok {
-			return nil, &DuplicateError{Existing: existing}
 		}
 		row, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{
 			ThreadID: w.threadID, ID: id, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked,

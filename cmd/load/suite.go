@@ -332,19 +332,7 @@ func oneRequest(l Load) (int64, error) {
 }
 
 // peakRSS is a process's peak resident set size (VmHWM), in bytes.
-func peakRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc status")
-}
+func peakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM:") }
 
 // cpuSample is the CPU time used so far by one wsproxy process and by every postgres process.
 type cpuSample struct{ proxy, postgres time.Duration }
@@ -386,18 +374,9 @@ func sampleCPU(pid int) cpuSample {
 }
 
 func procCPU(pid string) time.Duration {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	n, _ := strconv.Atoi(pid)
+	st, _ := readProcStat(n)
+	return st.cpu
 }
 
 // startWsproxy starts the wsproxy binary on a free loopback port, with env added to this

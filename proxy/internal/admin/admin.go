@@ -448,13 +448,9 @@ func (s *Server) adminApply(w http.ResponseWriter, r *http.Request) error {
 // eventAction runs act, a user change made of the event the path names, and answers with the
 // change's event.
 func (s *Server) eventAction(w http.ResponseWriter, r *http.Request, act func(*tools.Workspace, context.Context, int64) (tools.Event, error)) error {
-	ws, err := s.workspaceOf(r)
+	ws, id, err := s.itemOf(r)
 	if err != nil {
 		return err
-	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
-		return tools.ErrNotFound
 	}
 	ev, err := act(ws, r.Context(), id)
 	if err != nil {
@@ -601,7 +597,14 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	defer context.AfterFunc(s.closing, cancel)()
 	p := principalFrom(ctx)
 	if !p.admin {
-		es.holds = func(ctx context.Context) (bool, error) { return s.holds(ctx, p) }
+		first := true // adminAuth has just checked it
+		es.holds = func(ctx context.Context) (bool, error) {
+			if first {
+				first = false
+				return true, nil
+			}
+			return s.holds(ctx, p)
+		}
 	}
 	if p.via != nil { // a session's stream ends when the session does
 		var expire context.CancelFunc

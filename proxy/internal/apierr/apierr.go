@@ -71,7 +71,7 @@ type UpstreamError struct {
 }
 
 func (e *UpstreamError) Error() string {
-	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, Truncate(string(e.Body), 200))
+	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, tools.Truncate(string(e.Body), 200))
 }
 
 // Temporary reports an answer a later try may not meet: the upstream overloaded or failing (429,
@@ -302,14 +302,6 @@ func WriteJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// Truncate is s cut to its first n bytes at a character's boundary, marked with an ellipsis.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
 // ErrAnswered is a failure whose answer already went out (a 413 after a drain).
 var ErrAnswered = errors.New("request already answered")
 
@@ -320,7 +312,7 @@ type StreamError struct {
 }
 
 func (e *StreamError) Error() string {
-	return "upstream stream error: " + Truncate(string(e.Data), 200)
+	return "upstream stream error: " + tools.Truncate(string(e.Data), 200)
 }
 
 // HostError is a failure to reach the upstream at Host (its host and port, as configured): the

@@ -29,6 +29,8 @@ type Reader struct {
 	data []byte
 	line []byte
 	name []byte
+	// nameStr is name as a string, kept while the events' names repeat (they mostly do).
+	nameStr string
 }
 
 // NewReader reads events from r.
@@ -81,7 +83,12 @@ func (s *Reader) Next() ([]byte, error) {
 }
 
 // Name is the name of the event Next returned last (its event field; "" for none).
-func (s *Reader) Name() string { return string(s.name) }
+func (s *Reader) Name() string {
+	if string(s.name) != s.nameStr {
+		s.nameStr = string(s.name)
+	}
+	return s.nameStr
+}
 
 // EventBuffered reports whether a whole further event is already buffered, so that Next will not
 // wait for the network.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -135,7 +134,7 @@ type callAcc struct {
 func (d *chatSSE) round(ctx context.Context, body Payload) error {
 	done, err := readEvents(ctx, d.up, body, d.flush, func(data []byte) (bool, error) { return false, d.chunk(data) })
 	if err == nil && !done && d.cur.finish == "" {
-		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
+		return errStreamCut
 	}
 	return err
 }

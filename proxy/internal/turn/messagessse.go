@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -58,7 +57,6 @@ type messagesRound struct {
 	// client where they came.
 	inPlace bool
 	stopped bool // message_stop came
-	emitted bool // the client got part of this round
 }
 
 // blockAcc accumulates one content block of a stream: its content_block_start's block and the
@@ -183,7 +181,7 @@ func (d *messagesSSE) stream(ctx context.Context, body Payload) error {
 		return d.cur.stopped, err
 	})
 	if err == nil && !d.cur.settled {
-		return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
+		return errStreamCut
 	}
 	return err
 }

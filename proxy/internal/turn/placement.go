@@ -285,18 +285,13 @@ func blankString(raw json.RawMessage) bool {
 // the first message when it is a system or developer message (as text, or as one more text part
 // when its content is an array of parts), else it comes as a new first system message.
 func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
-	if placement == PlaceTail && c.n > 0 {
-		last := c.msgs[c.last.start:c.last.end]
-		if start, end, ok := rawjson.Member(last, "role"); ok {
-			if role, _ := rawjson.Unquote(last[start:end]); role == "user" || role == "tool" {
-				c.messages = c.messages[:0]
-				if c.n > 1 {
-					c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
-				}
-				c.messages = append(c.messages, appendToLast(last, "content", "text", text))
-				return
-			}
+	if placement == PlaceTail && c.n > 0 && isChatTurn(c.msgs[c.last.start:c.last.end]) {
+		c.messages = c.messages[:0]
+		if c.n > 1 {
+			c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
 		}
+		c.messages = append(c.messages, appendToLast(c.msgs[c.last.start:c.last.end], "content", "text", text))
+		return
 	}
 	// The block goes first: the client's latest turn, which follows it, must not pose as it.
 	if c.n > 0 {

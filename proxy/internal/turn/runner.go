@@ -325,3 +325,6 @@ func randomHex(n int) string {
 }
 
 var errStreamEnded = errors.New("the upstream's stream ended before its reply was complete")
+
+// errStreamCut is a stream that ended before its reply was complete: a protocol failure, retried.
+var errStreamCut = fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
