@@ -86,3 +86,40 @@ func TestResponsesStreamHoldsBoundedEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, d.Objective, "not run")
 }
+
+// TestResponsesStreamCallWithoutItemID: a workspace call whose item has no id hides its own
+// events, and no other event of the round: the message beside it, whose item_added event names
+// no item_id, reaches the client.
+func TestResponsesStreamCallWithoutItemID(t *testing.T) {
+	t.Parallel()
+	up := &script{replies: bodies(sseEvents(
+		`{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","status":"in_progress","output":[]}}`,
+		`{"type":"response.output_item.added","sequence_number":1,"output_index":0,`+
+			`"item":{"type":"function_call","call_id":"call_1","name":"set_objective","arguments":"","status":"in_progress"}}`,
+		`{"type":"response.function_call_arguments.delta","sequence_number":2,"output_index":0,"delta":"{\"text\":\"A goal\",\"action_and_reasoning\":\"Said so.\"}"}`,
+		`{"type":"response.output_item.added","sequence_number":3,"output_index":1,`+
+			`"item":{"id":"msg_1","type":"message","role":"assistant","status":"in_progress","content":[]}}`,
+		`{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":1,"content_index":0,"delta":"Noted."}`,
+		`{"type":"response.completed","sequence_number":5,"response":{"id":"resp_1","object":"response","status":"completed",`+
+			`"output":[{"type":"function_call","call_id":"call_1","name":"set_objective","arguments":"{\"text\":\"A goal\",\"action_and_reasoning\":\"Said so.\"}","status":"completed"},`+
+			`{"id":"msg_1","type":"message","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Noted.","annotations":[]}]}],`+
+			`"usage":{"input_tokens":10,"output_tokens":5}}}`,
+	), sseEvents(
+		`{"type":"response.created","sequence_number":0,"response":{"id":"resp_2","object":"response","status":"in_progress","output":[]}}`,
+		`{"type":"response.completed","sequence_number":1,"response":{"id":"resp_2","object":"response","status":"completed",`+
+			`"output":[],"usage":{"input_tokens":10,"output_tokens":1}}}`,
+	))}
+	req, err := ParseResponsesRequest([]byte(`{"model":"m","stream":true,"input":"hi"}`))
+	require.NoError(t, err)
+	tt := newTurn(t, tools.Limits{}, up)
+	out := &recorder{}
+	_, err = (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
+	require.NoError(t, err)
+	var added []any
+	for _, e := range out.decoded(t) {
+		if e["type"] == "response.output_item.added" {
+			added = append(added, e["item"].(map[string]any)["type"])
+		}
+	}
+	require.Equal(t, []any{"message"}, added, "the message beside the workspace call")
+}

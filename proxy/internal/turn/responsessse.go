@@ -3,7 +3,6 @@ package turn
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -76,7 +75,7 @@ func (d *responsesSSE) stream(ctx context.Context, body Payload) error {
 	case d.cur.failed != nil:
 		return d.cur.failed // the upstream's error event, then no terminal one
 	}
-	return fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
+	return errStreamCut
 }
 
 // event handles one upstream event: it keeps what the turn needs and emits what the client gets.
@@ -168,11 +167,11 @@ func (d *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) err
 			}
 			if owner == workspace {
 				hidden = true
-				d.cur.hidden[text(o.Get("id"))] = true
+				d.hideItem(text(o.Get("id")))
 			}
 		}
 	}
-	if d.cur.hidden[text(ev.Get("item_id"))] {
+	if id := rawName(ev.Get("item_id")); id != nil && d.cur.hidden[string(id)] {
 		hidden = true
 	}
 	if hasIndex {
@@ -247,7 +246,7 @@ func (d *responsesSSE) decide(n int, id string, hidden bool) {
 	d.cur.owner[n] = client
 	if hidden {
 		d.cur.owner[n] = workspace
-		d.cur.hidden[id] = true
+		d.hideItem(id)
 	}
 	d.cur.pending = -1
 }
@@ -353,3 +352,11 @@ func (d *responsesSSE) emit(typ string, ev rawjson.Object) error {
 func (d *responsesSSE) emitRaw(data []byte) error { return d.send("", data) }
 
 func (d *responsesSSE) send(typ string, data []byte) error { return d.sendEvent(typ, data) }
+
+// hideItem keeps id, a workspace call's item id, for the events that name it by item_id; an item
+// without an id is known by its output_index alone.
+func (d *responsesSSE) hideItem(id string) {
+	if id != "" {
+		d.cur.hidden[id] = true
+	}
+}
