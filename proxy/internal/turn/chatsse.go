@@ -216,16 +216,22 @@ func (d *chatSSE) parse(data []byte) (k chatChunk, ok bool) {
 	}
 	d.scratch.chunk = k.c
 	k.hasUsage = !isNull(k.c.Get("usage"))
-	var choices []json.RawMessage
+	var first json.RawMessage // the first choice: counted, not split (no allocation per chunk)
 	if v := k.c.Get("choices"); !isNull(v) {
-		if choices, err = rawjson.Split(v); err != nil {
+		if err = rawjson.Each(v, func(i, start, end int) error {
+			if i == 0 {
+				first = v[start:end:end]
+			}
+			k.n++
+			return nil
+		}); err != nil {
 			return k, false
 		}
 	}
-	if k.n = len(choices); k.n == 0 {
+	if k.n == 0 {
 		return k, true
 	}
-	if k.choice, err = rawjson.ParseInto(d.scratch.choice, choices[0]); err != nil {
+	if k.choice, err = rawjson.ParseInto(d.scratch.choice, first); err != nil {
 		return k, false
 	}
 	d.scratch.choice = k.choice
