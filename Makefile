@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak
+.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
 ifndef VERSION
@@ -23,10 +23,16 @@ test: vet check-generated chromium buildah npm-clients jq
 ## TestPgBouncerTestsExist fails when a name here names no test.
 PGBOUNCER_TESTS = ^(TestTurns|TestConcurrentTurnStartsShareRoundTrips|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus|TestMCPTools|TestMCPScopes|TestMCPSubscriptionAcrossReplicas|TestMCPStatelessRoundRobin|TestPanelLinkRevoked|TestMessagesTurnWithAWorkspaceCall|TestMessagesMixedRoundContinued|TestApplyProposal|TestAdminApplyProposal)$$
 
-vet:
+vet: check-size
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+
+## check-size: no committed file over 1 MiB outside testdata/ and docs/ (a build output, a dump).
+check-size:
+	@big=$$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c '%s %n' 2>/dev/null | \
+	  awk '$$1 > 1048576 && $$2 !~ /(^|\/)(testdata|docs)\// {print $$2}'); \
+	  if [ -n "$$big" ]; then echo "files over 1 MiB outside testdata/ and docs/: $$big"; exit 1; fi
 
 ## generate: regenerate db/ from queries/ and db/migration/ with the pinned sqlc.
 generate:
