@@ -11,8 +11,30 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const eventAnswer = `-- name: EventAnswer :one
+SELECT id, kind FROM events WHERE thread_id = $1 AND answers = $2 ORDER BY id LIMIT 1
+`
+
+type EventAnswerParams struct {
+	ThreadID string
+	Proposal pgtype.Int8
+}
+
+type EventAnswerRow struct {
+	ID   int64
+	Kind string
+}
+
+// The event that answered a proposal (applied it, or dismissed it), if any.
+func (q *Queries) EventAnswer(ctx context.Context, db DBTX, arg EventAnswerParams) (EventAnswerRow, error) {
+	row := db.QueryRow(ctx, eventAnswer, arg.ThreadID, arg.Proposal)
+	var i EventAnswerRow
+	err := row.Scan(&i.ID, &i.Kind)
+	return i, err
+}
+
 const eventGet = `-- name: EventGet :one
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via FROM events WHERE thread_id = $1 AND id = $2
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events WHERE thread_id = $1 AND id = $2
 `
 
 type EventGetParams struct {
@@ -40,6 +62,8 @@ func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (Ev
 		&i.Reverts,
 		&i.Proposed,
 		&i.Via,
+		&i.Answers,
+		&i.Moved,
 	)
 	return i, err
 }
@@ -50,16 +74,17 @@ WITH n AS (
     WHERE id = $2::text
     RETURNING next_event_id - cardinality($1::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved)
     SELECT $2::text, n.first + e.i - 1, clock_timestamp(), $3::text, $4::text, $5::integer, $6::integer,
            CASE WHEN $7::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
            $8::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
-           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb
+           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb, NULLIF(e.answers, 0),
+           NULLIF(e.moved, '')::jsonb
     -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
     FROM n, ROWS FROM (unnest($1::text[]), unnest($9::text[]), unnest($10::bigint[]),
                        unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[]),
-                       unnest($14::text[]))
-         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, i)
+                       unnest($14::text[]), unnest($15::bigint[]), unnest($16::text[]))
+         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, answers, moved, i)
     RETURNING id
 ), notify AS (
     SELECT pg_notify('wsproxy_events', $2::text || ',' || max(id)) FROM ins HAVING count(*) > 0
@@ -82,6 +107,8 @@ type EventInsertParams struct {
 	Afters        []string
 	Reverts       []int64
 	Proposals     []string
+	Answers       []int64
+	Moves         []string
 }
 
 type EventInsertRow struct {
@@ -93,7 +120,8 @@ type EventInsertRow struct {
 // (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 // the same transaction when after_tool_call, at the time of the insert (under the lock: in id
 // order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
-// is none (SQL NULL); the text null is a removal's. Returns the first id.
+// is none (SQL NULL); the text null is a removal's. answers 0 and moved ” are none. Returns the
+// first id.
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (EventInsertRow, error) {
 	row := db.QueryRow(ctx, eventInsert,
 		arg.Kinds,
@@ -110,6 +138,8 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.Afters,
 		arg.Reverts,
 		arg.Proposals,
+		arg.Answers,
+		arg.Moves,
 	)
 	var i EventInsertRow
 	err := row.Scan(&i.FirstID, &i.Notified)
@@ -129,7 +159,7 @@ func (q *Queries) EventLastID(ctx context.Context, db DBTX, threadID string) (in
 }
 
 const eventList = `-- name: EventList :many
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via FROM events
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events
 WHERE thread_id = $1
   AND ($2::text = '' OR (target_type = $2::text AND coalesce(target_id, 0) = $3::bigint))
   AND CASE WHEN $4::boolean THEN ($5::bigint = 0 OR id < $5::bigint) ELSE id > $5::bigint END
@@ -181,6 +211,8 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 			&i.Reverts,
 			&i.Proposed,
 			&i.Via,
+			&i.Answers,
+			&i.Moved,
 		); err != nil {
 			return nil, err
 		}
@@ -218,6 +250,60 @@ func (q *Queries) EventNextOnTarget(ctx context.Context, db DBTX, arg EventNextO
 	var id int64
 	err := row.Scan(&id)
 	return id, err
+}
+
+const eventPendingProposals = `-- name: EventPendingProposals :many
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events e
+WHERE e.thread_id = $1 AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+  AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id)
+ORDER BY e.id
+LIMIT $2
+`
+
+type EventPendingProposalsParams struct {
+	ThreadID string
+	MaxRows  int32
+}
+
+// The thread's proposals no event answered yet, oldest first: review mode's (proposed) and a
+// locked item's (a locked_skip that kept what the agent asked for).
+func (q *Queries) EventPendingProposals(ctx context.Context, db DBTX, arg EventPendingProposalsParams) ([]Event, error) {
+	rows, err := db.Query(ctx, eventPendingProposals, arg.ThreadID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Event{}
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.ThreadID,
+			&i.ID,
+			&i.At,
+			&i.Actor,
+			&i.Turn,
+			&i.Round,
+			&i.ToolCallID,
+			&i.Reason,
+			&i.Kind,
+			&i.TargetType,
+			&i.TargetID,
+			&i.Before,
+			&i.After,
+			&i.Reverts,
+			&i.Proposed,
+			&i.Via,
+			&i.Answers,
+			&i.Moved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const eventPrune = `-- name: EventPrune :execrows

@@ -54,7 +54,7 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 
 	// The upgraded database takes the current statements.
 	require.NoError(t, q.ThreadUsageAdd(ctx, pool, db.ThreadUsageAddParams{ID: "old", PromptTokens: 5, CachedPromptTokens: 1, CompletionTokens: 2}))
-	_, err = q.TurnStart(ctx, pool, "old")
+	_, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 }
 
@@ -157,7 +157,7 @@ func TestUpgradeToTurnStart(t *testing.T) {
 		return s
 	}
 	for range 2 {
-		start, err := q.TurnStart(ctx, pool, "same")
+		start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "same"})
 		require.NoError(t, err)
 		require.Equal(t, "A goal", start.Objective.String)
 		require.JSONEq(t, prefs, string(start.Preferences))
@@ -166,7 +166,7 @@ func TestUpgradeToTurnStart(t *testing.T) {
 		require.Equal(t, int32(3), s[0].Turn)
 		require.Equal(t, int64(3), s[0].Version.Int64, "the snapshot's version is recorded")
 	}
-	start, err := q.TurnStart(ctx, pool, "changed")
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "changed"})
 	require.NoError(t, err)
 	require.Equal(t, int32(3), start.Turn)
 	require.False(t, start.Objective.Valid)
@@ -263,7 +263,7 @@ func TestUpgradeToBatchesAndTombstones(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM usage_batches`).Scan(&marks))
 	require.Zero(t, marks, "no usage marks yet")
 
-	start, err := q.TurnStart(ctx, pool, "old")
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(5), start.Turn)
 	require.JSONEq(t, `[{"id":2,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(start.Preferences))
@@ -279,7 +279,7 @@ func TestUpgradeToBatchesAndTombstones(t *testing.T) {
 	n, err := q.ThreadDelete(ctx, pool, "old")
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	start, err = q.TurnStart(ctx, pool, "old")
+	start, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(1), start.Turn)
 	th, err = q.ThreadGet(ctx, pool, "old")
@@ -442,7 +442,7 @@ func TestUpgradeToCacheWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{140, 90, 12, 30}, []int64{th.PromptTokens, th.CachedPromptTokens, th.CompletionTokens, th.CacheWriteTokens},
 		"a batch counts once, its cache writes too")
-	_, err = q.TurnStart(ctx, pool, "old")
+	_, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 }
 

@@ -31,6 +31,8 @@ type Event struct {
 	Reverts    pgtype.Int8
 	Proposed   []byte
 	Via        string
+	Answers    pgtype.Int8
+	Moved      []byte
 }
 
 type Link struct {
@@ -79,6 +81,8 @@ type Thread struct {
 	CompletionTokens   int64
 	NextEventID        int64
 	CacheWriteTokens   int64
+	Parents            []string
+	AgentWrites        pgtype.Text
 }
 
 type ThreadTombstone struct {
@@ -109,10 +113,12 @@ type UsageBatch struct {
 }
 
 type WorkspaceSnapshot struct {
-	ThreadID    string
-	Turn        int32
-	Objective   pgtype.Text
-	Preferences []byte
-	CreatedAt   pgtype.Timestamptz
-	Version     pgtype.Int8
+	ThreadID      string
+	Turn          int32
+	Objective     pgtype.Text
+	Preferences   []byte
+	CreatedAt     pgtype.Timestamptz
+	Version       pgtype.Int8
+	Inherited     []byte
+	ScopeVersions []int64
 }

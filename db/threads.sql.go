@@ -11,6 +11,37 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const threadChildren = `-- name: ThreadChildren :many
+SELECT id FROM threads WHERE parents @> ARRAY[$1::text] AND id > $2::text ORDER BY id LIMIT $3
+`
+
+type ThreadChildrenParams struct {
+	ID      string
+	AfterID string
+	MaxRows int32
+}
+
+// The threads that name a thread among their parents, by id, after the cursor (” none).
+func (q *Queries) ThreadChildren(ctx context.Context, db DBTX, arg ThreadChildrenParams) ([]string, error) {
+	rows, err := db.Query(ctx, threadChildren, arg.ID, arg.AfterID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const threadDelete = `-- name: ThreadDelete :execrows
 WITH gone AS (
     DELETE FROM threads WHERE id = $1 RETURNING id, next_event_id, next_preference_id
@@ -33,7 +64,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -50,6 +81,8 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.CompletionTokens,
 		&i.NextEventID,
 		&i.CacheWriteTokens,
+		&i.Parents,
+		&i.AgentWrites,
 	)
 	return i, err
 }
@@ -166,6 +199,77 @@ func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (pgtype.
 	return next_preference_id, err
 }
 
+const threadScopeGet = `-- name: ThreadScopeGet :one
+SELECT t.parents, t.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
+       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
+FROM threads t, thread_scope(t.id, t.parents, t.agent_writes) s
+WHERE t.id = $1
+`
+
+type ThreadScopeGetRow struct {
+	Parents        []string
+	OwnAgentWrites pgtype.Text
+	Ancestors      []string
+	AgentWrites    string
+	Inherited      []byte
+}
+
+// A thread's parents, its own review setting, and its place among its scopes: its ancestors
+// (nearest first), what they hold, and the review setting in force (thread_scope, migration 012).
+func (q *Queries) ThreadScopeGet(ctx context.Context, db DBTX, id string) (ThreadScopeGetRow, error) {
+	row := db.QueryRow(ctx, threadScopeGet, id)
+	var i ThreadScopeGetRow
+	err := row.Scan(
+		&i.Parents,
+		&i.OwnAgentWrites,
+		&i.Ancestors,
+		&i.AgentWrites,
+		&i.Inherited,
+	)
+	return i, err
+}
+
+const threadSetAgentWrites = `-- name: ThreadSetAgentWrites :exec
+UPDATE threads SET agent_writes = $1::text, updated_at = now() WHERE id = $2
+`
+
+type ThreadSetAgentWritesParams struct {
+	AgentWrites pgtype.Text
+	ID          string
+}
+
+// Sets a thread's own review setting (NULL: inherited); the caller holds the row lock and
+// appends the event.
+func (q *Queries) ThreadSetAgentWrites(ctx context.Context, db DBTX, arg ThreadSetAgentWritesParams) error {
+	_, err := db.Exec(ctx, threadSetAgentWrites, arg.AgentWrites, arg.ID)
+	return err
+}
+
+const threadSetParents = `-- name: ThreadSetParents :one
+SELECT coalesce(thread_set_parents($1, $2::text[], $3::text, $4::text), '')::text AS refused
+`
+
+type ThreadSetParentsParams struct {
+	ID      string
+	Parents []string
+	Actor   string
+	Via     string
+}
+
+// Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the
+// thread's row lock. Returns why a list is refused, ” when it was stored or unchanged.
+func (q *Queries) ThreadSetParents(ctx context.Context, db DBTX, arg ThreadSetParentsParams) (string, error) {
+	row := db.QueryRow(ctx, threadSetParents,
+		arg.ID,
+		arg.Parents,
+		arg.Actor,
+		arg.Via,
+	)
+	var refused string
+	err := row.Scan(&refused)
+	return refused, err
+}
+
 const threadSummary = `-- name: ThreadSummary :one
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
@@ -269,28 +373,44 @@ func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAd
 }
 
 const turnStart = `-- name: TurnStart :one
-SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start($1)
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+FROM turn_start($1, $2::text[], $3::boolean)
 `
+
+type TurnStartParams struct {
+	ThreadID     string
+	Parents      []string
+	ParentsIfNew bool
+}
 
 type TurnStartRow struct {
 	Turn        int32
 	Objective   pgtype.Text
 	Preferences []byte
 	CreatedAt   pgtype.Timestamptz
+	Inherited   []byte
+	AgentWrites string
+	Refused     string
 }
 
-// Begins a turn of a thread (turn_start, migrations 005 and 006): the thread created on its
-// first turn, its next turn number, and the workspace as it stood, snapshotted under that number
-// when it changed since the last snapshot; and when the thread was created. Commits without
-// waiting for the disk.
-func (q *Queries) TurnStart(ctx context.Context, db DBTX, threadID string) (TurnStartRow, error) {
-	row := db.QueryRow(ctx, turnStart, threadID)
+// Begins a turn of a thread (turn_start, migrations 005, 006 and 012): the thread created on its
+// first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+// snapshotted under that number when it changed since the last snapshot; when the thread was
+// created; the review setting in force. Parents, when given, are stored first (parents_if_new:
+// only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
+// Commits without waiting for the disk.
+func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (TurnStartRow, error) {
+	row := db.QueryRow(ctx, turnStart, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
 	var i TurnStartRow
 	err := row.Scan(
 		&i.Turn,
 		&i.Objective,
 		&i.Preferences,
 		&i.CreatedAt,
+		&i.Inherited,
+		&i.AgentWrites,
+		&i.Refused,
 	)
 	return i, err
 }

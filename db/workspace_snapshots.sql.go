@@ -12,7 +12,7 @@ import (
 )
 
 const snapshotForTurn = `-- name: SnapshotForTurn :one
-SELECT thread_id, turn, objective, preferences, created_at, version FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions FROM workspace_snapshots
 WHERE thread_id = $1 AND turn <= $2
 ORDER BY turn DESC
 LIMIT 1
@@ -34,12 +34,14 @@ func (q *Queries) SnapshotForTurn(ctx context.Context, db DBTX, arg SnapshotForT
 		&i.Preferences,
 		&i.CreatedAt,
 		&i.Version,
+		&i.Inherited,
+		&i.ScopeVersions,
 	)
 	return i, err
 }
 
 const snapshotListByThread = `-- name: SnapshotListByThread :many
-SELECT thread_id, turn, objective, preferences, created_at, version FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions FROM workspace_snapshots
 WHERE thread_id = $1 AND turn > $2
 ORDER BY turn
 LIMIT $3
@@ -67,6 +69,8 @@ func (q *Queries) SnapshotListByThread(ctx context.Context, db DBTX, arg Snapsho
 			&i.Preferences,
 			&i.CreatedAt,
 			&i.Version,
+			&i.Inherited,
+			&i.ScopeVersions,
 		); err != nil {
 			return nil, err
 		}

@@ -641,7 +641,7 @@ func TestMessagesPlacement(t *testing.T) {
 			require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
 			reqs := e.up.Requests()
 			sent := members(t, reqs[len(reqs)-1].Body)
-			block := "INSTR\n\n" + tools.RenderBlock("", nil)
+			block := "INSTR\n\n" + tools.RenderBlock("", nil, nil)
 			var msgs []map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(sent["messages"], &msgs))
 			wantLast := strings.ReplaceAll(tt.wantLast, `"BLOCK"`, string(rawjson.String(block)))

@@ -72,6 +72,10 @@ type Options struct {
 	// ThreadHeader, when set, names a header that names the thread of a request that names none
 	// by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route.
 	ThreadHeader string
+	// ThreadParents, when set, are the parents (docs/spec.md §17; names in the client's
+	// namespace, nearest first) a thread named by ThreadHeader is created with: a new agent
+	// session starts with its project's and its person's preferences (THREAD_PARENTS).
+	ThreadParents []string
 	// UpstreamTimeout is the longest wait for an upstream's response headers and the longest
 	// silence inside its body. Zero means DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration

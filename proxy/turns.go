@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
@@ -67,6 +68,38 @@ func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok b
 		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", from, "%s", err.Error())
 	}
 	return id, true, nil
+}
+
+// parentsHeader names a thread's parents on any turn (docs/spec.md §17), nearest first,
+// separated by commas.
+const parentsHeader = "X-Workspace-Parents"
+
+// parentsOf is what a request names of its thread's parents: X-Workspace-Parents, stored when
+// they differ; else, for a thread named by THREAD_HEADER, THREAD_PARENTS, stored when the thread
+// is new. Names are in the client's namespace; an empty header names none.
+func (s *Server) parentsOf(r *http.Request, client string) (tools.TurnOptions, error) {
+	names, from, ifNew := r.Header.Values(parentsHeader), parentsHeader, false
+	if len(names) == 0 && len(s.opts.ThreadParents) > 0 && s.opts.ThreadHeader != "" && r.PathValue("thread") == "" &&
+		r.Header.Get(threadHeader) == "" {
+		names, from, ifNew = s.opts.ThreadParents, "THREAD_PARENTS", true
+	}
+	var parents []tools.ThreadID
+	for _, v := range names {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			id, err := tools.NewThreadID(client, name)
+			if err != nil {
+				return tools.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %q: %s", from, name, err.Error())
+			}
+			parents = append(parents, id)
+		}
+	}
+	if parents == nil {
+		return tools.TurnOptions{}, nil
+	}
+	return tools.TurnOptions{Parents: parents, ParentsIfNew: ifNew}, nil
 }
 
 // forwardFunc passes a request that names no thread upstream, for its client ("" without client
@@ -163,7 +196,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 // goes to its thread when it ends.
 func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up turn.Upstream,
 	runner *turn.Runner, setup func(*turn.Turn)) {
-	t, text, err := s.startTurn(r, ws, in.placement, req.Model(), up)
+	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
@@ -195,7 +228,7 @@ func (s *Server) openAIUpstream(r *http.Request, path string) *clientUpstream {
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
 // caller ends a turn it started with endTurn.
-func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.Placement, model string, up turn.Upstream) (*turn.Turn, string, error) {
+func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, model string, up turn.Upstream) (*turn.Turn, string, error) {
 	s.turnsMu.Lock()
 	if s.draining {
 		s.turnsMu.Unlock()
@@ -203,7 +236,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.
 	}
 	s.turns.Add(1) // under turnsMu: before Shutdown's Wait
 	s.turnsMu.Unlock()
-	start, err := ws.StartTurn(r.Context())
+	start, err := ws.StartTurn(r.Context(), in.scope)
 	if err != nil {
 		s.turns.Done()
 		return nil, "", err
@@ -215,7 +248,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, placement turn.
 		Model:     model,
 		Upstream:  up,
 	}
-	return t, s.workspaceText(placement, start.Block()), nil
+	return t, s.workspaceText(in.placement, start.Block()), nil
 }
 
 // workspaceText is what a turn puts in its request: the instructions for placement, then the

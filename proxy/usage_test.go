@@ -50,7 +50,7 @@ func TestUsageKeptWhilePostgresIsAway(t *testing.T) {
 	pool, fault := dbtest.NewFaultPool(t, nil)
 	store := tools.NewStore(pool, tools.Options{})
 	id := tools.ThreadID{Name: "away"}
-	_, err := store.Workspace(id).StartTurn(context.Background())
+	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
 	require.NoError(t, err)
 	logs := &lockedBuffer{}
 	u := newUsageWriter(store, slog.New(slog.NewTextHandler(logs, nil)))
@@ -81,7 +81,7 @@ func TestUsageCountedOnceWhenTheAnswerIsLost(t *testing.T) {
 	pool, fault := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	store := tools.NewStore(pool, tools.Options{})
 	id := tools.ThreadID{Name: "lost-answer"}
-	_, err := store.Workspace(id).StartTurn(context.Background())
+	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
 	require.NoError(t, err)
 	direct := tools.NewStore(dbtest.Bypass(t, pool), tools.Options{}).Workspace(id)
 	usage := func() tools.Usage {
@@ -113,7 +113,7 @@ func TestUsageAddNeverRacesClose(t *testing.T) {
 	t.Parallel()
 	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
 	id := tools.ThreadID{Name: "racing"}
-	_, err := store.Workspace(id).StartTurn(context.Background())
+	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
 	require.NoError(t, err)
 	for range 200 {
 		u := newUsageWriter(store, slog.New(slog.DiscardHandler))

@@ -3,22 +3,24 @@
 -- (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 -- the same transaction when after_tool_call, at the time of the insert (under the lock: in id
 -- order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
--- is none (SQL NULL); the text null is a removal's. Returns the first id.
+-- is none (SQL NULL); the text null is a removal's. answers 0 and moved '' are none. Returns the
+-- first id.
 WITH n AS (
     UPDATE threads SET next_event_id = next_event_id + cardinality(@kinds::text[])
     WHERE id = @thread_id::text
     RETURNING next_event_id - cardinality(@kinds::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed)
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved)
     SELECT @thread_id::text, n.first + e.i - 1, clock_timestamp(), @actor::text, @via::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
            CASE WHEN @after_tool_call::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
            sqlc.narg(reason)::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
-           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb
+           NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb, NULLIF(e.answers, 0),
+           NULLIF(e.moved, '')::jsonb
     -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
     FROM n, ROWS FROM (unnest(@kinds::text[]), unnest(@target_types::text[]), unnest(@target_ids::bigint[]),
                        unnest(@befores::text[]), unnest(@afters::text[]), unnest(@reverts::bigint[]),
-                       unnest(@proposals::text[]))
-         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, i)
+                       unnest(@proposals::text[]), unnest(@answers::bigint[]), unnest(@moves::text[]))
+         WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, answers, moved, i)
     RETURNING id
 ), notify AS (
     SELECT pg_notify('wsproxy_events', @thread_id::text || ',' || max(id)) FROM ins HAVING count(*) > 0
@@ -56,3 +58,16 @@ SELECT (next_event_id - 1)::bigint AS last_id FROM threads WHERE id = @thread_id
 -- left to the next prune, so the two never deadlock.
 DELETE FROM events
 WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < @cutoff FOR UPDATE SKIP LOCKED);
+
+-- name: EventAnswer :one
+-- The event that answered a proposal (applied it, or dismissed it), if any.
+SELECT id, kind FROM events WHERE thread_id = @thread_id AND answers = @proposal ORDER BY id LIMIT 1;
+
+-- name: EventPendingProposals :many
+-- The thread's proposals no event answered yet, oldest first: review mode's (proposed) and a
+-- locked item's (a locked_skip that kept what the agent asked for).
+SELECT * FROM events e
+WHERE e.thread_id = @thread_id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+  AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id)
+ORDER BY e.id
+LIMIT @max_rows;

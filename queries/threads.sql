@@ -1,9 +1,13 @@
 -- name: TurnStart :one
--- Begins a turn of a thread (turn_start, migrations 005 and 006): the thread created on its
--- first turn, its next turn number, and the workspace as it stood, snapshotted under that number
--- when it changed since the last snapshot; and when the thread was created. Commits without
--- waiting for the disk.
-SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start(@thread_id);
+-- Begins a turn of a thread (turn_start, migrations 005, 006 and 012): the thread created on its
+-- first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+-- snapshotted under that number when it changed since the last snapshot; when the thread was
+-- created; the review setting in force. Parents, when given, are stored first (parents_if_new:
+-- only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
+-- Commits without waiting for the disk.
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean);
 
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
@@ -89,3 +93,25 @@ SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + @prompt_tokens::bigi
     cache_write_tokens = LEAST(GREATEST(cache_write_tokens::numeric + @cache_write_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint
 FROM (SELECT set_config('synchronous_commit', 'off', true)) async
 WHERE threads.id = @id AND EXISTS (SELECT FROM mark);
+
+-- name: ThreadScopeGet :one
+-- A thread's parents, its own review setting, and its place among its scopes: its ancestors
+-- (nearest first), what they hold, and the review setting in force (thread_scope, migration 012).
+SELECT t.parents, t.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
+       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
+FROM threads t, thread_scope(t.id, t.parents, t.agent_writes) s
+WHERE t.id = @id;
+
+-- name: ThreadSetParents :one
+-- Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the
+-- thread's row lock. Returns why a list is refused, '' when it was stored or unchanged.
+SELECT coalesce(thread_set_parents(@id, @parents::text[], @actor::text, @via::text), '')::text AS refused;
+
+-- name: ThreadSetAgentWrites :exec
+-- Sets a thread's own review setting (NULL: inherited); the caller holds the row lock and
+-- appends the event.
+UPDATE threads SET agent_writes = sqlc.narg(agent_writes)::text, updated_at = now() WHERE id = @id;
+
+-- name: ThreadChildren :many
+-- The threads that name a thread among their parents, by id, after the cursor ('' none).
+SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::text ORDER BY id LIMIT @max_rows;

@@ -21,7 +21,7 @@ func BenchmarkRenderBlock(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = RenderBlock("Write a literature review on soil carbon for a journal", prefs)
+				_ = RenderBlock("Write a literature review on soil carbon for a journal", prefs, nil)
 			}
 		})
 	}
@@ -42,7 +42,7 @@ func BenchmarkStartTurn(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := ws.StartTurn(ctx); err != nil {
+				if _, err := ws.StartTurn(ctx, TurnOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -55,7 +55,7 @@ func BenchmarkToolCall(b *testing.B) {
 	store := NewStore(dbtest.NewPool(b, nil), Options{})
 	ws := store.Workspace(ThreadID{Name: "bench"})
 	ctx := context.Background()
-	turn, err := ws.StartTurn(ctx)
+	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func BenchmarkTurnOnDisk(b *testing.B) {
 		items[i] = map[string]any{"title": fmt.Sprintf("Preference number %d", i), "subtitle": "with a subtitle of some length", "kind": "soft"}
 	}
 	args, _ := json.Marshal(map[string]any{"items": items})
-	if _, err := ws.StartTurn(ctx); err != nil {
+	if _, err := ws.StartTurn(ctx, TurnOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: string(args)}); err != nil {
@@ -103,7 +103,7 @@ func BenchmarkTurnOnDisk(b *testing.B) {
 	}
 	rel0, wal0 := size()
 	for b.Loop() {
-		if _, err := ws.StartTurn(ctx); err != nil {
+		if _, err := ws.StartTurn(ctx, TurnOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -154,7 +154,7 @@ func BenchmarkHugeToolCall(b *testing.B) {
 				for i := 0; b.Loop(); i++ {
 					b.StopTimer()
 					ws := store.Workspace(ThreadID{Name: fmt.Sprintf("huge-%s-%s-%d", strings.ReplaceAll(bounds.name, "/", "-"), tool, i)})
-					turn, err := ws.StartTurn(ctx)
+					turn, err := ws.StartTurn(ctx, TurnOptions{})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -188,7 +188,7 @@ func BenchmarkStartTurnBesideHugeCalls(b *testing.B) {
 	args := hugeCall(AddPreferences, 10_000)
 	for g := range 4 {
 		ws := store.Workspace(ThreadID{Name: fmt.Sprint("hostile-", g)})
-		turn, err := ws.StartTurn(ctx)
+		turn, err := ws.StartTurn(ctx, TurnOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -201,7 +201,7 @@ func BenchmarkStartTurnBesideHugeCalls(b *testing.B) {
 	defer func() { cancel(); wg.Wait() }()
 	ws := store.Workspace(ThreadID{Name: "bystander"})
 	for b.Loop() {
-		if _, err := ws.StartTurn(ctx); err != nil {
+		if _, err := ws.StartTurn(ctx, TurnOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -32,11 +32,13 @@ const SystemInstructions = `You have a persistent workspace for this conversatio
 const TailInstructions = `[Added by the system, not the user: the user's workspace. Only the latest <workspace> block ` +
 	`is current; (locked) items are the user's.]`
 
-// RenderBlock renders the workspace block of docs/spec.md §4. The bytes depend only on the objective and
-// the preferences: nothing time- or turn-dependent, so an unchanged workspace renders the same.
-func RenderBlock(objective string, prefs []Preference) string {
+// RenderBlock renders the workspace block of docs/spec.md §4: the objective, the thread's own
+// preferences with their indices, then what its ancestors give (§17), nearest first, each under
+// its heading and without indices (no tool can address them). The bytes depend only on these:
+// nothing time- or turn-dependent, so an unchanged workspace renders the same.
+func RenderBlock(objective string, prefs []Preference, inherited []Scope) string {
 	var b strings.Builder
-	b.Grow(64 + len(objective) + 64*len(prefs))
+	b.Grow(64 + len(objective) + 64*len(prefs) + 128*len(inherited))
 	b.WriteString(blockOpen)
 	b.WriteString("\nObjective: ")
 	if objective == "" {
@@ -52,6 +54,15 @@ func RenderBlock(objective string, prefs []Preference) string {
 		b.WriteByte('\n')
 		writeLine(&b, i+1, p)
 	}
+	for _, s := range inherited {
+		b.WriteString("\nFrom ")
+		b.WriteString(s.Thread.Name)
+		b.WriteString(" (the user's; ask the user to change these):")
+		for _, p := range s.Preferences {
+			b.WriteByte('\n')
+			writeLine(&b, 0, p)
+		}
+	}
 	b.WriteByte('\n')
 	b.WriteString(blockClose)
 	return b.String()
@@ -65,10 +76,16 @@ func PreferenceLine(index int, p Preference) string {
 	return b.String()
 }
 
+// writeLine writes one preference: `#N [kind] …` with its index, `- [kind] …` without (0: an
+// inherited one).
 func writeLine(b *strings.Builder, index int, p Preference) {
-	b.WriteByte('#')
-	b.WriteString(strconv.Itoa(index))
-	b.WriteString(" [")
+	if index > 0 {
+		b.WriteByte('#')
+		b.WriteString(strconv.Itoa(index))
+		b.WriteString(" [")
+	} else {
+		b.WriteString("- [")
+	}
 	b.WriteString(p.Kind)
 	b.WriteString("] ")
 	b.WriteString(oneLine(p.Title))

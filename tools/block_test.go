@@ -56,12 +56,12 @@ func TestRenderBlock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := RenderBlock(tt.objective, tt.prefs)
+			got := RenderBlock(tt.objective, tt.prefs, nil)
 			require.Equal(t, tt.want, got)
 			// Exactly one opening and one closing tag, whatever the values held.
 			require.Equal(t, 1, strings.Count(got, "<workspace>"))
 			require.Equal(t, 1, strings.Count(got, "</workspace>"))
-			require.Equal(t, got, RenderBlock(tt.objective, tt.prefs), "rendering is deterministic")
+			require.Equal(t, got, RenderBlock(tt.objective, tt.prefs, nil), "rendering is deterministic")
 		})
 	}
 }

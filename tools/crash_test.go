@@ -69,13 +69,13 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	pool := c.start()
 	require.NoError(t, db.Migrate(ctx, pool))
 	ws := NewStore(pool, Options{}).Workspace(ThreadID{Name: "crash"})
-	turn, err := ws.StartTurn(ctx)
+	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, turn.Number)
 	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: `{"items":[{"title":"Kept"}]}`})
 	require.NoError(t, err) // durable: turn 1 is durable with it
 
-	turn, err = ws.StartTurn(ctx) // turn 2: asynchronous, and nothing durable after it
+	turn, err = ws.StartTurn(ctx, TurnOptions{}) // turn 2: asynchronous, and nothing durable after it
 	require.NoError(t, err)
 	require.Equal(t, 2, turn.Number)
 	c.crash(pool)
@@ -85,7 +85,7 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	threads, err := ws.store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, threads[0].Turns, "turn 2's start was lost in the crash")
-	turn, err = ws.StartTurn(ctx)
+	turn, err = ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 2, turn.Number, "the lost number is taken again")
 	require.Equal(t, "Kept", turn.Preferences[0].Title)
@@ -93,7 +93,7 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.OK)
 
-	turn, err = ws.StartTurn(ctx) // turn 3, then a durable tool call: turn 3 is durable too
+	turn, err = ws.StartTurn(ctx, TurnOptions{}) // turn 3, then a durable tool call: turn 3 is durable too
 	require.NoError(t, err)
 	require.Equal(t, 3, turn.Number)
 	_, err = ws.Run(ctx, Call{Turn: 3, Round: 1, Name: ListPreferences, Arguments: `{}`})

@@ -27,12 +27,25 @@ const (
 	PreferenceRemoved  = "preference_removed"
 	Revert             = "revert"
 	LockedSkip         = "locked_skip"
+	// docs/spec.md §17: a thread's parents or review setting changed; review mode's proposal of
+	// an agent's change, and a proposal the user dismissed; a preference moved between threads
+	// (one event in each).
+	ParentsSet        = "parents_set"
+	AgentWritesSet    = "agent_writes_set"
+	Proposed          = "proposed"
+	ProposalDismissed = "proposal_dismissed"
+	PreferenceMoved   = "preference_moved"
 )
+
+// ByClient is the actor of a change a client made by its request (X-Workspace-Parents), not a
+// user in the admin REST nor the model.
+const ByClient = "client"
 
 // Targets of events.
 const (
 	TargetObjective  = "objective"
 	TargetPreference = "preference"
+	TargetThread     = "thread" // its parents or review setting
 )
 
 // eventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
@@ -58,7 +71,7 @@ type Event struct {
 	ID         int64           `json:"id"`
 	Thread     string          `json:"thread"`
 	At         time.Time       `json:"at"`
-	Actor      string          `json:"actor"` // ByAgent or ByUser
+	Actor      string          `json:"actor"` // ByAgent, ByUser or ByClient
 	Via        string          `json:"via"`   // ViaProxy, ViaMCP or ViaAdmin
 	Turn       *int            `json:"turn"`
 	Round      *int            `json:"round"`
@@ -73,6 +86,16 @@ type Event struct {
 	// have left them ({title, subtitle, kind}), or null for a refused removal; absent where the
 	// event has none (other kinds, and an update's locked_skip stored without one).
 	Proposed json.RawMessage `json:"proposed,omitempty"`
+	// Answers is the proposal an apply or a dismissal answered.
+	Answers *int64 `json:"answers,omitempty"`
+	// Moved is a preference_moved's {from, to}: the threads' names.
+	Moved json.RawMessage `json:"moved,omitempty"`
+}
+
+// isProposal reports whether the event is a proposal the user may apply or dismiss: review
+// mode's, or a locked item's that kept what the agent asked for.
+func (e Event) isProposal() bool {
+	return e.Kind == Proposed || (e.Kind == LockedSkip && e.Proposed != nil)
 }
 
 // Target is what an event changed: the objective, or a preference by its stable id.
@@ -100,6 +123,9 @@ func (t Target) state(stored []byte) json.RawMessage {
 	if stored == nil {
 		return json.RawMessage("null")
 	}
+	if t.Type == TargetThread {
+		return threadState(stored)
+	}
 	if t.Type == TargetObjective {
 		var o struct{ Text string }
 		_ = json.Unmarshal(stored, &o)
@@ -110,13 +136,42 @@ func (t Target) state(stored []byte) json.RawMessage {
 	return prefState(p)
 }
 
+// threadState is a thread target's stored state ({parents} of stored ids, or {agent_writes}) as
+// events show it: parents by the names their client gives them.
+func threadState(stored []byte) json.RawMessage {
+	var st struct {
+		Parents *[]string `json:"parents"`
+	}
+	if json.Unmarshal(stored, &st) != nil || st.Parents == nil {
+		return json.RawMessage(stored)
+	}
+	names := make([]string, len(*st.Parents))
+	for i, p := range *st.Parents {
+		names[i] = nameOf(p)
+	}
+	b, _ := json.Marshal(struct {
+		Parents []string `json:"parents"`
+	}{names})
+	return b
+}
+
+// nameOf is a stored thread id's name, as its client gives it.
+func nameOf(stored string) string {
+	if id, err := ParseThreadID(stored); err == nil {
+		return id.Name
+	}
+	return stored
+}
+
 // change is one change a call or an edit makes, before it is an event.
 type change struct {
 	kind          string
 	target        Target
 	before, after []byte // JSON; nil where the target did not exist
 	reverts       int64
-	proposed      []byte // a locked_skip's proposal: JSON, "null" for a removal; nil for none
+	proposed      []byte // a proposal: JSON, "null" for a removal; nil for none
+	answers       int64  // the proposal an apply or dismissal answers; 0 none
+	moved         []byte // a preference_moved's {from, to}; nil none
 }
 
 // prefState is a preference's fields as events show them.
@@ -240,6 +295,8 @@ func (w *Workspace) eventParams(actor, via string, changes []change) db.EventIns
 		p.Afters = append(p.Afters, string(c.after))
 		p.Reverts = append(p.Reverts, c.reverts)
 		p.Proposals = append(p.Proposals, string(c.proposed))
+		p.Answers = append(p.Answers, c.answers)
+		p.Moves = append(p.Moves, string(c.moved))
 	}
 	return p
 }
@@ -260,6 +317,14 @@ func fromEvent(r db.Event) Event {
 	}
 	if r.Proposed != nil {
 		e.Proposed = proposalOf(r.Proposed)
+	}
+	if r.Answers.Valid {
+		e.Answers = &r.Answers.Int64
+	}
+	if r.Moved != nil {
+		var m struct{ From, To string }
+		_ = json.Unmarshal(r.Moved, &m)
+		e.Moved = movedState(nameOf(m.From), nameOf(m.To))
 	}
 	return e
 }

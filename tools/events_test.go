@@ -307,7 +307,7 @@ func TestPruneHistory(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.ok(t, AddPreferences, add(item{Title: "Old"}))
-	_, err := f.ws.StartTurn(ctx) // a second snapshot: the workspace changed
+	_, err := f.ws.StartTurn(ctx, TurnOptions{}) // a second snapshot: the workspace changed
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, `UPDATE events SET at = at - interval '2 days'; UPDATE tool_calls SET created_at = created_at - interval '2 days';
 		UPDATE workspace_snapshots SET created_at = created_at - interval '2 days'`)

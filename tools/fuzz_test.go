@@ -28,7 +28,7 @@ func FuzzToolArguments(f *testing.F) {
 	store := NewStore(dbtest.NewPool(f, nil), Options{Limits: Limits{PreferencesMax: 20}})
 	ws := store.Workspace(ThreadID{Name: "fuzz"})
 	ctx := context.Background()
-	turn, err := ws.StartTurn(ctx)
+	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func FuzzRenderBlock(f *testing.F) {
 	f.Add("a\nb\r\nc", "</workspace>", "<WORKSPACE >", false)
 	f.Add("\u2028\u0085\x00", "< / workspace", "\xff", true)
 	f.Fuzz(func(t *testing.T, objective, title, subtitle string, locked bool) {
-		b := RenderBlock(objective, []Preference{{Title: title, Subtitle: subtitle, Kind: Soft, Locked: locked}, {Title: title, Kind: Hard}})
+		b := RenderBlock(objective, []Preference{{Title: title, Subtitle: subtitle, Kind: Soft, Locked: locked}, {Title: title, Kind: Hard}}, nil)
 		if strings.Count(b, "<workspace>") != 1 || strings.Count(b, "</workspace>") != 1 || blockTag.FindAllStringIndex(b, -1) == nil {
 			t.Fatalf("tags: %q", b)
 		}

@@ -62,7 +62,7 @@ func TestGetReadsOneSnapshot(t *testing.T) {
 	} else {
 		require.Len(t, d.Preferences, 1)
 	}
-	require.Equal(t, RenderBlock(d.Objective.Text, d.Preferences), d.Block)
+	require.Equal(t, RenderBlock(d.Objective.Text, d.Preferences, nil), d.Block)
 }
 
 // TestBlockAsATurnStarts: Block is the block a turn of the thread would start with — the
@@ -76,7 +76,7 @@ func TestBlockAsATurnStarts(t *testing.T) {
 	require.NoError(t, err)
 	block, err := f.ws.Block(ctx)
 	require.NoError(t, err)
-	next, err := f.ws.StartTurn(ctx)
+	next, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, next.Block(), block)
 	require.Contains(t, block, "Plan a trip")
@@ -84,7 +84,7 @@ func TestBlockAsATurnStarts(t *testing.T) {
 	none := f.store.Workspace(ThreadID{Name: "none"})
 	block, err = none.Block(ctx)
 	require.NoError(t, err)
-	require.Equal(t, RenderBlock("", nil), block)
+	require.Equal(t, RenderBlock("", nil, nil), block)
 	_, err = none.Get(ctx)
 	require.ErrorIs(t, err, ErrNotFound, "no thread is made")
 }

@@ -50,7 +50,7 @@ func TestAPartitionedReplicaFreesItsThread(t *testing.T) {
 	_, err := cutOff.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: RemovePreferences, Arguments: `{"indices":[1]}`})
 	require.Error(t, err, "the cut-off replica's call fails")
 	require.True(t, tracer.done.Load())
-	_, err = other.StartTurn(ctx)
+	_, err = other.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err, "another replica's turn of the thread")
 	d, err := other.Get(ctx)
 	require.NoError(t, err)

@@ -21,7 +21,7 @@ func TestIDsNeverReusedForAThreadID(t *testing.T) {
 	t.Parallel()
 	for name, recreate := range map[string]func(t *testing.T, ws *Workspace){
 		"ByATurn": func(t *testing.T, ws *Workspace) {
-			_, err := ws.StartTurn(context.Background())
+			_, err := ws.StartTurn(context.Background(), TurnOptions{})
 			require.NoError(t, err)
 		},
 		"ByAUserEdit": func(t *testing.T, ws *Workspace) {
@@ -93,7 +93,7 @@ func TestATurnOfADeletedThreadWritesNothingToItsSuccessor(t *testing.T) {
 func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
 	t.Parallel()
 	for name, create := range map[string]func(ws *Workspace) error{
-		"ByATurn": func(ws *Workspace) error { _, err := ws.StartTurn(context.Background()); return err },
+		"ByATurn": func(ws *Workspace) error { _, err := ws.StartTurn(context.Background(), TurnOptions{}); return err },
 		"ByAUserEdit": func(ws *Workspace) error {
 			_, err := ws.AddPreference(context.Background(), PreferenceInput{Title: "C"})
 			return err

@@ -21,7 +21,7 @@ func TestContinuationOwesItsOwnTurnsOutput(t *testing.T) {
 	}
 	first := run(f.turn.Number, `{"text":"Plan a trip"}`)
 	require.NoError(t, f.ws.RecordResponseTurn(ctx, f.turn.Number, "resp_a", "resp_a", []string{"call_1"}, nil))
-	next, err := f.ws.StartTurn(ctx)
+	next, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	later := run(next.Number, `{"text":"Plan a longer trip"}`)
 	require.NotEqual(t, first, later)

@@ -30,7 +30,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	ws := store.Workspace(ThreadID{Name: "routed"})
 	ctx := context.Background()
 	tracer.Reset() // not the migration
-	_, err := ws.StartTurn(ctx)
+	_, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	for _, c := range []Call{
 		{Name: AddPreferences, Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},

@@ -94,7 +94,7 @@ func TestPruneResponses(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	ws := f.store.Workspace(ThreadID{Client: "alice", Name: "t1"})
-	_, err := ws.StartTurn(ctx)
+	_, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_old", "resp_old_last", nil, []string{"resp_old", "msg_old"}))
 	_, err = f.pool.Exec(ctx, `UPDATE response_turns SET created_at = created_at - interval '2 days'; UPDATE client_responses SET created_at = created_at - interval '2 days'`)

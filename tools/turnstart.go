@@ -38,9 +38,9 @@ type turnStarter struct {
 // pendingStart is one turn start: its thread, and where its result goes (buffered: the sender
 // never waits for a caller that gave up).
 type pendingStart struct {
-	ctx    context.Context
-	thread string
-	done   chan startResult
+	ctx  context.Context
+	args db.TurnStartParams
+	done chan startResult
 }
 
 type startResult struct {
@@ -50,8 +50,8 @@ type startResult struct {
 
 // start begins a turn of thread. The caller that starts a batch sends it itself, so that a turn
 // starting alone costs no hand-over; the batches that follow go from a goroutine of their own.
-func (s *turnStarter) start(ctx context.Context, thread string) (db.TurnStartRow, error) {
-	p := &pendingStart{ctx: ctx, thread: thread, done: make(chan startResult, 1)}
+func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.TurnStartRow, error) {
+	p := &pendingStart{ctx: ctx, args: args, done: make(chan startResult, 1)}
 	s.mu.Lock()
 	s.waiting = append(s.waiting, p)
 	var batch []*pendingStart
@@ -114,12 +114,12 @@ func (s *turnStarter) sendAll(batch []*pendingStart) {
 // is the first turn's, without its cancellation (the others' starts go on when that client
 // leaves), so that a trace shows the batch below that turn.
 func (s *turnStarter) send(batch []*pendingStart) {
-	threads := make([]string, 0, len(batch))
+	starts := make([]db.TurnStartParams, 0, len(batch))
 	for _, p := range batch {
-		threads = append(threads, p.thread)
+		starts = append(starts, p.args)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), s.timeout)
-	rows, err := db.TurnStarts(ctx, s.pool, threads)
+	rows, err := db.TurnStarts(ctx, s.pool, starts)
 	cancel()
 	for i, p := range batch {
 		if err != nil {

@@ -39,7 +39,7 @@ func TestConcurrentTurnStartsShareRoundTrips(t *testing.T) {
 	for i := range starts {
 		wg.Go(func() {
 			name := fmt.Sprint("c", i%threads)
-			turn, err := store.Workspace(ThreadID{Name: name}).StartTurn(ctx)
+			turn, err := store.Workspace(ThreadID{Name: name}).StartTurn(ctx, TurnOptions{})
 			if !assertNoError(t, err) {
 				return
 			}

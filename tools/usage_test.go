@@ -55,7 +55,7 @@ func TestUsageSaturates(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	other := f.store.Workspace(ThreadID{Name: "other"})
-	_, err := other.StartTurn(ctx)
+	_, err := other.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.NoError(t, f.store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{
 		f.ws.ThreadID(): {PromptTokens: math.MaxInt64 - 1, CachedPromptTokens: math.MaxInt64, CompletionTokens: 1},

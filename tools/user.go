@@ -42,6 +42,14 @@ type Detail struct {
 	Preferences []Preference `json:"preferences"`
 	Block       string       `json:"block"`
 	Usage       Usage        `json:"usage"`
+	// Parents are the thread's parents, nearest first, by the names their client gives them;
+	// Inherited what its ancestors give, as its block shows it (docs/spec.md §17).
+	Parents   []string `json:"parents"`
+	Inherited []Scope  `json:"inherited"`
+	// AgentWrites is the review setting in force, AgentWritesInherited whether it is an
+	// ancestor's (or the default) rather than the thread's own.
+	AgentWrites          string `json:"agent_writes"`
+	AgentWritesInherited bool   `json:"agent_writes_inherited"`
 }
 
 // Usage is what the upstream reported for a thread's turns: tokens of the prompts, the parts of
@@ -193,6 +201,19 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 			return fmt.Errorf("list preferences: %w", err)
 		}
 		d.Preferences = fromRows(rows)
+		scope, err := w.scopeOf(ctx, tx, d.Preferences)
+		if err != nil {
+			return err
+		}
+		d.Parents = make([]string, len(scope.Parents))
+		for i, p := range scope.Parents {
+			d.Parents[i] = p.Name
+		}
+		d.Inherited = scope.Inherited
+		if d.Inherited == nil {
+			d.Inherited = []Scope{}
+		}
+		d.AgentWrites, d.AgentWritesInherited = scope.AgentWrites, scope.OwnAgentWrites == ""
 		return nil
 	})
 	if err != nil {
@@ -203,7 +224,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 	if d.Objective != nil {
 		objective = d.Objective.Text
 	}
-	d.Block = RenderBlock(objective, d.Preferences)
+	d.Block = RenderBlock(objective, d.Preferences, d.Inherited)
 	return d, nil
 }
 
@@ -212,7 +233,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 func (w *Workspace) Block(ctx context.Context) (string, error) {
 	d, err := w.Get(ctx)
 	if errors.Is(err, ErrNotFound) {
-		return RenderBlock("", nil), nil
+		return RenderBlock("", nil, nil), nil
 	}
 	return d.Block, err
 }

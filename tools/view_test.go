@@ -16,7 +16,7 @@ func TestCallsNameTheViewShown(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
-	start, err := f.ws.StartTurn(ctx)
+	start, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	view := NewView(start)
 	run := func(tool string, args any) string {

@@ -206,33 +206,66 @@ type TurnStart struct {
 	Number      int
 	Objective   string // "" when none yet
 	Preferences []Preference
+	// Inherited is what the thread's ancestors give, nearest first, as the block shows it
+	// (docs/spec.md §17).
+	Inherited []Scope
+	// AgentWrites is the review setting in force for the turn's calls (AgentWritesDirect or
+	// AgentWritesPropose).
+	AgentWrites string
 	// Created is when the thread was created: the thread the turn's calls may run against (a
 	// thread deleted and created again under its id is another).
 	Created time.Time
 }
 
 // Block renders the turn's workspace block.
-func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences) }
+func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences, t.Inherited) }
+
+// TurnOptions are what a turn's request says of its thread.
+type TurnOptions struct {
+	// Parents, when not nil, are the thread's parents as the request names them
+	// (X-Workspace-Parents, or THREAD_PARENTS with ParentsIfNew): stored before the turn begins
+	// when they differ from the stored ones, by the client.
+	Parents []ThreadID
+	// ParentsIfNew stores Parents only on the thread's first turn.
+	ParentsIfNew bool
+}
 
 // StartTurn begins a turn in one statement (TurnStart), in one round trip with the turns of
 // other threads that start at the same time (turnStarter): it creates the thread on its first
-// turn, takes the next turn number, and snapshots the workspace under it when it changed since
-// the last snapshot, reading the workspace's tables only then. It commits without waiting for
-// the disk: a crash may lose a turn start, and with it only a turn number and a snapshot of a
-// workspace that the last stored one already holds; any later durable commit of the thread (a
-// tool call, an edit) flushes the WAL past it, so nothing durable can refer to a lost turn.
-func (w *Workspace) StartTurn(ctx context.Context) (_ TurnStart, err error) {
+// turn (and stores the parents the request names), takes the next turn number, and snapshots the
+// workspace, its ancestors' included, under it when it changed since the last snapshot, reading
+// the workspace's tables only then. It commits without waiting for the disk: a crash may lose a
+// turn start, and with it only a turn number, a snapshot of a workspace that the last stored one
+// already holds and a change of parents the client's next request makes again; any later durable
+// commit of the thread (a tool call, an edit) flushes the WAL past it, so nothing durable can
+// refer to a lost turn. A *ParentsError for parents that cannot be stored (no turn begins);
+// ErrNotFound for parents of another client.
+func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStart, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	row, err := w.store.starter.start(ctx, w.threadID)
+	args := db.TurnStartParams{ThreadID: w.threadID, ParentsIfNew: opts.ParentsIfNew}
+	if opts.Parents != nil {
+		if args.Parents, err = w.storedParents(opts.Parents); err != nil {
+			return TurnStart{}, err
+		}
+	}
+	row, err := w.store.starter.start(ctx, args)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
+	}
+	if row.Refused != "" {
+		return TurnStart{}, &ParentsError{Reason: row.Refused}
 	}
 	prefs, err := decodeSnapshotPreferences(row.Preferences)
 	if err != nil {
 		return TurnStart{}, err
 	}
-	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs, Created: row.CreatedAt.Time}, nil
+	inherited, err := decodeInherited(row.Inherited)
+	if err != nil {
+		return TurnStart{}, err
+	}
+	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs,
+		Inherited: shownInherited(prefs, inherited), AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,

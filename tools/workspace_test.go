@@ -36,7 +36,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, limits Limits) *fixture {
 	t.Helper()
 	store := NewStore(pool, Options{Limits: limits})
 	ws := store.Workspace(ThreadID{Name: "t1"})
-	turn, err := ws.StartTurn(context.Background())
+	turn, err := ws.StartTurn(context.Background(), TurnOptions{})
 	require.NoError(t, err)
 	return &fixture{pool: pool, store: store, ws: ws, turn: turn}
 }
@@ -334,12 +334,12 @@ func TestTurns(t *testing.T) {
 	f.ok(t, SetObjective, map[string]any{"text": "Plan a trip"})
 	f.ok(t, AddPreferences, add(item{Title: "Trains", Subtitle: "no flights", Kind: "hard"}))
 	f.lock(t, 1)
-	turn2, err := f.ws.StartTurn(ctx)
+	turn2, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 2, turn2.Number)
 	want := "<workspace>\nObjective: Plan a trip\nPreferences:\n#1 [hard] Trains — no flights (locked)\n</workspace>"
 	require.Equal(t, want, turn2.Block())
-	turn3, err := f.ws.StartTurn(ctx)
+	turn3, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 3, turn3.Number)
 	require.Equal(t, turn2.Block(), turn3.Block(), "an unchanged workspace renders the same bytes")
@@ -438,14 +438,14 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	require.NoError(t, pool.Ping(context.Background())) // warm: the pool has a connection
 
 	before := tracer.n.Load()
-	turn, err := f.ws.StartTurn(context.Background())
+	turn, err := f.ws.StartTurn(context.Background(), TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), tracer.n.Load()-before)
 	require.Len(t, turn.Preferences, 2)
 	require.Equal(t, "x", turn.Objective)
 
 	other := f.store.Workspace(ThreadID{Name: "other"})
-	_, err = other.StartTurn(context.Background())
+	_, err = other.StartTurn(context.Background(), TurnOptions{})
 	require.NoError(t, err)
 	before = tracer.n.Load()
 	require.NoError(t, f.store.AddUsage(context.Background(), UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{
@@ -538,13 +538,13 @@ func TestThreadsPagination(t *testing.T) {
 	store := NewStore(pool, Options{})
 	ctx := context.Background()
 	for i := range 5 {
-		_, err := store.Workspace(ThreadID{Name: fmt.Sprintf("t%d", i)}).StartTurn(ctx)
+		_, err := store.Workspace(ThreadID{Name: fmt.Sprintf("t%d", i)}).StartTurn(ctx, TurnOptions{})
 		require.NoError(t, err)
 	}
 	// A turn moves updated_at once it is a second old: let two seconds pass for the five.
 	_, err := pool.Exec(ctx, `UPDATE threads SET updated_at = updated_at - interval '2 seconds'`)
 	require.NoError(t, err)
-	_, err = store.Workspace(ThreadID{Name: "t2"}).StartTurn(ctx) // t2 is now the most recent
+	_, err = store.Workspace(ThreadID{Name: "t2"}).StartTurn(ctx, TurnOptions{}) // t2 is now the most recent
 	require.NoError(t, err)
 
 	var got []string
@@ -686,7 +686,7 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 	stored := 1 // the fixture's first turn stored the empty workspace
 	turn := func(changed bool) {
 		t.Helper()
-		start, err := f.ws.StartTurn(ctx)
+		start, err := f.ws.StartTurn(ctx, TurnOptions{})
 		require.NoError(t, err)
 		d, err := f.ws.Get(ctx)
 		require.NoError(t, err)
@@ -767,7 +767,7 @@ func TestCallOverMCP(t *testing.T) {
 	require.False(t, res.OK)
 	require.Equal(t, "items: must hold at least one preference", res.Text)
 
-	turn, err := ws.StartTurn(ctx)
+	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, turn.Number, "the call created the thread, no turn")
 	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"Fly","action_and_reasoning":"named"}`})

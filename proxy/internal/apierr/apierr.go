@@ -137,6 +137,8 @@ func From(err error) *Error {
 	var ve *tools.ValidationError
 	var de *tools.DuplicateError
 	var ce *tools.ConflictError
+	var pe *tools.ParentsError
+	var ae *tools.AnsweredError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -147,6 +149,10 @@ func From(err error) *Error {
 			Message: fmt.Sprintf("a preference with this title is already recorded: #%d %q", de.Existing.Index, de.Existing.Title)}
 	case errors.As(err, &ce):
 		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "changed_since", Message: ce.Error()}
+	case errors.As(err, &pe):
+		return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_parents", Param: "parents", Message: pe.Error()}
+	case errors.As(err, &ae):
+		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "proposal_answered", Message: ae.Error()}
 	case errors.Is(err, tools.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "not found"}
 	case errors.Is(err, ErrUpstreamTimeout):

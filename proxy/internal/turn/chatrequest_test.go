@@ -302,7 +302,7 @@ func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 	block := tools.RenderBlock("Write a literature review on soil carbon", []tools.Preference{
 		{Title: "Academic tone", Subtitle: "Formal and objective", Kind: "hard", Locked: true},
 		{Title: "Short paragraphs", Kind: "soft"},
-	})
+	}, nil)
 	var out []byte
 	for _, body := range []string{
 		`{"model":"gpt-4o","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":"Formal tone, please."}],"temperature":0.2}`,

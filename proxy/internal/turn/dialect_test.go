@@ -101,7 +101,7 @@ func (r *recorder) decoded(t *testing.T) []map[string]any {
 func newTurn(t *testing.T, limits tools.Limits, up Upstream) *Turn {
 	t.Helper()
 	ws := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{Limits: limits}).Workspace(tools.ThreadID{Name: t.Name()})
-	start, err := ws.StartTurn(context.Background())
+	start, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
 	require.NoError(t, err)
 	return &Turn{Workspace: ws, Start: start, Model: "m", Upstream: up}
 }

@@ -71,7 +71,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	t.Parallel()
 	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
 	ws := store.Workspace(tools.ThreadID{Name: "long"})
-	turn, err := ws.StartTurn(context.Background())
+	turn, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
 	require.NoError(t, err)
 	const n, size = 4096, 4096
 	up := &fakeUpstream{bodies: []func() io.Reader{
@@ -120,7 +120,7 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 		t.Run(fmt.Sprint("streamed=", streamed), func(t *testing.T) {
 			t.Parallel()
 			ws := store.Workspace(tools.ThreadID{Name: fmt.Sprint("loop-", streamed)})
-			turn, err := ws.StartTurn(context.Background())
+			turn, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
 			require.NoError(t, err)
 			up := &fakeUpstream{bodies: []func() io.Reader{body(cmpl("", call)), body(cmpl("Done."))}}
 			if streamed {

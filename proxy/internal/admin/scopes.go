@@ -1,0 +1,178 @@
+package admin
+
+import (
+	"net/http"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// Scopes and review mode on the admin REST (docs/spec.md §17).
+
+// errLinkScope: a link opens its one thread; naming other threads (parents, a move's destination)
+// or listing them (children) would reach beyond it.
+var errLinkScope = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
+	Message: "a link opens its thread; it cannot name or list other threads"}
+
+// threadNamed is the thread a request names beside its path's (a parent, a move's destination):
+// a name in the path thread's client namespace, or a stored id of that namespace; another
+// client's thread does not exist for it (ErrNotFound).
+func threadNamed(of tools.ThreadID, name, field string) (tools.ThreadID, error) {
+	id, err := tools.ParseThreadID(name)
+	if err != nil {
+		return tools.ThreadID{}, apierr.BadRequest("invalid_thread_id", field, "%s: %s", field, err.Error())
+	}
+	if id.Client == "" {
+		id.Client = of.Client
+	}
+	if id.Client != of.Client {
+		return tools.ThreadID{}, tools.ErrNotFound
+	}
+	return id, nil
+}
+
+// adminSetParents stores the thread's parents, nearest first: PUT …/parents {"parents": [...]}.
+func (s *Server) adminSetParents(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	if principalFrom(r.Context()).thread != "" {
+		return errLinkScope
+	}
+	var in struct {
+		Parents *[]string `json:"parents"`
+	}
+	if err := s.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.Parents == nil {
+		return apierr.BadRequest("missing_required_parameter", "parents", "parents is required (an empty list for none)")
+	}
+	parents := make([]tools.ThreadID, len(*in.Parents))
+	for i, name := range *in.Parents {
+		if parents[i], err = threadNamed(ws.ThreadID(), name, "parents"); err != nil {
+			return err
+		}
+	}
+	if err := ws.SetParents(r.Context(), parents); err != nil {
+		return err
+	}
+	d, err := ws.Get(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+// adminChildren lists the threads that name the thread among their parents.
+func (s *Server) adminChildren(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	if principalFrom(r.Context()).thread != "" {
+		return errLinkScope
+	}
+	limit, err := limitOf(r)
+	if err != nil {
+		return err
+	}
+	after := ""
+	if a := r.URL.Query().Get("after"); a != "" {
+		id, err := threadNamed(ws.ThreadID(), a, "after")
+		if err != nil {
+			return err
+		}
+		after = id.String()
+	}
+	type child struct {
+		ID string `json:"id"`
+	}
+	return list(w, limit, func(n int) ([]child, error) {
+		ids, err := ws.Children(r.Context(), after, n)
+		out := make([]child, len(ids))
+		for i, id := range ids {
+			out[i] = child{ID: id.String()}
+		}
+		return out, err
+	})
+}
+
+// adminPatchThread changes the thread's settings: {"agent_writes": "direct"|"propose"|null}.
+func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	var in struct {
+		AgentWrites *string `json:"agent_writes"`
+	}
+	if err := s.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	mode := ""
+	if in.AgentWrites != nil {
+		mode = *in.AgentWrites
+		if mode == "" {
+			return apierr.BadRequest("invalid_value", "agent_writes", `agent_writes must be "direct", "propose" or null`)
+		}
+	}
+	if err := ws.SetAgentWrites(r.Context(), mode); err != nil {
+		return err
+	}
+	d, err := ws.Get(r.Context())
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+// adminMovePreference moves a preference to another thread of the client (a scope, usually):
+// POST …/preferences/{id}/move {"to": "alice"}; 200 with the preference as it now stands there.
+func (s *Server) adminMovePreference(w http.ResponseWriter, r *http.Request) error {
+	ws, id, err := s.itemOf(r)
+	if err != nil {
+		return err
+	}
+	if principalFrom(r.Context()).thread != "" {
+		return errLinkScope
+	}
+	var in struct {
+		To *string `json:"to"`
+	}
+	if err := s.decodeBody(w, r, &in); err != nil {
+		return err
+	}
+	if in.To == nil {
+		return apierr.BadRequest("missing_required_parameter", "to", "to is required: the thread to move the preference to")
+	}
+	to, err := threadNamed(ws.ThreadID(), *in.To, "to")
+	if err != nil {
+		return err
+	}
+	p, err := ws.MovePreference(r.Context(), id, to)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, p)
+}
+
+// adminDismiss dismisses a pending proposal (docs/spec.md §17): it can never be applied.
+func (s *Server) adminDismiss(w http.ResponseWriter, r *http.Request) error {
+	return s.eventAction(w, r, (*tools.Workspace).DismissProposal)
+}
+
+// adminProposals lists the thread's pending proposals, oldest first (one page: a thread holds
+// few).
+func (s *Server) adminProposals(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	limit, err := limitOf(r)
+	if err != nil {
+		return err
+	}
+	return list(w, limit, func(n int) ([]tools.Event, error) { return ws.PendingProposals(r.Context(), n) })
+}

@@ -1,0 +1,421 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// Scopes (docs/spec.md §17): a thread's parents are other threads, whose preferences it inherits,
+// nearest first. Nothing is stored twice: a turn reads its ancestors with its thread
+// (turn_start), the user path with ThreadScopeGet.
+
+// MaxAncestors bounds the ancestors of a thread, its parents' parents included.
+const MaxAncestors = 8
+
+// Review settings (agent_writes): the tools write, or every change a tool would make becomes a
+// proposal the user decides.
+const (
+	AgentWritesDirect  = "direct"
+	AgentWritesPropose = "propose"
+)
+
+// Scope is what one ancestor gives a thread: its preferences, in its own order. Thread is its
+// stored id; in JSON, scope is its name in the client's namespace.
+type Scope struct {
+	Thread      ThreadID     `json:"-"`
+	Preferences []Preference `json:"preferences"`
+}
+
+// MarshalJSON writes {scope, preferences}, scope the ancestor's id as its client names it.
+func (s Scope) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Scope       string       `json:"scope"`
+		Preferences []Preference `json:"preferences"`
+	}{s.Thread.Name, s.Preferences})
+}
+
+// ParentsError: a list of parents that cannot be stored (a cycle, a thread of its own, more than
+// MaxAncestors ancestors, a name given twice, another client's thread).
+type ParentsError struct{ Reason string }
+
+func (e *ParentsError) Error() string { return "invalid parents: " + e.Reason }
+
+// decodeInherited reads what turn_start or ThreadScopeGet gave of the ancestors (nil for none).
+func decodeInherited(b []byte) ([]Scope, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var stored []struct {
+		Scope       string          `json:"scope"`
+		Preferences json.RawMessage `json:"preferences"`
+	}
+	if err := json.Unmarshal(b, &stored); err != nil {
+		return nil, fmt.Errorf("decode inherited preferences: %w", err)
+	}
+	out := make([]Scope, 0, len(stored))
+	for _, s := range stored {
+		id, err := ParseThreadID(s.Scope)
+		if err != nil {
+			return nil, fmt.Errorf("decode inherited preferences: scope %q: %w", s.Scope, err)
+		}
+		prefs, err := decodeSnapshotPreferences(s.Preferences)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Scope{Thread: id, Preferences: prefs})
+	}
+	return out, nil
+}
+
+// shownInherited is what a thread's block shows of what its ancestors give: each ancestor's
+// preferences but those whose title equals one nearer (the thread's own list included), and only
+// the ancestors left with some.
+func shownInherited(own []Preference, inherited []Scope) []Scope {
+	if len(inherited) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(own))
+	for _, p := range own {
+		seen[normalizeTitle(p.Title)] = true
+	}
+	var out []Scope
+	for _, s := range inherited {
+		var kept []Preference
+		for _, p := range s.Preferences {
+			k := normalizeTitle(p.Title)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			kept = append(kept, p)
+		}
+		if len(kept) > 0 {
+			out = append(out, Scope{Thread: s.Thread, Preferences: kept})
+		}
+	}
+	return out
+}
+
+// findInherited is the scope of the inherited preference whose title equals title, if any.
+func findInherited(inherited []Scope, title string) (Scope, Preference, bool) {
+	key := normalizeTitle(title)
+	for _, s := range inherited {
+		for _, p := range s.Preferences {
+			if normalizeTitle(p.Title) == key {
+				return s, p, true
+			}
+		}
+	}
+	return Scope{}, Preference{}, false
+}
+
+// ScopeInfo is a thread's place among its scopes, as the user path shows it.
+type ScopeInfo struct {
+	Parents []ThreadID
+	// Inherited is what the ancestors give, nearest first, as the block shows it (titles the
+	// thread or a nearer scope has are left out).
+	Inherited []Scope
+	// AgentWrites is the review setting in force; OwnAgentWrites the thread's own ("" when it
+	// inherits it).
+	AgentWrites, OwnAgentWrites string
+}
+
+// scopeOf reads the thread's parents, ancestors and review setting on q. ErrNotFound when the
+// thread does not exist.
+func (w *Workspace) scopeOf(ctx context.Context, q db.DBTX, own []Preference) (ScopeInfo, error) {
+	r, err := w.store.q.ThreadScopeGet(ctx, q, w.threadID)
+	if err != nil {
+		return ScopeInfo{}, db.NotFound(err)
+	}
+	inherited, err := decodeInherited(r.Inherited)
+	if err != nil {
+		return ScopeInfo{}, err
+	}
+	info := ScopeInfo{Inherited: shownInherited(own, inherited), AgentWrites: r.AgentWrites, OwnAgentWrites: r.OwnAgentWrites.String}
+	for _, p := range r.Parents {
+		id, err := ParseThreadID(p)
+		if err != nil {
+			return ScopeInfo{}, fmt.Errorf("decode parents: %q: %w", p, err)
+		}
+		info.Parents = append(info.Parents, id)
+	}
+	return info, nil
+}
+
+// Scope is the thread's place among its scopes. ErrNotFound when the thread does not exist.
+func (w *Workspace) Scope(ctx context.Context) (_ ScopeInfo, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	rows, err := w.store.q.PreferenceListByThread(ctx, w.store.pool, w.threadID)
+	if err != nil {
+		return ScopeInfo{}, fmt.Errorf("list preferences: %w", err)
+	}
+	return w.scopeOf(ctx, w.store.pool, fromRows(rows))
+}
+
+// storedParents checks parents for the thread: each in the thread's client namespace (another
+// client's is ErrNotFound: it does not exist for this one).
+func (w *Workspace) storedParents(parents []ThreadID) ([]string, error) {
+	out := make([]string, len(parents))
+	for i, p := range parents {
+		if p.Client != w.id.Client {
+			return nil, ErrNotFound
+		}
+		out[i] = p.String()
+	}
+	return out, nil
+}
+
+// SetParents stores the thread's parents, nearest first, as a user change (the thread and each
+// parent created when new), with a parents_set event when they differ from the stored ones. A
+// *ParentsError for a list that cannot be stored; ErrNotFound for another client's thread.
+func (w *Workspace) SetParents(ctx context.Context, parents []ThreadID) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	stored, err := w.storedParents(parents)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThreadUpsert, w.threadID)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	refused, err := w.store.q.ThreadSetParents(ctx, tx.Conn(), db.ThreadSetParentsParams{ID: w.threadID, Parents: stored, Actor: ByUser, Via: ViaAdmin})
+	if err != nil {
+		return fmt.Errorf("set parents: %w", err)
+	}
+	if refused != "" {
+		return &ParentsError{Reason: refused}
+	}
+	return tx.Commit(ctx, nil)
+}
+
+// Children lists the threads that name this one among their parents, by id, after the cursor
+// ("" for none).
+func (w *Workspace) Children(ctx context.Context, after string, limit int) (_ []ThreadID, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if err := w.exists(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.store.q.ThreadChildren(ctx, w.store.pool, db.ThreadChildrenParams{ID: w.threadID, AfterID: after, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list children: %w", err)
+	}
+	out := make([]ThreadID, 0, len(rows))
+	for _, r := range rows {
+		id, err := ParseThreadID(r)
+		if err != nil {
+			return nil, fmt.Errorf("decode child %q: %w", r, err)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// SetAgentWrites sets the thread's own review setting (AgentWritesDirect, AgentWritesPropose, or
+// "": as its nearest ancestor's), as a user change with an agent_writes_set event when it
+// changes. ErrNotFound when the thread does not exist.
+func (w *Workspace) SetAgentWrites(ctx context.Context, mode string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	switch mode {
+	case "", AgentWritesDirect, AgentWritesPropose:
+	default:
+		return invalid("agent_writes", `must be "direct", "propose" or null`)
+	}
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, _ []Preference) ([]change, error) {
+		r, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		if r.AgentWrites.String == mode {
+			return nil, nil
+		}
+		if err := w.store.q.ThreadSetAgentWrites(ctx, tx, db.ThreadSetAgentWritesParams{ID: w.threadID,
+			AgentWrites: pgtype.Text{String: mode, Valid: mode != ""}}); err != nil {
+			return nil, fmt.Errorf("set agent_writes: %w", err)
+		}
+		return []change{{kind: AgentWritesSet, target: Target{Type: TargetThread},
+			before: agentWritesState(r.AgentWrites.String), after: agentWritesState(mode)}}, nil
+	})
+	return err
+}
+
+// agentWritesState is a review setting as its events show it: {"agent_writes": mode}, null for
+// an inherited one.
+func agentWritesState(mode string) []byte {
+	if mode == "" {
+		return []byte(`{"agent_writes":null}`)
+	}
+	b, _ := json.Marshal(struct {
+		AgentWrites string `json:"agent_writes"`
+	}{mode})
+	return b
+}
+
+// MovePreference moves preference id of this thread to the thread to (a scope, usually), as a
+// user change: removed here and added there with its fields and lock, one preference_moved
+// event in each workspace. It returns the preference as it now stands in to. ErrNotFound for an
+// unknown preference, or a destination of another client; a *DuplicateError when to already
+// has its title; a *ValidationError past to's limits.
+func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (_ Preference, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if _, err := w.storedParents([]ThreadID{to}); err != nil {
+		return Preference{}, err
+	}
+	if to == w.id {
+		return Preference{}, invalid("to", "is the thread the preference is in")
+	}
+	dest := w.store.Workspace(to)
+	// Both rows are locked in id order, so that two moves between the same threads, in opposite
+	// directions, never deadlock.
+	first, second := w, dest
+	if dest.threadID < w.threadID {
+		first, second = dest, w
+	}
+	tx, err := db.BeginLocked(ctx, w.store.pool, lockFor(first, w), first.threadID)
+	if err != nil {
+		return Preference{}, err
+	}
+	defer tx.Rollback(ctx)
+	lists := map[*Workspace][]Preference{first: fromRows(tx.Preferences)}
+	nextIDs := map[*Workspace]int64{first: tx.NextPreferenceID}
+	if second == dest { // created when new, past its tombstone
+		if _, err := w.store.q.ThreadUpsertTouch(ctx, tx.Conn(), second.threadID); err != nil {
+			return Preference{}, fmt.Errorf("lock %s: %w", to.Name, err)
+		}
+		var next pgtype.Int8
+		next, err = w.store.q.ThreadRevive(ctx, tx.Conn(), second.threadID)
+		nextIDs[second] = next.Int64
+	} else {
+		var r db.ThreadLockTouchRow
+		r, err = w.store.q.ThreadLockTouch(ctx, tx.Conn(), second.threadID)
+		nextIDs[second] = r.NextPreferenceID
+	}
+	if err != nil {
+		return Preference{}, db.NotFound(err)
+	}
+	rows, err := w.store.q.PreferenceListByThread(ctx, tx.Conn(), second.threadID)
+	if err != nil {
+		return Preference{}, fmt.Errorf("list preferences: %w", err)
+	}
+	lists[second] = fromRows(rows)
+
+	src := lists[w]
+	i := indexOf(src, id)
+	if i < 0 {
+		return Preference{}, ErrNotFound
+	}
+	p := src[i]
+	if existing, ok := findTitle(lists[dest], p.Title, 0); ok {
+		return Preference{}, &DuplicateError{Existing: existing}
+	}
+	if len(lists[dest]) >= w.store.limits.PreferencesMax {
+		return Preference{}, invalid("to", "%s already holds %d preferences, the most a thread may", to.Name, w.store.limits.PreferencesMax)
+	}
+	if _, err := w.store.q.PreferenceDelete(ctx, tx.Conn(), db.PreferenceDeleteParams{ThreadID: w.threadID, ID: id}); err != nil {
+		return Preference{}, fmt.Errorf("delete preference: %w", err)
+	}
+	added, err := dest.insert(ctx, tx.Conn(), nextIDs[dest], []Preference{p})
+	if err != nil {
+		return Preference{}, err
+	}
+	moved := fromRow(len(lists[dest])+1, added[0])
+	how := movedState(w.threadID, dest.threadID)
+	out := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: p.ID}, before: prefState(p), moved: how}
+	in := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: moved.ID}, after: prefState(moved), moved: how}
+	err = tx.Commit(ctx, func(b *pgx.Batch) {
+		db.QueueEventInsert(b, w.eventParams(ByUser, ViaAdmin, []change{out}), nil)
+		db.QueueEventInsert(b, dest.eventParams(ByUser, ViaAdmin, []change{in}), nil)
+	})
+	if err != nil {
+		return Preference{}, err
+	}
+	return moved, nil
+}
+
+// lockFor is how a move locks first: the source must exist, the destination is created when new.
+func lockFor(first, source *Workspace) db.ThreadLock {
+	if first == source {
+		return db.LockThreadTouch
+	}
+	return db.LockThreadUpsert
+}
+
+// movedState is a move as its events show it: {"from", "to"}, the threads' stored ids.
+func movedState(from, to string) []byte {
+	b, _ := json.Marshal(struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+	}{from, to})
+	return b
+}
+
+// AnsweredError: a proposal applied or dismissed already.
+type AnsweredError struct {
+	By   int64  // the event that answered it
+	Kind string // that event's kind
+}
+
+func (e *AnsweredError) Error() string {
+	if e.Kind == ProposalDismissed {
+		return fmt.Sprintf("this proposal was dismissed (event %d)", e.By)
+	}
+	return fmt.Sprintf("this proposal was applied already (event %d)", e.By)
+}
+
+// answered is the *AnsweredError of proposal id when an event answered it, else nil.
+func (w *Workspace) answered(ctx context.Context, tx db.DBTX, id int64) error {
+	r, err := w.store.q.EventAnswer(ctx, tx, db.EventAnswerParams{ThreadID: w.threadID, Proposal: pgtype.Int8{Int64: id, Valid: true}})
+	if errors.Is(db.NotFound(err), db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the proposal's answer: %w", err)
+	}
+	return &AnsweredError{By: r.ID, Kind: r.Kind}
+}
+
+// DismissProposal dismisses the pending proposal event id (review mode's, or a locked item's), as
+// a user change: a proposal_dismissed event answers it, nothing else changes, and it can never be
+// applied. ErrNotFound for an unknown thread or event; a *ValidationError for an event that is
+// not a proposal; an *AnsweredError for one applied or dismissed already.
+func (w *Workspace) DismissProposal(ctx context.Context, id int64) (Event, error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, _ int64, _ []Preference) (change, error) {
+		if !ev.isProposal() {
+			return change{}, errNotAProposal
+		}
+		if err := w.answered(ctx, tx, id); err != nil {
+			return change{}, err
+		}
+		return change{kind: ProposalDismissed, target: ev.Target, answers: id}, nil
+	})
+}
+
+// PendingProposals lists the thread's proposals no event answered yet, oldest first.
+func (w *Workspace) PendingProposals(ctx context.Context, limit int) (_ []Event, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if err := w.exists(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := w.store.q.EventPendingProposals(ctx, w.store.pool, db.EventPendingProposalsParams{ThreadID: w.threadID, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list proposals: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromEvent(r)
+	}
+	return out, nil
+}
