@@ -447,7 +447,7 @@ func TestUpgradeToCacheWrites(t *testing.T) {
 }
 
 // TestUpgradeToTurnStartUnlessHeld: a database populated under schema 010 upgrades to the current
-// one (migration 013): a batch of turn starts numbers its threads' turns on from their counters,
+// one (migration 011): a batch of turn starts numbers its threads' turns on from their counters,
 // and begins none of a thread whose row another transaction holds (turn 0) without waiting for
 // it, while the others in the batch begin theirs; the held thread's turn then begins on its own
 // once the row is released, and a replica of the previous version still starts turns with

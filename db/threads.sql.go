@@ -308,7 +308,7 @@ type TurnStartUnlessHeldRow struct {
 }
 
 // TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
-// migration 013): then turn 0, at once, and nothing begun (turns count from 1).
+// migration 011): then turn 0, at once, and nothing begun (turns count from 1).
 func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, threadID string) (TurnStartUnlessHeldRow, error) {
 	row := db.QueryRow(ctx, turnStartUnlessHeld, threadID)
 	var i TurnStartUnlessHeldRow

@@ -7,7 +7,7 @@ SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS
 
 -- name: TurnStartUnlessHeld :one
 -- TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
--- migration 013): then turn 0, at once, and nothing begun (turns count from 1).
+-- migration 011): then turn 0, at once, and nothing begun (turns count from 1).
 SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at::timestamptz AS created_at
 FROM turn_start_unless_held(@thread_id);
 
