@@ -294,3 +294,29 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, threadID string) (Turn
 	)
 	return i, err
 }
+
+const turnStartUnlessHeld = `-- name: TurnStartUnlessHeld :one
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at::timestamptz AS created_at
+FROM turn_start_unless_held($1)
+`
+
+type TurnStartUnlessHeldRow struct {
+	Turn        int32
+	Objective   pgtype.Text
+	Preferences []byte
+	CreatedAt   pgtype.Timestamptz
+}
+
+// TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
+// migration 011): then turn 0, at once, and nothing begun (turns count from 1).
+func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, threadID string) (TurnStartUnlessHeldRow, error) {
+	row := db.QueryRow(ctx, turnStartUnlessHeld, threadID)
+	var i TurnStartUnlessHeldRow
+	err := row.Scan(
+		&i.Turn,
+		&i.Objective,
+		&i.Preferences,
+		&i.CreatedAt,
+	)
+	return i, err
+}

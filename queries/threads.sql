@@ -5,6 +5,12 @@
 -- waiting for the disk.
 SELECT turn::integer AS turn, objective, preferences, created_at::timestamptz AS created_at FROM turn_start(@thread_id);
 
+-- name: TurnStartUnlessHeld :one
+-- TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
+-- migration 011): then turn 0, at once, and nothing begun (turns count from 1).
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at::timestamptz AS created_at
+FROM turn_start_unless_held(@thread_id);
+
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 -- workspace takes this lock first, so agent and user edits of one thread never interleave.
