@@ -75,11 +75,7 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout)
-	if deadline, ok := ctx.Deadline(); ok {
-		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
-		b.Queue("SET LOCAL lock_timeout = " + ms)
-		b.Queue("SET LOCAL statement_timeout = " + ms)
-	}
+	queueDeadline(ctx, b)
 	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
 	if lock == LockThreadUpsert {
 		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
@@ -96,6 +92,18 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 		return nil, fmt.Errorf("lock thread: %w", err)
 	}
 	return t, nil
+}
+
+// queueDeadline queues, when ctx has a deadline, the bound of the transaction's waits for a lock
+// and of each of its statements by the time left (SET LOCAL lock_timeout and statement_timeout):
+// Postgres gives up at the deadline itself, also when the client is gone or the connection sets
+// no statement_timeout (PgBouncer drops startup parameters).
+func queueDeadline(ctx context.Context, b *pgx.Batch) {
+	if deadline, ok := ctx.Deadline(); ok {
+		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+		b.Queue("SET LOCAL lock_timeout = " + ms)
+		b.Queue("SET LOCAL statement_timeout = " + ms)
+	}
 }
 
 // Conn is the transaction's connection, for the queries in between.

@@ -446,6 +446,59 @@ func TestUpgradeToCacheWrites(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestUpgradeToTurnStartUnlessHeld: a database populated under schema 010 upgrades to the current
+// one (migration 011): a batch of turn starts numbers its threads' turns on from their counters,
+// and begins none of a thread whose row another transaction holds (turn 0) without waiting for
+// it, while the others in the batch begin theirs; the held thread's turn then begins on its own
+// once the row is released, and a replica of the previous version still starts turns with
+// turn_start.
+func TestUpgradeToTurnStartUnlessHeld(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('old', 4, 2, 2)`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('old', 1, 'Formal', 'hard')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	starts := func(threads ...string) []int32 {
+		args := make([]db.TurnStartParams, len(threads))
+		for i, th := range threads {
+			args[i].ThreadID = th
+		}
+		rows, err := db.TurnStarts(ctx, conn, args)
+		require.NoError(t, err)
+		turns := make([]int32, len(rows))
+		for i, r := range rows {
+			turns[i] = r.Turn
+		}
+		return turns
+	}
+	require.Equal(t, []int32{5, 1}, starts("old", "new"))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT FROM threads WHERE id = 'old' FOR UPDATE`)
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 2, 0}, starts("old", "new", "old"), "held: no turn, and no wait")
+	require.Equal(t, []int32{0}, starts("old"))
+	require.NoError(t, tx.Rollback(ctx))
+
+	row, err := db.TurnStartWaiting(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int32(6), row.Turn)
+	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(row.Preferences))
+	row, err = db.New().TurnStart(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, int32(7), row.Turn)
+}
+
 // TestUpgradeWhileReplicasOfThePreviousVersionRun: during a rolling deploy, replicas still on the
 // previous version write to the upgraded database as they always did: an event without via (a
 // tool call's, the agent's, or a user's edit) and a tool call with its turn and round.

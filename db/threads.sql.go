@@ -414,3 +414,42 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 	)
 	return i, err
 }
+
+const turnStartUnlessHeld = `-- name: TurnStartUnlessHeld :one
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+FROM turn_start_unless_held($1, $2::text[], $3::boolean)
+`
+
+type TurnStartUnlessHeldParams struct {
+	ThreadID     string
+	Parents      []string
+	ParentsIfNew bool
+}
+
+type TurnStartUnlessHeldRow struct {
+	Turn        int32
+	Objective   pgtype.Text
+	Preferences []byte
+	CreatedAt   pgtype.Timestamptz
+	Inherited   []byte
+	AgentWrites string
+	Refused     string
+}
+
+// TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
+// migrations 011 and 012): then turn 0, at once, and nothing begun (turns count from 1).
+func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStartUnlessHeldParams) (TurnStartUnlessHeldRow, error) {
+	row := db.QueryRow(ctx, turnStartUnlessHeld, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
+	var i TurnStartUnlessHeldRow
+	err := row.Scan(
+		&i.Turn,
+		&i.Objective,
+		&i.Preferences,
+		&i.CreatedAt,
+		&i.Inherited,
+		&i.AgentWrites,
+		&i.Refused,
+	)
+	return i, err
+}

@@ -9,6 +9,13 @@ SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(crea
        inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
 FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean);
 
+-- name: TurnStartUnlessHeld :one
+-- TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
+-- migrations 011 and 012): then turn 0, at once, and nothing begun (turns count from 1).
+SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+FROM turn_start_unless_held(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean);
+
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 -- workspace takes this lock first, so agent and user edits of one thread never interleave.

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,13 +27,24 @@ const (
 // load a round trip lasts as long as the proxy and Postgres take to be scheduled, and the turns
 // would wait for the pool in turn. A turn's start waits for at most the batch under way and its
 // own; one that starts alone goes at once.
+//
+// A batch never waits for a thread's row that another transaction holds (an edit, a tool call of
+// another turn): that thread's start comes back from it without a turn, and begins its turn on
+// its own (startHeld), so that a held row delays its own thread's turns only.
 type turnStarter struct {
 	pool    *pgxpool.Pool
 	timeout time.Duration
 
 	mu      sync.Mutex
 	waiting []*pendingStart
-	running int // batches under way
+	running int                    // batches under way
+	held    map[string]*heldThread // threads whose starts wait for their row, by thread
+}
+
+// heldThread is a thread whose row another transaction held when one of its turns started.
+type heldThread struct {
+	token  chan struct{} // of one: held by the start that waits for the row
+	starts int           // the thread's starts that have not returned; the entry goes with the last
 }
 
 // pendingStart is one turn start: its thread, and where its result goes (buffered: the sender
@@ -49,10 +61,17 @@ type startResult struct {
 }
 
 // start begins a turn of thread. The caller that starts a batch sends it itself, so that a turn
-// starting alone costs no hand-over; the batches that follow go from a goroutine of their own.
+// starting alone costs no hand-over; the batches that follow go from a goroutine of their own. A
+// start of a thread whose row was held waits for it outside the batches.
 func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.TurnStartRow, error) {
 	p := &pendingStart{ctx: ctx, args: args, done: make(chan startResult, 1)}
+	thread := args.ThreadID
 	s.mu.Lock()
+	if h := s.held[thread]; h != nil { // the row was held a moment ago: no batch waits for it
+		h.starts++
+		s.mu.Unlock()
+		return s.startHeld(ctx, args, h)
+	}
 	s.waiting = append(s.waiting, p)
 	var batch []*pendingStart
 	if s.running < maxTurnStartBatches {
@@ -69,10 +88,51 @@ func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.Tu
 	}
 	select {
 	case r := <-p.done:
+		if r.err == nil && r.row.Turn == 0 && r.row.Refused == "" { // the row was held: no turn begun
+			return s.startHeld(ctx, args, s.hold(thread))
+		}
 		return r.row, r.err
 	case <-ctx.Done():
 		return db.TurnStartRow{}, ctx.Err()
 	}
+}
+
+// hold counts a start of thread, whose row another transaction holds, among its held starts.
+func (s *turnStarter) hold(thread string) *heldThread {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.held[thread]
+	if h == nil {
+		h = &heldThread{token: make(chan struct{}, 1)}
+		if s.held == nil {
+			s.held = map[string]*heldThread{}
+		}
+		s.held[thread] = h
+	}
+	h.starts++
+	return h
+}
+
+// startHeld begins a turn of a thread whose row another transaction held, in a statement of its
+// own that waits for the row (db.TurnStartWaiting: Postgres gives up the wait at ctx's deadline,
+// and a start that failed never begins its turn later), one start of the thread at a time:
+// however many of them wait, the held row costs one pooled connection, and the batches nothing.
+func (s *turnStarter) startHeld(ctx context.Context, args db.TurnStartParams, h *heldThread) (db.TurnStartRow, error) {
+	thread := args.ThreadID
+	defer func() {
+		s.mu.Lock()
+		if h.starts--; h.starts == 0 {
+			delete(s.held, thread)
+		}
+		s.mu.Unlock()
+	}()
+	select {
+	case h.token <- struct{}{}:
+		defer func() { <-h.token }()
+	case <-ctx.Done():
+		return db.TurnStartRow{}, ctx.Err()
+	}
+	return db.TurnStartWaiting(ctx, s.pool, args)
 }
 
 // next takes the turn starts that waited while a batch was under way, or ends the batch's turn
@@ -112,15 +172,28 @@ func (s *turnStarter) sendAll(batch []*pendingStart) {
 
 // send begins the batch's turns in one round trip, bounded by the store's timeout; its context
 // is the first turn's, without its cancellation (the others' starts go on when that client
-// leaves), so that a trace shows the batch below that turn.
+// leaves), so that a trace shows the batch below that turn. The turn starts whose callers gave
+// up while the batch waited for its connection are left out: they begin no turn.
 func (s *turnStarter) send(batch []*pendingStart) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), s.timeout)
+	defer cancel()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		for _, p := range batch {
+			p.done <- startResult{err: err}
+		}
+		return
+	}
+	defer conn.Release()
+	batch = slices.DeleteFunc(batch, func(p *pendingStart) bool { return p.ctx.Err() != nil })
+	if len(batch) == 0 {
+		return
+	}
 	starts := make([]db.TurnStartParams, 0, len(batch))
 	for _, p := range batch {
 		starts = append(starts, p.args)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), s.timeout)
-	rows, err := db.TurnStarts(ctx, s.pool, starts)
-	cancel()
+	rows, err := db.TurnStarts(ctx, conn, starts)
 	for i, p := range batch {
 		if err != nil {
 			p.done <- startResult{err: err}

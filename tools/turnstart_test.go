@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
@@ -71,4 +73,188 @@ func assertNoError(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// TestHeldThreadDelaysOnlyItsOwnTurnStarts: a thread whose row another transaction holds (a
+// user's edit, a tool call of another turn) delays its own turn starts only: with two of them
+// sent and waiting for the row, another thread's turn starts while the row is still held; when
+// it is released, the held thread's starts take its next numbers.
+func TestHeldThreadDelaysOnlyItsOwnTurnStarts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tracer, pool, held, other := twoThreads(ctx, t, "held", "other")
+	tx, _ := holdThread(ctx, t, pool, held.threadID)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }() // a failure ends the held starts before the test
+	numbers := startTwo(ctx, t, &wg, tracer, held)
+
+	otherCtx, otherCancel := context.WithTimeout(ctx, 20*time.Second)
+	defer otherCancel()
+	turn, err := other.StartTurn(otherCtx, TurnOptions{})
+	require.NoError(t, err, "another thread's turn start waited for the held thread's row")
+	require.Equal(t, 2, turn.Number)
+
+	require.NoError(t, tx.Rollback(ctx))
+	got := []int{<-numbers, <-numbers}
+	slices.Sort(got)
+	require.Equal(t, []int{2, 3}, got, "the held thread's starts took its next numbers")
+}
+
+// threadTracer counts, per argument, the statements a pool sends with it (a batch's each).
+type threadTracer struct {
+	mu sync.Mutex
+	n  map[any]int
+}
+
+func (c *threadTracer) add(args []any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[any]int{}
+	}
+	for _, a := range args {
+		c.n[a]++
+	}
+}
+
+func (c *threadTracer) statements(arg any) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[arg]
+}
+
+func (c *threadTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.add(d.Args)
+	return ctx
+}
+func (c *threadTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *threadTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		c.add(q.Arguments)
+	}
+	return ctx
+}
+func (c *threadTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *threadTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// TestTurnStartTimedOutTakesNoNumber: a turn start that failed (DATABASE_TIMEOUT ran out while
+// it waited for its thread's row, which another transaction held: a 503) begins no turn, also
+// when the row is released afterwards: the thread's turns count only the starts that returned
+// one. Its statement is sent in a batch that others' starts began (two starts of another held
+// thread under way before it), then waits for its own thread's row.
+func TestTurnStartTimedOutTakesNoNumber(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tracer, pool, busy, late := twoThreads(ctx, t, "busy", "late")
+	busyTx, _ := holdThread(ctx, t, pool, busy.threadID)
+	lateTx, latePID := holdThread(ctx, t, pool, late.threadID)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	startTwo(ctx, t, &wg, tracer, busy)
+	timedOut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second) // the operation's bound
+		defer cancel()
+		turn, err := late.StartTurn(ctx, TurnOptions{})
+		if err == nil {
+			err = fmt.Errorf("turn %d", turn.Number)
+		}
+		timedOut <- err
+	}()
+	require.NoError(t, busyTx.Rollback(ctx))
+	require.Eventually(t, func() bool { return blockedBy(ctx, t, pool, latePID) > 0 }, time.Minute, time.Millisecond,
+		"the start of late waits for its row")
+	err := <-timedOut
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.NoError(t, lateTx.Rollback(ctx))
+
+	turn, err := late.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 2, turn.Number, "the start that failed took no turn number")
+}
+
+// twoThreads returns a pool that tracer traces and two threads of a store on it, each past its
+// first turn.
+func twoThreads(ctx context.Context, t *testing.T, a, b string) (*threadTracer, *pgxpool.Pool, *Workspace, *Workspace) {
+	t.Helper()
+	tracer := &threadTracer{}
+	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 8})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	wa, wb := store.Workspace(ThreadID{Name: a}), store.Workspace(ThreadID{Name: b})
+	for _, w := range []*Workspace{wa, wb} {
+		turn, err := w.StartTurn(ctx, TurnOptions{})
+		require.NoError(t, err)
+		require.Equal(t, 1, turn.Number)
+	}
+	return tracer, pool, wa, wb
+}
+
+// startTwo starts two turns of w in goroutines of wg, and returns once both have sent a
+// statement; their numbers come on the channel it returns.
+func startTwo(ctx context.Context, t *testing.T, wg *sync.WaitGroup, tracer *threadTracer, w *Workspace) <-chan int {
+	t.Helper()
+	sent := tracer.statements(w.threadID)
+	numbers := make(chan int, 2)
+	for range 2 {
+		wg.Go(func() {
+			turn, err := w.StartTurn(ctx, TurnOptions{})
+			assertNoError(t, err)
+			numbers <- turn.Number
+		})
+	}
+	require.Eventually(t, func() bool { return tracer.statements(w.threadID) >= sent+2 }, time.Minute, time.Millisecond,
+		"both starts of %s were sent", w.threadID)
+	return numbers
+}
+
+// holdThread locks thread's row in a transaction, as an edit does, and returns it and its
+// backend's pid. The test's end rolls it back.
+func holdThread(ctx context.Context, t *testing.T, pool *pgxpool.Pool, thread string) (pgx.Tx, int32) {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var pid int32
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid() FROM threads WHERE id = $1 FOR UPDATE`, thread).Scan(&pid))
+	return tx, pid
+}
+
+// blockedBy counts the sessions that wait for a lock the backend pid holds.
+func blockedBy(ctx context.Context, t *testing.T, pool *pgxpool.Pool, pid int32) int {
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, pid).Scan(&n))
+	return n
+}
+
+// TestTurnStartBatchLeavesOutGivenUp: a batch of turn starts that waited for a pooled connection
+// leaves out the starts whose callers gave up meanwhile (the client left, or DATABASE_TIMEOUT ran
+// out: a 503): they begin no turn, and the others begin theirs.
+func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := pool.Acquire(ctx) // the pool's one connection: the batch waits for it
+	require.NoError(t, err)
+	leaving, leave := context.WithCancel(ctx)
+	gone := &pendingStart{ctx: leaving, thread: store.Workspace(ThreadID{Name: "gone"}).threadID, done: make(chan startResult, 1)}
+	stays := &pendingStart{ctx: ctx, thread: store.Workspace(ThreadID{Name: "stays"}).threadID, done: make(chan startResult, 1)}
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		store.starter.send([]*pendingStart{gone, stays})
+	}()
+	leave()
+	held.Release()
+	<-sent
+	r := <-stays.done
+	require.NoError(t, r.err)
+	require.Equal(t, int32(1), r.row.Turn)
+	threads, err := store.Threads(ctx, "", "", 10)
+	require.NoError(t, err)
+	require.Len(t, threads, 1, "only the start that stayed began a turn (and created its thread)")
+	require.Equal(t, stays.thread, threads[0].ID)
 }

@@ -218,3 +218,20 @@ BEGIN
     inherited := current_inherited;
 END
 $$;
+
+-- turn_start_unless_held as in 011, for turn_start's parents and what it now returns.
+DROP FUNCTION turn_start_unless_held(text);
+CREATE FUNCTION turn_start_unless_held(thread_id text, new_parents text[] DEFAULT NULL, parents_if_new boolean DEFAULT false,
+                                       OUT turn integer, OUT objective text, OUT preferences jsonb, OUT created_at timestamptz,
+                                       OUT inherited jsonb, OUT agent_writes text, OUT refused text)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM FROM threads t WHERE t.id = turn_start_unless_held.thread_id FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND AND EXISTS (SELECT FROM threads t WHERE t.id = turn_start_unless_held.thread_id) THEN
+        RETURN; -- held
+    END IF;
+    SELECT s.turn, s.objective, s.preferences, s.created_at, s.inherited, s.agent_writes, s.refused
+    INTO turn, objective, preferences, created_at, inherited, agent_writes, refused
+    FROM turn_start(turn_start_unless_held.thread_id, new_parents, parents_if_new) s;
+END
+$$;
