@@ -490,7 +490,7 @@ func TestUpgradeToTurnStartUnlessHeld(t *testing.T) {
 	require.Equal(t, []int32{0}, starts("old"))
 	require.NoError(t, tx.Rollback(ctx))
 
-	row, err := db.TurnStartWaiting(ctx, pool, "old")
+	row, err := db.TurnStartWaiting(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(6), row.Turn)
 	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(row.Preferences))

@@ -240,8 +240,8 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 	held, err := pool.Acquire(ctx) // the pool's one connection: the batch waits for it
 	require.NoError(t, err)
 	leaving, leave := context.WithCancel(ctx)
-	gone := &pendingStart{ctx: leaving, thread: store.Workspace(ThreadID{Name: "gone"}).threadID, done: make(chan startResult, 1)}
-	stays := &pendingStart{ctx: ctx, thread: store.Workspace(ThreadID{Name: "stays"}).threadID, done: make(chan startResult, 1)}
+	gone := &pendingStart{ctx: leaving, args: db.TurnStartParams{ThreadID: store.Workspace(ThreadID{Name: "gone"}).threadID}, done: make(chan startResult, 1)}
+	stays := &pendingStart{ctx: ctx, args: db.TurnStartParams{ThreadID: store.Workspace(ThreadID{Name: "stays"}).threadID}, done: make(chan startResult, 1)}
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
