@@ -494,7 +494,7 @@ func TestUpgradeToTurnStartUnlessHeld(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(6), row.Turn)
 	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(row.Preferences))
-	row, err = db.New().TurnStart(ctx, pool, "old")
+	row, err = db.New().TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(7), row.Turn)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
