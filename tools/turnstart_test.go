@@ -257,5 +257,5 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 	threads, err := store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Len(t, threads, 1, "only the start that stayed began a turn (and created its thread)")
-	require.Equal(t, stays.thread, threads[0].ID)
+	require.Equal(t, stays.args.ThreadID, threads[0].ID)
 }
