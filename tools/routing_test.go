@@ -16,7 +16,7 @@ import (
 // by its id, or the thread as the first argument of turn_start, turn_start_unless_held or
 // thread_revive (functions Citus delegates by that argument) — so that it can be routed to the
 // one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive)\(\$1\)`)
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive)\(\$1[,)]`)
 
 // TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
 // Responses turn's record and continuation — and an MCP request (its thread token's check, a

@@ -115,7 +115,9 @@ func (c *threadTracer) add(args []any) {
 		c.n = map[any]int{}
 	}
 	for _, a := range args {
-		c.n[a]++
+		if s, ok := a.(string); ok { // the thread ids (not the parents, a slice)
+			c.n[s]++
+		}
 	}
 }
 
