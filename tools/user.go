@@ -90,6 +90,8 @@ type Snapshot struct {
 	CreatedAt   time.Time    `json:"created_at"`
 	Objective   *string      `json:"objective"`
 	Preferences []Preference `json:"preferences"` // without times
+	// Inherited is what the thread's ancestors gave the turn, as its block showed it.
+	Inherited []Scope `json:"inherited"`
 }
 
 // ToolCallRecord is one recorded tool call.
@@ -479,7 +481,14 @@ func fromSnapshot(r db.WorkspaceSnapshot) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	s := Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: prefs}
+	inherited, err := decodeInherited(r.Inherited)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	s := Snapshot{Turn: int(r.Turn), CreatedAt: r.CreatedAt.Time.UTC(), Preferences: prefs, Inherited: shownInherited(prefs, inherited)}
+	if s.Inherited == nil {
+		s.Inherited = []Scope{}
+	}
 	if r.Objective.Valid {
 		s.Objective = &r.Objective.String
 	}

@@ -1,0 +1,208 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+// scopes is a store with a thread t whose parents are repo-x then alice, each scope holding
+// preferences of its own, and a second thread u with the same parents.
+type scopes struct {
+	store             *Store
+	t, u, repo, alice *Workspace
+}
+
+func setupScopes(t *testing.T) *scopes {
+	t.Helper()
+	ctx := context.Background()
+	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	s := &scopes{store: store, t: store.Workspace(ThreadID{Name: "t"}), u: store.Workspace(ThreadID{Name: "u"}),
+		repo: store.Workspace(ThreadID{Name: "repo-x"}), alice: store.Workspace(ThreadID{Name: "alice"})}
+	for _, in := range []struct {
+		ws *Workspace
+		PreferenceInput
+	}{
+		{s.repo, PreferenceInput{Title: "Go 1.26, no cgo", Kind: Hard, Locked: true}},
+		{s.repo, PreferenceInput{Title: "Tabs over spaces", Subtitle: "the project's rule", Kind: Hard}},
+		{s.alice, PreferenceInput{Title: "tabs  over spaces", Kind: Soft}},
+		{s.alice, PreferenceInput{Title: "Answer in French", Kind: Soft}},
+	} {
+		_, err := in.ws.AddPreference(ctx, in.PreferenceInput)
+		require.NoError(t, err)
+	}
+	parents := []ThreadID{{Name: "repo-x"}, {Name: "alice"}}
+	require.NoError(t, s.t.SetParents(ctx, parents))
+	require.NoError(t, s.u.SetParents(ctx, parents))
+	return s
+}
+
+const inheritedBlock = "<workspace>\nObjective: (none yet)\nPreferences:" +
+	"%s" +
+	"\nFrom repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo (locked)\n- [hard] Tabs over spaces — the project's rule" +
+	"\nFrom alice (the user's; ask the user to change these):\n- [soft] Answer in French\n</workspace>"
+
+// TestInheritedPreferencesInTheBlock: a turn's block shows the thread's own list, then each
+// ancestor's preferences under its heading, nearest first, a title nearer hiding the same one
+// further (case and spaces aside); the turn's snapshot holds what the block showed; an
+// ancestor's change reaches every inheriting thread's next turn.
+func TestInheritedPreferencesInTheBlock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupScopes(t)
+
+	start, err := s.t.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf(inheritedBlock, " (none yet)"), start.Block())
+	again, err := s.t.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Equal(t, start.Block(), again.Block(), "byte-identical while nothing changed")
+
+	// The thread's own title wins over the scopes'.
+	_, err = s.t.AddPreference(ctx, PreferenceInput{Title: "Answer in French", Kind: Hard})
+	require.NoError(t, err)
+	start, err = s.t.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Contains(t, start.Block(), "#1 [hard] Answer in French\nFrom repo-x")
+	require.NotContains(t, start.Block(), "From alice", "alice's only item left is the thread's own title")
+
+	// A change in alice reaches both children's next turns, and the snapshot keeps it.
+	_, err = s.alice.AddPreference(ctx, PreferenceInput{Title: "Short answers", Kind: Soft})
+	require.NoError(t, err)
+	for _, ws := range []*Workspace{s.t, s.u} {
+		st, err := ws.StartTurn(ctx, TurnOptions{})
+		require.NoError(t, err)
+		require.Contains(t, st.Block(), "- [soft] Short answers\n</workspace>")
+		snap, err := ws.SnapshotForTurn(ctx, st.Number)
+		require.NoError(t, err)
+		require.Equal(t, st.Inherited, snap.Inherited, "the snapshot holds what the block showed")
+	}
+
+	d, err := s.t.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"repo-x", "alice"}, d.Parents)
+	require.Len(t, d.Inherited, 2)
+	require.Equal(t, "repo-x", d.Inherited[0].Thread.Name)
+	require.Equal(t, AgentWritesDirect, d.AgentWrites)
+	require.True(t, d.AgentWritesInherited)
+
+	children, err := s.alice.Children(ctx, "", 10)
+	require.NoError(t, err)
+	require.Equal(t, []ThreadID{{Name: "t"}, {Name: "u"}}, children)
+}
+
+// TestParentsRefused: a cycle, a thread of its own, a name twice and a ninth ancestor are
+// refused, changing nothing; another client's thread is not found.
+func TestParentsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	ws := func(name string) *Workspace { return store.Workspace(ThreadID{Name: name}) }
+	require.NoError(t, ws("b").SetParents(ctx, []ThreadID{{Name: "a"}}))
+	require.NoError(t, ws("c").SetParents(ctx, []ThreadID{{Name: "b"}}))
+
+	var pe *ParentsError
+	require.ErrorAs(t, ws("a").SetParents(ctx, []ThreadID{{Name: "c"}}), &pe, "a cycle a → c → b → a")
+	require.ErrorAs(t, ws("a").SetParents(ctx, []ThreadID{{Name: "a"}}), &pe)
+	require.ErrorAs(t, ws("d").SetParents(ctx, []ThreadID{{Name: "a"}, {Name: "a"}}), &pe)
+
+	// A chain of eight ancestors is allowed, a ninth is not.
+	for i := 1; i < 8; i++ {
+		require.NoError(t, ws(fmt.Sprintf("s%d", i)).SetParents(ctx, []ThreadID{{Name: fmt.Sprintf("s%d", i+1)}}))
+	}
+	require.NoError(t, ws("eight").SetParents(ctx, []ThreadID{{Name: "s1"}}), "s1 … s8: eight ancestors")
+	require.ErrorAs(t, ws("nine").SetParents(ctx, []ThreadID{{Name: "x"}, {Name: "s1"}}), &pe, "x and s1 … s8: nine")
+
+	_, err := ws("nine").Get(ctx)
+	require.ErrorIs(t, err, ErrNotFound, "a refused list creates nothing")
+	d, err := ws("a").Get(ctx)
+	require.NoError(t, err)
+	require.Empty(t, d.Parents)
+
+	alice := store.Workspace(ThreadID{Client: "alice", Name: "t"})
+	require.ErrorIs(t, alice.SetParents(ctx, []ThreadID{{Client: "bob", Name: "scope"}}), ErrNotFound)
+
+	// A turn naming parents it cannot store begins no turn.
+	_, err = ws("fresh").StartTurn(ctx, TurnOptions{Parents: []ThreadID{{Name: "fresh"}}})
+	require.ErrorAs(t, err, &pe)
+	_, err = ws("fresh").Get(ctx)
+	require.ErrorIs(t, err, ErrNotFound, "no empty thread is left behind")
+}
+
+// TestParentsFromATurn: a turn's parents are stored when they differ (a parents_set event by the
+// client) and its block shows them at once; THREAD_PARENTS' kind (ParentsIfNew) only on the
+// thread's first turn.
+func TestParentsFromATurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupScopes(t)
+	fresh := s.store.Workspace(ThreadID{Name: "session-1"})
+	start, err := fresh.StartTurn(ctx, TurnOptions{Parents: []ThreadID{{Name: "repo-x"}}, ParentsIfNew: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, start.Number)
+	require.Contains(t, start.Block(), "From repo-x")
+	evs, err := fresh.Events(ctx, EventQuery{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	require.Equal(t, ParentsSet, evs[0].Kind)
+	require.Equal(t, ByClient, evs[0].Actor)
+	require.JSONEq(t, `{"parents":["repo-x"]}`, string(evs[0].After))
+
+	// The user changes them; THREAD_PARENTS does not put them back on a later turn.
+	require.NoError(t, fresh.SetParents(ctx, []ThreadID{{Name: "alice"}}))
+	start, err = fresh.StartTurn(ctx, TurnOptions{Parents: []ThreadID{{Name: "repo-x"}}, ParentsIfNew: true})
+	require.NoError(t, err)
+	require.Contains(t, start.Block(), "From alice")
+	require.NotContains(t, start.Block(), "From repo-x")
+
+	// A header's parents are stored on any turn, once.
+	for range 2 {
+		start, err = fresh.StartTurn(ctx, TurnOptions{Parents: []ThreadID{{Name: "repo-x"}, {Name: "alice"}}})
+		require.NoError(t, err)
+		require.Contains(t, start.Block(), "From repo-x")
+	}
+	evs, err = fresh.Events(ctx, EventQuery{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, evs, 3, "one parents_set per change")
+}
+
+// TestMovePreference: a preference moves from a thread to a scope as a user change, one event in
+// each workspace; a title the destination has is refused.
+func TestMovePreference(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupScopes(t)
+	p, err := s.t.AddPreference(ctx, PreferenceInput{Title: "No emojis", Kind: Hard, Locked: true})
+	require.NoError(t, err)
+	moved, err := s.t.MovePreference(ctx, p.ID, ThreadID{Name: "alice"})
+	require.NoError(t, err)
+	require.Equal(t, "No emojis", moved.Title)
+	require.True(t, moved.Locked)
+	require.Equal(t, 3, moved.Index)
+
+	d, err := s.t.Get(ctx)
+	require.NoError(t, err)
+	require.Empty(t, d.Preferences)
+	require.Contains(t, d.Block, "- [hard] No emojis (locked)", "inherited now")
+	for _, ws := range []*Workspace{s.t, s.alice} {
+		evs, err := ws.Events(ctx, EventQuery{Descending: true, Limit: 1})
+		require.NoError(t, err)
+		require.Equal(t, PreferenceMoved, evs[0].Kind)
+		require.JSONEq(t, `{"from":"t","to":"alice"}`, string(evs[0].Moved))
+	}
+
+	other, err := s.t.AddPreference(ctx, PreferenceInput{Title: "answer in french"})
+	require.NoError(t, err)
+	_, err = s.t.MovePreference(ctx, other.ID, ThreadID{Name: "alice"})
+	var de *DuplicateError
+	require.ErrorAs(t, err, &de)
+	_, err = s.t.MovePreference(ctx, other.ID, ThreadID{Client: "bob", Name: "alice"})
+	require.ErrorIs(t, err, ErrNotFound)
+	_, err = s.t.MovePreference(ctx, 999, ThreadID{Name: "alice"})
+	require.True(t, errors.Is(err, ErrNotFound))
+}
