@@ -227,7 +227,7 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 const eventNextOnTarget = `-- name: EventNextOnTarget :one
 SELECT id FROM events
 WHERE thread_id = $1 AND id > $2 AND target_type = $3::text
-  AND coalesce(target_id, 0) = $4::bigint AND kind <> 'locked_skip'
+  AND coalesce(target_id, 0) = $4::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
 ORDER BY id
 LIMIT 1
 `
@@ -239,7 +239,8 @@ type EventNextOnTargetParams struct {
 	TargetID   int64
 }
 
-// The first event after id that changed the same target (a locked_skip changed nothing).
+// The first event after id that changed the same target (a locked_skip, a proposal and a
+// dismissal changed nothing).
 func (q *Queries) EventNextOnTarget(ctx context.Context, db DBTX, arg EventNextOnTargetParams) (int64, error) {
 	row := db.QueryRow(ctx, eventNextOnTarget,
 		arg.ThreadID,

@@ -48,6 +48,8 @@ type LockedTx struct {
 	CreatedAt time.Time
 	// Preferences is the thread's list in creation order.
 	Preferences []Preference
+	// Scope is the thread's place among its scopes (ThreadScopeGet), when asked for.
+	Scope ThreadScopeGetRow
 }
 
 // IdleTimeout bounds how long a LockedTx may sit idle between its statements before Postgres
@@ -66,7 +68,8 @@ var setIdleTimeout = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout 
 // left (SET LOCAL lock_timeout and statement_timeout), on the server: the thread's lock is never
 // held past the operation's bound, also when the client is gone or the connection sets no
 // statement_timeout (PgBouncer drops startup parameters).
-func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string) (*LockedTx, error) {
+// With scope, it also reads the thread's place among its scopes (Scope) in the same round trip.
+func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string, scope bool) (*LockedTx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire connection: %w", err)
@@ -84,6 +87,12 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
 		return err
 	})
+	if scope {
+		b.Queue(threadScopeGet, threadID).QueryRow(func(row pgx.Row) error {
+			s := &t.Scope
+			return row.Scan(&s.Parents, &s.OwnAgentWrites, &s.Ancestors, &s.AgentWrites, &s.Inherited)
+		})
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		t.Rollback(ctx)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -122,7 +122,7 @@ func TestUpgradeToHistory(t *testing.T) {
 	rows, err := q.ResponseTurnContinuation(ctx, pool, db.ResponseTurnContinuationParams{ThreadID: "old", ResponseID: "resp_1"})
 	require.NoError(t, err)
 	require.Equal(t, "resp_2", rows[0].LastResponseID)
-	tx, err := db.BeginLocked(ctx, pool, db.LockThreadTouch, "old")
+	tx, err := db.BeginLocked(ctx, pool, db.LockThreadTouch, "old", false)
 	require.NoError(t, err)
 	require.Len(t, tx.Preferences, 2)
 	var first int64
@@ -325,7 +325,7 @@ func TestUpgradeToMCP(t *testing.T) {
 	require.Empty(t, links)
 
 	// An MCP call: no turn, its event via mcp.
-	tx, err := db.BeginLocked(ctx, pool, db.LockThreadUpsert, "old")
+	tx, err := db.BeginLocked(ctx, pool, db.LockThreadUpsert, "old", false)
 	require.NoError(t, err)
 	var first int64
 	require.NoError(t, tx.Commit(ctx, func(b *pgx.Batch) {

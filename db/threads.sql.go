@@ -200,10 +200,10 @@ func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (pgtype.
 }
 
 const threadScopeGet = `-- name: ThreadScopeGet :one
-SELECT t.parents, t.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
+SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
        s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
-FROM threads t, thread_scope(t.id, t.parents, t.agent_writes) s
-WHERE t.id = $1
+FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
+WHERE threads.id = $1
 `
 
 type ThreadScopeGetRow struct {

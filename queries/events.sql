@@ -41,10 +41,11 @@ ORDER BY CASE WHEN @descending::boolean THEN -id ELSE id END
 LIMIT @max_rows;
 
 -- name: EventNextOnTarget :one
--- The first event after id that changed the same target (a locked_skip changed nothing).
+-- The first event after id that changed the same target (a locked_skip, a proposal and a
+-- dismissal changed nothing).
 SELECT id FROM events
 WHERE thread_id = @thread_id AND id > @id AND target_type = @target_type::text
-  AND coalesce(target_id, 0) = @target_id::bigint AND kind <> 'locked_skip'
+  AND coalesce(target_id, 0) = @target_id::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
 ORDER BY id
 LIMIT 1;
 

@@ -104,10 +104,10 @@ WHERE threads.id = @id AND EXISTS (SELECT FROM mark);
 -- name: ThreadScopeGet :one
 -- A thread's parents, its own review setting, and its place among its scopes: its ancestors
 -- (nearest first), what they hold, and the review setting in force (thread_scope, migration 012).
-SELECT t.parents, t.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
+SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
        s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
-FROM threads t, thread_scope(t.id, t.parents, t.agent_writes) s
-WHERE t.id = @id;
+FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
+WHERE threads.id = @id;
 
 -- name: ThreadSetParents :one
 -- Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the

@@ -14,13 +14,25 @@ import (
 // (pure, in plan.go and view.go), then runs a few lines of SQL inside the call's transaction
 // (call.go), and says what the list is after it.
 
-func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
-	fresh, dups, err := w.store.planAdd(args, nextID, list)
+func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
+	fresh, dups, fromScopes, err := w.store.planAdd(args, nextID, list, view.inherited)
 	if err != nil {
 		return toolOutput{}, err
 	}
 	var changes []change
 	after := slices.Clip(list) // appended to as a copy: list stays as it was
+	if view.propose {
+		var adds []string
+		for _, p := range fresh {
+			changes = append(changes, proposal(Target{Type: TargetPreference}, nil, proposalState(p)))
+			adds = append(adds, `add "`+oneLine(p.Title)+`"`)
+		}
+		parts := append(adds, fromScopes.parts()...)
+		if len(dups) > 0 {
+			parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
+		}
+		return toolOutput{text: proposedText(len(fresh) > 0, parts), changes: changes, list: after}, nil
+	}
 	if len(fresh) > 0 {
 		rows, err := w.insert(ctx, tx, nextID, fresh)
 		if err != nil {
@@ -33,17 +45,60 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 			after = append(after, p)
 		}
 	}
-	text := "recorded " + plural(len(fresh), "preference")
+	parts := []string{"recorded " + plural(len(fresh), "preference")}
 	if len(dups) > 0 {
-		text += "; already recorded: " + strings.Join(dups, ", ")
+		parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 	}
-	return toolOutput{text: text, changes: changes, list: after}, nil
+	parts = append(parts, fromScopes.parts()...)
+	return toolOutput{text: strings.Join(parts, "; "), changes: changes, list: after}, nil
+}
+
+// Review mode (docs/spec.md §17): a tool's change becomes a proposal event, nothing changes.
+
+// proposedText is a review-mode call's result: what it proposed, and the rest of its summary.
+func proposedText(proposed bool, parts []string) string {
+	if !proposed {
+		return "nothing to propose; " + strings.Join(parts, "; ")
+	}
+	return "proposed; the user will review it: " + strings.Join(parts, "; ")
+}
+
+// proposal is the event of a change proposed to target (before: its fields now, nil for an
+// addition; want: the fields it would write, "null" for a removal).
+func proposal(target Target, before, want []byte) change {
+	return change{kind: Proposed, target: target, before: before, proposed: want}
+}
+
+// proposeEdits is a review-mode update or removal: a proposal per open target (its fields now,
+// what the call asked), a locked_skip per locked one as in direct mode, nothing written.
+func proposeEdits(t targets, updated bool) toolOutput {
+	var changes []change
+	for _, p := range t.open {
+		want := []byte("null")
+		if updated {
+			want = proposalState(t.proposed[p.ID])
+		}
+		changes = append(changes, proposal(Target{Type: TargetPreference, ID: p.ID}, prefState(t.before[p.ID]), want))
+	}
+	locked := t
+	locked.open = nil
+	changes = append(changes, locked.changes(updated)...)
+	verb := "remove"
+	if updated {
+		verb = "update"
+	}
+	return toolOutput{text: proposedText(len(t.open) > 0, []string{t.summary(verb)}), lockedSkips: len(t.locked), changes: changes}
 }
 
 func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
 	t, err := w.store.planUpdate(args, view, list)
 	if err != nil {
 		return toolOutput{}, err
+	}
+	if view.propose {
+		out := proposeEdits(t, true)
+		out.list = list
+		return out, nil
 	}
 	if len(t.open) > 0 {
 		p := db.PreferenceUpdateUnlockedParams{ThreadID: w.threadID}
@@ -84,6 +139,11 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 		indices[i] = int(n)
 	}
 	t := view.resolve(list, indices)
+	if view.propose {
+		out := proposeEdits(t, false)
+		out.list = list
+		return out, nil
+	}
 	if len(t.open) > 0 {
 		deleted, err := w.store.q.PreferenceDeleteUnlocked(ctx, tx, db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: idsOf(t.open)})
 		if err != nil {
@@ -105,7 +165,7 @@ func idsOf(prefs []Preference) []int64 {
 	return out
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
+func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}
@@ -118,6 +178,16 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 	text, err := w.store.checkObjective("text", *a.Text)
 	if err != nil {
 		return toolOutput{}, err
+	}
+	if view.propose {
+		var before []byte
+		if o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID); err == nil {
+			before = objectiveState(o.Text)
+		} else if err = db.NotFound(err); err != db.ErrNotFound {
+			return toolOutput{}, fmt.Errorf("get objective: %w", err)
+		}
+		c := proposal(Target{Type: TargetObjective}, before, objectiveState(text))
+		return toolOutput{text: proposedText(true, []string{"objective: " + text}), changes: []change{c}, list: list}, nil
 	}
 	r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent})
 	if err != nil {

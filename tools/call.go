@@ -91,13 +91,14 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)
 	}
-	// One round trip to begin, lock the thread and read its list; one for the tool's statement
+	// One round trip to begin, lock the thread and read its list (and, for a call outside a turn,
+	// its scopes); one for the tool's statement
 	// (none for list_preferences); one to record the call and commit.
 	lock := db.LockThread
 	if c.via() == ViaMCP {
 		lock = db.LockThreadUpsert
 	}
-	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
+	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID, c.View == nil)
 	if errors.Is(err, db.ErrNotFound) {
 		return errorResult(errThreadGone), nil
 	}
@@ -107,7 +108,13 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	defer tx.Rollback(ctx)
 	view, list := c.View, fromRows(tx.Preferences)
 	if view == nil {
+		// A call outside a turn (over MCP) sees the thread's scopes as they stand.
+		scope, err := scopeFrom(tx.Scope, list)
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+		}
 		view = viewOf(list)
+		view.inherited, view.propose = scope.Inherited, scope.AgentWrites == AgentWritesPropose
 	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
 		// The thread was deleted and created again under its id: not the one the model was shown.
 		return errorResult(errThreadGone), nil
@@ -182,7 +189,7 @@ var errUnknownTool = errors.New("unknown tool")
 func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
 	switch name {
 	case AddPreferences:
-		return w.addPreferences(ctx, tx, args, nextID, list)
+		return w.addPreferences(ctx, tx, args, nextID, view, list)
 	case ListPreferences:
 		view.show(list)
 		return toolOutput{text: listText(list), list: list}, nil
@@ -191,7 +198,7 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 	case RemovePreferences:
 		return w.removePreferences(ctx, tx, args, view, list)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args, list)
+		return w.setObjective(ctx, tx, args, view, list)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }

@@ -247,9 +247,12 @@ func lockedSkip(p Preference, proposed *Preference) change {
 
 // proposalOf is a stored proposal (jsonb, which orders and spaces it its own way) in the fields'
 // order of docs/spec.md §13; null for a removal.
-func proposalOf(stored []byte) json.RawMessage {
+func proposalOf(t Target, stored []byte) json.RawMessage {
 	if string(stored) == "null" {
 		return json.RawMessage("null")
+	}
+	if t.Type == TargetObjective {
+		return t.state(stored)
 	}
 	var p Preference
 	_ = json.Unmarshal(stored, &p)
@@ -316,7 +319,7 @@ func fromEvent(r db.Event) Event {
 		e.Reverts = &r.Reverts.Int64
 	}
 	if r.Proposed != nil {
-		e.Proposed = proposalOf(r.Proposed)
+		e.Proposed = proposalOf(e.Target, r.Proposed)
 	}
 	if r.Answers.Valid {
 		e.Answers = &r.Answers.Int64
@@ -391,8 +394,12 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("the target changed again after this change (event %d); revert that one first", e.Later)
 }
 
-// errNothingToRevert: the event changed nothing (a locked_skip).
-var errNothingToRevert = invalid("", "this event changed nothing (locked_skip): there is nothing to revert")
+// Errors of RevertEvent: the event changed nothing (a locked_skip, a proposal or its
+// dismissal), or a thread's setting, which is set again rather than reverted.
+var (
+	errNothingToRevert = invalid("", "this event changed nothing (a locked_skip, a proposal or its dismissal): there is nothing to revert")
+	errRevertSetting   = invalid("", "a thread's parents or review setting is changed by setting it again (PUT …/parents, PATCH …), not reverted")
+)
 
 // RevertEvent restores the before state of the change event id made, as a user change, and
 // returns the revert event. ErrNotFound for an unknown thread or event; a *ConflictError when
@@ -400,8 +407,11 @@ var errNothingToRevert = invalid("", "this event changed nothing (locked_skip): 
 // state past the limits; a *DuplicateError when a restored title is taken.
 func (w *Workspace) RevertEvent(ctx context.Context, id int64) (Event, error) {
 	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
-		if ev.Kind == LockedSkip {
+		switch {
+		case ev.Kind == LockedSkip || ev.Kind == Proposed || ev.Kind == ProposalDismissed:
 			return change{}, errNothingToRevert
+		case ev.Target.Type == TargetThread:
+			return change{}, errRevertSetting
 		}
 		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
 			return change{}, err
@@ -457,54 +467,97 @@ func (w *Workspace) laterChange(ctx context.Context, tx db.DBTX, id int64, targe
 
 // Errors of ApplyProposal for events that keep no proposal.
 var (
-	errNotAProposal = invalid("", "only a locked_skip event keeps a proposal to apply")
-	errNoProposal   = invalid("", "this locked_skip was recorded before wsproxy kept proposals: there is nothing to apply")
+	errNotAProposal = invalid("", "only a proposed event, or a locked_skip that kept what the agent asked for, is a proposal")
 	errSameProposal = invalid("", "the preference already reads as proposed: there is nothing to apply")
 )
 
-// ApplyProposal applies what the agent asked for in the locked_skip event id, as a user change
-// (docs/spec.md §13): an update's fields, the lock kept, or the removal of the item. It returns the
-// change's event. ErrNotFound for an unknown thread or event; a *ConflictError when the item
-// changed since; a *ValidationError for an event of another kind, one without a proposal, or a
-// proposal that changes nothing; a *DuplicateError when the proposed title is taken.
+// ApplyProposal applies the proposal event id as a user change (docs/spec.md §13, §17): a
+// locked_skip's (an update's fields, the lock kept, or the removal of the item) or review mode's
+// (an addition, an update, a removal, an objective). The change's event answers the proposal, so
+// it applies once. It returns that event. ErrNotFound for an unknown thread or event; a
+// *ConflictError when the target changed since; an *AnsweredError for a proposal applied or
+// dismissed already; a *ValidationError for an event that is not a proposal or one that changes
+// nothing; a *DuplicateError when the proposed title is taken.
 func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (Event, error) {
-	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, _ int64, list []Preference) (change, error) {
-		switch {
-		case ev.Kind != LockedSkip:
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
+		if !ev.isProposal() {
 			return change{}, errNotAProposal
-		case ev.Proposed == nil:
-			return change{}, errNoProposal
 		}
-		if err := w.laterChange(ctx, tx, id, ev.Target, true); err != nil {
+		if err := w.answered(ctx, tx, id); err != nil {
 			return change{}, err
 		}
-		i := indexOf(list, ev.Target.ID)
-		if i < 0 { // gone without an event: pruned history
-			return change{}, ErrNotFound
-		}
-		current := list[i]
-		if string(ev.Proposed) == "null" {
-			if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: current.ID}); err != nil {
-				return change{}, fmt.Errorf("delete preference: %w", err)
+		if ev.Target.ID != 0 || ev.Target.Type == TargetObjective {
+			if err := w.laterChange(ctx, tx, id, ev.Target, true); err != nil {
+				return change{}, err
 			}
-			c, _ := prefChange(&current, nil)
-			return c, nil
 		}
-		var want struct{ Title, Subtitle, Kind string }
+		c, err := w.applyProposed(ctx, tx, ev, nextID, list)
+		c.answers = id
+		return c, err
+	})
+}
+
+// applyProposed makes the change a proposal asks for, as the user.
+func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
+	if ev.Target.Type == TargetObjective {
+		var want struct{ Text string }
 		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
 			return change{}, fmt.Errorf("decode proposal: %w", err)
 		}
-		p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked}, current.ID, list)
+		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: want.Text, UpdatedBy: ByUser})
+		if err != nil {
+			return change{}, fmt.Errorf("set objective: %w", err)
+		}
+		c, ok := objectiveChange(r.Previous, r.Text)
+		if !ok {
+			return change{}, invalid("", "the objective already reads as proposed: there is nothing to apply")
+		}
+		return c, nil
+	}
+	var want struct{ Title, Subtitle, Kind string }
+	if string(ev.Proposed) != "null" {
+		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
+			return change{}, fmt.Errorf("decode proposal: %w", err)
+		}
+	}
+	if ev.Target.ID == 0 { // an addition
+		p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind}, 0, list)
 		if err != nil {
 			return change{}, err
 		}
-		p.Index = current.Index
-		c, ok := prefChange(&current, &p)
-		if !ok {
-			return change{}, errSameProposal
+		if max := w.store.limits.PreferencesMax; len(list) >= max {
+			return change{}, invalid("", "a thread holds at most %d preferences", max)
 		}
-		return c, w.updatePreference(ctx, tx, p)
-	})
+		rows, err := w.insert(ctx, tx, nextID, []Preference{p})
+		if err != nil {
+			return change{}, err
+		}
+		added := fromRow(len(list)+1, rows[0])
+		c, _ := prefChange(nil, &added)
+		return c, nil
+	}
+	i := indexOf(list, ev.Target.ID)
+	if i < 0 { // gone without an event: pruned history
+		return change{}, ErrNotFound
+	}
+	current := list[i]
+	if string(ev.Proposed) == "null" {
+		if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: current.ID}); err != nil {
+			return change{}, fmt.Errorf("delete preference: %w", err)
+		}
+		c, _ := prefChange(&current, nil)
+		return c, nil
+	}
+	p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked}, current.ID, list)
+	if err != nil {
+		return change{}, err
+	}
+	p.Index = current.Index
+	c, ok := prefChange(&current, &p)
+	if !ok {
+		return change{}, errSameProposal
+	}
+	return c, w.updatePreference(ctx, tx, p)
 }
 
 // checkedFields are in's checked fields for preference id of list: a *ValidationError past the

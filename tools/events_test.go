@@ -371,11 +371,11 @@ func TestApplyProposal(t *testing.T) {
 	require.Equal(t, int64(8), ev.ID)
 	require.True(t, f.list(t)[0].Locked, "the lock stays")
 
-	// Applied once: the item changed since.
+	// Applied once: event 8 answered it.
 	_, err = f.ws.ApplyProposal(ctx, 6)
-	var ce *ConflictError
-	require.ErrorAs(t, err, &ce)
-	require.Equal(t, int64(8), ce.Later)
+	var ae *AnsweredError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, int64(8), ae.By)
 	require.Contains(t, err.Error(), "event 8")
 
 	// A removal's proposal removes the locked item.

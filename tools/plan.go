@@ -148,7 +148,7 @@ func (s *Store) checkItems(field string, n int, verb string) error {
 
 // planAdd decides what add_preferences records: the new preferences (with provisional ids from
 // nextID) and the titles already recorded, or the error the call is refused with.
-func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (fresh []Preference, dups []string, err error) {
+func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference, inherited []Scope) (fresh []Preference, dups []string, fromScopes scopeDups, err error) {
 	var a struct {
 		Items *[]struct {
 			Title    *string `json:"title"`
@@ -157,16 +157,16 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 		} `json:"items"`
 	}
 	if err := decodeArgs(args, &a); err != nil {
-		return nil, nil, err
+		return nil, nil, scopeDups{}, err
 	}
 	if a.Items == nil {
-		return nil, nil, invalid("items", "is required")
+		return nil, nil, scopeDups{}, invalid("items", "is required")
 	}
 	if len(*a.Items) == 0 {
-		return nil, nil, invalid("items", "must hold at least one preference")
+		return nil, nil, scopeDups{}, invalid("items", "must hold at least one preference")
 	}
 	if err := s.checkItems("items", len(*a.Items), "recorded"); err != nil {
-		return nil, nil, err
+		return nil, nil, scopeDups{}, err
 	}
 	titles := make(titleIndex, len(list)+len(*a.Items))
 	for _, p := range list {
@@ -175,25 +175,29 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 	for i, it := range *a.Items {
 		field := fmt.Sprintf("items[%d]", i)
 		if it.Title == nil {
-			return nil, nil, invalid(field+".title", "is required")
+			return nil, nil, scopeDups{}, invalid(field+".title", "is required")
 		}
 		title, err := s.checkTitle(field+".title", *it.Title)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, scopeDups{}, err
 		}
 		p := Preference{Title: title, Kind: Soft}
 		if it.Subtitle != nil {
 			if p.Subtitle, err = s.checkSubtitle(field+".subtitle", *it.Subtitle); err != nil {
-				return nil, nil, err
+				return nil, nil, scopeDups{}, err
 			}
 		}
 		if it.Kind != nil {
 			if p.Kind, err = checkKind(field+".kind", *it.Kind); err != nil {
-				return nil, nil, err
+				return nil, nil, scopeDups{}, err
 			}
 		}
 		if existing, ok := titles.find(title, -1); ok {
 			dups = append(dups, ref(existing))
+			continue
+		}
+		if scope, existing, ok := findInherited(inherited, title); ok {
+			fromScopes.add(scope.Thread.Name, existing)
 			continue
 		}
 		p.ID = nextID + int64(len(fresh)) // provisional, for the titles within the batch
@@ -202,10 +206,10 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference) (
 		titles.add(p)
 	}
 	if max := s.limits.PreferencesMax; len(list)+len(fresh) > max {
-		return nil, nil, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
+		return nil, nil, scopeDups{}, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
 			max, len(list), len(fresh))
 	}
-	return fresh, dups, nil
+	return fresh, dups, fromScopes, nil
 }
 
 // planUpdate decides what update_preferences changes in list (the list as it stands), its indices
@@ -361,6 +365,32 @@ func without(list []Preference, ids []int64) []Preference {
 			p.Index = len(out) + 1
 			out = append(out, p)
 		}
+	}
+	return out
+}
+
+// scopeDups are the titles of an add_preferences call that an ancestor already holds, by scope
+// in the order first met: `already recorded (from alice): "Tabs over spaces"`.
+type scopeDups struct {
+	scopes []string
+	titles map[string][]string
+}
+
+func (d *scopeDups) add(scope string, p Preference) {
+	if d.titles == nil {
+		d.titles = map[string][]string{}
+	}
+	if _, ok := d.titles[scope]; !ok {
+		d.scopes = append(d.scopes, scope)
+	}
+	d.titles[scope] = append(d.titles[scope], `"`+oneLine(p.Title)+`"`)
+}
+
+// parts are the summary's parts, one per scope.
+func (d scopeDups) parts() []string {
+	out := make([]string, len(d.scopes))
+	for i, s := range d.scopes {
+		out[i] = "already recorded (from " + s + "): " + strings.Join(d.titles[s], ", ")
 	}
 	return out
 }

@@ -52,11 +52,11 @@ func TestPlanAdd(t *testing.T) {
 	t.Parallel()
 	s := NewStore(nil, Options{Limits: Limits{PreferencesMax: 3}})
 	list := []Preference{{ID: 1, Index: 1, Title: "Formal tone", Kind: Soft}}
-	fresh, dups, err := s.planAdd([]byte(`{"items":[{"title":" formal  TONE "},{"title":"B","kind":"HARD"},{"title":"b"}]}`), 5, list)
+	fresh, dups, _, err := s.planAdd([]byte(`{"items":[{"title":" formal  TONE "},{"title":"B","kind":"HARD"},{"title":"b"}]}`), 5, list, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Preference{{ID: 5, Index: 2, Title: "B", Kind: Hard}}, fresh)
 	require.Equal(t, []string{`#1 "Formal tone"`, `#2 "B"`}, dups)
-	_, _, err = s.planAdd([]byte(`{"items":[{"title":"C"},{"title":"D"},{"title":"E"}]}`), 5, list)
+	_, _, _, err = s.planAdd([]byte(`{"items":[{"title":"C"},{"title":"D"},{"title":"E"}]}`), 5, list, nil)
 	require.ErrorContains(t, err, "a thread holds at most 3 preferences: 1 recorded, 3 new; nothing was recorded")
 }
 

@@ -134,6 +134,11 @@ func (w *Workspace) scopeOf(ctx context.Context, q db.DBTX, own []Preference) (S
 	if err != nil {
 		return ScopeInfo{}, db.NotFound(err)
 	}
+	return scopeFrom(r, own)
+}
+
+// scopeFrom is the place among its scopes that r says, for a thread whose own list is own.
+func scopeFrom(r db.ThreadScopeGetRow, own []Preference) (ScopeInfo, error) {
 	inherited, err := decodeInherited(r.Inherited)
 	if err != nil {
 		return ScopeInfo{}, err
@@ -183,7 +188,7 @@ func (w *Workspace) SetParents(ctx context.Context, parents []ThreadID) (err err
 	if err != nil {
 		return err
 	}
-	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThreadUpsert, w.threadID)
+	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThreadUpsert, w.threadID, false)
 	if err != nil {
 		return err
 	}
@@ -283,7 +288,7 @@ func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (
 	if dest.threadID < w.threadID {
 		first, second = dest, w
 	}
-	tx, err := db.BeginLocked(ctx, w.store.pool, lockFor(first, w), first.threadID)
+	tx, err := db.BeginLocked(ctx, w.store.pool, lockFor(first, w), first.threadID, false)
 	if err != nil {
 		return Preference{}, err
 	}

@@ -77,7 +77,7 @@ func TestToolTransactionTimeouts(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tx, err := db.BeginLocked(ctx, f.pool, db.LockThread, f.ws.threadID)
+	tx, err := db.BeginLocked(ctx, f.pool, db.LockThread, f.ws.threadID, false)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	for _, setting := range []string{"lock_timeout", "statement_timeout"} {

@@ -21,11 +21,16 @@ type View struct {
 	// for one they removed.
 	own  map[int64]*Preference
 	next []Preference // the list as the latest call left it: the next round's
+	// inherited is what the thread's ancestors gave, as the model was shown it (docs/spec.md
+	// §17); propose is review mode: every change a tool would make is a proposal.
+	inherited []Scope
+	propose   bool
 }
 
 // NewView is the view of a turn's first round: the list its start showed the model.
 func NewView(start TurnStart) *View {
-	return &View{created: start.Created, shown: start.Preferences, next: start.Preferences}
+	return &View{created: start.Created, shown: start.Preferences, next: start.Preferences,
+		inherited: start.Inherited, propose: start.AgentWrites == AgentWritesPropose}
 }
 
 // NextRound moves the view on to the next round: the list as the last call left it.

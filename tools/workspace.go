@@ -286,7 +286,7 @@ func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
 // returns nil, appending the events of the changes fn reports in the same round trip. It returns
 // the first event's id (0 for none).
 func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) ([]change, error)) (int64, error) {
-	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
+	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID, false)
 	if err != nil {
 		return 0, err
 	}
