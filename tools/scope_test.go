@@ -206,3 +206,86 @@ func TestMovePreference(t *testing.T) {
 	_, err = s.t.MovePreference(ctx, 999, ThreadID{Name: "alice"})
 	require.True(t, errors.Is(err, ErrNotFound))
 }
+
+// TestReviewMode: with agent_writes propose (set on a scope, inherited by its children), every
+// change a tool would make is a proposal that changes nothing until the user applies it; a
+// dismissed one never applies; locked items keep their locked_skip proposals.
+func TestReviewMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setupScopes(t)
+	_, err := s.t.AddPreference(ctx, PreferenceInput{Title: "Short answers"})
+	require.NoError(t, err)
+	_, err = s.t.AddPreference(ctx, PreferenceInput{Title: "No emojis", Locked: true})
+	require.NoError(t, err)
+	require.NoError(t, s.alice.SetAgentWrites(ctx, AgentWritesPropose))
+	start, err := s.t.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Equal(t, AgentWritesPropose, start.AgentWrites, "inherited from alice")
+
+	view := NewView(start)
+	run := func(name, args string) string {
+		t.Helper()
+		res, err := s.t.Run(ctx, Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view})
+		require.NoError(t, err)
+		require.True(t, res.OK, res.Text)
+		return res.Text
+	}
+	require.Equal(t, `proposed; the user will review it: add "Bullet points"; already recorded (from repo-x): "Go 1.26, no cgo"`,
+		run(AddPreferences, `{"items":[{"title":"Bullet points"},{"title":"go 1.26, NO cgo"}],"action_and_reasoning":"The user asked."}`))
+	require.Equal(t, `proposed; the user will review it: update #1 "Brief answers"; locked, ask the user to unlock first: #2 "No emojis"`,
+		run(UpdatePreferences, `{"updates":[{"index":1,"title":"Brief answers"},{"index":2,"title":"Emojis"}]}`))
+	require.Equal(t, `proposed; the user will review it: objective: A tidy repository`, run(SetObjective, `{"text":"A tidy repository"}`))
+	require.Equal(t, `proposed; the user will review it: remove #1 "Short answers"`, run(RemovePreferences, `{"indices":[1]}`))
+
+	d, err := s.t.Get(ctx)
+	require.NoError(t, err)
+	require.Nil(t, d.Objective, "nothing changed")
+	require.Equal(t, []string{"Short answers", "No emojis"}, []string{d.Preferences[0].Title, d.Preferences[1].Title})
+
+	pending, err := s.t.PendingProposals(ctx, 10)
+	require.NoError(t, err)
+	kinds := make([]string, len(pending))
+	for i, p := range pending {
+		kinds[i] = p.Kind
+	}
+	require.Equal(t, []string{Proposed, Proposed, LockedSkip, Proposed, Proposed}, kinds)
+	add, update, objective := pending[0], pending[1], pending[3]
+	require.Equal(t, "The user asked.", *add.Reason)
+	require.JSONEq(t, `{"title":"Bullet points","subtitle":"","kind":"soft"}`, string(add.Proposed))
+	require.JSONEq(t, `{"text":"A tidy repository"}`, string(objective.Proposed))
+
+	// Applied: the addition and the objective; dismissed: the update, which then never applies.
+	ev, err := s.t.ApplyProposal(ctx, add.ID)
+	require.NoError(t, err)
+	require.Equal(t, PreferenceAdded, ev.Kind)
+	require.Equal(t, add.ID, *ev.Answers)
+	_, err = s.t.ApplyProposal(ctx, objective.ID)
+	require.NoError(t, err)
+	ev, err = s.t.DismissProposal(ctx, update.ID)
+	require.NoError(t, err)
+	require.Equal(t, ProposalDismissed, ev.Kind)
+	var ae *AnsweredError
+	_, err = s.t.ApplyProposal(ctx, update.ID)
+	require.ErrorAs(t, err, &ae)
+	_, err = s.t.DismissProposal(ctx, add.ID)
+	require.ErrorAs(t, err, &ae, "applied already")
+	var ve *ValidationError
+	_, err = s.t.DismissProposal(ctx, ev.ID)
+	require.ErrorAs(t, err, &ve, "a dismissal is no proposal")
+
+	d, err = s.t.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "A tidy repository", d.Objective.Text)
+	require.Equal(t, []string{"Short answers", "No emojis", "Bullet points"}, []string{d.Preferences[0].Title, d.Preferences[1].Title, d.Preferences[2].Title})
+	pending, err = s.t.PendingProposals(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, pending, 2, "the locked_skip and the removal are left")
+
+	// Back to direct: the tools write again.
+	require.NoError(t, s.t.SetAgentWrites(ctx, AgentWritesDirect))
+	start, err = s.t.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	view = NewView(start)
+	require.Equal(t, "recorded 1 preference", run(AddPreferences, `{"items":[{"title":"Numbered lists"}]}`))
+}
