@@ -24,6 +24,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -552,6 +553,58 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 		if r.path == "/v1/responses" {
 			require.Equal(t, r.body, string(got[len(got)-1].Body), "a pass-through goes as it came")
 		}
+	}
+}
+
+// TestOwnResponseContinuedAtOnce: with client keys, a pass-through response (JSON, and streamed
+// read up to its terminal event) is the client's to continue as soon as it has the answer: a
+// continuation sent at once on another connection is served, pair after pair.
+func TestOwnResponseContinuedAtOnce(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // a connection per request
+	post := func(body string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/responses", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-alice-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("resp_%d", i)
+		answer := upstreamtest.ResponseSpec{ID: id, Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d", i), "hi")}}
+		streamed := i%2 == 1
+		if streamed {
+			e.up.Script(answer.Stream())
+		} else {
+			e.up.Script(answer.Reply())
+		}
+		resp := post(fmt.Sprintf(`{"model":"m","input":"x","stream":%t}`, streamed))
+		require.Equal(t, 200, resp.StatusCode)
+		if streamed { // up to the terminal event, as a client that stops there
+			r := sse.NewReader(resp.Body)
+			for {
+				data, err := r.Next()
+				require.NoError(t, err, "the stream ended before its terminal event")
+				if strings.Contains(string(data), `"response.completed"`) {
+					break
+				}
+			}
+		} else {
+			_, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+		}
+		e.up.Script(upstreamtest.ResponseSpec{ID: id + "_next", Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d_next", i), "ok")}}.Reply())
+		next := post(`{"model":"m","input":"more","previous_response_id":"` + id + `"}`)
+		body, err := io.ReadAll(next.Body)
+		require.NoError(t, err)
+		next.Body.Close()
+		resp.Body.Close()
+		require.Equal(t, 200, next.StatusCode, "pair %d (streamed %t): the continuation at once: %s", i, streamed, body)
 	}
 }
 
