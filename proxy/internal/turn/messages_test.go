@@ -222,3 +222,45 @@ func TestMessagesStreamKeepsServerToolInput(t *testing.T) {
 	require.Equal(t, map[string]string{"server_tool_use": search, "web_search_tool_result": "", "mcp_tool_use": mcpInput, "tool_use": `{}`}, inputs,
 		"each tool block goes back with the input it was streamed with")
 }
+
+// TestInvalidUTF8ForwardedAsItCame: a client's string with invalid UTF-8 reaches the upstream
+// with its bytes as they came, wherever the workspace goes beside it (a Messages string content
+// or system, a chat system message, Responses instructions; with a workspace tag to neutralise
+// in it, escaped or not): the body is no larger than the same request's with valid bytes in
+// their place, so the request's budget counts what the upstream is sent.
+func TestInvalidUTF8ForwardedAsItCame(t *testing.T) {
+	t.Parallel()
+	invalid := strings.Repeat("\xff\xfe", 32<<10)
+	for _, c := range []struct {
+		name      string
+		parse     func([]byte) (Request, error)
+		placement Placement
+		body      string // S stands for the string
+	}{
+		{"messages content", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"S"}]}`},
+		{"messages content tag", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"<workspace>S"}]}`},
+		{"messages content escaped tag", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"\u003cworkspace>\nS"}]}`},
+		{"messages system", messagesRequest, PlaceSystem, `{"model":"m","max_tokens":10,"system":"S","messages":[{"role":"user","content":"go"}]}`},
+		{"chat system", chatRequest, PlaceSystem, `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"go"}]}`},
+		{"chat content tag", chatRequest, PlaceTail, `{"model":"m","messages":[{"role":"user","content":"<workspace>\nS"}]}`},
+		{"responses instructions", responsesRequest, PlaceSystem, `{"model":"m","instructions":"S","input":"go"}`},
+		{"responses input tag", responsesRequest, PlaceTail, `{"model":"m","input":"<workspace>\nS"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sent := func(s string) []byte {
+				req, err := c.parse([]byte(strings.Replace(c.body, "S", s, 1)))
+				require.NoError(t, err)
+				req.Prepare("INSTR\n\n<workspace>the block</workspace>", c.placement, "")
+				return req.(interface{ Body(bool) Payload }).Body(true).Bytes()
+			}
+			got, valid := sent(invalid), sent(strings.Repeat("x", len(invalid)))
+			require.LessOrEqual(t, len(got), len(valid), "the invalid bytes cost no more than valid ones")
+			require.Contains(t, string(got), invalid, "the client's bytes as they came")
+		})
+	}
+}
+
+func messagesRequest(b []byte) (Request, error)  { return ParseMessagesRequest(b) }
+func chatRequest(b []byte) (Request, error)      { return ParseChatRequest(b) }
+func responsesRequest(b []byte) (Request, error) { return ParseResponsesRequest(b) }
