@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,10 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 	if err != nil {
 		return "", nil, apierr.BadRequest("invalid_json", "", "the request body is not a JSON object")
 	}
+	// A member read here given twice: the upstream might read the value not checked.
+	if k := rawjson.Repeated(body, "previous_response_id", "input", "conversation"); k != "" {
+		return "", nil, duplicateMember(k, k)
+	}
 	if top.Has("conversation") {
 		// A conversation is an object the upstream keeps under the operator's key, which no
 		// client made through wsproxy (thread turns refuse it too).
@@ -48,6 +53,9 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 		if err != nil {
 			return nil // not an object: the upstream's to refuse
 		}
+		if rawjson.Repeated(in[start:end], "id") != "" {
+			return duplicateMember("input", fmt.Sprintf("input[%d].id", i))
+		}
 		id := item.Get("id")
 		if id == nil || string(id) == "null" {
 			return nil
@@ -66,6 +74,12 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 		return "", nil, apierr.BadRequest("invalid_type", "input", "input must be a string or an array of items")
 	}
 	return previous, items, nil
+}
+
+// duplicateMember is the 400 of a request that gives a member the proxy checks twice (name, in
+// param).
+func duplicateMember(param, name string) *apierr.Error {
+	return apierr.BadRequest("duplicate_member", param, "%s is given more than once", name)
 }
 
 // checkOwned refuses the request unless previous ("" for none) and every id of items are the

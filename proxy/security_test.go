@@ -608,6 +608,42 @@ func TestOwnResponseContinuedAtOnce(t *testing.T) {
 	}
 }
 
+// TestDuplicateMembersRefused: with client keys, a Responses request that gives a member the
+// proxy checks twice (previous_response_id, input, conversation; an input item's id) is a 400
+// naming it, pass-through and thread turn alike: the proxy would check one value and the
+// upstream might read the other. Nothing reaches the upstream.
+func TestDuplicateMembersRefused(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	as := func(key, path, body string) (*http.Response, string) {
+		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
+	}
+	e.up.Script(upstreamtest.ResponseSpec{ID: "resp_alice", Items: []upstreamtest.Item{upstreamtest.Message("msg_alice", "hi")}}.Reply(),
+		upstreamtest.ResponseSpec{ID: "resp_bob", Items: []upstreamtest.Item{upstreamtest.Message("msg_bob", "hi")}}.Reply())
+	for _, key := range []string{"sk-alice-secret", "sk-bob-secret"} {
+		resp, body := as(key, "/v1/responses", `{"model":"m","input":"x"}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+	}
+	sent := len(e.up.Requests())
+	for _, path := range []string{"/v1/responses", "/threads/a/v1/responses"} {
+		for _, c := range []struct{ body, param string }{
+			{`{"model":"m","input":"more","previous_response_id":"resp_bob","previous_response_id":"resp_alice"}`, "previous_response_id"},
+			{`{"model":"m","input":"more","previous_response_id":"resp_alice","previous_response_id":"resp_bob"}`, "previous_response_id"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob"}],"input":"more"}`, "input"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob","id":"msg_alice"},{"role":"user","content":"more"}]}`, "input"},
+			{`{"model":"m","input":"more","conversation":"conv_1","conversation":null}`, "conversation"},
+		} {
+			resp, body := as("sk-alice-secret", path, c.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", path, c.body, body)
+			eb := requireErrorBody(t, body, "invalid_request_error", "duplicate_member")
+			require.Equal(t, c.param, eb["param"], body)
+		}
+	}
+	require.Len(t, e.up.Requests(), sent, "nothing reached the upstream")
+}
+
 // TestPassThroughResponsesWithoutPostgres: with client keys and Postgres away, a Responses
 // pass-through that names no earlier response still goes through unchanged (its ids cannot be
 // recorded, so it cannot be continued later); one that names one cannot be checked: 503.
