@@ -198,11 +198,14 @@ func (d *messagesSSE) stream(ctx context.Context, body Payload) error {
 }
 
 // event handles one upstream event (named name): it keeps what the turn needs and emits what
-// the client gets, under the event's name. What the proxy cannot read is not its own: the client
-// gets it as it came.
+// the client gets, under the event's name. JSON the proxy cannot read as an event is not its
+// own: the client gets it as it came; data that is not JSON ends the turn (notJSON).
 func (d *messagesSSE) event(name string, data []byte) error {
 	ev, err := rawjson.ParseInto(d.scratch, data)
 	if err != nil {
+		if err := notJSON(data); err != nil {
+			return err
+		}
 		return d.send(name, data)
 	}
 	d.scratch = ev
