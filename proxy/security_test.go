@@ -481,6 +481,17 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 	}
 }
 
+// setupAliceAndBob is a proxy with the client keys of alice and bob (sk-alice-secret,
+// sk-bob-secret) and an operator key, and as, which posts a JSON body with a client's key.
+func setupAliceAndBob(t *testing.T) (*env, func(key, path, body string) (*http.Response, string)) {
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	return e, func(key, path, body string) (*http.Response, string) {
+		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
+	}
+}
+
 // TestContinuationsScopedPerClient: with client keys, every response id a Responses request
 // continues from (previous_response_id) or references (an input item's id, item_reference
 // included) must be one the client's own requests produced through wsproxy — pass-through, JSON
@@ -489,12 +500,7 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 // none).
 func TestContinuationsScopedPerClient(t *testing.T) {
 	t.Parallel()
-	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
-	as := func(key, path, body string) (*http.Response, string) {
-		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
-	}
+	e, as := setupAliceAndBob(t)
 	item := func(id, text string) upstreamtest.Item { return upstreamtest.Message(id, text) }
 
 	// Bob's responses: a pass-through (JSON and streamed) and a thread turn.
@@ -614,12 +620,7 @@ func TestOwnResponseContinuedAtOnce(t *testing.T) {
 // upstream might read the other. Nothing reaches the upstream.
 func TestDuplicateMembersRefused(t *testing.T) {
 	t.Parallel()
-	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
-	as := func(key, path, body string) (*http.Response, string) {
-		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
-	}
+	e, as := setupAliceAndBob(t)
 	e.up.Script(upstreamtest.ResponseSpec{ID: "resp_alice", Items: []upstreamtest.Item{upstreamtest.Message("msg_alice", "hi")}}.Reply(),
 		upstreamtest.ResponseSpec{ID: "resp_bob", Items: []upstreamtest.Item{upstreamtest.Message("msg_bob", "hi")}}.Reply())
 	for _, key := range []string{"sk-alice-secret", "sk-bob-secret"} {
