@@ -24,6 +24,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -480,6 +481,17 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 	}
 }
 
+// setupAliceAndBob is a proxy with the client keys of alice and bob (sk-alice-secret,
+// sk-bob-secret) and an operator key, and as, which posts a JSON body with a client's key.
+func setupAliceAndBob(t *testing.T) (*env, func(key, path, body string) (*http.Response, string)) {
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	return e, func(key, path, body string) (*http.Response, string) {
+		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
+	}
+}
+
 // TestContinuationsScopedPerClient: with client keys, every response id a Responses request
 // continues from (previous_response_id) or references (an input item's id, item_reference
 // included) must be one the client's own requests produced through wsproxy — pass-through, JSON
@@ -488,12 +500,7 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 // none).
 func TestContinuationsScopedPerClient(t *testing.T) {
 	t.Parallel()
-	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
-	as := func(key, path, body string) (*http.Response, string) {
-		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
-	}
+	e, as := setupAliceAndBob(t)
 	item := func(id, text string) upstreamtest.Item { return upstreamtest.Message(id, text) }
 
 	// Bob's responses: a pass-through (JSON and streamed) and a thread turn.
@@ -553,6 +560,89 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 			require.Equal(t, r.body, string(got[len(got)-1].Body), "a pass-through goes as it came")
 		}
 	}
+}
+
+// TestOwnResponseContinuedAtOnce: with client keys, a pass-through response (JSON, and streamed
+// read up to its terminal event) is the client's to continue as soon as it has the answer: a
+// continuation sent at once on another connection is served, pair after pair.
+func TestOwnResponseContinuedAtOnce(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // a connection per request
+	post := func(body string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/responses", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-alice-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("resp_%d", i)
+		answer := upstreamtest.ResponseSpec{ID: id, Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d", i), "hi")}}
+		streamed := i%2 == 1
+		if streamed {
+			e.up.Script(answer.Stream())
+		} else {
+			e.up.Script(answer.Reply())
+		}
+		resp := post(fmt.Sprintf(`{"model":"m","input":"x","stream":%t}`, streamed))
+		require.Equal(t, 200, resp.StatusCode)
+		if streamed { // up to the terminal event, as a client that stops there
+			r := sse.NewReader(resp.Body)
+			for {
+				data, err := r.Next()
+				require.NoError(t, err, "the stream ended before its terminal event")
+				if strings.Contains(string(data), `"response.completed"`) {
+					break
+				}
+			}
+		} else {
+			_, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+		}
+		e.up.Script(upstreamtest.ResponseSpec{ID: id + "_next", Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d_next", i), "ok")}}.Reply())
+		next := post(`{"model":"m","input":"more","previous_response_id":"` + id + `"}`)
+		body, err := io.ReadAll(next.Body)
+		require.NoError(t, err)
+		next.Body.Close()
+		resp.Body.Close()
+		require.Equal(t, 200, next.StatusCode, "pair %d (streamed %t): the continuation at once: %s", i, streamed, body)
+	}
+}
+
+// TestDuplicateMembersRefused: with client keys, a Responses request that gives a member the
+// proxy checks twice (previous_response_id, input, conversation; an input item's id) is a 400
+// naming it, pass-through and thread turn alike: the proxy would check one value and the
+// upstream might read the other. Nothing reaches the upstream.
+func TestDuplicateMembersRefused(t *testing.T) {
+	t.Parallel()
+	e, as := setupAliceAndBob(t)
+	e.up.Script(upstreamtest.ResponseSpec{ID: "resp_alice", Items: []upstreamtest.Item{upstreamtest.Message("msg_alice", "hi")}}.Reply(),
+		upstreamtest.ResponseSpec{ID: "resp_bob", Items: []upstreamtest.Item{upstreamtest.Message("msg_bob", "hi")}}.Reply())
+	for _, key := range []string{"sk-alice-secret", "sk-bob-secret"} {
+		resp, body := as(key, "/v1/responses", `{"model":"m","input":"x"}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+	}
+	sent := len(e.up.Requests())
+	for _, path := range []string{"/v1/responses", "/threads/a/v1/responses"} {
+		for _, c := range []struct{ body, param string }{
+			{`{"model":"m","input":"more","previous_response_id":"resp_bob","previous_response_id":"resp_alice"}`, "previous_response_id"},
+			{`{"model":"m","input":"more","previous_response_id":"resp_alice","previous_response_id":"resp_bob"}`, "previous_response_id"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob"}],"input":"more"}`, "input"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob","id":"msg_alice"},{"role":"user","content":"more"}]}`, "input"},
+			{`{"model":"m","input":"more","conversation":"conv_1","conversation":null}`, "conversation"},
+		} {
+			resp, body := as("sk-alice-secret", path, c.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", path, c.body, body)
+			eb := requireErrorBody(t, body, "invalid_request_error", "duplicate_member")
+			require.Equal(t, c.param, eb["param"], body)
+		}
+	}
+	require.Len(t, e.up.Requests(), sent, "nothing reached the upstream")
 }
 
 // TestPassThroughResponsesWithoutPostgres: with client keys and Postgres away, a Responses
