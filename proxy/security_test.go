@@ -265,23 +265,27 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
 }
 
-// failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks that
-// the right credential, try(true), then waits out the window: 429 with a Retry-After.
+// failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks
+// that a further failed attempt then waits out the window (429 with a Retry-After) while the right
+// credential from the same address is served (docs/spec.md §10).
 func failedThenLocked(t *testing.T, name string, try func(right bool) *http.Response) {
 	t.Helper()
 	for i := range auth.MaxFailures {
 		resp := try(false)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: failure %d", name, i+1)
 	}
-	resp := try(true)
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: the next try is refused, the right credential too", name)
+	resp := try(false)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: the next failed try is refused", name)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"), name)
+	resp = try(true)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: the right credential from the same address is served", name)
 }
 
 // TestFailedAuthenticationThrottled: failed authentication is throttled per address on every
-// surface — the admin REST's bearer token, the client keys of /v1, the panel's sign-in — and
-// behind a trusted proxy the address is the client's (X-Forwarded-For), so one client's
-// failures lock out no other; from a peer that is not trusted, X-Forwarded-For changes nothing.
+// surface — the admin REST's bearer token, the client keys of /v1, the panel's sign-in, /mcp —
+// while valid credentials from that address are always served; behind a trusted proxy the
+// address is the client's (X-Forwarded-For), so one client's failures slow no other's; from a
+// peer that is not trusted, X-Forwarded-For changes nothing.
 func TestFailedAuthenticationThrottled(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseClientKeys("alice=sk-alice-secret")
@@ -314,26 +318,34 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 			resp, _ := e.do("GET", "/v1/models", from("203.0.113.2", map[string]string{"Authorization": "Bearer " + pick(right, "sk-alice-secret", "sk-guess")}), "")
 			return resp
 		})
+		// The admin token from that address is served too.
+		resp, body := e.do("GET", "/admin/v1/threads", from("203.0.113.2", map[string]string{"Authorization": "Bearer " + adminToken}), "")
+		require.Equal(t, 200, resp.StatusCode, body)
+	})
+	t.Run("MCP", func(t *testing.T) {
+		failedThenLocked(t, "mcp", func(right bool) *http.Response {
+			return mcpPost(t, e.srv.URL, "Bearer "+pick(right, "sk-alice-secret", "sk-guess"), "203.0.113.5")
+		})
 	})
 	t.Run("SignInBehindProxy", func(t *testing.T) {
-		for range auth.MaxFailures {
-			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
-			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-		}
-		// Another client behind the same proxy is not locked out.
-		resp, body := e.do("POST", "/ui/session", from("203.0.113.4", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
-		require.Equal(t, 200, resp.StatusCode, body)
-		resp, _ = e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
-		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the client that failed waits")
+		failedThenLocked(t, "sign-in", func(right bool) *http.Response {
+			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"`+pick(right, adminToken, "guess")+`"}`)
+			return resp
+		})
+		// Another client behind the same proxy has its own count.
+		resp, body := e.do("POST", "/ui/session", from("203.0.113.4", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
+		require.Equal(t, 401, resp.StatusCode, body)
 	})
 	t.Run("IPv6", func(t *testing.T) {
 		// An IPv6 client's address is its /64: another address of it waits too, a /64 apart does not.
-		failedThenLocked(t, "IPv6", func(right bool) *http.Response {
-			resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:2::"+pick(right, "2", "1"), map[string]string{"Authorization": "Bearer " + pick(right, adminToken, "guess")}), "")
-			return resp
-		})
-		resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:3::1", map[string]string{"Authorization": "Bearer " + adminToken}), "")
-		require.Equal(t, 200, resp.StatusCode)
+		for i := range auth.MaxFailures {
+			resp, _ := e.do("GET", "/admin/v1/threads", from(fmt.Sprintf("2001:db8:1:2::%d", i+1), map[string]string{"Authorization": "Bearer guess"}), "")
+			require.Equal(t, 401, resp.StatusCode)
+		}
+		resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:2:ffff::1", map[string]string{"Authorization": "Bearer guess"}), "")
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "one /64 is one address")
+		resp, _ = e.do("GET", "/admin/v1/threads", from("2001:db8:1:3::1", map[string]string{"Authorization": "Bearer guess"}), "")
+		require.Equal(t, 401, resp.StatusCode, "another /64 is another")
 	})
 	t.Run("Untrusted", func(t *testing.T) {
 		// Without trust, X-Forwarded-For is the client's to write: it changes nothing.
@@ -344,6 +356,29 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 			return resp
 		})
 	})
+}
+
+// TestSignInCrossSiteRefused: the panel's sign-in is a write like any other (docs/spec.md §13): one
+// from another site or origin is refused (403) before its token is looked at, so a page the
+// operator opens cannot sign in nor count failures against the operator's address.
+func TestSignInCrossSiteRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for name, h := range map[string]map[string]string{
+		"another site":   {"Sec-Fetch-Site": "cross-site"},
+		"another origin": {"Origin": "https://evil.example"},
+	} {
+		for range auth.MaxFailures + 1 {
+			h["Content-Type"] = "application/json"
+			resp, body := e.do("POST", "/ui/session", h, `{"token":"guess"}`)
+			require.Equal(t, 403, resp.StatusCode, "%s: %s", name, body)
+			requireErrorBody(t, body, "invalid_request_error", "csrf_refused")
+		}
+	}
+	c := e.panelClient()
+	code, body := c.do("POST", "/ui/session", `{"token":"guess"}`, map[string]string{"Content-Type": "application/json", "Origin": c.base, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, 401, code, "the first failure counted: %s", body)
+	require.Equal(t, 200, c.signIn(adminToken))
 }
 
 // TestForwardedProtoFromTrustedProxies: behind a trusted proxy that terminates TLS

@@ -56,8 +56,14 @@ func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // panelSignIn signs in with the admin token (every thread) or, with CLIENT_KEYS, a client's key
-// (that client's threads). Failures are throttled per address.
+// (that client's threads). One from another site is refused before its token is looked at (a
+// page could otherwise sign a browser in, or spend its address's failures); failures are
+// throttled per address.
 func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
+	if err := s.fromPanel(r); err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
 	var in struct {
 		Token string `json:"token"`
 	}

@@ -146,22 +146,30 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *htt
 }
 
 // sameOrigin checks a write made with a session cookie: it must come from the panel's own
-// origin (Origin and Sec-Fetch-Site, when the browser sends them; the origin as baseURL sees it)
-// and carry the session's CSRF token.
+// origin (fromPanel) and carry the session's CSRF token.
 func (s *Server) sameOrigin(r *http.Request, ses *session) error {
-	refuse := func(msg string) error {
-		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
-	}
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return refuse("a write from another site is refused")
-	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		if origin != s.opts.Guard.Peers.BaseURL(r) {
-			return refuse("a write from another origin is refused")
-		}
+	if err := s.fromPanel(r); err != nil {
+		return err
 	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(ses.CSRF)) != 1 {
-		return refuse("a write needs the session's " + csrfHeader)
+		return csrfRefused("a write needs the session's " + csrfHeader)
 	}
 	return nil
+}
+
+// fromPanel refuses a write from another site or origin (Sec-Fetch-Site and Origin, when the
+// browser sends them; the origin as BaseURL sees it): every write with a session, and the
+// sign-in, which has none yet (docs/spec.md §13).
+func (s *Server) fromPanel(r *http.Request) error {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return csrfRefused("a write from another site is refused")
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && origin != s.opts.Guard.Peers.BaseURL(r) {
+		return csrfRefused("a write from another origin is refused")
+	}
+	return nil
+}
+
+func csrfRefused(msg string) error {
+	return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
 }

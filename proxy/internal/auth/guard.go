@@ -57,24 +57,27 @@ func (g *Guard) HasClient(name string) bool {
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
-// Attempt is one authentication of r by verify: refused at once (429 too_many_failures) when
-// r's address failed too often lately; else nil when verify holds, and failed — counted against
-// the address — when it does not.
+// Attempt is one authentication of r by verify: nil when verify holds, whatever the address
+// did before (docs/spec.md §10: valid credentials are always served); else failed, counted
+// against r's address, or — past MaxFailures failures from it within FailureWindow — 429
+// too_many_failures.
 func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error {
+	if verify() {
+		return nil
+	}
 	addr := g.Peers.ClientAddr(r) // an IPv6 address as its /64
 	if err := g.failures.check(addr); err != nil {
 		return err
 	}
-	if !verify() {
-		g.failures.fail(addr)
-		return failed
-	}
-	return nil
+	g.failures.fail(addr)
+	return failed
 }
 
 // throttle slows down guessing: past MaxFailures failed authentications from one address
 // within FailureWindow (a wrong admin token, client key, sign-in token or metrics token), every
-// further try from it is refused, the right credential too, until the window ends.
+// further failure from it is a 429 until the window ends. The right credential is never held
+// back (one address may be a host, a NAT or a proxy many clients share); guessing is made
+// hopeless by the keys' length instead (MinSecretLength).
 type throttle struct {
 	mu       sync.Mutex
 	failures map[string]*failures // by client address
@@ -86,14 +89,19 @@ type failures struct {
 	until time.Time
 }
 
-// Past MaxFailures failed authentications from one address within FailureWindow, its tries
-// are refused until the window ends.
+// Past MaxFailures failed authentications from one address within FailureWindow, its further
+// failures are a 429 until the window ends.
 const (
 	MaxFailures   = 5
 	FailureWindow = time.Minute
 )
 
-// check is the error an address that must wait gets (429 with Retry-After), or nil.
+// MinSecretLength is the least length, in characters, of a client key, the admin token and the
+// metrics token: refused at start when shorter (docs/spec.md §10).
+const MinSecretLength = 20
+
+// check is the error a failure from an address that must wait gets (429 with Retry-After), or
+// nil.
 func (t *throttle) check(addr string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -23,6 +24,7 @@ type ClientKeys struct {
 	// through its timing, and no key kept in memory in the clear.
 	byHash map[[32]byte]string
 	names  map[string]bool
+	short  int // the entry number of the first key shorter than MinSecretLength (0: none)
 }
 
 // ParseClientKeys reads `name=key` pairs separated by commas or new lines (blank lines and lines
@@ -49,12 +51,19 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 			return nil, fmt.Errorf("entry %d (%s): the key is given twice", n, name)
 		}
 		k.byHash[h], k.names[name] = name, true
+		if k.short == 0 && utf8.RuneCountInString(key) < MinSecretLength {
+			k.short = n
+		}
 	}
 	if len(k.byHash) == 0 {
 		return nil, fmt.Errorf("no name=key entry")
 	}
 	return k, nil
 }
+
+// ShortKey is the entry number of the first key shorter than MinSecretLength, 0 when none
+// (cmd/proxy refuses such a key at start).
+func (k *ClientKeys) ShortKey() int { return k.short }
 
 // Names are the clients' names, sorted, each once.
 func (k *ClientKeys) Names() []string { return slices.Sorted(maps.Keys(k.names)) }
