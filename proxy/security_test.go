@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -802,6 +803,102 @@ func TestRemovedClientsAccessEnds(t *testing.T) {
 	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
+}
+
+// TestClientKeyChangeEndsItsAccess: a client's panel sessions, and the links and MCP tokens of
+// its threads, are bound to the key they were made under (docs/spec.md §13, §15): once that key
+// is gone — the client removed and added back with a new key, or its key rotated — they end for
+// good; a link or token the admin made for the client's thread ends with any change of the
+// client's keys. What is made under the new key holds, and another client's is untouched.
+func TestClientKeyChangeEndsItsAccess(t *testing.T) {
+	t.Parallel()
+	const (
+		oldKey = "key-alice-0123456789-old"
+		newKey = "key-alice-0123456789-new"
+		bobKey = "key-bob-0123456789abcdef"
+	)
+	configure := func(spec string) func(*Options) {
+		keys, err := ParseClientKeys(spec)
+		require.NoError(t, err)
+		return func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up" }
+	}
+	e := setup(t, configure("alice="+oldKey+",bob="+bobKey))
+	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
+	alice, bob := e.panelClient(), e.panelClient()
+	require.Equal(t, 200, alice.signIn(oldKey))
+	require.Equal(t, 200, bob.signIn(bobKey))
+	issued := func(byAlice bool, kind string) string {
+		var l struct{ URL, Token string }
+		if byAlice {
+			code, body := alice.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"`+kind+`"}`)
+			require.Equal(t, 201, code, body)
+			require.NoError(t, json.Unmarshal([]byte(body), &l))
+		} else {
+			e.admin("POST", "/admin/v1/threads/alice~t1/links", map[string]any{"kind": kind}, 201, &l)
+		}
+		if kind == "mcp" {
+			return l.Token
+		}
+		return strings.TrimPrefix(l.URL, e.srv.URL)
+	}
+	aliceLink, aliceToken := issued(true, "panel"), issued(true, "mcp")
+	adminLink, adminMCP := issued(false, "panel"), issued(false, "mcp")
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", adminLink, "", nil)
+	require.Equal(t, 200, code)
+	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
+
+	// Each replica here is this one restarted with other CLIENT_KEYS, on the same database.
+	ended := func(name, spec string) *env {
+		after := setupWithPool(t, e.pool, configure(spec))
+		for _, c := range []*panelClient{alice, bob, visitor} {
+			c.base = after.srv.URL // the same host: the cookie goes with it
+		}
+		code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+		require.Equal(t, 401, code, "%s: alice's session: %s", name, body)
+		code, body = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+		require.Equal(t, 401, code, "%s: the session of the admin's link: %s", name, body)
+		for _, l := range []string{aliceLink, adminLink} {
+			code, _ := after.panelClient().do("GET", l, "", nil)
+			require.Equal(t, 403, code, "%s: a link to alice's thread", name)
+		}
+		for _, tok := range []string{aliceToken, adminMCP} {
+			resp := mcpPost(t, after.srv.URL, "Bearer "+tok, "")
+			require.Equal(t, 401, resp.StatusCode, "%s: an MCP token of alice's thread", name)
+		}
+		code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+		require.Equal(t, 200, code, "%s: bob's session", name)
+		resp := mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+		require.Equal(t, 200, resp.StatusCode, "%s: bob's thread's MCP token", name)
+		return after
+	}
+	ended("removed", "bob="+bobKey)
+	ended("added back with a new key", "alice="+newKey+",bob="+bobKey)
+	// A key added beside the one alice signed in with: what she made holds, what the admin made for
+	// her thread (bound to all her keys) ends.
+	both := setupWithPool(t, e.pool, configure("alice="+oldKey+",alice="+newKey+",bob="+bobKey))
+	alice.base = both.srv.URL
+	code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 200, code, "alice's session, her key still hers: %s", body)
+	resp := mcpPost(t, both.srv.URL, "Bearer "+aliceToken, "")
+	require.Equal(t, 200, resp.StatusCode, "alice's MCP token")
+	resp = mcpPost(t, both.srv.URL, "Bearer "+adminMCP, "")
+	require.Equal(t, 401, resp.StatusCode, "the admin's MCP token for alice's thread")
+	after := ended("rotated", "alice="+newKey+",bob="+bobKey)
+
+	// What is made under the new key holds.
+	fresh := after.panelClient()
+	require.Equal(t, 200, fresh.signIn(newKey))
+	code, body = fresh.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"mcp"}`)
+	require.Equal(t, 201, code, body)
+	var l struct{ Token string }
+	require.NoError(t, json.Unmarshal([]byte(body), &l))
+	resp = mcpPost(t, after.srv.URL, "Bearer "+l.Token, "")
+	require.Equal(t, 200, resp.StatusCode, "a token made under the new key")
+	token, _, _ := mintMCPToken(t, after, "alice~t1", 0)
+	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	require.Equal(t, 200, resp.StatusCode, "a token the admin made since")
 }
 
 // TestOperatorKeyNotLogged: an upstream's stream error that quotes the operator's key, met in a

@@ -79,6 +79,7 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 		}
 		var ok bool
 		p.client, ok = s.opts.Guard.Client(in.Token)
+		p.key = s.opts.Guard.KeyFingerprint(in.Token)
 		return ok
 	}, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
 		Message: "that is neither the admin token nor a client key"})
@@ -117,7 +118,7 @@ var linkPage = template.Must(template.New("link").Parse(`<!doctype html>
 // revoked.
 func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
 	l, ok := s.signer.VerifyThreadToken(auth.KindPanelLink, r.URL.Query().Get("token"))
-	p := principal{thread: l.Thread, link: l.ID}
+	p := principal{thread: l.Thread, link: l.ID, key: l.Key}
 	if ok {
 		holds, err := s.holds(r.Context(), p)
 		if err != nil {

@@ -21,6 +21,7 @@ type principal struct {
 	client string
 	thread string   // a link's thread, in its stored form
 	link   int64    // a thread's: its link's id (the session ends when the link is revoked)
+	key    string   // a client's or a thread's: the fingerprint of the keys it is bound to (auth.Guard.Holds)
 	via    *session // set when the call came with a panel session: a write then needs its CSRF token
 }
 
@@ -81,6 +82,9 @@ type session struct {
 	// Link is the id of the link a thread's session was opened by: the session holds while the
 	// link does.
 	Link int64 `json:"l,omitempty"`
+	// Key is the fingerprint of the client keys a client's session signed in with, or a thread's
+	// link was made under: the session holds while they are the client's (auth.Guard.Holds).
+	Key string `json:"k,omitempty"`
 }
 
 // Panel sessions and links.
@@ -93,18 +97,19 @@ const (
 	MaxLinkTTL     = 30 * 24 * time.Hour
 )
 
-// holds reports whether a session's principal still holds: the admin's always; a client's
-// while the client has a key (CLIENT_KEYS); a link's while its link is neither revoked nor
-// expired, its thread not deleted and the thread's client (if any) has a key.
+// holds reports whether a session's principal still holds: the admin's always (its signing key
+// is ADMIN_TOKEN's); a client's while the key it signed in with is the client's; a link's while
+// its link is neither revoked nor expired, its thread not deleted and the keys of the thread's
+// client (if any) it was made under still the client's.
 func (s *Server) holds(ctx context.Context, p principal) (bool, error) {
 	switch {
 	case p.admin:
 		return true, nil
 	case p.thread == "":
-		return s.opts.Guard.HasClient(p.client), nil
+		return s.opts.Guard.Holds(p.client, p.key), nil
 	}
 	id, err := tools.ParseThreadID(p.thread)
-	if err != nil || !s.opts.Guard.HasClient(id.Client) {
+	if err != nil || !s.opts.Guard.Holds(id.Client, p.key) {
 		return false, nil
 	}
 	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)
@@ -125,7 +130,7 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
-	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text(), Link: p.link}
+	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text(), Link: p.link, Key: p.key}
 	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.Sign(auth.KindSession, ses), Expires: exp})
 	return ses
 }

@@ -48,11 +48,41 @@ func (g *Guard) Client(key string) (string, bool) {
 	return g.ClientKeys.Lookup(key)
 }
 
-// HasClient reports whether the client name has a key (CLIENT_KEYS); "" (a thread of no client)
-// always does. A client's sessions, and the links and MCP tokens of its threads, hold while it
-// does.
-func (g *Guard) HasClient(name string) bool {
-	return name == "" || g.ClientKeys != nil && g.ClientKeys.names[name]
+// A client's panel sessions, and the links and MCP tokens of its threads, are bound to the keys
+// they were made under (docs/spec.md §13): what they sign names a fingerprint — of the key that
+// signed in (KeyFingerprint), or, for what the admin made for a client's thread, of all that
+// client's keys (ClientFingerprint) — and they hold while it still stands (Holds). Removing a
+// client, or rotating its key, thus ends them for good; a client added back with a new key revives
+// nothing. A fingerprint is a MAC with the signer's key: a token's holder learns nothing of a key.
+
+// KeyFingerprint is the fingerprint of one client key.
+func (g *Guard) KeyFingerprint(key string) string {
+	return g.Signer().fingerprint("key", hashOf(key))
+}
+
+// ClientFingerprint is the fingerprint of every key the client has now ("" for no client).
+func (g *Guard) ClientFingerprint(client string) string {
+	if client == "" || g.ClientKeys == nil {
+		return ""
+	}
+	return g.Signer().fingerprint("keys", g.ClientKeys.byName[client]...)
+}
+
+// Holds reports whether what is bound to fp for the client still holds: fp is the fingerprint of
+// one of the client's keys, or of all of them. A thread of no client ("") is bound to no key.
+func (g *Guard) Holds(client, fp string) bool {
+	if client == "" {
+		return true
+	}
+	if g.ClientKeys == nil || fp == "" || len(g.ClientKeys.byName[client]) == 0 {
+		return false
+	}
+	for _, h := range g.ClientKeys.byName[client] {
+		if fp == g.Signer().fingerprint("key", h) {
+			return true
+		}
+	}
+	return fp == g.ClientFingerprint(client)
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
