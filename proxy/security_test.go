@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -264,6 +265,81 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	require.Equal(t, 401, resp.StatusCode)
 	require.Empty(t, resp.Header.Get("Content-Encoding"))
 	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
+}
+
+// TestOperatorKeyNotEchoed: an upstream that echoes the operator's key (UPSTREAM_API_KEY,
+// ANTHROPIC_UPSTREAM_API_KEY) in a response header or a 2xx body — a pass-through's, a thread
+// turn's, streamed or not, the key split across the stream's writes — never hands it to the
+// client: it is redacted there too, and the rest comes as it came.
+func TestOperatorKeyNotEchoed(t *testing.T) {
+	t.Parallel()
+	const operatorKey = "sk-operator-0123456789abcdef"
+	const anthropicKey = "sk-ant-operator-0123456789"
+	e := setup(t, func(o *Options) { o.UpstreamAPIKey, o.AnthropicUpstreamAPIKey = operatorKey, anthropicKey })
+	echo := func(key string, next upstreamtest.Reply) upstreamtest.Reply {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Echo", "Bearer "+key)
+			next(w, r)
+		}
+	}
+	check := func(name string, resp *http.Response, body, want string) {
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", name, body)
+		for k, vs := range resp.Header {
+			for _, v := range vs {
+				require.NotContains(t, v, operatorKey, "%s: header %s", name, k)
+				require.NotContains(t, v, anthropicKey, "%s: header %s", name, k)
+			}
+		}
+		if v := resp.Header.Get("X-Echo"); v != "" || !strings.Contains(name, "stream") { // a turn's stream has headers of its own
+			require.Equal(t, "Bearer [redacted]", v, name)
+		}
+		require.NotContains(t, body, operatorKey, name)
+		require.NotContains(t, body, anthropicKey, name)
+		require.Contains(t, body, want, "%s: the rest as it came", name)
+	}
+	chat := map[string]string{"Content-Type": "application/json"}
+	for _, thread := range []string{"", "t1"} {
+		h := map[string]string{"Content-Type": "application/json", "X-Thread-Id": thread}
+		e.up.Script(echo(operatorKey, reply(cmpl("Your key is "+operatorKey+"."))))
+		resp, body := e.do("POST", "/v1/chat/completions", h, `{"messages":[{"role":"user","content":"x"}]}`)
+		check("answer, thread "+thread, resp, body, "Your key is [redacted].")
+
+		e.up.Script(echo(operatorKey, upstreamtest.Stream(upstreamtest.Chunk("c1", `{"role":"assistant","content":"Your key is `+operatorKey+`."}`, "stop"))))
+		resp, body = e.do("POST", "/v1/chat/completions", h, `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+		check("stream, thread "+thread, resp, body, "Your key is [redacted].")
+	}
+	// A pass-through stream whose key is split across two writes, each flushed.
+	e.up.Script(echo(operatorKey, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		data := "data: " + upstreamtest.Chunk("c1", `{"role":"assistant","content":"Your key is `+operatorKey+`."}`, "stop") + "\n\ndata: [DONE]\n\n"
+		at := strings.Index(data, operatorKey) + len(operatorKey)/2
+		for _, part := range []string{data[:at], data[at:]} {
+			_, _ = io.WriteString(w, part)
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	resp, body := e.do("POST", "/v1/chat/completions", chat, `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	check("pass-through stream split", resp, body, "Your key is [redacted].")
+	// The Anthropic upstream's key, on a Messages pass-through.
+	e.up.Script(echo(anthropicKey, reply(`{"type":"message","role":"assistant","content":[{"type":"text","text":"Key `+anthropicKey+`"}]}`)))
+	resp, body = e.do("POST", "/v1/messages", map[string]string{"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
+		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}]}`)
+	check("messages", resp, body, `"text":"Key [redacted]"`)
+}
+
+// TestRedactingBody: a body read a byte at a time (each key split across reads) has every key
+// redacted, and a tail that only began a key comes at the end as it was.
+func TestRedactingBody(t *testing.T) {
+	t.Parallel()
+	f := fromUpstream{keys: [][]byte{[]byte("sk-operator-0123"), []byte("sk-ant-9")}}
+	in := "a sk-operator-0123 b sk-ant-9sk-operator-0123\n sk-sk-ant-9 sk-oper"
+	want := "a [redacted] b [redacted][redacted]\n sk-[redacted] sk-oper"
+	got, err := io.ReadAll(f.body(io.NopCloser(iotest.OneByteReader(strings.NewReader(in)))))
+	require.NoError(t, err)
+	require.Equal(t, want, string(got))
+	got, err = io.ReadAll(f.body(io.NopCloser(strings.NewReader(in))))
+	require.NoError(t, err)
+	require.Equal(t, want, string(got))
 }
 
 // failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks
