@@ -333,6 +333,10 @@ const (
 // ClientKeys are the keys of wsproxy's own clients (CLIENT_KEYS); ParseClientKeys reads them.
 type ClientKeys = auth.ClientKeys
 
+// MinSecretLength is the least length of a client key, the admin token and the metrics token
+// (cmd/proxy refuses a shorter one at start).
+const MinSecretLength = auth.MinSecretLength
+
 // ParseClientKeys reads CLIENT_KEYS: name=key pairs separated by commas or new lines.
 func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClientKeys(spec) }
 

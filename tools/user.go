@@ -117,7 +117,9 @@ type PreferencePatch struct {
 // Threads lists the threads whose stored id starts with prefix ("" for all), most recently
 // updated first, after the cursor after: a listed thread's Cursor (the page goes on from that
 // thread's place when it was listed, whatever happened to it since), or a bare thread id (from
-// that thread's place now; nothing when it is gone). "" lists from the top.
+// that thread's place now; nothing when it is gone). "" lists from the top. A cursor whose thread
+// does not start with prefix is no cursor of this listing: refused, so that a caller scoped to a
+// prefix (a client's namespace) learns nothing of a thread outside it.
 func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_ []Thread, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
@@ -128,6 +130,9 @@ func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_
 			return nil, invalid("after", "is not a thread's cursor")
 		}
 		p.AfterID, p.AfterUpdatedAt = id, pgtype.Timestamptz{Time: time.UnixMicro(n), Valid: true}
+	}
+	if after != "" && !strings.HasPrefix(p.AfterID, prefix) {
+		return nil, invalid("after", "is not a cursor of this listing")
 	}
 	rows, err := s.q.ThreadList(ctx, s.pool, p)
 	if err != nil {

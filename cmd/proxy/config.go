@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/tools"
@@ -184,6 +185,9 @@ func (c Config) Validate() error {
 	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
 		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
 	}
+	if err := c.validateSecrets(); err != nil {
+		return err
+	}
 	if c.ListenAddr == "" {
 		return errors.New("LISTEN_ADDR must not be empty")
 	}
@@ -218,6 +222,25 @@ func (c Config) Validate() error {
 	}
 	if f := strings.ToLower(c.LogFormat); f != "text" && f != "json" {
 		return fmt.Errorf("LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// validateSecrets refuses a client key, admin token or metrics token shorter than
+// auth.MinSecretLength (docs/spec.md §10): the length, not the throttle of failed
+// authentication, is what makes guessing them hopeless.
+func (c Config) validateSecrets() error {
+	for _, s := range [][2]string{{"ADMIN_TOKEN", c.AdminToken}, {"METRICS_TOKEN", c.MetricsToken}} {
+		if s[1] != "" && utf8.RuneCountInString(s[1]) < proxy.MinSecretLength {
+			return fmt.Errorf("%s: shorter than %d characters (e.g. openssl rand -hex 32)", s[0], proxy.MinSecretLength)
+		}
+	}
+	keys, err := c.clientKeys()
+	if err != nil {
+		return err
+	}
+	if keys != nil && keys.ShortKey() != 0 {
+		return fmt.Errorf("CLIENT_KEYS: entry %d: the key is shorter than %d characters", keys.ShortKey(), proxy.MinSecretLength)
 	}
 	return nil
 }

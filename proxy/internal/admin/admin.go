@@ -116,7 +116,7 @@ func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if !ok {
 		return principal{}, errAdminToken
 	}
-	p.via, p.link = ses, ses.Link
+	p.via, p.link, p.key = ses, ses.Link, ses.Key
 	if holds, err := s.holds(r.Context(), p); err != nil || !holds {
 		if err == nil {
 			err = errAdminToken
@@ -483,7 +483,8 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if principalFrom(r.Context()).thread != "" {
+	p := principalFrom(r.Context())
+	if p.thread != "" {
 		return errLinkHolder
 	}
 	var in struct {
@@ -520,7 +521,13 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix()}
+	// Bound to the keys it is made under: a client's own key, or — made by the admin — all the
+	// keys of the thread's client (any change of them ends it).
+	key := p.key
+	if p.admin {
+		key = s.opts.Guard.ClientFingerprint(ws.ThreadID().Client)
+	}
+	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix(), Key: key}
 	out := issuedLink{ID: l.ID, Kind: l.Kind, ExpiresAt: exp.UTC()}
 	base := s.opts.Guard.Peers.BaseURL(r)
 	if in.Kind == tools.LinkMCP {
