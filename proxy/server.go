@@ -6,6 +6,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -225,7 +226,8 @@ func NewServer(opts Options) *Server {
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
 		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
 	if !opts.DisableMCP {
-		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody, Metrics: opts.Metrics.mcp(),
+		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
+			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
 			TracerProvider: opts.TracerProvider, TraceContent: opts.TraceContent, Version: opts.Version, Logger: opts.Logger})
 	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))

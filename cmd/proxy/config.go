@@ -125,7 +125,7 @@ func (c *Config) settings() []setting {
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
-		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerRound)},
+		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round, and messages in one MCP request; more get an error envelope, not run (MCP: the request is refused)", (*intValue)(&c.MaxToolCallsPerRound)},
 		{"MAX_TOOL_CALLS_PER_TURN", "max-tool-calls-per-turn", "workspace calls run in one turn; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerTurn)},
 		{"MAX_TOOL_ITEMS", "max-tool-items", "items, edits or indices in one workspace call; more: the call's error envelope", (*intValue)(&c.MaxToolItems)},
 		{"MAX_TOOL_ARGUMENT_BYTES", "max-tool-argument-bytes", "arguments of one workspace call (bytes, or with KiB, MiB, GiB); more: the call's error envelope", (*byteSize)(&c.MaxToolArgumentBytes)},
