@@ -114,8 +114,8 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
 	if err != nil {
-		// A refused call has written nothing: every check runs before the tool's statement.
-		view.ran(list, nil)
+		// A refused call has written nothing (every check runs before the tool's statement): the
+		// view stays as it was.
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
@@ -128,7 +128,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	view.ran(out.list, out.touched)
+	view.ran(out.kept, out.removed)
 	return res, nil
 }
 
@@ -173,8 +173,8 @@ type toolOutput struct {
 	text        string
 	lockedSkips int
 	changes     []change     // the events of the call
-	list        []Preference // the list after the call
-	touched     []int64      // the preferences the call changed or removed
+	kept        []Preference // the preferences the call added or changed, as it left them
+	removed     []int64      // the preferences the call removed
 }
 
 var errUnknownTool = errors.New("unknown tool")
@@ -185,13 +185,13 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 		return w.addPreferences(ctx, tx, args, nextID, list)
 	case ListPreferences:
 		view.show(list)
-		return toolOutput{text: listText(list), list: list}, nil
+		return toolOutput{text: listText(list)}, nil
 	case UpdatePreferences:
 		return w.updatePreferences(ctx, tx, args, view, list)
 	case RemovePreferences:
 		return w.removePreferences(ctx, tx, args, view, list)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args, list)
+		return w.setObjective(ctx, tx, args)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }
