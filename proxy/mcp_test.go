@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -802,4 +803,48 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 			t.Fatal("the stream outlived its token")
 		}
 	}
+}
+
+// TestMCPThreadTokenCallOnADeletedThread: a thread token's call that meets its thread's deletion
+// (checked before it, committed while the call waits for the thread's lock) does not create the
+// thread again: the call is refused and the thread stays deleted.
+func TestMCPThreadTokenCallOnADeletedThread(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	const thread = "doomed"
+	e.preferencesOf(thread, "A")
+	token, _, _ := mintMCPToken(t, e, thread, 0)
+	cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
+
+	deleting, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer deleting.Rollback(ctx)
+	n, err := db.New().ThreadDelete(ctx, deleting, thread)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var deleter int
+	require.NoError(t, deleting.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&deleter))
+
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	called := make(chan result, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add_preferences",
+			Arguments: map[string]any{"items": []any{map[string]any{"title": "B"}}}})
+		called <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, e.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", deleter).Scan(&waiting))
+		return waiting > 0
+	}, time.Minute, 10*time.Millisecond, "the call waits for the thread's deletion")
+	require.NoError(t, deleting.Commit(ctx))
+	r := <-called
+	require.NoError(t, r.err)
+	require.True(t, r.res.IsError, "the call on a deleted thread is refused")
+	require.Equal(t, []mcp.Content{&mcp.TextContent{Text: "this thread's workspace was deleted; nothing was recorded"}}, r.res.Content)
+	e.admin("GET", "/admin/v1/threads/"+thread, nil, 404, nil)
 }

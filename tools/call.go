@@ -31,6 +31,10 @@ type Call struct {
 	// over MCP, which belongs to no turn (Turn and Round are recorded as null) and creates its
 	// thread when new, as a turn's start does.
 	Via string
+	// Existing runs a call over MCP only on a thread that exists (a thread token's: its thread
+	// existed when the token was made, so one missing now was deleted, and is not created again);
+	// false creates it when new.
+	Existing bool
 }
 
 // via is the path the call came by.
@@ -94,7 +98,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	// One round trip to begin, lock the thread and read its list; one for the tool's statement
 	// (none for list_preferences); one to record the call and commit.
 	lock := db.LockThread
-	if c.via() == ViaMCP {
+	if c.via() == ViaMCP && !c.Existing {
 		lock = db.LockThreadUpsert
 	}
 	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)

@@ -54,13 +54,14 @@ func toolDefs(thread string) []*mcp.Tool {
 func (s *Server) callTool(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := req.Params.Arguments
-		id, err := scopeFrom(ctx).resolve(threadArgument(args))
+		sc := scopeFrom(ctx)
+		id, err := sc.resolve(threadArgument(args))
 		if err != nil {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
 		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", tools.ViaMCP))
-		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP})
+		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP, Existing: sc.bound()})
 		s.tracing.End(span, res, err)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))
