@@ -110,7 +110,11 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	defer tx.Rollback(ctx)
 	view, list := c.View, fromRows(tx.Preferences)
-	if view == nil {
+	if view == nil && c.via() == ViaMCP && (c.Name == UpdatePreferences || c.Name == RemovePreferences) {
+		if view, err = w.viewAsOf(ctx, tx.Conn(), args, list); err != nil {
+			return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+		}
+	} else if view == nil {
 		view = viewOf(list)
 	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
 		// The thread was deleted and created again under its id: not the one the model was shown.
@@ -121,6 +125,13 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		// A refused call has written nothing (every check runs before the tool's statement): the
 		// view stays as it was.
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	}
+	if c.via() == ViaMCP && c.Name == ListPreferences {
+		last, err := w.lastEvent(ctx, tx.Conn())
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+		}
+		out.text = AsOfChange(out.text, last)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
 	err = tx.Commit(ctx, func(b *pgx.Batch) {

@@ -3,7 +3,9 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -118,4 +120,47 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 			require.Equal(t, tt.wantAfter, f.titles(t), "nothing but what the model named is touched")
 		})
 	}
+}
+
+// TestAsOfRebuildsTheListOfThatChange: an MCP call's as_of names the list as it stood after that
+// event, rebuilt from the events since: a preference added since has no index in it, one
+// rewritten or removed since is reported; once the events after it are pruned, as_of is refused.
+func TestAsOfRebuildsTheListOfThatChange(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	mcp := func(tool, args string) Result {
+		t.Helper()
+		res, err := f.ws.Run(ctx, Call{Name: tool, Arguments: args, Via: ViaMCP})
+		require.NoError(t, err)
+		return res
+	}
+	mcp(AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`)
+	listed := mcp(ListPreferences, `{}`).Text
+	n, err := f.ws.LastEventID(ctx)
+	require.NoError(t, err)
+	require.Equal(t, AsOfChange("#1 [soft] A\n#2 [soft] B\n#3 [soft] C", n), listed)
+	// Since then: the user adds Z before A's removal and rewrites C; the agent adds D.
+	list := f.list(t)
+	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Z"})
+	require.NoError(t, err)
+	require.NoError(t, f.ws.DeletePreference(ctx, list[0].ID))
+	_, err = f.ws.UpdatePreference(ctx, list[2].ID, PreferencePatch{Title: strPtr("C, the user's")})
+	require.NoError(t, err)
+	mcp(AddPreferences, `{"items":[{"title":"D"}]}`)
+
+	asOf := func(args string) string { return `{"as_of":` + strconv.FormatInt(n, 10) + `,` + args[1:] }
+	res := mcp(RemovePreferences, asOf(`{"indices":[1,3,4]}`))
+	require.True(t, res.OK, res.Text)
+	require.Equal(t, `changed since it was shown; call list_preferences: #1 "A", #3 "C"; out of range: #4`, res.Text)
+	res = mcp(UpdatePreferences, asOf(`{"updates":[{"index":2,"kind":"hard"}]}`))
+	require.Equal(t, `updated #2 "B"`, res.Text)
+	require.Equal(t, []string{"B", "C, the user's", "Z", "D"}, f.titles(t))
+
+	_, err = f.store.PruneHistory(ctx, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	res = mcp(RemovePreferences, asOf(`{"indices":[2]}`))
+	require.False(t, res.OK)
+	require.Contains(t, res.Text, "as_of")
+	require.Equal(t, []string{"B", "C, the user's", "Z", "D"}, f.titles(t), "nothing written")
 }
