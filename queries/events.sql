@@ -56,3 +56,11 @@ SELECT (next_event_id - 1)::bigint AS last_id FROM threads WHERE id = @thread_id
 -- left to the next prune, so the two never deadlock.
 DELETE FROM events
 WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < @cutoff FOR UPDATE SKIP LOCKED);
+
+-- name: EventPreferenceStatesAfter :many
+-- Each preference changed after event after_id, as it stood before the first event on it after
+-- then (null: it did not exist then): with the list as it stands, the list after that event (an
+-- MCP call's as_of, docs/spec.md §15).
+SELECT DISTINCT ON (target_id) target_id::bigint AS id, before FROM events
+WHERE thread_id = @thread_id AND id > @after_id::bigint AND target_type = 'preference'
+ORDER BY target_id, id;

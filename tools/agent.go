@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -12,7 +11,7 @@ import (
 
 // The five tools: each plans its call on the list as it stands and the view its indices name
 // (pure, in plan.go and view.go), then runs a few lines of SQL inside the call's transaction
-// (call.go), and says what the list is after it.
+// (call.go), and says what it added, changed and removed.
 
 func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, list []Preference) (toolOutput, error) {
 	fresh, dups, err := w.store.planAdd(args, nextID, list)
@@ -20,7 +19,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		return toolOutput{}, err
 	}
 	var changes []change
-	after := slices.Clip(list) // appended to as a copy: list stays as it was
+	var added []Preference
 	if len(fresh) > 0 {
 		rows, err := w.insert(ctx, tx, nextID, fresh)
 		if err != nil {
@@ -30,14 +29,14 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 			p := fromRow(len(list)+i+1, r)
 			c, _ := prefChange(nil, &p)
 			changes = append(changes, c)
-			after = append(after, p)
+			added = append(added, p)
 		}
 	}
 	text := "recorded " + plural(len(fresh), "preference")
 	if len(dups) > 0 {
 		text += "; already recorded: " + strings.Join(dups, ", ")
 	}
-	return toolOutput{text: text, changes: changes, list: after}, nil
+	return toolOutput{text: text, changes: changes, kept: added}, nil
 }
 
 func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
@@ -60,7 +59,7 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 		t.applied(done)
 	}
 	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true),
-		list: replaced(list, t.open), touched: idsOf(t.open)}, nil
+		kept: t.open}, nil
 }
 
 func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
@@ -91,9 +90,8 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 		}
 		t.applied(deleted)
 	}
-	removed := idsOf(t.open)
 	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false),
-		list: without(list, removed), touched: removed}, nil
+		removed: idsOf(t.open)}, nil
 }
 
 // idsOf are the stable ids of prefs.
@@ -105,7 +103,7 @@ func idsOf(prefs []Preference) []int64 {
 	return out
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, list []Preference) (toolOutput, error) {
+func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}
@@ -123,7 +121,7 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 	if err != nil {
 		return toolOutput{}, fmt.Errorf("set objective: %w", err)
 	}
-	out := toolOutput{text: "objective set: " + text, list: list}
+	out := toolOutput{text: "objective set: " + text}
 	if c, ok := objectiveChange(r.Previous, text); ok {
 		out.changes = []change{c}
 	}

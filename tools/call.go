@@ -31,6 +31,10 @@ type Call struct {
 	// over MCP, which belongs to no turn (Turn and Round are recorded as null) and creates its
 	// thread when new, as a turn's start does.
 	Via string
+	// Existing runs a call over MCP only on a thread that exists (a thread token's: its thread
+	// existed when the token was made, so one missing now was deleted, and is not created again);
+	// false creates it when new.
+	Existing bool
 }
 
 // via is the path the call came by.
@@ -94,7 +98,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	// One round trip to begin, lock the thread and read its list; one for the tool's statement
 	// (none for list_preferences); one to record the call and commit.
 	lock := db.LockThread
-	if c.via() == ViaMCP {
+	if c.via() == ViaMCP && !c.Existing {
 		lock = db.LockThreadUpsert
 	}
 	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID)
@@ -106,7 +110,11 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	defer tx.Rollback(ctx)
 	view, list := c.View, fromRows(tx.Preferences)
-	if view == nil {
+	if view == nil && c.via() == ViaMCP && (c.Name == UpdatePreferences || c.Name == RemovePreferences) {
+		if view, err = w.viewAsOf(ctx, tx.Conn(), args, list); err != nil {
+			return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+		}
+	} else if view == nil {
 		view = viewOf(list)
 	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
 		// The thread was deleted and created again under its id: not the one the model was shown.
@@ -114,9 +122,16 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
 	if err != nil {
-		// A refused call has written nothing: every check runs before the tool's statement.
-		view.ran(list, nil)
+		// A refused call has written nothing (every check runs before the tool's statement): the
+		// view stays as it was.
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	}
+	if c.via() == ViaMCP && c.Name == ListPreferences {
+		last, err := w.lastEvent(ctx, tx.Conn())
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+		}
+		out.text = AsOfChange(out.text, last)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
 	err = tx.Commit(ctx, func(b *pgx.Batch) {
@@ -128,7 +143,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	view.ran(out.list, out.touched)
+	view.ran(out.kept, out.removed)
 	return res, nil
 }
 
@@ -173,8 +188,8 @@ type toolOutput struct {
 	text        string
 	lockedSkips int
 	changes     []change     // the events of the call
-	list        []Preference // the list after the call
-	touched     []int64      // the preferences the call changed or removed
+	kept        []Preference // the preferences the call added or changed, as it left them
+	removed     []int64      // the preferences the call removed
 }
 
 var errUnknownTool = errors.New("unknown tool")
@@ -185,13 +200,13 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 		return w.addPreferences(ctx, tx, args, nextID, list)
 	case ListPreferences:
 		view.show(list)
-		return toolOutput{text: listText(list), list: list}, nil
+		return toolOutput{text: listText(list)}, nil
 	case UpdatePreferences:
 		return w.updatePreferences(ctx, tx, args, view, list)
 	case RemovePreferences:
 		return w.removePreferences(ctx, tx, args, view, list)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args, list)
+		return w.setObjective(ctx, tx, args)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }

@@ -42,6 +42,8 @@ type Detail struct {
 	Preferences []Preference `json:"preferences"`
 	Block       string       `json:"block"`
 	Usage       Usage        `json:"usage"`
+	// LastEventID is the thread's latest event id as the rest was read: its version (AsOfChange).
+	LastEventID int64 `json:"-"`
 }
 
 // Usage is what the upstream reported for a thread's turns: tokens of the prompts, the parts of
@@ -183,6 +185,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		if err != nil {
 			return db.NotFound(err)
 		}
+		d.LastEventID = th.NextEventID - 1
 		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens,
 			CacheWriteTokens: th.CacheWriteTokens}
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
