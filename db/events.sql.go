@@ -307,6 +307,45 @@ func (q *Queries) EventPendingProposals(ctx context.Context, db DBTX, arg EventP
 	return items, nil
 }
 
+const eventPreferenceStatesAfter = `-- name: EventPreferenceStatesAfter :many
+SELECT DISTINCT ON (target_id) target_id::bigint AS id, before FROM events
+WHERE thread_id = $1 AND id > $2::bigint AND target_type = 'preference' AND target_id IS NOT NULL
+ORDER BY target_id, id
+`
+
+type EventPreferenceStatesAfterParams struct {
+	ThreadID string
+	AfterID  int64
+}
+
+type EventPreferenceStatesAfterRow struct {
+	ID     int64
+	Before []byte
+}
+
+// Each preference changed after event after_id, as it stood before the first event on it after
+// then (null: it did not exist then): with the list as it stands, the list after that event (an
+// MCP call's as_of, docs/spec.md §15).
+func (q *Queries) EventPreferenceStatesAfter(ctx context.Context, db DBTX, arg EventPreferenceStatesAfterParams) ([]EventPreferenceStatesAfterRow, error) {
+	rows, err := db.Query(ctx, eventPreferenceStatesAfter, arg.ThreadID, arg.AfterID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []EventPreferenceStatesAfterRow{}
+	for rows.Next() {
+		var i EventPreferenceStatesAfterRow
+		if err := rows.Scan(&i.ID, &i.Before); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const eventPrune = `-- name: EventPrune :execrows
 DELETE FROM events
 WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < $1 FOR UPDATE SKIP LOCKED)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,10 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 	if err != nil {
 		return "", nil, apierr.BadRequest("invalid_json", "", "the request body is not a JSON object")
 	}
+	// A member read here given twice: the upstream might read the value not checked.
+	if k := rawjson.Repeated(body, "previous_response_id", "input", "conversation"); k != "" {
+		return "", nil, duplicateMember(k, k)
+	}
 	if top.Has("conversation") {
 		// A conversation is an object the upstream keeps under the operator's key, which no
 		// client made through wsproxy (thread turns refuse it too).
@@ -48,6 +53,9 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 		if err != nil {
 			return nil // not an object: the upstream's to refuse
 		}
+		if rawjson.Repeated(in[start:end], "id") != "" {
+			return duplicateMember("input", fmt.Sprintf("input[%d].id", i))
+		}
 		id := item.Get("id")
 		if id == nil || string(id) == "null" {
 			return nil
@@ -66,6 +74,12 @@ func referencedIDs(body []byte) (previous string, items []string, err error) {
 		return "", nil, apierr.BadRequest("invalid_type", "input", "input must be a string or an array of items")
 	}
 	return previous, items, nil
+}
+
+// duplicateMember is the 400 of a request that gives a member the proxy checks twice (name, in
+// param).
+func duplicateMember(param, name string) *apierr.Error {
+	return apierr.BadRequest("duplicate_member", param, "%s is given more than once", name)
 }
 
 // checkOwned refuses the request unless previous ("" for none) and every id of items are the
@@ -92,16 +106,54 @@ func (s *Server) checkOwned(ctx context.Context, client, previous string, items 
 
 // answerIDs collects the ids of the answers of one request to the upstream: each 2xx answer's
 // body is read through a responseIDs as it passes (tap).
-type answerIDs struct{ answers []*responseIDs }
+type answerIDs struct {
+	answers []*responseIDs
+	// record, when set, records ids for the client (a pass-through's): called with the ids found
+	// since its last call, as an answer's end passes — before its last bytes go on to the client,
+	// who may continue from it at once on another connection — and by whoever tapped the answer
+	// once it went out (the ids of an answer cut off before its end).
+	record   func([]string)
+	recorded int
+}
 
 // tap is body, an answer with header, passing what it reads to a new responseIDs.
 func (a *answerIDs) tap(header http.Header, body io.ReadCloser) io.ReadCloser {
 	ids := newResponseIDs(strings.HasPrefix(header.Get("Content-Type"), "text/event-stream"))
 	a.answers = append(a.answers, ids)
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.TeeReader(body, ids), body}
+	return &tappedBody{ReadCloser: body, ids: ids, a: a}
+}
+
+// tappedBody is an answer's body read through its responseIDs; the read that brings the
+// answer's end records its ids before returning (answerIDs.record).
+type tappedBody struct {
+	io.ReadCloser
+	ids *responseIDs
+	a   *answerIDs
+}
+
+func (b *tappedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	_, _ = b.ids.Write(p[:n])
+	if b.ids.ended {
+		b.a.recordNew()
+	}
+	return n, err
+}
+
+// recordNew records the ids found since the last record (with record set).
+func (a *answerIDs) recordNew() {
+	if a.record == nil {
+		return
+	}
+	n := 0
+	for _, x := range a.answers {
+		n += len(x.ids)
+	}
+	if n > a.recorded {
+		found := a.all()[a.recorded:]
+		a.recorded = n
+		a.record(found)
+	}
 }
 
 // all are the ids read so far.
@@ -130,9 +182,11 @@ func (u tappedUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Upst
 }
 
 // forwardResponses forwards a Responses request without a thread. With client keys it first
-// checks what the request continues from and references, and records, once the answer went
-// out, the ids in it for the client. A record that fails (Postgres down) costs the client the
-// continuation of that response (a later 404), never the answer, which has gone out unchanged.
+// checks what the request continues from and references, and records the ids of the answer for
+// the client before the answer's end goes out (a JSON body's last value byte, a stream's
+// terminal event): a continuation sent as soon as the client has the answer finds them. A record
+// that fails (Postgres down) costs the client the continuation of that response (a later 404),
+// never the answer, which goes out unchanged.
 func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, client string, body []byte) {
 	if s.opts.ClientKeys == nil {
 		s.forward(w, r, body)
@@ -146,18 +200,14 @@ func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, client
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	ids := &answerIDs{}
+	ids := &answerIDs{record: func(found []string) {
+		if err := s.opts.Store.RecordResponses(context.WithoutCancel(r.Context()), client, found); err != nil {
+			s.log.LogAttrs(r.Context(), slog.LevelWarn, "responses of a pass-through not recorded: the client cannot continue them",
+				slog.String("client", client), slog.Int("ids", len(found)), slog.Any("err", err))
+		}
+	}}
 	s.forward(w, r.WithContext(context.WithValue(r.Context(), answerIDsKey{}, ids)), body)
-	found := ids.all()
-	if len(found) == 0 {
-		return
-	}
-	// The client has the whole answer first; the next request on this connection waits for it.
-	_ = http.NewResponseController(w).Flush()
-	if err := s.opts.Store.RecordResponses(context.WithoutCancel(r.Context()), client, found); err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelWarn, "responses of a pass-through not recorded: the client cannot continue them",
-			slog.String("client", client), slog.Int("ids", len(found)), slog.Any("err", err))
-	}
+	ids.recordNew() // what an answer that never reached its end held
 }
 
 // modifyResponse is the pass-through's ReverseProxy.ModifyResponse: what fromUpstream changes,

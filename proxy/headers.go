@@ -87,8 +87,9 @@ func clientCredential(name string) bool {
 
 // fromUpstream is what the proxy changes in an upstream's response before a client gets it:
 // with client keys, the headers that name the operator's account and the upstream's cookies go
-// (identity); the operator's keys, should an error body or a stream's event quote one, are
-// redacted (keys: UPSTREAM_API_KEY and ANTHROPIC_UPSTREAM_API_KEY, those that are set).
+// (identity); the operator's keys, should a header value or the body — an error's, an answer's, a
+// stream's — quote one, are redacted (keys: UPSTREAM_API_KEY and ANTHROPIC_UPSTREAM_API_KEY, those
+// that are set; without them nothing is scanned).
 type fromUpstream struct {
 	identity bool
 	keys     [][]byte
@@ -107,9 +108,18 @@ func (f fromUpstream) header(h http.Header) {
 			h.Del(k)
 		}
 	}
+	for _, key := range f.keys {
+		for _, vs := range h {
+			for i, v := range vs {
+				if strings.Contains(v, string(key)) {
+					vs[i] = strings.ReplaceAll(v, string(key), redacted)
+				}
+			}
+		}
+	}
 }
 
-// redacted stands where an error body, or an event of a stream, quoted the operator's key.
+// redacted stands where a response quoted the operator's key.
 const redacted = "[redacted]"
 
 func (f fromUpstream) redact(body []byte) []byte {
@@ -121,24 +131,35 @@ func (f fromUpstream) redact(body []byte) []byte {
 	return body
 }
 
-// passThroughResponse applies f to a pass-through's response (ReverseProxy.ModifyResponse): an
-// error body (not 2xx) is read, up to maxErrorBody, for redaction, and sent as it came but for
-// the key (decompressed when it came gzipped: rewritePassThrough asks for nothing else).
+// passThroughResponse applies f to a pass-through's response (ReverseProxy.ModifyResponse), its
+// body decompressed when it came gzipped (rewritePassThrough asks for nothing else): an error
+// body (not 2xx) is read, up to maxErrorBody, and sent as it came but for the key; any other is
+// redacted as it streams (body), without its Content-Length (a redaction changes the length).
 func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 	f.header(resp.Header)
-	if len(f.keys) == 0 || (resp.StatusCode >= 200 && resp.StatusCode <= 299) {
+	if len(f.keys) == 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	defer resp.Body.Close()
-	var body io.Reader = resp.Body
+	body := resp.Body
 	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
 		zr, err := gzip.NewReader(resp.Body)
 		if err != nil {
-			return fmt.Errorf("read upstream error body: %w", err)
+			resp.Body.Close()
+			return fmt.Errorf("read upstream body: %w", err)
 		}
-		body = zr
+		body = struct {
+			io.Reader
+			io.Closer
+		}{zr, resp.Body}
 		resp.Header.Del("Content-Encoding")
 	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		resp.Body = f.body(body)
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+		return nil
+	}
+	defer body.Close()
 	b, err := io.ReadAll(io.LimitReader(body, maxErrorBody))
 	if err != nil {
 		return fmt.Errorf("read upstream error body: %w", err)
@@ -149,6 +170,81 @@ func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	resp.TransferEncoding = nil
 	return nil
+}
+
+// body is rc with the operator's keys redacted as it is read (rc itself without keys).
+func (f fromUpstream) body(rc io.ReadCloser) io.ReadCloser {
+	if len(f.keys) == 0 {
+		return rc
+	}
+	return &redactingBody{ReadCloser: rc, f: f}
+}
+
+// redactingBody is an upstream body read with the operator's keys redacted. Of what it read it
+// holds back only a tail that could begin a key, until the next read tells: a stream's events
+// pass as they come (an event ends in a new line, which begins no key).
+type redactingBody struct {
+	io.ReadCloser
+	f       fromUpstream
+	buf     []byte
+	ready   []byte // redacted, for the caller
+	pending []byte // redacted, but it could begin a key
+	err     error  // the body's, once met
+}
+
+func (b *redactingBody) Read(p []byte) (int, error) {
+	for len(b.ready) == 0 {
+		if b.err != nil {
+			// At the end, a tail held back is no key: it goes as it is.
+			b.ready, b.pending = b.pending, nil
+			if len(b.ready) == 0 {
+				return 0, b.err
+			}
+			break
+		}
+		if b.buf == nil {
+			b.buf = make([]byte, 0, max(len(p), 4<<10)+b.f.longestKey())
+		}
+		b.buf = append(b.buf[:0], b.pending...)
+		n, err := b.ReadCloser.Read(b.buf[len(b.buf):cap(b.buf)])
+		b.buf, b.err = b.buf[:len(b.buf)+n], err
+		r := b.f.redact(b.buf)
+		hold := 0
+		if err == nil {
+			hold = b.f.keyStart(r)
+		}
+		b.ready, b.pending = r[:len(r)-hold], r[len(r)-hold:]
+	}
+	n := copy(p, b.ready)
+	b.ready = b.ready[n:]
+	return n, nil
+}
+
+func (f fromUpstream) longestKey() int {
+	n := 0
+	for _, key := range f.keys {
+		n = max(n, len(key))
+	}
+	return n
+}
+
+// keyStart is the length of b's longest tail that begins one of the keys (0 when none).
+func (f fromUpstream) keyStart(b []byte) int {
+	hold := 0
+	for _, key := range f.keys {
+		tail := b[max(0, len(b)-len(key)+1):]
+		for i := 0; i < len(tail); i++ {
+			j := bytes.IndexByte(tail[i:], key[0])
+			if j < 0 {
+				break
+			}
+			if i += j; bytes.HasPrefix(key, tail[i:]) {
+				hold = max(hold, len(tail)-i)
+				break
+			}
+		}
+	}
+	return hold
 }
 
 func removeHopHeaders(h http.Header) {

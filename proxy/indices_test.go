@@ -44,7 +44,7 @@ func (e *env) toolResults(n int) []string {
 
 // TestIndicesOfOneRoundNameTheListShown: the calls of one round name the list the model was
 // shown: "remove #1" and "update #2" in one round remove A and update B, whatever the first did
-// to the positions; the next round names the list as the round left it.
+// to the positions; the next round names the list as the round's calls left the model's view.
 func TestIndicesOfOneRoundNameTheListShown(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -62,6 +62,39 @@ func TestIndicesOfOneRoundNameTheListShown(t *testing.T) {
 	d := e.workspace("shown")
 	require.Equal(t, []string{"B2", "C"}, e.titles("shown"))
 	require.Equal(t, "now #2", d.Preferences[1].Subtitle)
+}
+
+// TestALaterRoundNamesWhatTheModelSaw: through a real turn, round 2's indices name round 1's
+// view with round 1's own calls applied, never the user's edit that committed during round 1:
+// with A, B, C shown, the user removing B while round 1 removes A, round 2's "update #1" is B as
+// the model knows it, reported as changed, and C stays as it was.
+func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	prefs := e.preferencesOf("later", "A", "B", "C")
+	deleted := make(chan int, 1) // the user's DELETE's status
+	e.up.Script(
+		func(w http.ResponseWriter, r *http.Request) {
+			// The model is thinking; the user deletes B in the panel.
+			req, _ := http.NewRequest("DELETE", e.srv.URL+"/admin/v1/threads/later/preferences/"+strconv.FormatInt(prefs[1].ID, 10), nil)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			status := 0
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				status = resp.StatusCode
+				resp.Body.Close()
+			}
+			deleted <- status
+			reply(cmpl("", call{ID: "r", Name: "remove_preferences", Arguments: `{"indices":[1]}`}))(w, r)
+		},
+		reply(cmpl("", call{ID: "u", Name: "update_preferences", Arguments: `{"updates":[{"index":1,"title":"Renamed"}]}`})),
+		reply(cmpl("Done.")),
+	)
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "later"}, `{"model":"m","messages":[{"role":"user","content":"go"}]}`)
+	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 204, <-deleted, "the user's removal of B")
+	require.Equal(t, []string{`{"ok":true,"result":"removed #1 \"A\""}`}, e.toolResults(1))
+	require.Equal(t, []string{`{"ok":true,"result":"changed since it was shown; call list_preferences: #1 \"B\""}`}, e.toolResults(2))
+	require.Equal(t, []string{"C"}, e.titles("later"), "C is not the model's #1")
 }
 
 // TestIndicesSurviveAUserEdit: a user's edit between the turn's start and the model's call

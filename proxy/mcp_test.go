@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,16 +12,19 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -145,6 +149,7 @@ func TestMCPTools(t *testing.T) {
 				require.Contains(t, props, "thread", tl.Name)
 				require.Contains(t, schema["required"], "thread", tl.Name)
 				delete(props, "thread")
+				delete(props, "as_of") // MCP's own (TestMCPIndicesAsOf)
 				schema["required"] = without(schema["required"].([]any), "thread")
 				require.Equal(t, seed["parameters"], schema, tl.Name)
 			}
@@ -161,7 +166,7 @@ func TestMCPTools(t *testing.T) {
 				{"set_objective", map[string]any{"text": "Plan a trip to Lisbon", "action_and_reasoning": "the user named the goal"}, "objective set: Plan a trip to Lisbon"},
 				{"add_preferences", map[string]any{"items": []any{map[string]any{"title": "By train", "kind": "hard"}, map[string]any{"title": "Small hotels"}},
 					"action_and_reasoning": "the user stated two"}, "recorded 2 preferences"},
-				{"list_preferences", map[string]any{"action_and_reasoning": "to see them"}, "#1 [hard] By train\n#2 [soft] Small hotels"},
+				{"list_preferences", map[string]any{"action_and_reasoning": "to see them"}, "#1 [hard] By train\n#2 [soft] Small hotels\nas of change 3"},
 				{"update_preferences", map[string]any{"updates": []any{map[string]any{"index": 2, "subtitle": "Family-run"}}, "action_and_reasoning": "the user said more"},
 					`updated #2 "Small hotels"`},
 				{"remove_preferences", map[string]any{"indices": []any{1}, "action_and_reasoning": "the user dropped it"}, `removed #1 "By train"`},
@@ -220,7 +225,7 @@ func TestMCPTools(t *testing.T) {
 			read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
 			require.NoError(t, err)
 			require.Len(t, read.Contents, 1)
-			require.Equal(t, d.Block, read.Contents[0].Text)
+			require.Equal(t, tools.AsOfChange(d.Block, d.LastEventID), read.Contents[0].Text)
 			require.Equal(t, "text/plain", read.Contents[0].MIMEType)
 		})
 	}
@@ -328,7 +333,7 @@ func TestMCPScopes(t *testing.T) {
 				// admin's "lonely".
 				text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
 				require.False(t, isError)
-				require.Equal(t, "no preferences recorded yet", text)
+				require.Equal(t, "no preferences recorded yet", untilAsOf(t, text))
 				continue
 			}
 			text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
@@ -355,7 +360,7 @@ func TestMCPScopes(t *testing.T) {
 		admin := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
 		text, isError := mcpCall(t, admin, "list_preferences", map[string]any{"thread": "bob~t1"})
 		require.False(t, isError)
-		require.Equal(t, "#1 [soft] Bob's secret", text)
+		require.Equal(t, "#1 [soft] Bob's secret", untilAsOf(t, text))
 		read, err := admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://lonely"})
 		require.NoError(t, err)
 		require.Contains(t, read.Contents[0].Text, "Objective: No client's")
@@ -566,7 +571,7 @@ func TestMCPStatelessRoundRobin(t *testing.T) {
 				require.Equal(t, "recorded 1 preference", text)
 			}
 			text, _ := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
-			require.Equal(t, 6, strings.Count(text, "\n")+1, text)
+			require.Equal(t, 6, strings.Count(untilAsOf(t, text), "\n")+1, text)
 			_, err := cs.ListTools(context.Background(), nil)
 			require.NoError(t, err)
 		})
@@ -802,4 +807,247 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 			t.Fatal("the stream outlived its token")
 		}
 	}
+}
+
+// mcpBatch is a POST of a JSON-RPC batch of n set_objective calls (texts prefix 1…n, each a
+// change) to /mcp with token, in MCP 2025-03-26 (the last version with batches).
+func mcpBatch(t *testing.T, e *env, token, prefix string, n int) *http.Request {
+	t.Helper()
+	calls := make([]json.RawMessage, n)
+	for i := range calls {
+		calls[i] = json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"set_objective",`+
+			`"arguments":{"text":"%s %d","action_and_reasoning":"One of a batch."}}}`, i+1, prefix, i+1))
+	}
+	b, err := json.Marshal(calls)
+	require.NoError(t, err)
+	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", bytes.NewReader(b))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": "2025-03-26", "Authorization": "Bearer " + token} {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+// send sends req and returns its status and body.
+func send(req *http.Request) (int, []byte, error) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// TestMCPBatchBounded: a JSON-RPC batch (MCP 2025-03-26) carries at most as many messages as a
+// round runs workspace calls (MAX_TOOL_CALLS_PER_ROUND): one more is refused whole — 413 with a
+// JSON-RPC error, no call run — and one at the bound runs every call, one at a time: while the
+// thread's row is held, at most one of its calls waits on Postgres.
+func TestMCPBatchBounded(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/batch/objective", map[string]any{"text": "Batches"}, 200, nil)
+	token, _, _ := mintMCPToken(t, e, "batch", 0)
+	bound := DefaultMaxToolCallsPerRound
+	ws := e.store.Workspace(tools.ThreadID{Name: "batch"})
+	before, err := ws.LastEventID(context.Background())
+	require.NoError(t, err)
+
+	status, body, err := send(mcpBatch(t, e, token, "Over", bound+1))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
+	var refused struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(body, &refused), "%s", body)
+	require.Equal(t, "2.0", refused.JSONRPC)
+	require.Equal(t, "null", string(refused.ID), "a response to a batch refused whole has id null")
+	require.Equal(t, -32600, refused.Error.Code)
+	require.Contains(t, refused.Error.Message, strconv.Itoa(bound))
+	last, err := ws.LastEventID(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, before, last, "nothing of a refused batch runs")
+
+	// At the bound, with the thread's row held: its calls wait one at a time.
+	side, err := pgxpool.NewWithConfig(context.Background(), e.pool.Config().Copy()) // not the proxy's pool
+	require.NoError(t, err)
+	defer side.Close()
+	tx, err := side.Begin(context.Background())
+	require.NoError(t, err)
+	defer tx.Rollback(context.Background())
+	var holder int32
+	require.NoError(t, tx.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&holder))
+	_, err = tx.Exec(context.Background(), `SELECT 1 FROM threads WHERE id = 'batch' FOR UPDATE`)
+	require.NoError(t, err)
+	type answer struct {
+		status int
+		body   []byte
+		err    error
+	}
+	done := make(chan answer, 1)
+	req := mcpBatch(t, e, token, "At", bound)
+	go func() {
+		status, body, err := send(req)
+		done <- answer{status, body, err}
+	}()
+	// The sessions the holder blocks, directly or behind another waiter.
+	waiting := func() int {
+		var n int
+		require.NoError(t, side.QueryRow(context.Background(), `WITH RECURSIVE w(pid) AS (SELECT $1::int
+			UNION SELECT a.pid FROM pg_stat_activity a, w WHERE w.pid = ANY(pg_blocking_pids(a.pid)))
+			SELECT count(*) - 1 FROM w`, holder).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return waiting() > 0 }, time.Minute, 20*time.Millisecond)
+	require.Never(t, func() bool { return waiting() > 1 }, time.Second, 20*time.Millisecond, "one request's calls wait one at a time")
+	require.NoError(t, tx.Rollback(context.Background()))
+
+	a := <-done
+	require.NoError(t, a.err)
+	require.Equal(t, 200, a.status, "%s", a.body)
+	var results []struct {
+		Result struct{ IsError bool } `json:"result"`
+		Error  *json.RawMessage       `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(a.body, &results), "%s", a.body)
+	require.Len(t, results, bound)
+	for _, r := range results {
+		require.Nil(t, r.Error)
+		require.False(t, r.Result.IsError)
+	}
+	last, err = ws.LastEventID(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, before+int64(bound), last, "every call of a batch at the bound runs")
+}
+
+// asOf is the change number a list_preferences result or the workspace resource ends with.
+func asOf(t *testing.T, text string) int64 {
+	t.Helper()
+	_, n, ok := strings.Cut(text, "\nas of change ")
+	require.True(t, ok, "no version at the end of %q", text)
+	v, err := strconv.ParseInt(n, 10, 64)
+	require.NoError(t, err, text)
+	return v
+}
+
+// untilAsOf is a list_preferences result or the workspace resource without its version.
+func untilAsOf(t *testing.T, text string) string {
+	t.Helper()
+	asOf(t, text)
+	list, _, _ := strings.Cut(text, "\nas of change ")
+	return list
+}
+
+// TestMCPIndicesAsOf: over MCP, list_preferences and the workspace resource end with the list's
+// version (as of change N, N the thread's latest event); update_preferences and
+// remove_preferences with as_of N name the list as it stood after event N: a target the user
+// removed or rewrote since is reported, never replaced by another. Without as_of, the list as it
+// stands. as_of is in MCP's schemas only: the turn's tool definitions have none.
+func TestMCPIndicesAsOf(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const thread = "asof"
+	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread,
+		"items": []any{map[string]any{"title": "A"}, map[string]any{"title": "B"}, map[string]any{"title": "C"}, map[string]any{"title": "D"}}})
+	require.False(t, isError, text)
+
+	listed, isError := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
+	require.False(t, isError, listed)
+	n := asOf(t, listed)
+	var events page[struct {
+		ID int64 `json:"id"`
+	}]
+	e.admin("GET", "/admin/v1/threads/"+thread+"/events?order=desc&limit=1", nil, 200, &events)
+	require.Len(t, events.Data, 1)
+	require.Equal(t, events.Data[0].ID, n, "N is the thread's latest event")
+	require.Equal(t, "#1 [soft] A\n#2 [soft] B\n#3 [soft] C\n#4 [soft] D\nas of change "+strconv.FormatInt(n, 10), listed)
+	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://" + thread})
+	require.NoError(t, err)
+	require.Equal(t, e.workspace(thread).Block+"\nas of change "+strconv.FormatInt(n, 10), res.Contents[0].Text)
+
+	// Meanwhile the user removes A and rewrites C in the panel.
+	prefs := e.workspace(thread).Preferences
+	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/%s/preferences/%d", thread, prefs[0].ID), nil, 204, nil)
+	e.admin("PATCH", fmt.Sprintf("/admin/v1/threads/%s/preferences/%d", thread, prefs[2].ID), map[string]any{"title": "C, the user's"}, 200, nil)
+
+	text, isError = mcpCall(t, cs, "update_preferences", map[string]any{"thread": thread, "as_of": n,
+		"updates": []any{map[string]any{"index": 2, "title": "B2"}, map[string]any{"index": 3, "title": "C2"}}})
+	require.False(t, isError, text)
+	require.Equal(t, `updated #2 "B2"; changed since it was shown; call list_preferences: #3 "C"`, text)
+	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n, "indices": []any{1, 4}})
+	require.False(t, isError, text)
+	require.Equal(t, `removed #4 "D"; changed since it was shown; call list_preferences: #1 "A"`, text)
+	require.Equal(t, []string{"B2", "C, the user's"}, e.titles(thread))
+
+	// Without as_of: the list as it stands.
+	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "indices": []any{1}})
+	require.False(t, isError, text)
+	require.Equal(t, `removed #1 "B2"`, text)
+	// A change not made yet is no list's version.
+	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n + 100, "indices": []any{1}})
+	require.True(t, isError, text)
+	require.Contains(t, text, "as_of")
+	require.Equal(t, []string{"C, the user's"}, e.titles(thread))
+
+	// as_of is MCP's: the turn's tool definitions do not have it.
+	list, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	for _, tl := range list.Tools {
+		b, _ := json.Marshal(tl.InputSchema)
+		require.Equal(t, tl.Name == tools.UpdatePreferences || tl.Name == tools.RemovePreferences, strings.Contains(string(b), `"as_of"`), tl.Name)
+	}
+	for _, def := range tools.Definitions {
+		require.NotContains(t, string(def), "as_of")
+	}
+}
+
+// TestMCPThreadTokenCallOnADeletedThread: a thread token's call that meets its thread's deletion
+// (checked before it, committed while the call waits for the thread's lock) does not create the
+// thread again: the call is refused and the thread stays deleted.
+func TestMCPThreadTokenCallOnADeletedThread(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	const thread = "doomed"
+	e.preferencesOf(thread, "A")
+	token, _, _ := mintMCPToken(t, e, thread, 0)
+	cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
+
+	deleting, err := e.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer deleting.Rollback(ctx)
+	n, err := db.New().ThreadDelete(ctx, deleting, thread)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	var deleter int
+	require.NoError(t, deleting.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&deleter))
+
+	type result struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	called := make(chan result, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add_preferences",
+			Arguments: map[string]any{"items": []any{map[string]any{"title": "B"}}}})
+		called <- result{res, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		require.NoError(t, e.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", deleter).Scan(&waiting))
+		return waiting > 0
+	}, time.Minute, 10*time.Millisecond, "the call waits for the thread's deletion")
+	require.NoError(t, deleting.Commit(ctx))
+	r := <-called
+	require.NoError(t, r.err)
+	require.True(t, r.res.IsError, "the call on a deleted thread is refused")
+	require.Equal(t, []mcp.Content{&mcp.TextContent{Text: "this thread's workspace was deleted; nothing was recorded"}}, r.res.Content)
+	e.admin("GET", "/admin/v1/threads/"+thread, nil, 404, nil)
 }

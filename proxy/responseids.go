@@ -21,7 +21,14 @@ const (
 var idPaths = [][]string{
 	{"id"}, {"output", "", "id"},
 	{"response", "id"}, {"response", "output", "", "id"}, {"item", "id"},
+	{"type"}, // an event's type (typePath): not an id
 }
+
+// typePath is the index in idPaths of an event's type.
+const typePath = 5
+
+// terminalEvents are the types of the events that end a Responses stream (docs/spec.md §12).
+var terminalEvents = map[string]bool{"response.completed": true, "response.failed": true, "response.incomplete": true, "error": true}
 
 // responseIDs collects the ids of an answer written to it: a JSON body, or an event stream
 // (sse) whose data lines it reads as JSON, event by event.
@@ -30,6 +37,10 @@ type responseIDs struct {
 	scan idScanner
 	seen map[string]bool
 	ids  []string
+	// typ is the type of the stream's event being read; ended: the answer's end was read (the
+	// JSON body's value, or a stream's terminal event).
+	typ   string
+	ended bool
 
 	// The stream's line: its field name so far (before a colon), whether it is a data line
 	// being read, and whether the last byte ended a line with CR (CRLF ends one line).
@@ -47,7 +58,11 @@ func newResponseIDs(sse bool) *responseIDs {
 	return x
 }
 
-func (x *responseIDs) add(id string) {
+func (x *responseIDs) add(path int, id string) {
+	if path == typePath {
+		x.typ = id
+		return
+	}
 	if !x.seen[id] && len(x.ids) < maxResponseIDs {
 		x.seen[id] = true
 		x.ids = append(x.ids, id)
@@ -58,6 +73,7 @@ func (x *responseIDs) add(id string) {
 func (x *responseIDs) Write(p []byte) (int, error) {
 	if !x.sse {
 		x.scan.write(p)
+		x.ended = x.scan.done
 		return len(p), nil
 	}
 	for i := 0; i < len(p); i++ {
@@ -69,7 +85,9 @@ func (x *responseIDs) Write(p []byte) (int, error) {
 		x.afterCR = c == '\r'
 		if c == '\n' || c == '\r' {
 			if x.blank { // a blank line ends an event
+				x.ended = x.ended || terminalEvents[x.typ]
 				x.scan.reset()
+				x.typ = ""
 			} else if x.inData {
 				x.scan.write(newline) // data lines join with a newline
 			}
@@ -104,14 +122,16 @@ func (x *responseIDs) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// idScanner scans one JSON value for the strings at idPaths, calling found with each. It reads
-// well-formed JSON; what is not (the upstream's to answer for) at worst yields no id.
+// idScanner scans one JSON value for the strings at idPaths, calling found with each (and the
+// index of its path). It reads well-formed JSON; what is not (the upstream's to answer for) at
+// worst yields no id.
 type idScanner struct {
-	found func(string)
+	found func(int, string)
 	stack []frame
 	state scanState
 	str   []byte // the string being read: a member name, or a value at an id path (raw, escapes kept)
 	keep  bool   // the string is kept (a member name, or a value at an id path)
+	path  int    // the index in idPaths of a value kept
 	long  bool   // it outgrew maxIDBytes
 	esc   bool   // after a backslash in a string
 	done  bool   // the top-level value ended
@@ -140,9 +160,9 @@ func (s *idScanner) reset() {
 	*s = idScanner{found: found, stack: s.stack[:0], str: s.str[:0]}
 }
 
-// atIDPath reports whether a string value here stands at one of idPaths.
-func (s *idScanner) atIDPath() bool {
-	for _, path := range idPaths {
+// atIDPath is the index in idPaths of the path a string value here stands at, -1 for none.
+func (s *idScanner) atIDPath() int {
+	for p, path := range idPaths {
 		if len(path) != len(s.stack) {
 			continue
 		}
@@ -154,10 +174,10 @@ func (s *idScanner) atIDPath() bool {
 			}
 		}
 		if match {
-			return true
+			return p
 		}
 	}
-	return false
+	return -1
 }
 
 func (s *idScanner) write(p []byte) {
@@ -194,7 +214,8 @@ func (s *idScanner) write(p []byte) {
 			case c == ']' && len(s.stack) > 0 && !s.stack[len(s.stack)-1].object: // an empty array
 				s.pop()
 			case c == '"':
-				s.startString(scanString, s.atIDPath())
+				s.path = s.atIDPath()
+				s.startString(scanString, s.path >= 0)
 			default:
 				s.state = scanLiteral
 			}
@@ -238,7 +259,7 @@ func (s *idScanner) endString() {
 	case scanString:
 		if s.keep && !s.long {
 			if id := s.text(); id != "" {
-				s.found(id)
+				s.found(s.path, id)
 			}
 		}
 		s.state = scanAfter

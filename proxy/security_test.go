@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,12 +19,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -265,23 +268,102 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 	require.JSONEq(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
 }
 
-// failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks that
-// the right credential, try(true), then waits out the window: 429 with a Retry-After.
+// TestOperatorKeyNotEchoed: an upstream that echoes the operator's key (UPSTREAM_API_KEY,
+// ANTHROPIC_UPSTREAM_API_KEY) in a response header or a 2xx body — a pass-through's, a thread
+// turn's, streamed or not, the key split across the stream's writes — never hands it to the
+// client: it is redacted there too, and the rest comes as it came.
+func TestOperatorKeyNotEchoed(t *testing.T) {
+	t.Parallel()
+	const operatorKey = "sk-operator-0123456789abcdef"
+	const anthropicKey = "sk-ant-operator-0123456789"
+	e := setup(t, func(o *Options) { o.UpstreamAPIKey, o.AnthropicUpstreamAPIKey = operatorKey, anthropicKey })
+	echo := func(key string, next upstreamtest.Reply) upstreamtest.Reply {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Echo", "Bearer "+key)
+			next(w, r)
+		}
+	}
+	check := func(name string, resp *http.Response, body, want string) {
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", name, body)
+		for k, vs := range resp.Header {
+			for _, v := range vs {
+				require.NotContains(t, v, operatorKey, "%s: header %s", name, k)
+				require.NotContains(t, v, anthropicKey, "%s: header %s", name, k)
+			}
+		}
+		if v := resp.Header.Get("X-Echo"); v != "" || !strings.Contains(name, "stream") { // a turn's stream has headers of its own
+			require.Equal(t, "Bearer [redacted]", v, name)
+		}
+		require.NotContains(t, body, operatorKey, name)
+		require.NotContains(t, body, anthropicKey, name)
+		require.Contains(t, body, want, "%s: the rest as it came", name)
+	}
+	chat := map[string]string{"Content-Type": "application/json"}
+	for _, thread := range []string{"", "t1"} {
+		h := map[string]string{"Content-Type": "application/json", "X-Thread-Id": thread}
+		e.up.Script(echo(operatorKey, reply(cmpl("Your key is "+operatorKey+"."))))
+		resp, body := e.do("POST", "/v1/chat/completions", h, `{"messages":[{"role":"user","content":"x"}]}`)
+		check("answer, thread "+thread, resp, body, "Your key is [redacted].")
+
+		e.up.Script(echo(operatorKey, upstreamtest.Stream(upstreamtest.Chunk("c1", `{"role":"assistant","content":"Your key is `+operatorKey+`."}`, "stop"))))
+		resp, body = e.do("POST", "/v1/chat/completions", h, `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+		check("stream, thread "+thread, resp, body, "Your key is [redacted].")
+	}
+	// A pass-through stream whose key is split across two writes, each flushed.
+	e.up.Script(echo(operatorKey, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		data := "data: " + upstreamtest.Chunk("c1", `{"role":"assistant","content":"Your key is `+operatorKey+`."}`, "stop") + "\n\ndata: [DONE]\n\n"
+		at := strings.Index(data, operatorKey) + len(operatorKey)/2
+		for _, part := range []string{data[:at], data[at:]} {
+			_, _ = io.WriteString(w, part)
+			http.NewResponseController(w).Flush()
+		}
+	}))
+	resp, body := e.do("POST", "/v1/chat/completions", chat, `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
+	check("pass-through stream split", resp, body, "Your key is [redacted].")
+	// The Anthropic upstream's key, on a Messages pass-through.
+	e.up.Script(echo(anthropicKey, reply(`{"type":"message","role":"assistant","content":[{"type":"text","text":"Key `+anthropicKey+`"}]}`)))
+	resp, body = e.do("POST", "/v1/messages", map[string]string{"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
+		`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"x"}]}`)
+	check("messages", resp, body, `"text":"Key [redacted]"`)
+}
+
+// TestRedactingBody: a body read a byte at a time (each key split across reads) has every key
+// redacted, and a tail that only began a key comes at the end as it was.
+func TestRedactingBody(t *testing.T) {
+	t.Parallel()
+	f := fromUpstream{keys: [][]byte{[]byte("sk-operator-0123"), []byte("sk-ant-9")}}
+	in := "a sk-operator-0123 b sk-ant-9sk-operator-0123\n sk-sk-ant-9 sk-oper"
+	want := "a [redacted] b [redacted][redacted]\n sk-[redacted] sk-oper"
+	got, err := io.ReadAll(f.body(io.NopCloser(iotest.OneByteReader(strings.NewReader(in)))))
+	require.NoError(t, err)
+	require.Equal(t, want, string(got))
+	got, err = io.ReadAll(f.body(io.NopCloser(strings.NewReader(in))))
+	require.NoError(t, err)
+	require.Equal(t, want, string(got))
+}
+
+// failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks
+// that a further failed attempt then waits out the window (429 with a Retry-After) while the right
+// credential from the same address is served (docs/spec.md §10).
 func failedThenLocked(t *testing.T, name string, try func(right bool) *http.Response) {
 	t.Helper()
 	for i := range auth.MaxFailures {
 		resp := try(false)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s: failure %d", name, i+1)
 	}
-	resp := try(true)
-	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: the next try is refused, the right credential too", name)
+	resp := try(false)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: the next failed try is refused", name)
 	require.NotEmpty(t, resp.Header.Get("Retry-After"), name)
+	resp = try(true)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: the right credential from the same address is served", name)
 }
 
 // TestFailedAuthenticationThrottled: failed authentication is throttled per address on every
-// surface — the admin REST's bearer token, the client keys of /v1, the panel's sign-in — and
-// behind a trusted proxy the address is the client's (X-Forwarded-For), so one client's
-// failures lock out no other; from a peer that is not trusted, X-Forwarded-For changes nothing.
+// surface — the admin REST's bearer token, the client keys of /v1, the panel's sign-in, /mcp —
+// while valid credentials from that address are always served; behind a trusted proxy the
+// address is the client's (X-Forwarded-For), so one client's failures slow no other's; from a
+// peer that is not trusted, X-Forwarded-For changes nothing.
 func TestFailedAuthenticationThrottled(t *testing.T) {
 	t.Parallel()
 	keys, err := ParseClientKeys("alice=sk-alice-secret")
@@ -314,26 +396,34 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 			resp, _ := e.do("GET", "/v1/models", from("203.0.113.2", map[string]string{"Authorization": "Bearer " + pick(right, "sk-alice-secret", "sk-guess")}), "")
 			return resp
 		})
+		// The admin token from that address is served too.
+		resp, body := e.do("GET", "/admin/v1/threads", from("203.0.113.2", map[string]string{"Authorization": "Bearer " + adminToken}), "")
+		require.Equal(t, 200, resp.StatusCode, body)
+	})
+	t.Run("MCP", func(t *testing.T) {
+		failedThenLocked(t, "mcp", func(right bool) *http.Response {
+			return mcpPost(t, e.srv.URL, "Bearer "+pick(right, "sk-alice-secret", "sk-guess"), "203.0.113.5")
+		})
 	})
 	t.Run("SignInBehindProxy", func(t *testing.T) {
-		for range auth.MaxFailures {
-			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
-			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-		}
-		// Another client behind the same proxy is not locked out.
-		resp, body := e.do("POST", "/ui/session", from("203.0.113.4", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
-		require.Equal(t, 200, resp.StatusCode, body)
-		resp, _ = e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"`+adminToken+`"}`)
-		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the client that failed waits")
+		failedThenLocked(t, "sign-in", func(right bool) *http.Response {
+			resp, _ := e.do("POST", "/ui/session", from("203.0.113.3", map[string]string{"Content-Type": "application/json"}), `{"token":"`+pick(right, adminToken, "guess")+`"}`)
+			return resp
+		})
+		// Another client behind the same proxy has its own count.
+		resp, body := e.do("POST", "/ui/session", from("203.0.113.4", map[string]string{"Content-Type": "application/json"}), `{"token":"guess"}`)
+		require.Equal(t, 401, resp.StatusCode, body)
 	})
 	t.Run("IPv6", func(t *testing.T) {
 		// An IPv6 client's address is its /64: another address of it waits too, a /64 apart does not.
-		failedThenLocked(t, "IPv6", func(right bool) *http.Response {
-			resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:2::"+pick(right, "2", "1"), map[string]string{"Authorization": "Bearer " + pick(right, adminToken, "guess")}), "")
-			return resp
-		})
-		resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:3::1", map[string]string{"Authorization": "Bearer " + adminToken}), "")
-		require.Equal(t, 200, resp.StatusCode)
+		for i := range auth.MaxFailures {
+			resp, _ := e.do("GET", "/admin/v1/threads", from(fmt.Sprintf("2001:db8:1:2::%d", i+1), map[string]string{"Authorization": "Bearer guess"}), "")
+			require.Equal(t, 401, resp.StatusCode)
+		}
+		resp, _ := e.do("GET", "/admin/v1/threads", from("2001:db8:1:2:ffff::1", map[string]string{"Authorization": "Bearer guess"}), "")
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "one /64 is one address")
+		resp, _ = e.do("GET", "/admin/v1/threads", from("2001:db8:1:3::1", map[string]string{"Authorization": "Bearer guess"}), "")
+		require.Equal(t, 401, resp.StatusCode, "another /64 is another")
 	})
 	t.Run("Untrusted", func(t *testing.T) {
 		// Without trust, X-Forwarded-For is the client's to write: it changes nothing.
@@ -344,6 +434,29 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 			return resp
 		})
 	})
+}
+
+// TestSignInCrossSiteRefused: the panel's sign-in is a write like any other (docs/spec.md §13): one
+// from another site or origin is refused (403) before its token is looked at, so a page the
+// operator opens cannot sign in nor count failures against the operator's address.
+func TestSignInCrossSiteRefused(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for name, h := range map[string]map[string]string{
+		"another site":   {"Sec-Fetch-Site": "cross-site"},
+		"another origin": {"Origin": "https://evil.example"},
+	} {
+		for range auth.MaxFailures + 1 {
+			h["Content-Type"] = "application/json"
+			resp, body := e.do("POST", "/ui/session", h, `{"token":"guess"}`)
+			require.Equal(t, 403, resp.StatusCode, "%s: %s", name, body)
+			requireErrorBody(t, body, "invalid_request_error", "csrf_refused")
+		}
+	}
+	c := e.panelClient()
+	code, body := c.do("POST", "/ui/session", `{"token":"guess"}`, map[string]string{"Content-Type": "application/json", "Origin": c.base, "Sec-Fetch-Site": "same-origin"})
+	require.Equal(t, 401, code, "the first failure counted: %s", body)
+	require.Equal(t, 200, c.signIn(adminToken))
 }
 
 // TestForwardedProtoFromTrustedProxies: behind a trusted proxy that terminates TLS
@@ -480,6 +593,17 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 	}
 }
 
+// setupAliceAndBob is a proxy with the client keys of alice and bob (sk-alice-secret,
+// sk-bob-secret) and an operator key, and as, which posts a JSON body with a client's key.
+func setupAliceAndBob(t *testing.T) (*env, func(key, path, body string) (*http.Response, string)) {
+	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	return e, func(key, path, body string) (*http.Response, string) {
+		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
+	}
+}
+
 // TestContinuationsScopedPerClient: with client keys, every response id a Responses request
 // continues from (previous_response_id) or references (an input item's id, item_reference
 // included) must be one the client's own requests produced through wsproxy — pass-through, JSON
@@ -488,12 +612,7 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 // none).
 func TestContinuationsScopedPerClient(t *testing.T) {
 	t.Parallel()
-	keys, err := ParseClientKeys("alice=sk-alice-secret,bob=sk-bob-secret")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
-	as := func(key, path, body string) (*http.Response, string) {
-		return e.do("POST", path, map[string]string{"Authorization": "Bearer " + key, "Content-Type": "application/json"}, body)
-	}
+	e, as := setupAliceAndBob(t)
 	item := func(id, text string) upstreamtest.Item { return upstreamtest.Message(id, text) }
 
 	// Bob's responses: a pass-through (JSON and streamed) and a thread turn.
@@ -553,6 +672,89 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 			require.Equal(t, r.body, string(got[len(got)-1].Body), "a pass-through goes as it came")
 		}
 	}
+}
+
+// TestOwnResponseContinuedAtOnce: with client keys, a pass-through response (JSON, and streamed
+// read up to its terminal event) is the client's to continue as soon as it has the answer: a
+// continuation sent at once on another connection is served, pair after pair.
+func TestOwnResponseContinuedAtOnce(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-operator" })
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}} // a connection per request
+	post := func(body string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/responses", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk-alice-secret")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	for i := range 30 {
+		id := fmt.Sprintf("resp_%d", i)
+		answer := upstreamtest.ResponseSpec{ID: id, Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d", i), "hi")}}
+		streamed := i%2 == 1
+		if streamed {
+			e.up.Script(answer.Stream())
+		} else {
+			e.up.Script(answer.Reply())
+		}
+		resp := post(fmt.Sprintf(`{"model":"m","input":"x","stream":%t}`, streamed))
+		require.Equal(t, 200, resp.StatusCode)
+		if streamed { // up to the terminal event, as a client that stops there
+			r := sse.NewReader(resp.Body)
+			for {
+				data, err := r.Next()
+				require.NoError(t, err, "the stream ended before its terminal event")
+				if strings.Contains(string(data), `"response.completed"`) {
+					break
+				}
+			}
+		} else {
+			_, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+		}
+		e.up.Script(upstreamtest.ResponseSpec{ID: id + "_next", Items: []upstreamtest.Item{upstreamtest.Message(fmt.Sprintf("msg_%d_next", i), "ok")}}.Reply())
+		next := post(`{"model":"m","input":"more","previous_response_id":"` + id + `"}`)
+		body, err := io.ReadAll(next.Body)
+		require.NoError(t, err)
+		next.Body.Close()
+		resp.Body.Close()
+		require.Equal(t, 200, next.StatusCode, "pair %d (streamed %t): the continuation at once: %s", i, streamed, body)
+	}
+}
+
+// TestDuplicateMembersRefused: with client keys, a Responses request that gives a member the
+// proxy checks twice (previous_response_id, input, conversation; an input item's id) is a 400
+// naming it, pass-through and thread turn alike: the proxy would check one value and the
+// upstream might read the other. Nothing reaches the upstream.
+func TestDuplicateMembersRefused(t *testing.T) {
+	t.Parallel()
+	e, as := setupAliceAndBob(t)
+	e.up.Script(upstreamtest.ResponseSpec{ID: "resp_alice", Items: []upstreamtest.Item{upstreamtest.Message("msg_alice", "hi")}}.Reply(),
+		upstreamtest.ResponseSpec{ID: "resp_bob", Items: []upstreamtest.Item{upstreamtest.Message("msg_bob", "hi")}}.Reply())
+	for _, key := range []string{"sk-alice-secret", "sk-bob-secret"} {
+		resp, body := as(key, "/v1/responses", `{"model":"m","input":"x"}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+	}
+	sent := len(e.up.Requests())
+	for _, path := range []string{"/v1/responses", "/threads/a/v1/responses"} {
+		for _, c := range []struct{ body, param string }{
+			{`{"model":"m","input":"more","previous_response_id":"resp_bob","previous_response_id":"resp_alice"}`, "previous_response_id"},
+			{`{"model":"m","input":"more","previous_response_id":"resp_alice","previous_response_id":"resp_bob"}`, "previous_response_id"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob"}],"input":"more"}`, "input"},
+			{`{"model":"m","input":[{"type":"item_reference","id":"msg_bob","id":"msg_alice"},{"role":"user","content":"more"}]}`, "input"},
+			{`{"model":"m","input":"more","conversation":"conv_1","conversation":null}`, "conversation"},
+		} {
+			resp, body := as("sk-alice-secret", path, c.body)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", path, c.body, body)
+			eb := requireErrorBody(t, body, "invalid_request_error", "duplicate_member")
+			require.Equal(t, c.param, eb["param"], body)
+		}
+	}
+	require.Len(t, e.up.Requests(), sent, "nothing reached the upstream")
 }
 
 // TestPassThroughResponsesWithoutPostgres: with client keys and Postgres away, a Responses
@@ -767,6 +969,102 @@ func TestRemovedClientsAccessEnds(t *testing.T) {
 	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
+}
+
+// TestClientKeyChangeEndsItsAccess: a client's panel sessions, and the links and MCP tokens of
+// its threads, are bound to the key they were made under (docs/spec.md §13, §15): once that key
+// is gone — the client removed and added back with a new key, or its key rotated — they end for
+// good; a link or token the admin made for the client's thread ends with any change of the
+// client's keys. What is made under the new key holds, and another client's is untouched.
+func TestClientKeyChangeEndsItsAccess(t *testing.T) {
+	t.Parallel()
+	const (
+		oldKey = "key-alice-0123456789-old"
+		newKey = "key-alice-0123456789-new"
+		bobKey = "key-bob-0123456789abcdef"
+	)
+	configure := func(spec string) func(*Options) {
+		keys, err := ParseClientKeys(spec)
+		require.NoError(t, err)
+		return func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up" }
+	}
+	e := setup(t, configure("alice="+oldKey+",bob="+bobKey))
+	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
+	alice, bob := e.panelClient(), e.panelClient()
+	require.Equal(t, 200, alice.signIn(oldKey))
+	require.Equal(t, 200, bob.signIn(bobKey))
+	issued := func(byAlice bool, kind string) string {
+		var l struct{ URL, Token string }
+		if byAlice {
+			code, body := alice.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"`+kind+`"}`)
+			require.Equal(t, 201, code, body)
+			require.NoError(t, json.Unmarshal([]byte(body), &l))
+		} else {
+			e.admin("POST", "/admin/v1/threads/alice~t1/links", map[string]any{"kind": kind}, 201, &l)
+		}
+		if kind == "mcp" {
+			return l.Token
+		}
+		return strings.TrimPrefix(l.URL, e.srv.URL)
+	}
+	aliceLink, aliceToken := issued(true, "panel"), issued(true, "mcp")
+	adminLink, adminMCP := issued(false, "panel"), issued(false, "mcp")
+	visitor := e.panelClient()
+	code, _ := visitor.do("GET", adminLink, "", nil)
+	require.Equal(t, 200, code)
+	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
+
+	// Each replica here is this one restarted with other CLIENT_KEYS, on the same database.
+	ended := func(name, spec string) *env {
+		after := setupWithPool(t, e.pool, configure(spec))
+		for _, c := range []*panelClient{alice, bob, visitor} {
+			c.base = after.srv.URL // the same host: the cookie goes with it
+		}
+		code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+		require.Equal(t, 401, code, "%s: alice's session: %s", name, body)
+		code, body = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+		require.Equal(t, 401, code, "%s: the session of the admin's link: %s", name, body)
+		for _, l := range []string{aliceLink, adminLink} {
+			code, _ := after.panelClient().do("GET", l, "", nil)
+			require.Equal(t, 403, code, "%s: a link to alice's thread", name)
+		}
+		for _, tok := range []string{aliceToken, adminMCP} {
+			resp := mcpPost(t, after.srv.URL, "Bearer "+tok, "")
+			require.Equal(t, 401, resp.StatusCode, "%s: an MCP token of alice's thread", name)
+		}
+		code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+		require.Equal(t, 200, code, "%s: bob's session", name)
+		resp := mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+		require.Equal(t, 200, resp.StatusCode, "%s: bob's thread's MCP token", name)
+		return after
+	}
+	ended("removed", "bob="+bobKey)
+	ended("added back with a new key", "alice="+newKey+",bob="+bobKey)
+	// A key added beside the one alice signed in with: what she made holds, what the admin made for
+	// her thread (bound to all her keys) ends.
+	both := setupWithPool(t, e.pool, configure("alice="+oldKey+",alice="+newKey+",bob="+bobKey))
+	alice.base = both.srv.URL
+	code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+	require.Equal(t, 200, code, "alice's session, her key still hers: %s", body)
+	resp := mcpPost(t, both.srv.URL, "Bearer "+aliceToken, "")
+	require.Equal(t, 200, resp.StatusCode, "alice's MCP token")
+	resp = mcpPost(t, both.srv.URL, "Bearer "+adminMCP, "")
+	require.Equal(t, 401, resp.StatusCode, "the admin's MCP token for alice's thread")
+	after := ended("rotated", "alice="+newKey+",bob="+bobKey)
+
+	// What is made under the new key holds.
+	fresh := after.panelClient()
+	require.Equal(t, 200, fresh.signIn(newKey))
+	code, body = fresh.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"mcp"}`)
+	require.Equal(t, 201, code, body)
+	var l struct{ Token string }
+	require.NoError(t, json.Unmarshal([]byte(body), &l))
+	resp = mcpPost(t, after.srv.URL, "Bearer "+l.Token, "")
+	require.Equal(t, 200, resp.StatusCode, "a token made under the new key")
+	token, _, _ := mintMCPToken(t, after, "alice~t1", 0)
+	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	require.Equal(t, 200, resp.StatusCode, "a token the admin made since")
 }
 
 // TestOperatorKeyNotLogged: an upstream's stream error that quotes the operator's key, met in a

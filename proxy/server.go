@@ -6,6 +6,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"math"
@@ -229,7 +230,8 @@ func NewServer(opts Options) *Server {
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
 		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
 	if !opts.DisableMCP {
-		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody, Metrics: opts.Metrics.mcp(),
+		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
+			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
 			TracerProvider: opts.TracerProvider, TraceContent: opts.TraceContent, Version: opts.Version, Logger: opts.Logger})
 	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
@@ -336,6 +338,10 @@ const (
 
 // ClientKeys are the keys of wsproxy's own clients (CLIENT_KEYS); ParseClientKeys reads them.
 type ClientKeys = auth.ClientKeys
+
+// MinSecretLength is the least length of a client key, the admin token and the metrics token
+// (cmd/proxy refuses a shorter one at start).
+const MinSecretLength = auth.MinSecretLength
 
 // ParseClientKeys reads CLIENT_KEYS: name=key pairs separated by commas or new lines.
 func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClientKeys(spec) }

@@ -19,7 +19,6 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	thread  string
-	back    fromUpstream // every event written passes its redaction (put)
 	every   time.Duration
 	mu      sync.Mutex // the timer writes too
 	started bool
@@ -32,7 +31,7 @@ type sseWriter struct {
 }
 
 func (s *Server) sseWriter(w http.ResponseWriter, thread tools.ThreadID) *sseWriter {
-	o := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name, back: s.fromUpstream(), every: s.opts.StreamKeepalive,
+	o := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name, every: s.opts.StreamKeepalive,
 		last: time.Now()}
 	o.mu.Lock() // the timer may fire before it is assigned
 	o.timer = time.AfterFunc(o.every, o.keepalive)
@@ -54,12 +53,12 @@ func (o *sseWriter) Emit(event string, data []byte) error {
 	return o.put(o.buf)
 }
 
-// put writes b, the operator's keys redacted: every event of a stream goes out through it.
-// The caller holds o.mu.
+// put writes b: every event of a stream goes out through it (what came from the upstream was
+// read with the operator's keys redacted, clientUpstream). The caller holds o.mu.
 func (o *sseWriter) put(b []byte) error {
 	o.start()
 	o.last = time.Now()
-	_, err := o.w.Write(o.back.redact(b))
+	_, err := o.w.Write(b)
 	return err
 }
 

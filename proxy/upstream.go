@@ -59,5 +59,5 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 		}
 		return nil, &apierr.UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: b}
 	}
-	return &turn.UpstreamResponse{Header: resp.Header, Body: resp.Body}, nil
+	return &turn.UpstreamResponse{Header: resp.Header, Body: u.back.body(resp.Body)}, nil
 }

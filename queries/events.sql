@@ -72,3 +72,11 @@ WHERE e.thread_id = @thread_id AND (e.kind = 'proposed' OR (e.kind = 'locked_ski
   AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id)
 ORDER BY e.id
 LIMIT @max_rows;
+
+-- name: EventPreferenceStatesAfter :many
+-- Each preference changed after event after_id, as it stood before the first event on it after
+-- then (null: it did not exist then): with the list as it stands, the list after that event (an
+-- MCP call's as_of, docs/spec.md §15).
+SELECT DISTINCT ON (target_id) target_id::bigint AS id, before FROM events
+WHERE thread_id = @thread_id AND id > @after_id::bigint AND target_type = 'preference' AND target_id IS NOT NULL
+ORDER BY target_id, id;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -12,7 +11,7 @@ import (
 
 // The five tools: each plans its call on the list as it stands and the view its indices name
 // (pure, in plan.go and view.go), then runs a few lines of SQL inside the call's transaction
-// (call.go), and says what the list is after it.
+// (call.go), and says what it added, changed and removed.
 
 func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
 	fresh, dups, fromScopes, err := w.store.planAdd(args, nextID, list, view.inherited)
@@ -20,7 +19,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		return toolOutput{}, err
 	}
 	var changes []change
-	after := slices.Clip(list) // appended to as a copy: list stays as it was
+	var added []Preference
 	if view.propose {
 		var adds []string
 		for _, p := range fresh {
@@ -31,7 +30,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		if len(dups) > 0 {
 			parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 		}
-		return toolOutput{text: proposedText(len(fresh) > 0, parts), changes: changes, list: after}, nil
+		return toolOutput{text: proposedText(len(fresh) > 0, parts), changes: changes}, nil
 	}
 	if len(fresh) > 0 {
 		rows, err := w.insert(ctx, tx, nextID, fresh)
@@ -42,7 +41,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 			p := fromRow(len(list)+i+1, r)
 			c, _ := prefChange(nil, &p)
 			changes = append(changes, c)
-			after = append(after, p)
+			added = append(added, p)
 		}
 	}
 	parts := []string{"recorded " + plural(len(fresh), "preference")}
@@ -50,7 +49,7 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 	}
 	parts = append(parts, fromScopes.parts()...)
-	return toolOutput{text: strings.Join(parts, "; "), changes: changes, list: after}, nil
+	return toolOutput{text: strings.Join(parts, "; "), changes: changes, kept: added}, nil
 }
 
 // Review mode (docs/spec.md §17): a tool's change becomes a proposal event, nothing changes.
@@ -96,9 +95,7 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 		return toolOutput{}, err
 	}
 	if view.propose {
-		out := proposeEdits(t, true)
-		out.list = list
-		return out, nil
+		return proposeEdits(t, true), nil
 	}
 	if len(t.open) > 0 {
 		p := db.PreferenceUpdateUnlockedParams{ThreadID: w.threadID}
@@ -115,7 +112,7 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 		t.applied(done)
 	}
 	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true),
-		list: replaced(list, t.open), touched: idsOf(t.open)}, nil
+		kept: t.open}, nil
 }
 
 func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
@@ -140,9 +137,7 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 	}
 	t := view.resolve(list, indices)
 	if view.propose {
-		out := proposeEdits(t, false)
-		out.list = list
-		return out, nil
+		return proposeEdits(t, false), nil
 	}
 	if len(t.open) > 0 {
 		deleted, err := w.store.q.PreferenceDeleteUnlocked(ctx, tx, db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: idsOf(t.open)})
@@ -151,9 +146,8 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 		}
 		t.applied(deleted)
 	}
-	removed := idsOf(t.open)
 	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false),
-		list: without(list, removed), touched: removed}, nil
+		removed: idsOf(t.open)}, nil
 }
 
 // idsOf are the stable ids of prefs.
@@ -165,7 +159,7 @@ func idsOf(prefs []Preference) []int64 {
 	return out
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
+func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}
@@ -187,13 +181,13 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 			return toolOutput{}, fmt.Errorf("get objective: %w", err)
 		}
 		c := proposal(Target{Type: TargetObjective}, before, objectiveState(text))
-		return toolOutput{text: proposedText(true, []string{"objective: " + text}), changes: []change{c}, list: list}, nil
+		return toolOutput{text: proposedText(true, []string{"objective: " + text}), changes: []change{c}}, nil
 	}
 	r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent})
 	if err != nil {
 		return toolOutput{}, fmt.Errorf("set objective: %w", err)
 	}
-	out := toolOutput{text: "objective set: " + text, list: list}
+	out := toolOutput{text: "objective set: " + text}
 	if c, ok := objectiveChange(r.Previous, text); ok {
 		out.changes = []change{c}
 	}

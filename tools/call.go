@@ -31,6 +31,10 @@ type Call struct {
 	// over MCP, which belongs to no turn (Turn and Round are recorded as null) and creates its
 	// thread when new, as a turn's start does.
 	Via string
+	// Existing runs a call over MCP only on a thread that exists (a thread token's: its thread
+	// existed when the token was made, so one missing now was deleted, and is not created again);
+	// false creates it when new.
+	Existing bool
 }
 
 // via is the path the call came by.
@@ -95,7 +99,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	// its scopes); one for the tool's statement
 	// (none for list_preferences); one to record the call and commit.
 	lock := db.LockThread
-	if c.via() == ViaMCP {
+	if c.via() == ViaMCP && !c.Existing {
 		lock = db.LockThreadUpsert
 	}
 	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID, c.View == nil)
@@ -107,13 +111,19 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	defer tx.Rollback(ctx)
 	view, list := c.View, fromRows(tx.Preferences)
-	if view == nil {
+	if view == nil && c.via() == ViaMCP && (c.Name == UpdatePreferences || c.Name == RemovePreferences) {
+		if view, err = w.viewAsOf(ctx, tx.Conn(), args, list); err != nil {
+			return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+		}
+	} else if view == nil {
+		view = viewOf(list)
+	}
+	if c.View == nil {
 		// A call outside a turn (over MCP) sees the thread's scopes as they stand.
 		scope, err := scopeFrom(tx.Scope, list)
 		if err != nil {
 			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 		}
-		view = viewOf(list)
 		view.inherited, view.propose = scope.Inherited, scope.AgentWrites == AgentWritesPropose
 	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
 		// The thread was deleted and created again under its id: not the one the model was shown.
@@ -121,9 +131,16 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
 	if err != nil {
-		// A refused call has written nothing: every check runs before the tool's statement.
-		view.ran(list, nil)
+		// A refused call has written nothing (every check runs before the tool's statement): the
+		// view stays as it was.
 		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	}
+	if c.via() == ViaMCP && c.Name == ListPreferences {
+		last, err := w.lastEvent(ctx, tx.Conn())
+		if err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+		}
+		out.text = AsOfChange(out.text, last)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
 	err = tx.Commit(ctx, func(b *pgx.Batch) {
@@ -135,7 +152,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	view.ran(out.list, out.touched)
+	view.ran(out.kept, out.removed)
 	return res, nil
 }
 
@@ -180,8 +197,8 @@ type toolOutput struct {
 	text        string
 	lockedSkips int
 	changes     []change     // the events of the call
-	list        []Preference // the list after the call
-	touched     []int64      // the preferences the call changed or removed
+	kept        []Preference // the preferences the call added or changed, as it left them
+	removed     []int64      // the preferences the call removed
 }
 
 var errUnknownTool = errors.New("unknown tool")
@@ -192,13 +209,13 @@ func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args 
 		return w.addPreferences(ctx, tx, args, nextID, view, list)
 	case ListPreferences:
 		view.show(list)
-		return toolOutput{text: listText(list), list: list}, nil
+		return toolOutput{text: listText(list)}, nil
 	case UpdatePreferences:
 		return w.updatePreferences(ctx, tx, args, view, list)
 	case RemovePreferences:
 		return w.removePreferences(ctx, tx, args, view, list)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args, view, list)
+		return w.setObjective(ctx, tx, args, view)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }

@@ -87,16 +87,19 @@ func TestViewResolve(t *testing.T) {
 	require.Equal(t, `removed #4 "D"; locked, ask the user to unlock first: #2 "B"; changed since it was shown; call list_preferences: #1 "A", #3 "C"; out of range: #5`,
 		got.summary("removed"))
 
-	// The round's own calls: D updated, B removed; the list they left is the next round's view.
-	d := Preference{ID: 4, Index: 3, Title: "D2", Kind: Hard}
-	v.ran([]Preference{now[0], now[1], d, now[3]}, []int64{4})
+	// The round's own calls: D updated, B removed, F added; what they did (and nothing the user
+	// did) is the next round's view.
+	d := Preference{ID: 4, Index: 4, Title: "D2", Kind: Hard}
+	v.ran([]Preference{d}, nil)
 	got = v.resolve([]Preference{now[0], now[1], d, now[3]}, []int{4})
 	require.Equal(t, []Preference{{ID: 4, Index: 4, Title: "D2", Kind: Hard}}, got.open, "its own change is no change since it was shown")
-	v.ran([]Preference{now[1], d, now[3]}, []int64{2})
+	v.ran(nil, []int64{2})
 	got = v.resolve([]Preference{now[1], d, now[3]}, []int{2})
 	require.Equal(t, []Preference{shown[1]}, got.changed, "removed by the round itself")
+	f := Preference{ID: 6, Index: 5, Title: "F", Kind: Soft}
+	v.ran([]Preference{f}, nil)
 	v.NextRound()
-	got = v.resolve([]Preference{now[1], d, now[3]}, []int{1, 2, 3})
-	require.Equal(t, `removed #1 "C, edited"; removed #2 "D2"; removed #3 "E"`, got.summary("removed"),
-		"the next round names the list the round left")
+	got = v.resolve([]Preference{now[1], d, now[3], f}, []int{1, 2, 3, 4, 5})
+	require.Equal(t, `removed #3 "D2"; removed #4 "F"; changed since it was shown; call list_preferences: #1 "A", #2 "C"; out of range: #5`,
+		got.summary("removed"), "the next round names the view with the round's own calls applied: A, C, D2, F")
 }

@@ -50,6 +50,9 @@ type Detail struct {
 	// ancestor's (or the default) rather than the thread's own.
 	AgentWrites          string `json:"agent_writes"`
 	AgentWritesInherited bool   `json:"agent_writes_inherited"`
+
+	// LastEventID is the thread's latest event id as the rest was read: its version (AsOfChange).
+	LastEventID int64 `json:"-"`
 }
 
 // Usage is what the upstream reported for a thread's turns: tokens of the prompts, the parts of
@@ -127,7 +130,9 @@ type PreferencePatch struct {
 // Threads lists the threads whose stored id starts with prefix ("" for all), most recently
 // updated first, after the cursor after: a listed thread's Cursor (the page goes on from that
 // thread's place when it was listed, whatever happened to it since), or a bare thread id (from
-// that thread's place now; nothing when it is gone). "" lists from the top.
+// that thread's place now; nothing when it is gone). "" lists from the top. A cursor whose thread
+// does not start with prefix is no cursor of this listing: refused, so that a caller scoped to a
+// prefix (a client's namespace) learns nothing of a thread outside it.
 func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_ []Thread, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
@@ -138,6 +143,9 @@ func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_
 			return nil, invalid("after", "is not a thread's cursor")
 		}
 		p.AfterID, p.AfterUpdatedAt = id, pgtype.Timestamptz{Time: time.UnixMicro(n), Valid: true}
+	}
+	if after != "" && !strings.HasPrefix(p.AfterID, prefix) {
+		return nil, invalid("after", "is not a cursor of this listing")
 	}
 	rows, err := s.q.ThreadList(ctx, s.pool, p)
 	if err != nil {
@@ -188,6 +196,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		if err != nil {
 			return db.NotFound(err)
 		}
+		d.LastEventID = th.NextEventID - 1
 		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens,
 			CacheWriteTokens: th.CacheWriteTokens}
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)

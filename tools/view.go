@@ -6,11 +6,12 @@ import "time"
 // (docs/spec.md §5): the positions its indices name, each with the preference's stable id and
 // the fields shown. A turn's first round shows the list of its start (NewView: the block); a
 // list_preferences call shows the list as it stands, for the calls after it in the round;
-// NextRound moves on to the list as the round's calls left it (the list the last call's
-// transaction read, with that call's changes: no read of its own). Every call of a round
+// NextRound moves on to what the model saw by the round's end: the round's view with the
+// round's own calls applied (what their results told it), never an edit of the user's or of
+// another turn that committed meanwhile, which the model was not shown. Every call of a round
 // resolves all its indices against the view up front and acts on the ids behind them; a
 // preference removed or changed (title, subtitle or kind) since it was shown, other than by the
-// round's own calls, is reported, never replaced by another. A view belongs to one thread: once
+// model's own calls, is reported, never replaced by another. A view belongs to one thread: once
 // the thread is deleted (even if created again under its id), its calls run against nothing.
 //
 // The calls of a turn run one after the other: a View is not for concurrent use.
@@ -19,8 +20,10 @@ type View struct {
 	shown   []Preference // the round's list, in the order shown
 	// own holds what the round's calls did to preferences of shown: the state they left, nil
 	// for one they removed.
-	own  map[int64]*Preference
-	next []Preference // the list as the latest call left it: the next round's
+	own map[int64]*Preference
+	// next is the list as the model knows it after the round's calls so far: shown with their
+	// changes applied (a preference it added at the end). The next round's view.
+	next []Preference
 	// inherited is what the thread's ancestors gave, as the model was shown it (docs/spec.md
 	// §17); propose is review mode: every change a tool would make is a proposal.
 	inherited []Scope
@@ -33,7 +36,7 @@ func NewView(start TurnStart) *View {
 		inherited: start.Inherited, propose: start.AgentWrites == AgentWritesPropose}
 }
 
-// NextRound moves the view on to the next round: the list as the last call left it.
+// NextRound moves the view on to the next round: the round's view with its calls applied.
 func (v *View) NextRound() {
 	v.shown, v.own = v.next, nil
 }
@@ -46,22 +49,30 @@ func (v *View) show(current []Preference) {
 	v.shown, v.own, v.next = current, nil, current
 }
 
-// ran records what a call left: the list after it, and the preferences it changed or removed.
-func (v *View) ran(after []Preference, touched []int64) {
-	v.next = after
-	if len(touched) == 0 {
+// ran records what a call did: the preferences it added or changed, as it left them, and those
+// it removed. The model's list moves on with them alone.
+func (v *View) ran(kept []Preference, removed []int64) {
+	if len(kept) == 0 && len(removed) == 0 {
 		return
 	}
 	if v.own == nil {
-		v.own = make(map[int64]*Preference, len(touched))
+		v.own = make(map[int64]*Preference, len(kept)+len(removed))
 	}
-	for _, id := range touched {
+	next := without(v.next, removed) // a copy: shown stays as it was
+	for _, id := range removed {
 		v.own[id] = nil
-		if i := indexOf(after, id); i >= 0 {
-			p := after[i]
-			v.own[id] = &p
+	}
+	for _, p := range kept {
+		v.own[p.ID] = &p
+		if i := indexOf(next, p.ID); i >= 0 {
+			p.Index = i + 1
+			next[i] = p
+		} else {
+			p.Index = len(next) + 1
+			next = append(next, p)
 		}
 	}
+	v.next = next
 }
 
 // resolve sorts a call's indices (in the order given, each once) into the preferences of current

@@ -379,7 +379,7 @@ func cacheCmd(args []string) error {
 	up := httptest.NewServer(models)
 	defer up.Close()
 	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
-		"ADMIN_TOKEN=cache", "LOG_LEVEL=warn")
+		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
 		return err
 	}

@@ -273,7 +273,7 @@ func (h *latencyHarness) startTarget(s latencyScenario) (target, error) {
 			u.RawQuery = q.Encode()
 			dbURL = u.String()
 		}
-		addr, cmd, err := startWsproxy(cmp.Or(s.bin, h.bin), "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+h.model+"/v1", "ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
+		addr, cmd, err := startWsproxy(cmp.Or(s.bin, h.bin), "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+h.model+"/v1", "ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 		return target{base: "http://" + addr, cmd: cmd, kind: kind}, err
 	}
 	return target{base: "http://" + h.model, kind: targetDirect}, nil

@@ -127,7 +127,7 @@ func TestOpenLoopRows(t *testing.T) {
 	u, _ := url.Parse(model.URL + "/v1")
 	pool := dbtest.NewPool(t, nil)
 	store := tools.NewStore(pool, tools.Options{})
-	p := proxy.NewServer(proxy.Options{Store: store, UpstreamURL: u, AdminToken: "bench", Metrics: proxy.NewMetrics(prometheus.NewRegistry(), proxy.MetricsOptions{})})
+	p := proxy.NewServer(proxy.Options{Store: store, UpstreamURL: u, AdminToken: adminToken, Metrics: proxy.NewMetrics(prometheus.NewRegistry(), proxy.MetricsOptions{})})
 	ws := httptest.NewServer(p)
 	t.Cleanup(func() {
 		ws.Close()

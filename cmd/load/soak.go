@@ -560,14 +560,14 @@ func soakCmd(args []string) error {
 	upSrv.Addr = upAddr
 	go func() { _ = upSrv.ListenAndServe() }()
 	defer upSrv.Close()
-	tgt := soakTarget{adminToken: "soak", cutEvery: 20 * time.Second, cutDB: func(d time.Duration) {
+	tgt := soakTarget{adminToken: adminToken, cutEvery: 20 * time.Second, cutDB: func(d time.Duration) {
 		fault.Cut()
 		time.Sleep(d)
 		fault.Restore()
 	}}
 	for range *instances {
 		addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
-			"ADMIN_TOKEN=soak", "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
+			"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
 		if err != nil {
 			return err
 		}

@@ -37,7 +37,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 		UpstreamURL:     u,
 		UpstreamTimeout: 300 * time.Millisecond,
 		RetryBackoff:    time.Millisecond,
-		AdminToken:      "soak",
+		AdminToken:      adminToken,
 		Metrics:         proxy.NewMetrics(prometheus.NewRegistry(), proxy.MetricsOptions{}),
 	})
 	t.Cleanup(func() { _ = p.Shutdown(context.Background()) }) // after the server below has closed
@@ -47,7 +47,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return soakTarget{baseURLs: []string{srv.URL}, adminToken: "soak", cutEvery: 2 * time.Second, cutDB: cutFor(fault), settle: settleInProcess(pool)}, up
+	return soakTarget{baseURLs: []string{srv.URL}, adminToken: adminToken, cutEvery: 2 * time.Second, cutDB: cutFor(fault), settle: settleInProcess(pool)}, up
 }
 
 func cutFor(fault *dbfault.Proxy) func(time.Duration) {

@@ -78,7 +78,7 @@ func (st *suite) spawn(args ...string) (string, error) {
 // proxy starts a wsproxy in front of upstream on dbURL.
 func (st *suite) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
 	addr, cmd, err := startWsproxy(st.bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
-		"ADMIN_TOKEN=bench", "LOG_LEVEL=warn")
+		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
 		return "", nil, err
 	}
@@ -304,10 +304,14 @@ func waitReady(url string) error {
 	return fmt.Errorf("%s not ready after 30s", url)
 }
 
+// adminToken is the admin token of the wsproxy a load run starts (20 characters at least, as
+// every token must be).
+const adminToken = "load-admin-token-0123456789"
+
 // seed gives a thread one preference, for the tool round to update.
 func seed(base, thread string) error {
 	req, _ := http.NewRequest("POST", base+"/admin/v1/threads/"+thread+"/preferences", strings.NewReader(`{"title":"Soil carbon"}`))
-	req.Header.Set("Authorization", "Bearer bench")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/tools"
@@ -124,7 +125,7 @@ func (c *Config) settings() []setting {
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},
-		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerRound)},
+		{"MAX_TOOL_CALLS_PER_ROUND", "max-tool-calls-per-round", "workspace calls run in one round, and messages in one MCP request; more get an error envelope, not run (MCP: the request is refused)", (*intValue)(&c.MaxToolCallsPerRound)},
 		{"MAX_TOOL_CALLS_PER_TURN", "max-tool-calls-per-turn", "workspace calls run in one turn; more get an error envelope, not run", (*intValue)(&c.MaxToolCallsPerTurn)},
 		{"MAX_TOOL_ITEMS", "max-tool-items", "items, edits or indices in one workspace call; more: the call's error envelope", (*intValue)(&c.MaxToolItems)},
 		{"MAX_TOOL_ARGUMENT_BYTES", "max-tool-argument-bytes", "arguments of one workspace call (bytes, or with KiB, MiB, GiB); more: the call's error envelope", (*byteSize)(&c.MaxToolArgumentBytes)},
@@ -184,6 +185,9 @@ func (c Config) Validate() error {
 	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
 		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
 	}
+	if err := c.validateSecrets(); err != nil {
+		return err
+	}
 	if c.ListenAddr == "" {
 		return errors.New("LISTEN_ADDR must not be empty")
 	}
@@ -218,6 +222,25 @@ func (c Config) Validate() error {
 	}
 	if f := strings.ToLower(c.LogFormat); f != "text" && f != "json" {
 		return fmt.Errorf("LOG_FORMAT: %q is not text or json", c.LogFormat)
+	}
+	return nil
+}
+
+// validateSecrets refuses a client key, admin token or metrics token shorter than
+// auth.MinSecretLength (docs/spec.md §10): the length, not the throttle of failed
+// authentication, is what makes guessing them hopeless.
+func (c Config) validateSecrets() error {
+	for _, s := range [][2]string{{"ADMIN_TOKEN", c.AdminToken}, {"METRICS_TOKEN", c.MetricsToken}} {
+		if s[1] != "" && utf8.RuneCountInString(s[1]) < proxy.MinSecretLength {
+			return fmt.Errorf("%s: shorter than %d characters (e.g. openssl rand -hex 32)", s[0], proxy.MinSecretLength)
+		}
+	}
+	keys, err := c.clientKeys()
+	if err != nil {
+		return err
+	}
+	if keys != nil && keys.ShortKey() != 0 {
+		return fmt.Errorf("CLIENT_KEYS: entry %d: the key is shorter than %d characters", keys.ShortKey(), proxy.MinSecretLength)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func TestListenBeyondLoopback(t *testing.T) {
 		warn                   bool
 	}{
 		{"EveryInterface", ":0", "", true},
-		{"EveryInterfaceWithClientKeys", ":0", "alice=sk-alice-0123456789", false},
+		{"EveryInterfaceWithClientKeys", ":0", "alice=sk-alice-0123456789abcdef", false},
 		{"Loopback", "127.0.0.1:0", "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestAnthropicKeyMissingWarned(t *testing.T) {
 			cfg.UpstreamAPIKey = "sk-upstream"
 			cfg.AnthropicUpstreamBaseURL = "http://127.0.0.1:1"
 			cfg.AnthropicUpstreamAPIKey = key
-			cfg.ClientKeys = "alice=sk-alice-0123456789"
+			cfg.ClientKeys = "alice=sk-alice-0123456789abcdef"
 		})
 		if key == "" {
 			require.Contains(t, lineOf(t, logs.String(), warning), "level=WARN")

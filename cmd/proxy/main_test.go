@@ -208,7 +208,7 @@ func TestShutdownFinishesStreams(t *testing.T) {
 	})
 	m, _ := MustRunMain(t, func(c *Config) {
 		c.UpstreamBaseURL = up.URL
-		c.AdminToken = "tok"
+		c.AdminToken = "test-admin-token-0123456789"
 		c.ShutdownTimeout = 20 * time.Second
 	})
 	req, err := http.NewRequest("POST", m.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
@@ -286,7 +286,11 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "MAX_REQUEST_BYTES": "10"}, "MAX_REQUEST_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "LOG_LEVEL": "loud"}, "LOG_LEVEL"},
 		{map[string]string{"DATABASE_URL": "x", "LOG_FORMAT": "xml"}, "LOG_FORMAT"},
-		{map[string]string{"DATABASE_URL": "x", "CLIENT_KEYS": "a=sk-1"}, "CLIENT_KEYS needs UPSTREAM_API_KEY"},
+		{map[string]string{"DATABASE_URL": "x", "CLIENT_KEYS": "a=sk-a-0123456789abcdefgh"}, "CLIENT_KEYS needs UPSTREAM_API_KEY"},
+		// Keys and tokens too short to be beyond guessing (docs/spec.md §10), the setting named.
+		{map[string]string{"DATABASE_URL": "x", "UPSTREAM_API_KEY": "sk-up", "CLIENT_KEYS": "a=sk-a-0123456789abcdefgh,b=sk-b-0123456789abcd"}, "CLIENT_KEYS: entry 2"},
+		{map[string]string{"DATABASE_URL": "x", "ADMIN_TOKEN": "adm-0123456789abcde"}, "ADMIN_TOKEN"},
+		{map[string]string{"DATABASE_URL": "x", "METRICS_TOKEN": "met-0123456789abcde"}, "METRICS_TOKEN"},
 		{map[string]string{"DATABASE_URL": "x", "DATABASE_TIMEOUT": "0s"}, "DATABASE_TIMEOUT"},
 		{map[string]string{"DATABASE_URL": "x", "WORKSPACE_PLACEMENT": "middle"}, "WORKSPACE_PLACEMENT"},
 		{map[string]string{"DATABASE_URL": "x", "PROMPT_CACHE_KEY": "always"}, "PROMPT_CACHE_KEY"},
@@ -310,7 +314,7 @@ func TestConfig(t *testing.T) {
 		if err == nil {
 			err = c.Validate()
 		}
-		require.ErrorContains(t, err, b.want)
+		require.ErrorContains(t, err, b.want, "%v", b.env)
 	}
 
 	// Secrets never show in the usage text.

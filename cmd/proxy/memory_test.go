@@ -45,7 +45,7 @@ func TestHostileBodiesMemory(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbtest.SchemaURL(t), "UPSTREAM_BASE_URL="+up.URL+"/v1", "ADMIN_TOKEN=t",
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+dbtest.SchemaURL(t), "UPSTREAM_BASE_URL="+up.URL+"/v1", "ADMIN_TOKEN=test-admin-token-0123456789",
 			"LISTEN_ADDR="+addr, "LOG_LEVEL=error")
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

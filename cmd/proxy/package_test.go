@@ -159,7 +159,7 @@ func TestMakeImage(t *testing.T) {
 	require.Equal(t, "wsproxy "+testVersion+"\n", runIn(t, root, bin, "version"))
 	addr := freeAddr(t)
 	cmd := exec.Command(bin)
-	cmd.Env = []string{"DATABASE_URL=" + dbtest.SchemaURL(t), "LISTEN_ADDR=" + addr, "UPSTREAM_BASE_URL=demo", "ADMIN_TOKEN=t"}
+	cmd.Env = []string{"DATABASE_URL=" + dbtest.SchemaURL(t), "LISTEN_ADDR=" + addr, "UPSTREAM_BASE_URL=demo", "ADMIN_TOKEN=test-admin-token-0123456789"}
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())

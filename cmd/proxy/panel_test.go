@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/require"
@@ -448,4 +450,42 @@ func TestPanelExplainsItself(t *testing.T) {
 		waitFor(`(r => r.top >= -1 && r.top < innerHeight)(document.querySelector("#history").getBoundingClientRect())`))
 	require.LessOrEqual(t, eval[float64](t, phone, `document.documentElement.scrollWidth`), 390.0)
 	saveScreenshot(t, phone, "panel-phone-history", "the history on a phone, one tap away")
+}
+
+// TestPanelChangeBeforeItsStream: a change committed after the panel read the thread and before
+// its event stream started shows, live: the page's stream request is held in the browser (the
+// DevTools protocol's Fetch domain) while the change commits, then let go.
+func TestPanelChangeBeforeItsStream(t *testing.T) {
+	t.Parallel()
+	m, _ := MustRunMain(t, nil)
+	require.Equal(t, 200, adminCall(t, m, "PUT", "/admin/v1/threads/gap/objective", `{"text":"Read by the page"}`, nil))
+	ctx := newBrowser(t)()
+	signIn(t, ctx, m.URL, m.AdminToken)
+	within(t, ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		paused, stop := context.WithCancel(ctx)
+		defer stop()
+		held := cdp.Events(paused, tg, fetch.RequestPaused) // subscribed before the page may ask
+		if _, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/events/stream*"}}}); err != nil {
+			return err
+		}
+		if _, err := click(`document.querySelector('#threads a[href="#/t/gap"]')`)(ctx, tg); err != nil {
+			return err
+		}
+		for ev, err := range held {
+			if err != nil {
+				return err
+			}
+			// The page has read the thread and its history; its stream has not started.
+			require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/gap/preferences", `{"title":"Between"}`, nil))
+			if _, err := cdp.Call(ctx, tg, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID}); err != nil {
+				return err
+			}
+			break
+		}
+		_, err := cdp.Call(ctx, tg, fetch.Disable, cdp.Empty{})
+		return err
+	}),
+		waitFor(eventItem("objective_set", "")+` !== undefined`),
+		waitFor(eventItem("preference_added", "Between")+` !== undefined`),
+		waitFor(prefItem("Between")+` !== undefined`))
 }

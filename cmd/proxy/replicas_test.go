@@ -80,7 +80,7 @@ func TestThreeReplicas(t *testing.T) {
 	for i := range replicas {
 		wg.Go(func() { // they start, and migrate, at once
 			replicas[i], _ = MustRunMain(t, func(c *Config) {
-				c.DatabaseURL, c.UpstreamBaseURL, c.AdminToken = dbURL, up.URL, "tok"
+				c.DatabaseURL, c.UpstreamBaseURL, c.AdminToken = dbURL, up.URL, "test-admin-token-0123456789"
 				c.ShutdownTimeout = 20 * time.Second
 			})
 		})

@@ -122,7 +122,7 @@ func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if !ok {
 		return principal{}, errAdminToken
 	}
-	p.via, p.link = ses, ses.Link
+	p.via, p.link, p.key = ses, ses.Link, ses.Key
 	if holds, err := s.holds(r.Context(), p); err != nil || !holds {
 		if err == nil {
 			err = errAdminToken
@@ -489,7 +489,8 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if principalFrom(r.Context()).thread != "" {
+	p := principalFrom(r.Context())
+	if p.thread != "" {
 		return errLinkHolder
 	}
 	var in struct {
@@ -526,7 +527,13 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix()}
+	// Bound to the keys it is made under: a client's own key, or — made by the admin — all the
+	// keys of the thread's client (any change of them ends it).
+	key := p.key
+	if p.admin {
+		key = s.opts.Guard.ClientFingerprint(ws.ThreadID().Client)
+	}
+	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix(), Key: key}
 	out := issuedLink{ID: l.ID, Kind: l.Kind, ExpiresAt: exp.UTC()}
 	base := s.opts.Guard.Peers.BaseURL(r)
 	if in.Kind == tools.LinkMCP {
@@ -570,26 +577,19 @@ func (s *Server) adminRevokeLink(w http.ResponseWriter, r *http.Request) error {
 var errSessionEnded = errors.New("the session ended")
 
 // adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
-// once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID first gets
-// every event after it. Postgres's notifications wake the stream (any replica's commits); the
-// heartbeat also reads, so a lost notification delays an event by one heartbeat at most. A
-// stream opened with a panel session ends when the session expires; a link's, also when its link
-// is revoked (seen at the next wake-up or heartbeat).
+// once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID, or opens
+// with ?after=, first gets every event after it. Postgres's notifications wake the stream (any
+// replica's commits); the heartbeat also reads, so a lost notification delays an event by one
+// heartbeat at most. A stream opened with a panel session ends when the session expires; a
+// link's, also when its link is revoked (seen at the next wake-up or heartbeat).
 func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return err
 	}
-	last, err := ws.LastEventID(r.Context())
+	last, err := streamStart(r, ws)
 	if err != nil {
 		return err
-	}
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return apierr.BadRequest("invalid_value", "Last-Event-ID", "Last-Event-ID must be an event id")
-		}
-		last = n
 	}
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
@@ -632,6 +632,27 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		s.log.LogAttrs(ctx, slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 	}
 	return nil
+}
+
+// streamStart is the event an event stream starts after: Last-Event-ID (an EventSource that
+// reconnects sends it, and keeps its URL), else ?after= (a view opens its stream after the last
+// event it read), else the thread's latest. ErrNotFound for a thread that does not exist.
+func streamStart(r *http.Request, ws *tools.Workspace) (int64, error) {
+	last, err := ws.LastEventID(r.Context())
+	if err != nil {
+		return 0, err
+	}
+	for _, from := range [...]struct{ name, value string }{{"Last-Event-ID", r.Header.Get("Last-Event-ID")}, {"after", r.URL.Query().Get("after")}} {
+		if from.value == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(from.value, 10, 64)
+		if err != nil || n < 0 {
+			return 0, apierr.BadRequest("invalid_value", from.name, "%s must be an event id", from.name)
+		}
+		return n, nil
+	}
+	return last, nil
 }
 
 // eventStream is an open event stream: the events after last go out on w; holds (nil for the

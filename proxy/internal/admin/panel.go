@@ -56,8 +56,14 @@ func (s *Server) panelSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // panelSignIn signs in with the admin token (every thread) or, with CLIENT_KEYS, a client's key
-// (that client's threads). Failures are throttled per address.
+// (that client's threads). One from another site is refused before its token is looked at (a
+// page could otherwise sign a browser in, or spend its address's failures); failures are
+// throttled per address.
 func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
+	if err := s.fromPanel(r); err != nil {
+		apierr.Write(w, r, s.log, err)
+		return
+	}
 	var in struct {
 		Token string `json:"token"`
 	}
@@ -73,6 +79,7 @@ func (s *Server) panelSignIn(w http.ResponseWriter, r *http.Request) {
 		}
 		var ok bool
 		p.client, ok = s.opts.Guard.Client(in.Token)
+		p.key = s.opts.Guard.KeyFingerprint(in.Token)
 		return ok
 	}, &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_token",
 		Message: "that is neither the admin token nor a client key"})
@@ -111,7 +118,7 @@ var linkPage = template.Must(template.New("link").Parse(`<!doctype html>
 // revoked.
 func (s *Server) panelLink(w http.ResponseWriter, r *http.Request) {
 	l, ok := s.signer.VerifyThreadToken(auth.KindPanelLink, r.URL.Query().Get("token"))
-	p := principal{thread: l.Thread, link: l.ID}
+	p := principal{thread: l.Thread, link: l.ID, key: l.Key}
 	if ok {
 		holds, err := s.holds(r.Context(), p)
 		if err != nil {

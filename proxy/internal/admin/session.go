@@ -21,6 +21,7 @@ type principal struct {
 	client string
 	thread string   // a link's thread, in its stored form
 	link   int64    // a thread's: its link's id (the session ends when the link is revoked)
+	key    string   // a client's or a thread's: the fingerprint of the keys it is bound to (auth.Guard.Holds)
 	via    *session // set when the call came with a panel session: a write then needs its CSRF token
 }
 
@@ -81,6 +82,9 @@ type session struct {
 	// Link is the id of the link a thread's session was opened by: the session holds while the
 	// link does.
 	Link int64 `json:"l,omitempty"`
+	// Key is the fingerprint of the client keys a client's session signed in with, or a thread's
+	// link was made under: the session holds while they are the client's (auth.Guard.Holds).
+	Key string `json:"k,omitempty"`
 }
 
 // Panel sessions and links.
@@ -93,18 +97,19 @@ const (
 	MaxLinkTTL     = 30 * 24 * time.Hour
 )
 
-// holds reports whether a session's principal still holds: the admin's always; a client's
-// while the client has a key (CLIENT_KEYS); a link's while its link is neither revoked nor
-// expired, its thread not deleted and the thread's client (if any) has a key.
+// holds reports whether a session's principal still holds: the admin's always (its signing key
+// is ADMIN_TOKEN's); a client's while the key it signed in with is the client's; a link's while
+// its link is neither revoked nor expired, its thread not deleted and the keys of the thread's
+// client (if any) it was made under still the client's.
 func (s *Server) holds(ctx context.Context, p principal) (bool, error) {
 	switch {
 	case p.admin:
 		return true, nil
 	case p.thread == "":
-		return s.opts.Guard.HasClient(p.client), nil
+		return s.opts.Guard.Holds(p.client, p.key), nil
 	}
 	id, err := tools.ParseThreadID(p.thread)
-	if err != nil || !s.opts.Guard.HasClient(id.Client) {
+	if err != nil || !s.opts.Guard.Holds(id.Client, p.key) {
 		return false, nil
 	}
 	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)
@@ -125,7 +130,7 @@ func (s *Server) sessionOf(r *http.Request) (*session, bool) {
 
 // startSession sets the session cookie of p, expiring at exp.
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request, p principal, exp time.Time) session {
-	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text(), Link: p.link}
+	ses := session{Scope: p.scope(), Expires: exp.Unix(), CSRF: rand.Text(), Link: p.link, Key: p.key}
 	s.setSessionCookie(w, r, &http.Cookie{Value: s.signer.Sign(auth.KindSession, ses), Expires: exp})
 	return ses
 }
@@ -146,22 +151,30 @@ func (s *Server) setSessionCookie(w http.ResponseWriter, r *http.Request, c *htt
 }
 
 // sameOrigin checks a write made with a session cookie: it must come from the panel's own
-// origin (Origin and Sec-Fetch-Site, when the browser sends them; the origin as baseURL sees it)
-// and carry the session's CSRF token.
+// origin (fromPanel) and carry the session's CSRF token.
 func (s *Server) sameOrigin(r *http.Request, ses *session) error {
-	refuse := func(msg string) error {
-		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
-	}
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
-		return refuse("a write from another site is refused")
-	}
-	if origin := r.Header.Get("Origin"); origin != "" {
-		if origin != s.opts.Guard.Peers.BaseURL(r) {
-			return refuse("a write from another origin is refused")
-		}
+	if err := s.fromPanel(r); err != nil {
+		return err
 	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get(csrfHeader)), []byte(ses.CSRF)) != 1 {
-		return refuse("a write needs the session's " + csrfHeader)
+		return csrfRefused("a write needs the session's " + csrfHeader)
 	}
 	return nil
+}
+
+// fromPanel refuses a write from another site or origin (Sec-Fetch-Site and Origin, when the
+// browser sends them; the origin as BaseURL sees it): every write with a session, and the
+// sign-in, which has none yet (docs/spec.md §13).
+func (s *Server) fromPanel(r *http.Request) error {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return csrfRefused("a write from another site is refused")
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && origin != s.opts.Guard.Peers.BaseURL(r) {
+		return csrfRefused("a write from another origin is refused")
+	}
+	return nil
+}
+
+func csrfRefused(msg string) error {
+	return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "csrf_refused", Message: msg}
 }

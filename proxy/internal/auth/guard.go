@@ -48,33 +48,66 @@ func (g *Guard) Client(key string) (string, bool) {
 	return g.ClientKeys.Lookup(key)
 }
 
-// HasClient reports whether the client name has a key (CLIENT_KEYS); "" (a thread of no client)
-// always does. A client's sessions, and the links and MCP tokens of its threads, hold while it
-// does.
-func (g *Guard) HasClient(name string) bool {
-	return name == "" || g.ClientKeys != nil && g.ClientKeys.names[name]
+// A client's panel sessions, and the links and MCP tokens of its threads, are bound to the keys
+// they were made under (docs/spec.md §13): what they sign names a fingerprint — of the key that
+// signed in (KeyFingerprint), or, for what the admin made for a client's thread, of all that
+// client's keys (ClientFingerprint) — and they hold while it still stands (Holds). Removing a
+// client, or rotating its key, thus ends them for good; a client added back with a new key revives
+// nothing. A fingerprint is a MAC with the signer's key: a token's holder learns nothing of a key.
+
+// KeyFingerprint is the fingerprint of one client key.
+func (g *Guard) KeyFingerprint(key string) string {
+	return g.Signer().fingerprint("key", hashOf(key))
+}
+
+// ClientFingerprint is the fingerprint of every key the client has now ("" for no client).
+func (g *Guard) ClientFingerprint(client string) string {
+	if client == "" || g.ClientKeys == nil {
+		return ""
+	}
+	return g.Signer().fingerprint("keys", g.ClientKeys.byName[client]...)
+}
+
+// Holds reports whether what is bound to fp for the client still holds: fp is the fingerprint of
+// one of the client's keys, or of all of them. A thread of no client ("") is bound to no key.
+func (g *Guard) Holds(client, fp string) bool {
+	if client == "" {
+		return true
+	}
+	if g.ClientKeys == nil || fp == "" || len(g.ClientKeys.byName[client]) == 0 {
+		return false
+	}
+	for _, h := range g.ClientKeys.byName[client] {
+		if fp == g.Signer().fingerprint("key", h) {
+			return true
+		}
+	}
+	return fp == g.ClientFingerprint(client)
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }
 
-// Attempt is one authentication of r by verify: refused at once (429 too_many_failures) when
-// r's address failed too often lately; else nil when verify holds, and failed — counted against
-// the address — when it does not.
+// Attempt is one authentication of r by verify: nil when verify holds, whatever the address
+// did before (docs/spec.md §10: valid credentials are always served); else failed, counted
+// against r's address, or — past MaxFailures failures from it within FailureWindow — 429
+// too_many_failures.
 func (g *Guard) Attempt(r *http.Request, verify func() bool, failed error) error {
+	if verify() {
+		return nil
+	}
 	addr := g.Peers.ClientAddr(r) // an IPv6 address as its /64
 	if err := g.failures.check(addr); err != nil {
 		return err
 	}
-	if !verify() {
-		g.failures.fail(addr)
-		return failed
-	}
-	return nil
+	g.failures.fail(addr)
+	return failed
 }
 
 // throttle slows down guessing: past MaxFailures failed authentications from one address
 // within FailureWindow (a wrong admin token, client key, sign-in token or metrics token), every
-// further try from it is refused, the right credential too, until the window ends.
+// further failure from it is a 429 until the window ends. The right credential is never held
+// back (one address may be a host, a NAT or a proxy many clients share); guessing is made
+// hopeless by the keys' length instead (MinSecretLength).
 type throttle struct {
 	mu       sync.Mutex
 	failures map[string]*failures // by client address
@@ -86,14 +119,19 @@ type failures struct {
 	until time.Time
 }
 
-// Past MaxFailures failed authentications from one address within FailureWindow, its tries
-// are refused until the window ends.
+// Past MaxFailures failed authentications from one address within FailureWindow, its further
+// failures are a 429 until the window ends.
 const (
 	MaxFailures   = 5
 	FailureWindow = time.Minute
 )
 
-// check is the error an address that must wait gets (429 with Retry-After), or nil.
+// MinSecretLength is the least length, in characters, of a client key, the admin token and the
+// metrics token: refused at start when shorter (docs/spec.md §10).
+const MinSecretLength = 20
+
+// check is the error a failure from an address that must wait gets (429 with Retry-After), or
+// nil.
 func (t *throttle) check(addr string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -46,6 +46,19 @@ func (s Signer) mac(payload string) []byte {
 	return m.Sum(nil)
 }
 
+// fingerprint is a MAC of the key hashes hashes under the label ("" without a signing key).
+func (s Signer) fingerprint(label string, hashes ...[32]byte) string {
+	if s.key == nil {
+		return ""
+	}
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte("client key fingerprint\n" + label + "\n"))
+	for _, h := range hashes {
+		m.Write(h[:])
+	}
+	return b64.EncodeToString(m.Sum(nil)[:16])
+}
+
 // Verify decodes a token of kind into v when its signature holds.
 func (s Signer) Verify(kind, token string, v any) bool {
 	i := strings.LastIndexByte(token, '.')
@@ -61,11 +74,13 @@ func (s Signer) Verify(kind, token string, v any) bool {
 }
 
 // ThreadToken is what a thread's token says: the thread it is bound to (stored form), its id
-// among the thread's links (tools.Link), and when it expires.
+// among the thread's links (tools.Link), when it expires, and — for a client's thread — the
+// fingerprint of the keys it was made under (Guard.Holds).
 type ThreadToken struct {
 	Thread  string `json:"t"`
 	ID      int64  `json:"i"`
 	Expires int64  `json:"e"` // Unix seconds
+	Key     string `json:"k,omitempty"`
 }
 
 // VerifyThreadToken decodes a thread token of kind whose signature holds, that names a link and

@@ -50,7 +50,8 @@ func resolveURI(ctx context.Context, uri string) (tools.ThreadID, error) {
 	return id, nil
 }
 
-// readResource answers resources/read: the thread's block as it would be injected now.
+// readResource answers resources/read: the thread's block as it would be injected now, ending
+// with its version (as of change N: an update's or removal's as_of).
 func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	id, err := resolveURI(ctx, req.Params.URI)
 	if err != nil {
@@ -63,7 +64,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 	if err != nil {
 		return nil, s.storeError(ctx, "mcp resource read failed", err)
 	}
-	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: d.Block}}}, nil
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "text/plain", Text: tools.AsOfChange(d.Block, d.LastEventID)}}}, nil
 }
 
 // storeError is the JSON-RPC error of a failure of the store, logged.

@@ -21,6 +21,7 @@ type scope struct {
 	thread  tools.ThreadID // a thread token's thread
 	link    int64          // a thread token's link (tools.Link)
 	expires time.Time      // when a thread token expires
+	key     string         // a thread token's key fingerprint (auth.Guard.Holds)
 }
 
 // bound reports whether the scope is one thread's.
@@ -117,7 +118,7 @@ func (s *Server) authenticate(r *http.Request) (scope, error) {
 		if err != nil {
 			return false
 		}
-		sc.thread, sc.link, sc.expires = id, t.ID, time.Unix(t.Expires, 0)
+		sc.thread, sc.link, sc.expires, sc.key = id, t.ID, time.Unix(t.Expires, 0), t.Key
 		valid, err := s.tokenHolds(r.Context(), sc)
 		if err != nil {
 			storeErr = err
@@ -132,9 +133,10 @@ func (s *Server) authenticate(r *http.Request) (scope, error) {
 }
 
 // tokenHolds reports whether a thread token's scope still holds: its link neither revoked nor
-// expired, its thread not deleted, and the thread's client (if any) in CLIENT_KEYS.
+// expired, its thread not deleted, and the keys of the thread's client (if any) it was made under
+// still the client's (auth.Guard.Holds).
 func (s *Server) tokenHolds(ctx context.Context, sc scope) (bool, error) {
-	if !s.opts.Guard.HasClient(sc.thread.Client) {
+	if !s.opts.Guard.Holds(sc.thread.Client, sc.key) {
 		return false, nil
 	}
 	return s.opts.Store.Workspace(sc.thread).LinkValid(ctx, tools.LinkMCP, sc.link)

@@ -9,17 +9,22 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -35,6 +40,9 @@ type Options struct {
 	// ReadBody reads a request's body within the HTTP edge's limits; the caller calls release
 	// when done with it. Required.
 	ReadBody func(w http.ResponseWriter, r *http.Request) (body []byte, release func(), err error)
+	// MaxBatch bounds the messages of one request (a JSON-RPC batch's, MCP 2025-03-26): a batch
+	// of more is refused whole, before any of its calls runs. Required.
+	MaxBatch int
 	// Metrics, when set, count the tool calls.
 	Metrics Metrics
 	// TracerProvider, when set, traces each tool call as an execute_tool span; TraceContent
@@ -130,8 +138,35 @@ func (s *Server) newServer(defs []*mcp.Tool) *mcp.Server {
 	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: uriScheme + "{thread}", Name: "workspace", Title: "A thread's workspace",
 		Description: "The thread's workspace block: its objective and preferences, as the proxied conversation's model sees it.",
 		MIMEType:    "text/plain"}, s.readResource)
-	srv.AddReceivingMiddleware(s.listResources)
+	srv.AddReceivingMiddleware(oneAtATime, s.listResources)
 	return srv
+}
+
+// callsKey holds a request's turn to run a call (withCalls).
+type callsKey struct{}
+
+// withCalls gives ctx's request the turn its calls take one at a time (oneAtATime).
+func withCalls(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callsKey{}, make(chan struct{}, 1))
+}
+
+// oneAtATime runs the calls of one request one at a time, as a turn runs a round's calls: the SDK
+// runs a batch's calls at once, and each would hold one of the pool's connections. Notifications
+// (a call's cancellation among them) never wait.
+func oneAtATime(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		turn, ok := ctx.Value(callsKey{}).(chan struct{})
+		if !ok || strings.HasPrefix(method, "notifications/") {
+			return next(ctx, method, req)
+		}
+		select {
+		case turn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		defer func() { <-turn }()
+		return next(ctx, method, req)
+	}
 }
 
 // instructions tell the client what the server is.
@@ -160,7 +195,8 @@ func (s *Server) serverFor(sc scope) *mcp.Server {
 }
 
 // ServeHTTP serves /mcp: the request is authenticated (401 before any MCP message is read) and
-// its body read within the edge's limits; then the SDK answers it, in the request's scope. A
+// its body read within the edge's limits, a batch of more than MaxBatch messages refused; then
+// the SDK answers it, in the request's scope, its calls one at a time (oneAtATime). A
 // request still running when Close is called ends then, and a thread token's when its token no
 // longer holds.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -175,7 +211,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, r, s.log, err)
 		return
 	}
-	ctx, cancel := context.WithCancel(withScope(r.Context(), sc))
+	if overBatch(body, s.opts.MaxBatch) {
+		writeBatchRefused(w, s.opts.MaxBatch)
+		return
+	}
+	ctx, cancel := context.WithCancel(withCalls(withScope(r.Context(), sc)))
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 	if sc.bound() {
@@ -184,6 +224,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.handler.ServeHTTP(w, r)
+}
+
+// errOverBatch stops counting a batch's messages at the first past the bound.
+var errOverBatch = errors.New("a batch over the bound")
+
+// overBatch reports whether body is a JSON-RPC batch of more than bound messages: the top-level
+// array's elements are counted where they lie, none decoded, up to the first past bound. Anything
+// else (one message, malformed JSON) is the SDK's to answer.
+func overBatch(body []byte, bound int) bool {
+	err := rawjson.Each(body, func(i, _, _ int) error {
+		if i >= bound {
+			return errOverBatch
+		}
+		return nil
+	})
+	return errors.Is(err, errOverBatch)
+}
+
+// writeBatchRefused answers a batch over the bound: 413, and a JSON-RPC error (one, as for a
+// batch that is invalid as a whole) saying the bound.
+func writeBatchRefused(w http.ResponseWriter, bound int) {
+	b, _ := rawjson.Marshal(struct {
+		JSONRPC string         `json:"jsonrpc"`
+		ID      *int           `json:"id"` // null: the batch is refused as a whole
+		Error   *jsonrpc.Error `json:"error"`
+	}{JSONRPC: "2.0", Error: &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+		Message: fmt.Sprintf("a batch carries at most %d messages; nothing of this one was run: send it in smaller batches", bound)}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(b)
 }
 
 // Close ends the requests in flight (the subscriptions' streams) and the subscriptions' watches,

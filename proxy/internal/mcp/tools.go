@@ -15,34 +15,41 @@ import (
 )
 
 // The tool lists: the five tools with the descriptions and schemas the proxy injects
-// (tools.All), with a required thread argument where the token is not bound to one
-// thread.
+// (tools.All), with a required thread argument where the token is not bound to one thread, and
+// MCP's own as_of on the tools that take indices (docs/spec.md §15).
 var (
 	boundTools  = toolDefs("")
 	adminTools  = toolDefs("The thread whose workspace the call reads or changes: its id as requests through wsproxy name it (X-Thread-Id), client~id for a client's thread. A new thread is created.")
 	clientTools = toolDefs("The thread whose workspace the call reads or changes: its id as your requests through wsproxy name it (X-Thread-Id). A new thread is created.")
 )
 
+// asOf is the schema of the as_of argument of update_preferences and remove_preferences.
+var asOf = map[string]any{"type": "integer", "minimum": 0,
+	"description": "The change a list_preferences result or the workspace resource ended with (as of change N): the indices then name the list as it stood then, and a preference changed or removed since is reported, never replaced by another. Without it, the indices name the list as it stands when the call runs."}
+
 // toolDefs are the five tools, with a required thread argument described as thread says ("" for
 // none).
 func toolDefs(thread string) []*mcp.Tool {
 	defs := make([]*mcp.Tool, len(tools.All))
 	for i, d := range tools.All {
-		schema := d.Parameters
+		var params map[string]any
+		if err := json.Unmarshal(d.Parameters, &params); err != nil {
+			panic("tools.All: " + err.Error())
+		}
+		props := params["properties"].(map[string]any)
 		if thread != "" {
-			var params map[string]any
-			if err := json.Unmarshal(d.Parameters, &params); err != nil {
-				panic("tools.All: " + err.Error())
-			}
-			params["properties"].(map[string]any)["thread"] = map[string]any{"type": "string", "description": thread}
+			props["thread"] = map[string]any{"type": "string", "description": thread}
 			params["required"] = append([]any{"thread"}, params["required"].([]any)...)
-			var err error
-			if schema, err = json.Marshal(params); err != nil {
-				panic("tools.All: " + err.Error())
-			}
+		}
+		if d.Name == tools.UpdatePreferences || d.Name == tools.RemovePreferences {
+			props["as_of"] = asOf
+		}
+		schema, err := json.Marshal(params)
+		if err != nil {
+			panic("tools.All: " + err.Error())
 		}
 		closed := false
-		defs[i] = &mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: schema,
+		defs[i] = &mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: json.RawMessage(schema),
 			Annotations: &mcp.ToolAnnotations{ReadOnlyHint: d.Name == tools.ListPreferences, OpenWorldHint: &closed}}
 	}
 	return defs
@@ -54,13 +61,14 @@ func toolDefs(thread string) []*mcp.Tool {
 func (s *Server) callTool(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args := req.Params.Arguments
-		id, err := scopeFrom(ctx).resolve(threadArgument(args))
+		sc := scopeFrom(ctx)
+		id, err := sc.resolve(threadArgument(args))
 		if err != nil {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
 		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", tools.ViaMCP))
-		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP})
+		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP, Existing: sc.bound()})
 		s.tracing.End(span, res, err)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))

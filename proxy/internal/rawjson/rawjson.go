@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -108,54 +109,85 @@ func ParseInto(o Object, b []byte) (Object, error) {
 // b[start:end]; ok is false when b has no such member or is not a valid object. A repeated key
 // gives its last value, as Parse does.
 func Member(b []byte, key string) (vstart, vend int, ok bool) {
+	valid := members(b, func(k string, start, end int) {
+		if k == key {
+			vstart, vend, ok = start, end, true
+		}
+	})
+	if !valid || !ok {
+		return 0, 0, false
+	}
+	return vstart, vend, true
+}
+
+// Repeated is the first of keys that the JSON object b holds more than once ("" for none, and
+// for a b that is not a valid object): a value that readers of b may take differently (Parse
+// takes the last, some take the first).
+func Repeated(b []byte, keys ...string) string {
+	var seen []string
+	repeated := ""
+	valid := members(b, func(k string, _, _ int) {
+		if repeated != "" || !slices.Contains(keys, k) {
+			return
+		}
+		if slices.Contains(seen, k) {
+			repeated = k
+		}
+		seen = append(seen, k)
+	})
+	if !valid {
+		return ""
+	}
+	return repeated
+}
+
+// members calls fn with each member of the JSON object b, in order: its name and where its value
+// lies (b[start:end]). It reports whether b is one valid object (fn may have seen members of
+// one that is not).
+func members(b []byte, fn func(key string, start, end int)) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return 0, 0, false
+		return false
 	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return 0, 0, false
+		return end(b, i+1, ErrNotObject) == nil
 	}
 	for i < len(b) {
 		if b[i] != '"' {
-			return 0, 0, false
+			return false
 		}
 		kend := scanString(b, i)
 		if kend < 0 {
-			return 0, 0, false
+			return false
 		}
 		k, err := unquoteKey(b[i:kend])
 		if err != nil {
-			return 0, 0, false
+			return false
 		}
 		i = skipSpace(b, kend)
 		if i >= len(b) || b[i] != ':' {
-			return 0, 0, false
+			return false
 		}
 		i = skipSpace(b, i+1)
 		e := scanValue(b, i)
 		if e < 0 {
-			return 0, 0, false
+			return false
 		}
-		if k == key {
-			vstart, vend, ok = i, e, true
-		}
+		fn(k, i, e)
 		i = skipSpace(b, e)
 		if i >= len(b) {
 			break
 		}
 		if b[i] == '}' {
-			if end(b, i+1, ErrNotObject) != nil {
-				return 0, 0, false
-			}
-			return vstart, vend, ok
+			return end(b, i+1, ErrNotObject) == nil
 		}
 		if b[i] != ',' {
 			break
 		}
 		i = skipSpace(b, i+1)
 	}
-	return 0, 0, false
+	return false
 }
 
 // end checks that only space follows a value ending at i.

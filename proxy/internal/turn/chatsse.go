@@ -140,10 +140,14 @@ func (d *chatSSE) round(ctx context.Context, body Payload) error {
 }
 
 // chunk handles one upstream chunk: it keeps what the round needs and emits what the client
-// gets. What it cannot read is not the proxy's: the client gets it as it came.
+// gets. JSON it cannot read as a chunk is not the proxy's: the client gets it as it came; data
+// that is not JSON ends the turn (notJSON).
 func (d *chatSSE) chunk(data []byte) error {
 	k, ok := d.parse(data)
 	if !ok {
+		if err := notJSON(data); err != nil {
+			return err
+		}
 		return d.emit(data)
 	}
 	if k.c.Has("error") {

@@ -102,8 +102,8 @@ func (c *MessagesRequest) InjectWorkspace(text string, placement Placement) {
 		c.system = rawjson.AppendArray(nil, []json.RawMessage{block})
 	case system[0] == '"':
 		var blocks []json.RawMessage
-		if s, _ := rawjson.Unquote(system); !blankString(system) {
-			blocks = append(blocks, textPart(s))
+		if !blankString(system) {
+			blocks = append(blocks, rawTextPart(system))
 		}
 		c.system = rawjson.AppendArray(nil, append(blocks, block))
 	case system[0] == '[':
@@ -141,8 +141,8 @@ func appendBlock(msg []byte, text string) Payload {
 	content := json.RawMessage(msg[start:end])
 	if content[0] == '"' {
 		var blocks []json.RawMessage
-		if s, _ := rawjson.Unquote(neutralized(content)); !blankString(content) {
-			blocks = append(blocks, textPart(s))
+		if !blankString(content) {
+			blocks = append(blocks, rawTextPart(neutralized(content)))
 		}
 		return Payload{msg[:start], rawjson.AppendArray(nil, append(blocks, block)), msg[end:]}
 	}

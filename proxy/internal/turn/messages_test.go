@@ -178,3 +178,89 @@ func TestMessagesStreamKeepsWhatTheNextRoundNeeds(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, d.Objective, "refused for its length")
 }
+
+// TestMessagesStreamKeepsServerToolInput: a streamed round's server_tool_use and mcp_tool_use
+// blocks go back to the upstream with the input their input_json_delta pieces made, beside a
+// workspace call of the same round (as the non-streamed round sends them, as they came).
+func TestMessagesStreamKeepsServerToolInput(t *testing.T) {
+	t.Parallel()
+	search := `{"query": "weather in Paris today"}`
+	mcpInput := `{"repo":"wsproxy/wsproxy","issue":31}`
+	inputDeltas := func(s string) []string {
+		return append([]string{`{"type":"input_json_delta","partial_json":""}`},
+			pieces(s, 7, func(p string) string { return `{"type":"input_json_delta","partial_json":` + p + `}` })...)
+	}
+	round1 := messagesStream("msg_1", "tool_use",
+		streamedBlock{`{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}`, inputDeltas(search)},
+		streamedBlock{`{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]}`, nil},
+		streamedBlock{`{"type":"mcp_tool_use","id":"mcptoolu_1","name":"get_issue","server_name":"gh","input":{}}`, inputDeltas(mcpInput)},
+		streamedBlock{`{"type":"tool_use","id":"toolu_1","name":"list_preferences","input":{}}`, inputDeltas(`{}`)})
+	round2 := messagesStream("msg_2", "end_turn", streamedBlock{`{"type":"text","text":""}`, []string{`{"type":"text_delta","text":"Done."}`}})
+	up := &script{replies: bodies(round1, round2)}
+	req, err := ParseMessagesRequest([]byte(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"go"}],` +
+		`"tools":[{"type":"web_search_20250305","name":"web_search"}]}`))
+	require.NoError(t, err)
+	tt := newTurn(t, tools.Limits{}, up)
+	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, &recorder{}))
+	require.NoError(t, err)
+	require.Equal(t, 2, rounds)
+	require.Len(t, up.sent, 2)
+	var body struct {
+		Messages []struct{ Content json.RawMessage }
+	}
+	require.NoError(t, json.Unmarshal(up.sent[1], &body))
+	require.Len(t, body.Messages, 3)
+	var blocks []struct {
+		Type  string
+		Input json.RawMessage
+	}
+	require.NoError(t, json.Unmarshal(body.Messages[1].Content, &blocks))
+	inputs := map[string]string{}
+	for _, b := range blocks {
+		inputs[b.Type] = string(b.Input)
+	}
+	require.Equal(t, map[string]string{"server_tool_use": search, "web_search_tool_result": "", "mcp_tool_use": mcpInput, "tool_use": `{}`}, inputs,
+		"each tool block goes back with the input it was streamed with")
+}
+
+// TestInvalidUTF8ForwardedAsItCame: a client's string with invalid UTF-8 reaches the upstream
+// with its bytes as they came, wherever the workspace goes beside it (a Messages string content
+// or system, a chat system message, Responses instructions; with a workspace tag to neutralise
+// in it, escaped or not): the body is no larger than the same request's with valid bytes in
+// their place, so the request's budget counts what the upstream is sent.
+func TestInvalidUTF8ForwardedAsItCame(t *testing.T) {
+	t.Parallel()
+	invalid := strings.Repeat("\xff\xfe", 32<<10)
+	for _, c := range []struct {
+		name      string
+		parse     func([]byte) (Request, error)
+		placement Placement
+		body      string // S stands for the string
+	}{
+		{"messages content", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"S"}]}`},
+		{"messages content tag", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"<workspace>S"}]}`},
+		{"messages content escaped tag", messagesRequest, PlaceTail, `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"\u003cworkspace>\nS"}]}`},
+		{"messages system", messagesRequest, PlaceSystem, `{"model":"m","max_tokens":10,"system":"S","messages":[{"role":"user","content":"go"}]}`},
+		{"chat system", chatRequest, PlaceSystem, `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"go"}]}`},
+		{"chat content tag", chatRequest, PlaceTail, `{"model":"m","messages":[{"role":"user","content":"<workspace>\nS"}]}`},
+		{"responses instructions", responsesRequest, PlaceSystem, `{"model":"m","instructions":"S","input":"go"}`},
+		{"responses input tag", responsesRequest, PlaceTail, `{"model":"m","input":"<workspace>\nS"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			sent := func(s string) []byte {
+				req, err := c.parse([]byte(strings.Replace(c.body, "S", s, 1)))
+				require.NoError(t, err)
+				req.Prepare("INSTR\n\n<workspace>the block</workspace>", c.placement, "")
+				return req.(interface{ Body(bool) Payload }).Body(true).Bytes()
+			}
+			got, valid := sent(invalid), sent(strings.Repeat("x", len(invalid)))
+			require.LessOrEqual(t, len(got), len(valid), "the invalid bytes cost no more than valid ones")
+			require.Contains(t, string(got), invalid, "the client's bytes as they came")
+		})
+	}
+}
+
+func messagesRequest(b []byte) (Request, error)  { return ParseMessagesRequest(b) }
+func chatRequest(b []byte) (Request, error)      { return ParseChatRequest(b) }
+func responsesRequest(b []byte) (Request, error) { return ParseResponsesRequest(b) }

@@ -48,9 +48,10 @@ type messagesRound struct {
 	delta      rawjson.Object
 	deltaName  string
 	settled    bool // message_delta came: the round's blocks are known
-	// kept counts the bytes of text and citations the round's blocks keep, at most maxRoundText;
-	// cut: some were left out. clientCall: a tool_use block of the client's came, so the round
-	// ends the turn and goes back to no upstream: only its calls are kept.
+	// kept counts the bytes of text, citations and server tools' input the round's blocks keep,
+	// at most maxRoundText; cut: some were left out. clientCall: a tool_use block of the
+	// client's came, so the round ends the turn and goes back to no upstream: only its calls
+	// are kept.
 	kept            int
 	cut, clientCall bool
 	// inPlace: the round held no workspace call, so its message_delta and what follows go to the
@@ -75,10 +76,11 @@ type blockAcc struct {
 	hasText, hasThinking, hasSignature, hasInput bool
 }
 
-// add applies one delta to block b. Of their text and citations the round's blocks keep
+// add applies one delta to block b. Of their text, citations and the input of other blocks than
+// the workspace's calls (a server_tool_use's, an mcp_tool_use's) the round's blocks keep
 // maxRoundText in all, and none once the round holds a call of the client's (it goes back to
 // no upstream); of a workspace call's input maxArgs (past it the call is refused for its
-// length), of a client's none. Thinking and its signature are kept whole: a thinking block goes
+// length). Thinking and its signature are kept whole: a thinking block goes
 // back with its signature or not at all, and the request's max_tokens bounds it. Deltas of
 // types the proxy does not know leave the block as it is.
 func (d *messagesSSE) add(b *blockAcc, raw json.RawMessage) {
@@ -109,8 +111,17 @@ func (d *messagesSSE) add(b *blockAcc, raw json.RawMessage) {
 	case "input_json_delta":
 		s := text(o.Get("partial_json"))
 		b.hasInput = true
-		if b.length += len(s); b.hidden && b.length <= d.maxArgs {
+		b.length += len(s)
+		switch {
+		case b.hidden:
+			if b.length <= d.maxArgs {
+				b.input.WriteString(s)
+			}
+		case len(s) <= room: // a server tool's input (server_tool_use, mcp_tool_use): the model's history
 			b.input.WriteString(s)
+			r.kept += len(s)
+		default:
+			r.cut = true
 		}
 	case "citations_delta":
 		c := o.Get("citation")
@@ -187,11 +198,14 @@ func (d *messagesSSE) stream(ctx context.Context, body Payload) error {
 }
 
 // event handles one upstream event (named name): it keeps what the turn needs and emits what
-// the client gets, under the event's name. What the proxy cannot read is not its own: the client
-// gets it as it came.
+// the client gets, under the event's name. JSON the proxy cannot read as an event is not its
+// own: the client gets it as it came; data that is not JSON ends the turn (notJSON).
 func (d *messagesSSE) event(name string, data []byte) error {
 	ev, err := rawjson.ParseInto(d.scratch, data)
 	if err != nil {
+		if err := notJSON(data); err != nil {
+			return err
+		}
 		return d.send(name, data)
 	}
 	d.scratch = ev

@@ -148,11 +148,7 @@ func appendToSystem(msg rawjson.Object, text string) json.RawMessage {
 	content := msg.Get("content")
 	switch {
 	case len(content) > 0 && content[0] == '"':
-		s, _ := rawjson.Unquote(content)
-		if strings.TrimSpace(s) != "" {
-			s += "\n\n"
-		}
-		msg.Set("content", rawjson.String(s+text))
+		msg.Set("content", appendToString(content, text))
 	case len(content) > 0 && content[0] == '[':
 		parts, _ := rawjson.Split(content)
 		msg.Set("content", rawjson.AppendArray(nil, append(parts, textPart(text))))
@@ -195,7 +191,26 @@ func appendToLast(msg []byte, member, partType, text string) Payload {
 	return Payload{msg[:start], open, tail, msg[end:]}
 }
 
-func textPart(text string) json.RawMessage { return typedTextPart("text", text) }
+// appendToString is the JSON string raw with text appended, after a blank line unless raw holds
+// only white space. raw keeps its bytes: a client's string is not decoded and encoded again (its
+// invalid UTF-8 would become escapes six times its size, which no budget counted).
+func appendToString(raw json.RawMessage, text string) json.RawMessage {
+	out := append(json.RawMessage(nil), raw[:len(raw)-1]...)
+	if !blankString(raw) {
+		out = append(out, `\n\n`...)
+	}
+	return append(rawjson.AppendEscaped(out, text), '"')
+}
+
+func textPart(text string) json.RawMessage { return rawTextPart(rawjson.String(text)) }
+
+// rawTextPart is a text part whose text is the JSON string raw, as its bytes are.
+func rawTextPart(raw json.RawMessage) json.RawMessage {
+	part := rawjson.Object{}
+	part.Set("type", rawjson.String("text"))
+	part.Set("text", raw)
+	return part.Bytes()
+}
 
 // typedTextPart is a content part of text: chat's "text", the Responses API's "input_text".
 func typedTextPart(typ, text string) json.RawMessage {
@@ -212,16 +227,38 @@ func mayHoldTag(raw []byte) bool {
 }
 
 // neutralized is the JSON string raw with its workspace tags neutralised; raw itself when it
-// holds none.
+// holds none. Invalid UTF-8 keeps its bytes: each valid run between invalid bytes is neutralised
+// on its own (neither a tag nor an escape spans an invalid byte), so the string grows by its
+// tags' '‹' alone, never by escapes of invalid bytes.
 func neutralized(raw json.RawMessage) json.RawMessage {
 	if !mayHoldTag(raw) {
 		return raw
 	}
-	s, _ := rawjson.Unquote(raw)
-	if n := tools.NeutralizeTags(s); n != s {
-		return rawjson.String(n)
+	if utf8.Valid(raw) {
+		s, _ := rawjson.Unquote(raw)
+		if n := tools.NeutralizeTags(s); n != s {
+			return rawjson.String(n)
+		}
+		return raw
 	}
-	return raw
+	out := json.RawMessage{'"'}
+	for inner := raw[1 : len(raw)-1]; len(inner) > 0; {
+		n := 0
+		for n < len(inner) {
+			r, size := utf8.DecodeRune(inner[n:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			n += size
+		}
+		if n == 0 {
+			out, inner = append(out, inner[0]), inner[1:]
+			continue
+		}
+		run := neutralized(append(append(json.RawMessage{'"'}, inner[:n]...), '"'))
+		out, inner = append(out, run[1:len(run)-1]...), inner[n:]
+	}
+	return append(out, '"')
 }
 
 // neutralizedPart is a content part with the workspace tags of its text neutralised (of a

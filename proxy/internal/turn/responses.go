@@ -2,7 +2,6 @@ package turn
 
 import (
 	"encoding/json"
-	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -219,11 +218,7 @@ func (c *ResponsesRequest) InjectWorkspace(text string, placement Placement) {
 	case instructions == nil || string(instructions) == "null":
 		c.instructions = rawjson.String(text)
 	case instructions[0] == '"':
-		s, _ := rawjson.Unquote(instructions)
-		if strings.TrimSpace(s) != "" {
-			s += "\n\n"
-		}
-		c.instructions = rawjson.String(s + text)
+		c.instructions = appendToString(instructions, text)
 	default: // not a string: the upstream's to refuse; the workspace comes as a system item
 		msg := rawjson.Object{}
 		msg.Set("role", rawjson.String("system"))

@@ -79,10 +79,14 @@ func (d *responsesSSE) stream(ctx context.Context, body Payload) error {
 }
 
 // event handles one upstream event: it keeps what the turn needs and emits what the client gets.
-// What the proxy cannot read is not its own: the client gets it as it came.
+// JSON the proxy cannot read as an event is not its own: the client gets it as it came; data
+// that is not JSON ends the turn (notJSON).
 func (d *responsesSSE) event(data []byte) error {
 	ev, err := rawjson.ParseInto(d.scratch, data)
 	if err != nil {
+		if err := notJSON(data); err != nil {
+			return err
+		}
 		return d.emitRaw(data)
 	}
 	d.scratch = ev

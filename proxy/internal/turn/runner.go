@@ -328,3 +328,13 @@ var errStreamEnded = errors.New("the upstream's stream ended before its reply wa
 
 // errStreamCut is a stream that ended before its reply was complete: a protocol failure, retried.
 var errStreamCut = fmt.Errorf("%w: %w", apierr.ErrUpstreamProtocol, errStreamEnded)
+
+// notJSON is the failure of a stream event whose data is not JSON (nil for JSON): any event may
+// carry a workspace call, which the proxy could neither run nor hide, so the turn ends as when a
+// body is not JSON (docs/spec.md §16). JSON of a shape the proxy does not know is read leniently.
+func notJSON(data []byte) error {
+	if rawjson.Valid(data) {
+		return nil
+	}
+	return fmt.Errorf("%w: an event's data is not JSON", apierr.ErrUpstreamProtocol)
+}

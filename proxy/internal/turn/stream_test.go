@@ -2,6 +2,7 @@ package turn
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -93,4 +95,52 @@ func TestChatStreamWrapperOverTheBound(t *testing.T) {
 	}
 	require.Equal(t, 2, rounds)
 	require.Contains(t, string(up.sent[1]), fmt.Sprintf("at most %d bytes (got %d)", limit, len(args)))
+}
+
+// TestStreamEventNotJSONEndsTheStream: an upstream event whose data is not JSON may hold a
+// workspace call the proxy cannot see, so it ends a streamed turn as a non-streamed body that
+// is not JSON does (a protocol failure, the client's error event in its own format), never
+// reaching the client as it came; an event of JSON the proxy does not know passes.
+func TestStreamEventNotJSONEndsTheStream(t *testing.T) {
+	t.Parallel()
+	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data + "\n\n" }
+	for _, c := range []struct {
+		name, request, stream string
+		parse                 func([]byte) (Request, error)
+	}{
+		{"chat", `{"model":"m","stream":true,"messages":[{"role":"user","content":"go"}]}`,
+			strings.Join(upstreamtest.Events(upstreamtest.Chunk("c", `{"role":"assistant","content":"Hi"}`, ""), `["unknown"]`,
+				upstreamtest.Chunk("c", `{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"set_objective","arguments":"{}"}}]}`, "")+"x"), ""),
+			chatRequest},
+		{"messages", `{"model":"m","stream":true,"max_tokens":10,"messages":[{"role":"user","content":"go"}]}`,
+			ev("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-test","content":[],"usage":{"input_tokens":1}}}`) +
+				ev("unknown", `{"type":"unknown"}`) +
+				ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"set_objective","input":{}}`),
+			messagesRequest},
+		{"responses", `{"model":"m","stream":true,"input":"go"}`,
+			ev("response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","status":"in_progress","output":[]}}`) +
+				ev("response.unknown", `{"type":"response.unknown","sequence_number":1}`) +
+				ev("response.output_item.added", `{"type":"response.output_item.added","sequence_number":2,"output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"c1","name":"set_objective","arguments":""}`),
+			responsesRequest},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			req, err := c.parse([]byte(c.request))
+			require.NoError(t, err)
+			up := &script{replies: bodies(c.stream)}
+			tt := newTurn(t, tools.Limits{}, up)
+			out := &recorder{}
+			dialect := req.Stream(tt, out)
+			_, err = (&Runner{}).Run(context.Background(), tt, dialect)
+			require.ErrorIs(t, err, apierr.ErrUpstreamProtocol)
+			unknown := false
+			for _, e := range out.events {
+				require.NotContains(t, string(e.data), "set_objective", "the unreadable event never reaches the client")
+				unknown = unknown || strings.Contains(string(e.data), "unknown")
+			}
+			require.True(t, unknown, "the event the proxy does not know went on")
+			_, failure := dialect.(StreamDialect).Failure(err)
+			require.True(t, json.Valid(failure), "%s", failure)
+		})
+	}
 }

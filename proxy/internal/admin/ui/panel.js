@@ -266,8 +266,12 @@ async function threadView(id) {
   state.thread = id;
   state.target = null;
   const path = threadPath(id);
-  let detail;
+  // The history is read before the workspace, and the live stream starts after the newest event
+  // that read saw (docs/spec.md §13): whatever commits after it comes through the stream, and
+  // the workspace read after it is never older than the history.
+  let detail, page;
   try {
+    page = await api("GET", path + "/events?" + timelineQuery());
     detail = await api("GET", path);
   } catch (e) {
     if (e.status === 404) return noSuchThreadView(id);
@@ -371,9 +375,7 @@ async function threadView(id) {
     render();
   }, (msg) => showIn(timelineBox, msg));
   const loadTimeline = () => act(async () => {
-    const q = new URLSearchParams({ order: "desc", limit: "200" });
-    if (state.target) q.set("target", state.target);
-    const page = await api("GET", path + "/events?" + q);
+    const page = await api("GET", path + "/events?" + timelineQuery());
     for (const e of page.data) known.set(e.id, e);
     render();
   }, (msg) => showIn(timelineBox, msg));
@@ -388,9 +390,9 @@ async function threadView(id) {
     const e = known.get(eventID);
     return e ? describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), known) + " (" + whoText(e) + ", " + new Date(e.at).toLocaleString() + ")" : "";
   };
+  for (const e of page.data) known.set(e.id, e);
   render();
-  await loadTimeline();
-  openStream(id, (e) => {
+  openStream(id, page.data.length ? page.data[0].id : 0, (e) => {
     refresh();
     if (known.has(e.id)) return;
     known.set(e.id, e);
@@ -495,8 +497,18 @@ function renderEvent(e, pos, known, h, age, error, report) {
   return li;
 }
 
-function openStream(id, onEvent) {
-  const src = new EventSource(threadPath(id) + "/events/stream");
+// timelineQuery is the query of the timeline's read: the newest events first, of the target
+// shown.
+function timelineQuery() {
+  const q = new URLSearchParams({ order: "desc", limit: "200" });
+  if (state.target) q.set("target", state.target);
+  return q;
+}
+
+// openStream opens the thread's live stream after the event after (a reconnect resumes after
+// the last event it brought: EventSource's Last-Event-ID).
+function openStream(id, after, onEvent) {
+  const src = new EventSource(threadPath(id) + "/events/stream?after=" + after);
   src.onmessage = (m) => { try { onEvent(JSON.parse(m.data)); } catch (e) { showIn(document.getElementById("error"), "a live update was not understood"); } };
   state.stream = src;
 }
