@@ -102,7 +102,7 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 			f := setup(t)
 			ctx := context.Background()
 			f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
-			start, err := f.ws.StartTurn(ctx)
+			start, err := f.ws.StartTurn(ctx, TurnOptions{})
 			require.NoError(t, err)
 			view := NewView(start) // A, B, C
 			require.NoError(t, tt.user(f, f.list(t)[1]), "the user's edit of B during round 1")
