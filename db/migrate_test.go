@@ -594,3 +594,58 @@ func TestMigrationFailsOnALockItCannotHave(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&n))
 	require.Equal(t, 1, n, "nothing of it was applied")
 }
+
+// TestUpgradeToScopes: a database populated under schema 011 (a thread with a snapshot, events of
+// every earlier kind, a proposal) upgrades to scopes (012): every thread without parents and with
+// agent_writes unset, its snapshot reused by its next turn (no ancestors: nothing changed), its
+// events kept, and the new statements work on it.
+func TestUpgradeToScopes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp", "011_turn_start_unless_held"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('old', 3, 2, 4)`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('old', 1, 'Formal', 'hard', true)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences)
+		 VALUES ('old', 3, 4, NULL, '[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true}]')`,
+		`INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, before, after) VALUES
+		 ('old', 1, 'user', 'admin', 'preference_added', 'preference', 1, NULL, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}'),
+		 ('old', 2, 'user', 'admin', 'preference_locked', 'preference', 1, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}', '{"title":"Formal","subtitle":"","kind":"hard","locked":true}')`,
+		`INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, before, after, proposed) VALUES
+		 ('old', 3, 'agent', 'proxy', 'locked_skip', 'preference', 1, '{"title":"Formal","subtitle":"","kind":"hard","locked":true}', '{"title":"Formal","subtitle":"","kind":"hard","locked":true}', '{"title":"Casual","subtitle":"","kind":"hard"}')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Empty(t, th.Parents)
+	require.False(t, th.AgentWrites.Valid)
+	scope, err := q.ThreadScopeGet(ctx, pool, "old")
+	require.NoError(t, err)
+	require.Equal(t, "direct", scope.AgentWrites)
+	require.Empty(t, scope.Ancestors)
+
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
+	require.NoError(t, err)
+	require.Equal(t, int32(4), start.Turn)
+	require.Nil(t, start.Inherited)
+	snaps, err := q.SnapshotListByThread(ctx, pool, db.SnapshotListByThreadParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, snaps, 1, "the old snapshot still applies: no copy")
+
+	pending, err := q.EventPendingProposals(ctx, pool, db.EventPendingProposalsParams{ThreadID: "old", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the locked_skip's proposal is pending")
+
+	// The new statements: parents (a new scope created), and a turn that inherits.
+	refused, err := q.ThreadSetParents(ctx, pool, db.ThreadSetParentsParams{ID: "old", Parents: []string{"scope"}, Actor: "user", Via: "admin"})
+	require.NoError(t, err)
+	require.Empty(t, refused)
+	_, err = pool.Exec(ctx, `INSERT INTO preferences (thread_id, id, title, kind) VALUES ('scope', 1, 'Inherited', 'soft')`)
+	require.NoError(t, err)
+	start, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
+	require.NoError(t, err)
+	require.Contains(t, string(start.Inherited), `"Inherited"`)
+}
