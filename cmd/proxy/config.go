@@ -31,9 +31,12 @@ type Config struct {
 	AnthropicUpstreamAPIKey  string
 	// ThreadHeader names a header that names the thread when X-Thread-Id and the path do not.
 	ThreadHeader string
-	ListenAddr   string
-	AdminToken   string
-	ClientKeys   string // name=key pairs, or @file
+	// ThreadParents are the parents (names, nearest first, comma-separated) a thread named by
+	// ThreadHeader starts with (docs/spec.md §17, §18).
+	ThreadParents string
+	ListenAddr    string
+	AdminToken    string
+	ClientKeys    string // name=key pairs, or @file
 	// PassThroughRoutes are the routes forwarded as they are for clients with keys.
 	PassThroughRoutes string
 	MaxToolRounds     int
@@ -120,6 +123,7 @@ func (c *Config) settings() []setting {
 		{"ANTHROPIC_UPSTREAM_BASE_URL", "anthropic-upstream-base-url", `base URL of the Anthropic Messages API's upstream for /v1/messages (default https://api.anthropic.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.AnthropicUpstreamBaseURL)},
 		{"ANTHROPIC_UPSTREAM_API_KEY", "anthropic-upstream-api-key", "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set", (*secretValue)(&c.AnthropicUpstreamAPIKey)},
 		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
+		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
@@ -181,6 +185,14 @@ func (c Config) Validate() error {
 	}
 	if c.ThreadHeader != "" && !validHeaderName(c.ThreadHeader) {
 		return fmt.Errorf("THREAD_HEADER: %q is not a header name", c.ThreadHeader)
+	}
+	if c.ThreadParents != "" && c.ThreadHeader == "" {
+		return errors.New("THREAD_PARENTS: applies to threads named by THREAD_HEADER, which is not set")
+	}
+	for _, name := range c.threadParents() {
+		if _, err := tools.NewThreadID("", name); err != nil {
+			return fmt.Errorf("THREAD_PARENTS: %q: %w", name, err)
+		}
 	}
 	if c.ClientKeys != "" && c.UpstreamAPIKey == "" && c.UpstreamBaseURL != "demo" {
 		return errors.New("CLIENT_KEYS needs UPSTREAM_API_KEY: clients' keys are wsproxy's, the upstream needs its own")
@@ -382,4 +394,15 @@ func (v *durationValue) Set(s string) error {
 	}
 	*v = durationValue(d)
 	return nil
+}
+
+// threadParents are THREAD_PARENTS' names, in order.
+func (c Config) threadParents() []string {
+	var out []string
+	for name := range strings.SplitSeq(c.ThreadParents, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
 }

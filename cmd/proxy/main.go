@@ -236,6 +236,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *prox
 		AnthropicUpstreamURL:    anthropicURL,
 		AnthropicUpstreamAPIKey: m.Config.AnthropicUpstreamAPIKey,
 		ThreadHeader:            m.Config.ThreadHeader,
+		ThreadParents:           m.Config.threadParents(),
 		UpstreamTimeout:         m.Config.UpstreamTimeout,
 		StreamKeepalive:         m.Config.StreamKeepalive,
 		AdminToken:              m.AdminToken,
