@@ -125,6 +125,9 @@ func (st *suite) start(fastURL string) ([]scenario, error) {
 			return nil, err
 		}
 	}
+	if err := seedScopes("http://" + wsTurn); err != nil {
+		return nil, err
+	}
 	return []scenario{
 		{"direct", "http://" + st.up + chatPath, "", false},
 		{"bare proxy", "http://" + bare + chatPath, "", false},
@@ -136,6 +139,7 @@ func (st *suite) start(fastURL string) ([]scenario, error) {
 		{"bare proxy, streamed", "http://" + bare + chatPath, "", true},
 		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true},
 		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true},
+		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false},
 	}, nil
 }
 
@@ -216,6 +220,10 @@ func (st *suite) report(scenarios []scenario, rounds int, results map[string][]R
 		fmt.Sprintf("%.0f vs %.0f req/s (%.1f%%)", med(turn, 32).RPS, med(turnFast, 32).RPS, 100*med(turn, 32).RPS/med(turnFast, 32).RPS))
 	check("a thread turn keeps at least 40% of pass-through throughput (c=32)", med(turn, 32).RPS >= 0.4*med(pass, 32).RPS,
 		fmt.Sprintf("%.1f%%", 100*med(turn, 32).RPS/med(pass, 32).RPS))
+	scoped := scenarios[10]
+	check("a thread turn with two parents (five items each) keeps at least 90% of a thread turn's throughput (c=32)",
+		med(scoped, 32).RPS >= 0.9*med(turn, 32).RPS,
+		fmt.Sprintf("%.0f vs %.0f req/s (%.1f%%)", med(scoped, 32).RPS, med(turn, 32).RPS, 100*med(scoped, 32).RPS/med(turn, 32).RPS))
 }
 
 // memory measures a fresh wsproxy, warmed up, through one 10 MB streamed thread turn.
@@ -319,6 +327,37 @@ func seed(base, thread string) error {
 	resp.Body.Close()
 	if resp.StatusCode != 201 && resp.StatusCode != 409 {
 		return fmt.Errorf("seed %s: %s", thread, resp.Status)
+	}
+	return nil
+}
+
+// seedScopes gives the threads scoped-0 … scoped-31 two parents, scope-a and scope-b, of five
+// preferences each (docs/spec.md §17).
+func seedScopes(base string) error {
+	admin := func(method, path, body string, ok ...int) error {
+		req, _ := http.NewRequest(method, base+"/admin/v1/threads/"+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if !slices.Contains(ok, resp.StatusCode) {
+			return fmt.Errorf("seed scopes: %s %s: %s", method, path, resp.Status)
+		}
+		return nil
+	}
+	for _, scope := range []string{"scope-a", "scope-b"} {
+		for i := range 5 {
+			if err := admin("POST", scope+"/preferences", fmt.Sprintf(`{"title":"%s rule %d"}`, scope, i), 201, 409); err != nil {
+				return err
+			}
+		}
+	}
+	for c := range 32 {
+		if err := admin("PUT", fmt.Sprintf("scoped-%d/parents", c), `{"parents":["scope-a","scope-b"]}`, 200); err != nil {
+			return err
+		}
 	}
 	return nil
 }
