@@ -195,14 +195,14 @@ func TestMakeRunTwiceInOneFolder(t *testing.T) {
 	// An admin token as an earlier make run left it, readable by all.
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, ".data"), 0o755))
 	token := filepath.Join(dir, ".data", "admin-token")
-	require.NoError(t, os.WriteFile(token, []byte("wsp_earlier"), 0o644))
+	require.NoError(t, os.WriteFile(token, []byte("wsp_earlier_0123456789abcdef"), 0o644))
 
 	first := startMakeRun(t, dir, freeAddr(t))
 	first.waitReady()
 	info, err := os.Stat(token)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "an admin token left readable by all is made private")
-	require.Contains(t, first.out.String(), "wsp_earlier", "the token kept from the earlier run")
+	require.Contains(t, first.out.String(), "wsp_earlier_0123456789abcdef", "the token kept from the earlier run")
 
 	busy := startMakeRun(t, dir, first.addr)
 	require.Error(t, busy.wait(), "a make run that cannot listen fails")
