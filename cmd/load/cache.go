@@ -199,7 +199,8 @@ func (m *cacheModel) decide(req cacheRequest, offered map[string]bool) (string, 
 		}
 		return "", []any{step}
 	}
-	if offered["add_preferences"] && !afterWorkspace && users%3 == 0 {
+	scoped := strings.Contains(req.Messages[0].text(), scopedMark) // the user changes a scope instead
+	if offered["add_preferences"] && !afterWorkspace && users%3 == 0 && !scoped {
 		switch users / 3 % 3 {
 		case 1:
 			return "", []any{workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})}
@@ -232,6 +233,7 @@ type cacheWay struct {
 	name      string
 	url       string // …/v1/chat/completions
 	placement string // "" when direct
+	parents   string // through wsproxy: the thread's parents (X-Workspace-Parents), "" for none
 }
 
 // post sends body to the way's URL (through wsproxy: in thread, with the way's placement) and
@@ -246,6 +248,9 @@ func (way cacheWay) post(thread string, body map[string]any, header ...string) (
 	if way.placement != "" {
 		req.Header.Set("X-Thread-Id", thread)
 		req.Header.Set("X-Workspace-Placement", way.placement)
+		if way.parents != "" {
+			req.Header.Set("X-Workspace-Parents", way.parents)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -290,6 +295,33 @@ func chatSession(post func([]map[string]any, []any) (map[string]any, error)) err
 		msgs = append(msgs, reply)
 	}
 	return nil
+}
+
+// scopedMark in a session's system prompt tells the model to leave the workspace alone: the
+// user changes the thread's scope instead.
+const scopedMark = "(scoped)"
+
+// scopedChatSession is chatSession whose thread's list the model leaves alone, while the user
+// changes the thread's scope (edit) before every third turn (docs/spec.md §17).
+func scopedChatSession(edit func(turn int) error) session {
+	return func(post func([]map[string]any, []any) (map[string]any, error)) error {
+		system := "You are a careful research assistant " + scopedMark + ". " + strings.Repeat("Cite sources, keep the user's terms, and prefer primary literature over reviews. ", 75)
+		msgs := []map[string]any{{"role": "system", "content": system}}
+		for turn := 1; turn <= chatTurns; turn++ {
+			if turn%3 == 0 {
+				if err := edit(turn); err != nil {
+					return err
+				}
+			}
+			msgs = append(msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Turn %d: ", turn) + strings.Repeat("Tell me more about how soil carbon is measured in the field. ", 16)})
+			reply, err := post(msgs, clientTools("search", "fetch"))
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, reply)
+		}
+		return nil
+	}
 }
 
 // agentSession: one user message, then a loop shaped like Codex CLI's: each request resends the
@@ -412,7 +444,7 @@ func measureCache(directBase, wsproxyBase string) (string, bool, error) {
 		{"agent loop, the 2 workspace changes in rounds of their own (no target)", agentSessionRounds},
 	} {
 		n++
-		ways := []cacheWay{{"direct", direct, ""}, {"system", wsproxy, "system"}, {"tail", wsproxy, "tail"}}
+		ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", ""}, {"tail", wsproxy, "tail", ""}}
 		figs := map[string]cacheFigures{}
 		for _, way := range ways {
 			f, err := runSession(s.run, way, fmt.Sprintf("cache-%s-%d", way.name, n))
@@ -438,6 +470,9 @@ func measureCache(directBase, wsproxyBase string) (string, bool, error) {
 				fmt.Sprintf("%.2fx", tail.cost()/d.cost())) && ok
 		}
 	}
+	if err := measureScopeCache(&b, direct, wsproxy, wsproxyBase, &ok); err != nil {
+		return b.String(), false, err
+	}
 	met, err := measureMessagesCache(&b, directBase+"/v1/messages", wsproxyBase+"/v1/messages")
 	if err != nil {
 		return b.String(), false, err
@@ -452,4 +487,46 @@ func cacheCheck(b *strings.Builder, what string, ok bool, figures string) bool {
 	}
 	fmt.Fprintf(b, "  [%s] %s: %s\n", verdict, what, figures)
 	return ok
+}
+
+// measureScopeCache runs the chat session with a scope the user changes every third turn (a
+// preference added to it through the admin REST), and checks that it costs each child only its
+// block, as the thread's own changes do: tail's hit rate within 3 points of direct's.
+func measureScopeCache(b *strings.Builder, direct, wsproxy, wsproxyBase string, ok *bool) error {
+	figs := map[string]cacheFigures{}
+	ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", "cache-scope-system"}, {"tail", wsproxy, "tail", "cache-scope-tail"}}
+	for _, way := range ways {
+		edit := func(turn int) error {
+			if way.placement == "" {
+				return nil
+			}
+			req, _ := http.NewRequest("POST", wsproxyBase+"/admin/v1/threads/"+way.parents+"/preferences",
+				strings.NewReader(fmt.Sprintf(`{"title":"Scope rule %d"}`, turn)))
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				return fmt.Errorf("scope edit: %s", resp.Status)
+			}
+			return nil
+		}
+		f, err := runSession(scopedChatSession(edit), way, "cache-scoped-"+way.name)
+		if err != nil {
+			return err
+		}
+		figs[way.name] = f
+	}
+	fmt.Fprintf(b, "\nchat with a scope (40 turns, the user adds to the thread's scope every third)\n%-8s %9s %9s %9s %8s %10s %9s\n",
+		"way", "prompt", "cached", "uncached", "hit rate", "input cost", "vs direct")
+	for _, way := range ways {
+		f := figs[way.name]
+		fmt.Fprintf(b, "%-8s %s %8.2fx\n", way.name, f, f.cost()/figs["direct"].cost())
+	}
+	d, tail := figs["direct"], figs["tail"]
+	*ok = cacheCheck(b, "scope change: tail's hit rate within 3 points of direct's (a scope's change costs its block only)",
+		100*(d.hitRate()-tail.hitRate()) <= 3, fmt.Sprintf("%.1f%% vs %.1f%%", 100*tail.hitRate(), 100*d.hitRate())) && *ok
+	return nil
 }

@@ -323,7 +323,7 @@ func measureMessagesCache(b *strings.Builder, direct, wsproxy string) (bool, err
 		{"Messages agent loop like Claude Code's (30 tool_use steps, 2 workspace changes beside them)", messagesAgentTool},
 		{"Messages agent loop, the 2 workspace changes in rounds of their own (no target)", messagesRoundsTool},
 	} {
-		ways := []cacheWay{{"direct", direct, ""}, {"system", wsproxy, "system"}, {"tail", wsproxy, "tail"}}
+		ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", ""}, {"tail", wsproxy, "tail", ""}}
 		figs := map[string]messagesFigures{}
 		for _, way := range ways {
 			f, err := runMessagesSession(s.tool, way, fmt.Sprintf("cache-messages-%s-%d-%d", way.name, n, run))
