@@ -4,9 +4,10 @@ GO ?= go
 
 .PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak
 
-## VERSION: what the binaries say they are (`wsproxy version`, the start line): git describe.
+## VERSION: what the binaries say they are (`wsproxy version`, the start line, wsproxy_build_info):
+## the VERSION file's (CHANGELOG.md says what each version changed).
 ifndef VERSION
-VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+VERSION := $(shell cat VERSION)
 endif
 LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 

@@ -27,6 +27,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy"
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/demo"
@@ -34,7 +35,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "-version" || os.Args[1] == "--version") {
 		fmt.Println("wsproxy", version())
 		return
 	}
@@ -405,24 +406,23 @@ func loopback(addr net.Addr) bool {
 	return ok && a.IP.IsLoopback()
 }
 
-// buildVersion is the version `make build` stamps (-ldflags "-X main.buildVersion=…", from git
-// describe).
+// buildVersion is the version `make build` stamps (-ldflags "-X main.buildVersion=…": the
+// VERSION file's, unless make is given another).
 var buildVersion string
 
-// version is the version make stamped; else the module version the binary was built from
-// ("(devel)" and the commit for a plain go build in a clone).
+// version is the version make stamped; else, for a plain go build, the VERSION file's with the
+// commit it was built from.
 func version() string {
 	if buildVersion != "" {
 		return buildVersion
 	}
+	v := wsproxy.Version
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		v := bi.Main.Version
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 				v += " " + s.Value[:12]
 			}
 		}
-		return v
 	}
-	return "devel"
+	return v
 }
