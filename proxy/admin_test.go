@@ -91,7 +91,8 @@ func TestAdminWorkspace(t *testing.T) {
 	// Raw shape of the thread's GET.
 	var raw map[string]any
 	e.admin("GET", "/admin/v1/threads/t1", nil, 200, &raw)
-	require.ElementsMatch(t, []string{"id", "objective", "preferences", "block", "usage"}, keys(raw))
+	require.ElementsMatch(t, []string{"id", "objective", "preferences", "block", "usage", "parents", "inherited", "agent_writes",
+		"agent_writes_inherited"}, keys(raw))
 	require.Equal(t, map[string]any{"prompt_tokens": 0.0, "cached_prompt_tokens": 0.0, "completion_tokens": 0.0, "cache_write_tokens": 0.0}, raw["usage"])
 	require.ElementsMatch(t, []string{"text", "updated_at", "updated_by"}, keys(raw["objective"].(map[string]any)))
 	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked", "created_at", "updated_at"},
@@ -159,7 +160,7 @@ func TestAdminPagination(t *testing.T) {
 	e.admin("GET", "/admin/v1/threads/p4/snapshots", nil, 200, &rawSnaps)
 	// p4: turns 1 and 2 on an empty workspace (one snapshot), turn 3 after the user's addition.
 	require.Len(t, rawSnaps.Data, 2)
-	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences"}, keys(rawSnaps.Data[1]))
+	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences", "inherited"}, keys(rawSnaps.Data[1]))
 	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked"},
 		keys(rawSnaps.Data[1]["preferences"].([]any)[0].(map[string]any)))
 

@@ -238,15 +238,23 @@ func TestPostgresRefusesConnections(t *testing.T) {
 			switch rt.method {
 			case "PUT":
 				body = map[string]any{"text": "x"}
+				if strings.HasSuffix(path, "/parents") {
+					body = map[string]any{"parents": []string{"p"}}
+				}
 			case "POST":
 				switch {
 				case strings.HasSuffix(path, "/links"):
 					body = map[string]any{"ttl_seconds": 60}
 				case strings.HasSuffix(path, "/preferences"):
 					body = map[string]any{"title": "x"}
+				case strings.HasSuffix(path, "/move"):
+					body = map[string]any{"to": "p"}
 				}
 			case "PATCH":
 				body = map[string]any{"locked": true}
+				if strings.HasSuffix(path, "/refused") {
+					body = map[string]any{"agent_writes": "propose"}
+				}
 			}
 			e.admin(rt.method, path, body, http.StatusServiceUnavailable, nil)
 		}
