@@ -16,11 +16,11 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 )
 
-// testVersion is the tag of the repository copies: what `make build` stamps in them.
+// testVersion is the VERSION of the repository copies: what `make build` stamps in them.
 const testVersion = "v0.0.0-test"
 
 // repoCopy is a clone as a user has it: the repository's files (tracked and untracked, not
-// ignored) in a fresh temporary folder, committed there and tagged testVersion. When the test
+// ignored) in a fresh temporary folder, committed there, its VERSION testVersion. When the test
 // ends, the PostgreSQL cluster of its .data is stopped (and, as root, removed from
 // /var/lib/wsproxy).
 func repoCopy(t *testing.T) string {
@@ -41,8 +41,9 @@ func repoCopy(t *testing.T) string {
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(dst, b, info.Mode()))
 	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "VERSION"), []byte(testVersion+"\n"), 0o644))
 	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"},
-		{"-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "copy"}, {"tag", testVersion}} {
+		{"-c", "user.name=test", "-c", "user.email=test@example.com", "commit", "-q", "-m", "copy"}} {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
