@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -187,10 +186,7 @@ func (s *sseReader) nextScope() (scope string, event int64) {
 // parents change, the stream follows its new ancestors.
 func TestScopeChangeWakesChildren(t *testing.T) {
 	t.Parallel()
-	a := setup(t)
-	b := setupWithPool(t, a.pool) // a second replica
-	a.proxy.admin.SetHeartbeat(time.Hour)
-	b.proxy.admin.SetHeartbeat(time.Hour)
+	a, b := twoReplicas(t)
 	a.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "Tabs over spaces"}, 201, nil)
 	a.admin("PUT", "/admin/v1/threads/repo-x/parents", map[string]any{"parents": []string{"alice"}}, 200, nil)
 	a.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"repo-x"}}, 200, nil)
