@@ -11,6 +11,27 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const threadAncestorVersions = `-- name: ThreadAncestorVersions :one
+SELECT s.ancestors::text[] AS ancestors, s.versions::bigint[] AS versions
+FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
+WHERE threads.id = $1
+`
+
+type ThreadAncestorVersionsRow struct {
+	Ancestors []string
+	Versions  []int64
+}
+
+// A thread's ancestors (nearest first) and their versions (next_event_id, 0 for one that does not
+// exist), as a turn would read them (thread_scope, migration 012): what a live view of the thread
+// watches besides the thread itself.
+func (q *Queries) ThreadAncestorVersions(ctx context.Context, db DBTX, id string) (ThreadAncestorVersionsRow, error) {
+	row := db.QueryRow(ctx, threadAncestorVersions, id)
+	var i ThreadAncestorVersionsRow
+	err := row.Scan(&i.Ancestors, &i.Versions)
+	return i, err
+}
+
 const threadChildren = `-- name: ThreadChildren :many
 SELECT id FROM threads WHERE parents @> ARRAY[$1::text] AND id > $2::text ORDER BY id LIMIT $3
 `

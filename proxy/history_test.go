@@ -108,6 +108,16 @@ func TestAdminApplyProposal(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/ap/events/99/apply", nil, 404, nil)
 }
 
+// twoReplicas is two proxies on one database whose event streams only Postgres's
+// notifications wake (no heartbeat).
+func twoReplicas(t *testing.T) (*env, *env) {
+	e := setup(t)
+	other := setupWithPool(t, e.pool)
+	e.proxy.admin.SetHeartbeat(time.Hour)
+	other.proxy.admin.SetHeartbeat(time.Hour)
+	return e, other
+}
+
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // sseReader reads an admin event stream.
@@ -164,11 +174,7 @@ func (s *sseReader) next() (string, tools.Event) {
 // proxy shuts down.
 func TestEventStream(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	other := setupWithPool(t, e.pool) // a second replica
-	// No heartbeat in this test: only Postgres's notifications can wake the streams.
-	e.proxy.admin.SetHeartbeat(time.Hour)
-	other.proxy.admin.SetHeartbeat(time.Hour)
+	e, other := twoReplicas(t)
 	e.admin("PUT", "/admin/v1/threads/live/objective", map[string]any{"text": "Before the stream"}, 200, nil)
 
 	s := e.openStream(e.srv.URL, "live", "", "")

@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/stretchr/testify/require"
 
@@ -148,4 +153,132 @@ func TestThreadParentsForASession(t *testing.T) {
 	resp = e.post("/threads/own/v1/chat/completions", nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
 	require.Empty(t, e.workspace("own").Parents)
+}
+
+// nextScope reads s up to its next event `scope` (skipping the thread's own) and returns its
+// data.
+func (s *sseReader) nextScope() (scope string, event int64) {
+	s.t.Helper()
+	named := false
+	for {
+		line, err := s.rd.ReadString('\n')
+		require.NoError(s.t, err)
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "event: scope":
+			named = true
+		case strings.HasPrefix(line, "id: "):
+			require.False(s.t, named, "a scope event carries no id")
+		case strings.HasPrefix(line, "data: ") && named:
+			var d struct {
+				Scope string
+				Event int64
+			}
+			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d), line)
+			return d.Scope, d.Event
+		}
+	}
+}
+
+// TestScopeChangeWakesChildren: a change of a scope, made on one replica, wakes the event stream
+// and the MCP subscription of a thread that inherits it — a grandchild too — on another replica
+// (same database; only Postgres's notifications wake them: no heartbeat); after the thread's
+// parents change, the stream follows its new ancestors.
+func TestScopeChangeWakesChildren(t *testing.T) {
+	t.Parallel()
+	a, b := twoReplicas(t)
+	a.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "Tabs over spaces"}, 201, nil)
+	a.admin("PUT", "/admin/v1/threads/repo-x/parents", map[string]any{"parents": []string{"alice"}}, 200, nil)
+	a.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"repo-x"}}, 200, nil)
+
+	// The admin event stream, on a: an event `scope` without an id, naming the ancestor and its event.
+	s := a.openStream(a.srv.URL, "t", "", "")
+	b.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "Answer in French"}, 201, nil)
+	var evs page[tools.Event]
+	b.admin("GET", "/admin/v1/threads/alice/events?order=desc&limit=1", nil, 200, &evs)
+	scope, event := s.nextScope()
+	require.Equal(t, "alice", scope, "a grandparent's change")
+	require.Equal(t, evs.Data[0].ID, event)
+	b.admin("PUT", "/admin/v1/threads/repo-x/objective", map[string]any{"text": "Ship it"}, 200, nil)
+	scope, _ = s.nextScope()
+	require.Equal(t, "repo-x", scope)
+
+	// New parents: the thread's own event; then the stream watches bob, and no longer alice.
+	b.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"bob"}}, 200, nil)
+	id, ev := s.next()
+	require.Equal(t, tools.ParentsSet, ev.Kind)
+	// An event of t's own, read after parents_set, was read by a later wake-up of the stream:
+	// the one that read the new ancestors has ended.
+	b.admin("PUT", "/admin/v1/threads/t/objective", map[string]any{"text": "Mine"}, 200, nil)
+	next, _ := s.next()
+	require.Equal(t, itoa(mustInt(t, id)+1), next)
+	b.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "No longer t's"}, 201, nil)
+	b.admin("POST", "/admin/v1/threads/bob/preferences", map[string]any{"title": "Bob's"}, 201, nil)
+	scope, event = s.nextScope()
+	require.Equal(t, "bob", scope, "the first scope event after the parents changed is bob's, not alice's")
+	b.admin("GET", "/admin/v1/threads/bob/events?order=desc&limit=1", nil, 200, &evs)
+	require.Equal(t, evs.Data[0].ID, event)
+
+	// An MCP subscription on a, to t's resource, is told of a change of t's scope made on b.
+	updated := make(chan string, 100)
+	cs := mcpConnect(t, a.srv.URL, adminToken, mcpLatest, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	require.NoError(t, cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "workspace://t"}))
+	awaitSubscribed(t, a, "t", "workspace://t", updated)
+	b.admin("PUT", "/admin/v1/threads/bob/parents", map[string]any{"parents": []string{"carol"}}, 200, nil)
+	awaitUpdate(t, updated, "workspace://t")
+	b.admin("POST", "/admin/v1/threads/carol/preferences", map[string]any{"title": "Carol's"}, 201, nil)
+	awaitUpdate(t, updated, "workspace://t") // a grandparent that became one after the subscription
+	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://t"})
+	require.NoError(t, err)
+	require.Contains(t, read.Contents[0].Text, "From carol (the user's; ask the user to change these):\n- [soft] Carol's\n")
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
+}
+
+// TestScopesOverMCP: over MCP (the Go SDK's client), a thread's resource shows what it
+// inherits; add_preferences of an inherited title names its scope and adds nothing; in review
+// mode a call is a proposal, and writes nothing else.
+func TestScopesOverMCP(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.scoped()
+	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://t"})
+	require.NoError(t, err)
+	require.Contains(t, read.Contents[0].Text, strings.TrimSuffix(scopedBlock, "</workspace>"))
+
+	text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": "t",
+		"items": []any{map[string]any{"title": "tabs over spaces"}}, "action_and_reasoning": "the user said so"})
+	require.False(t, isError, text)
+	// As for a title of the thread's own list: "recorded 0 preferences; already recorded: …".
+	require.Equal(t, `recorded 0 preferences; already recorded (from alice): "Tabs over spaces"`, text)
+	require.Empty(t, e.titles("t"))
+
+	e.admin("PATCH", "/admin/v1/threads/alice", map[string]any{"agent_writes": "propose"}, 200, nil)
+	var before page[tools.Event]
+	e.admin("GET", "/admin/v1/threads/t/events", nil, 200, &before)
+	text, isError = mcpCall(t, cs, "add_preferences", map[string]any{"thread": "t",
+		"items": []any{map[string]any{"title": "Bullet points"}}, "action_and_reasoning": "the user asked"})
+	require.False(t, isError, text)
+	require.Equal(t, `proposed; the user will review it: add "Bullet points"`, text)
+	require.Empty(t, e.titles("t"))
+	var after page[tools.Event]
+	e.admin("GET", "/admin/v1/threads/t/events", nil, 200, &after)
+	require.Len(t, after.Data, len(before.Data)+1, "one event: the proposal")
+	proposal := after.Data[len(after.Data)-1]
+	require.Equal(t, tools.Proposed, proposal.Kind)
+	require.Equal(t, tools.ViaMCP, proposal.Via)
+	var pending page[tools.Event]
+	e.admin("GET", "/admin/v1/threads/t/proposals", nil, 200, &pending)
+	require.Len(t, pending.Data, 1)
+	require.Equal(t, proposal.ID, pending.Data[0].ID)
+	for _, scope := range []string{"alice", "repo-x"} {
+		require.Len(t, e.workspace(scope).Preferences, 1, "a scope is untouched: %s", scope)
+	}
 }

@@ -109,6 +109,14 @@ SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::t
 FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
 WHERE threads.id = @id;
 
+-- name: ThreadAncestorVersions :one
+-- A thread's ancestors (nearest first) and their versions (next_event_id, 0 for one that does not
+-- exist), as a turn would read them (thread_scope, migration 012): what a live view of the thread
+-- watches besides the thread itself.
+SELECT s.ancestors::text[] AS ancestors, s.versions::bigint[] AS versions
+FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
+WHERE threads.id = @id;
+
 -- name: ThreadSetParents :one
 -- Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the
 -- thread's row lock. Returns why a list is refused, '' when it was stored or unchanged.

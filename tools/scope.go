@@ -165,6 +165,37 @@ func (w *Workspace) Scope(ctx context.Context) (_ ScopeInfo, err error) {
 	return w.scopeOf(ctx, w.store.pool, fromRows(rows))
 }
 
+// Ancestor is one of a thread's ancestors as a live view of the thread watches it: its id, and
+// its last event id (0 for none, or one that does not exist).
+type Ancestor struct {
+	Thread      ThreadID
+	LastEventID int64
+}
+
+// Ancestors lists the thread's ancestors, nearest first, as its next turn would read them (none
+// for a thread that does not exist): a change in one of them is a change of what the thread
+// inherits (docs/spec.md §17).
+func (w *Workspace) Ancestors(ctx context.Context) (_ []Ancestor, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	r, err := w.store.q.ThreadAncestorVersions(ctx, w.store.pool, w.threadID)
+	if err = db.NotFound(err); err != nil {
+		if errors.Is(err, db.ErrNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read ancestors: %w", err)
+	}
+	out := make([]Ancestor, len(r.Ancestors))
+	for i, a := range r.Ancestors {
+		id, err := ParseThreadID(a)
+		if err != nil {
+			return nil, fmt.Errorf("decode ancestor %q: %w", a, err)
+		}
+		out[i] = Ancestor{Thread: id, LastEventID: max(r.Versions[i]-1, 0)}
+	}
+	return out, nil
+}
+
 // storedParents checks parents for the thread: each in the thread's client namespace (another
 // client's is ErrNotFound: it does not exist for this one).
 func (w *Workspace) storedParents(parents []ThreadID) ([]string, error) {

@@ -1,9 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +75,90 @@ func TestClaudeCodeEndToEnd(t *testing.T) {
 	out = claude(t, base, "What do you know about my project?")
 	require.Contains(t, out, "Your objective: A tidy repository", "the second run sees the block: %s", out)
 	require.Contains(t, out, "1 preference(s)")
+}
+
+// TestClaudeCodeSessionInheritsItsProject: with THREAD_HEADER=X-Claude-Code-Session-Id and
+// THREAD_PARENTS=repo-x, a brand-new Claude Code session's thread inherits repo-x: a preference
+// the user set on repo-x through the admin REST is in the block of the session's first turn (as
+// the upstream received it), and the preference the session's user states lands in the
+// session's own thread, not in repo-x.
+func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var turns []string // the upstream's Messages requests that carry a block, their texts joined
+	demoModel := demo.Handler()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/messages" {
+			var v any
+			if json.Unmarshal(body, &v) == nil {
+				if text := strings.Join(jsonStrings(v, nil), "\n"); strings.Contains(text, "<workspace>") {
+					mu.Lock()
+					turns = append(turns, text)
+					mu.Unlock()
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		demoModel.ServeHTTP(w, r)
+	}))
+	t.Cleanup(upstream.Close)
+	m, logs := MustRunMain(t, func(c *Config) {
+		c.AnthropicUpstreamBaseURL = upstream.URL
+		c.ThreadHeader = "X-Claude-Code-Session-Id"
+		c.ThreadParents = "repo-x"
+	})
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/repo-x/preferences", `{"title":"Go 1.26, no cgo","kind":"hard"}`, nil))
+
+	out := claude(t, m.URL, "I prefer tabs.")
+	require.Contains(t, out, "recorded 1 preference", "the demo answered: %s\nproxy logs:\n%s", out, logs.String())
+
+	// The session's thread is repo-x's only child.
+	var children struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x/children", "", &children))
+	require.Len(t, children.Data, 1)
+	session := children.Data[0].ID
+	t.Logf("the session's thread: %s", session)
+	var ws struct {
+		workspace
+		Parents []string `json:"parents"`
+	}
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+session, "", &ws))
+	require.Equal(t, []string{"repo-x"}, ws.Parents)
+	require.Len(t, ws.Preferences, 1)
+	require.Equal(t, "Tabs", ws.Preferences[0].Title, "the session's own preference is the session's")
+	var scope workspace
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x", "", &scope))
+	require.Len(t, scope.Preferences, 1, "repo-x holds only what the user set")
+	require.Equal(t, "Go 1.26, no cgo", scope.Preferences[0].Title)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, turns, "no request reached the upstream with a block")
+	first := turns[0]
+	t.Logf("%d upstream requests with a block; the first:\n%s", len(turns), first[strings.Index(first, "<workspace>"):strings.Index(first, "</workspace>")+len("</workspace>")])
+	require.Contains(t, first, "I prefer tabs.", "the session's first turn")
+	require.Contains(t, first, "Preferences: (none yet)\nFrom repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo\n</workspace>")
+}
+
+// jsonStrings appends the strings of a decoded JSON value to out, in document order (an
+// object's keys sorted).
+func jsonStrings(v any, out []string) []string {
+	switch v := v.(type) {
+	case string:
+		out = append(out, v)
+	case []any:
+		for _, e := range v {
+			out = jsonStrings(e, out)
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			out = jsonStrings(v[k], out)
+		}
+	}
+	return out
 }

@@ -578,7 +578,9 @@ var errSessionEnded = errors.New("the session ended")
 
 // adminEventStream streams the thread's new events as they commit (docs/spec.md §13): headers at
 // once, then `id:` and `data:` per event; a client that comes back with Last-Event-ID, or opens
-// with ?after=, first gets every event after it. Postgres's notifications wake the stream (any
+// with ?after=, first gets every event after it. A change of one of the thread's ancestors (§17)
+// is an event `scope` without an id (Last-Event-ID stays the thread's own), data
+// {"scope": the ancestor's name, "event": its last event id}. Postgres's notifications wake the stream (any
 // replica's commits); the heartbeat also reads, so a lost notification delays an event by one
 // heartbeat at most. A stream opened with a panel session ends when the session expires; a
 // link's, also when its link is revoked (seen at the next wake-up or heartbeat).
@@ -591,13 +593,17 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	rc := http.NewResponseController(w)
+	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
+	// The ancestors as of now, before the headers: every later change of one is told.
+	if _, err := es.sendScopes(r.Context()); err != nil {
+		return err
+	}
 	sse.SetHeaders(w.Header())
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
-	es := &eventStream{ws: ws, w: w, rc: rc, last: last}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
@@ -617,16 +623,19 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		ctx, expire = context.WithDeadline(ctx, time.Unix(p.via.Expires, 0))
 		defer expire()
 	}
-	err = s.opts.Hub.Watch(ctx, ws.ThreadID().String(), time.Duration(s.heartbeat.Load()), func(tick bool) error {
+	err = s.opts.Hub.WatchAlso(ctx, ws.ThreadID().String(), time.Duration(s.heartbeat.Load()), func(tick bool) ([]string, error) {
 		if tick {
 			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
-				return err
+				return nil, err
 			}
 			if err := rc.Flush(); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return es.send(ctx)
+		if err := es.send(ctx); err != nil {
+			return nil, err
+		}
+		return es.sendScopes(ctx)
 	})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errSessionEnded) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
@@ -663,6 +672,46 @@ type eventStream struct {
 	rc    *http.ResponseController
 	last  int64
 	holds func(context.Context) (bool, error)
+	// scopes is the last event id of each of the thread's ancestors (stored form) as last read;
+	// nil before the first read.
+	scopes map[string]int64
+}
+
+// sendScopes reads the thread's ancestors, writes an event `scope` for each one read before
+// whose last event id moved since, and returns them (stored form): the stream's watch follows
+// them as the thread's parents, or theirs, change.
+func (es *eventStream) sendScopes(ctx context.Context) ([]string, error) {
+	ancestors, err := es.ws.Ancestors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var buf []byte
+	now := make(map[string]int64, len(ancestors))
+	also := make([]string, len(ancestors))
+	for i, a := range ancestors {
+		k := a.Thread.String()
+		now[k], also[i] = a.LastEventID, k
+		if before, ok := es.scopes[k]; ok && a.LastEventID > before {
+			b, err := json.Marshal(struct {
+				Scope string `json:"scope"`
+				Event int64  `json:"event"`
+			}{a.Thread.Name, a.LastEventID})
+			if err != nil {
+				return nil, err
+			}
+			buf = sse.AppendNamedEvent(buf, "scope", b)
+		}
+	}
+	es.scopes = now
+	if len(buf) > 0 {
+		if _, err := es.w.Write(buf); err != nil {
+			return nil, err
+		}
+		if err := es.rc.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	return also, nil
 }
 
 // send writes the thread's events after es.last, a page at a time, flushing each page.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -200,25 +201,50 @@ func (s *Server) unsubscribe(srv *mcp.Server, uri string, session *mcp.ServerSes
 }
 
 // watchResource tells srv's subscribers of uri, the workspace of ws, of every change of it, until
-// ctx ends: woken by the hub, or at each heartbeat, it reads the thread's last event id (a thread
-// deleted has none), and a new one is a change.
+// ctx ends: woken by the hub, or at each heartbeat, it reads the last event ids of the thread (a
+// thread deleted has none) and of its ancestors (docs/spec.md §17: their preferences are in the
+// resource, and the watch follows them as the parents change), and a new one is a change.
 func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string, ws *tools.Workspace) {
-	var last int64
+	var last []int64 // the thread's, then its ancestors'
+	var ancestors []string
 	first := true
-	_ = s.opts.Hub.Watch(ctx, ws.ThreadID().String(), eventhub.Heartbeat, func(bool) error {
-		id, err := lastEventID(ctx, ws)
-		if err != nil && ctx.Err() == nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp subscription read failed", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
+	_ = s.opts.Hub.WatchAlso(ctx, ws.ThreadID().String(), eventhub.Heartbeat, func(bool) ([]string, error) {
+		now, also, err := versions(ctx, ws)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "mcp subscription read failed", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
+			}
+			return ancestors, nil // read again at the next wake-up
 		}
+		ancestors = also
 		switch {
 		case first:
-			first, last = false, id
-		case err == nil && id != last:
-			last = id
+			first, last = false, now
+		case !slices.Equal(now, last):
+			last = now
 			_ = srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) // it logs its own failures
 		}
-		return nil
+		return ancestors, nil
 	})
+}
+
+// versions is the last event id of ws's thread (-1 for a thread that does not exist), then its
+// ancestors', and the ancestors (stored form).
+func versions(ctx context.Context, ws *tools.Workspace) ([]int64, []string, error) {
+	id, err := lastEventID(ctx, ws)
+	if err != nil {
+		return nil, nil, err
+	}
+	ancestors, err := ws.Ancestors(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	now, also := []int64{id}, make([]string, len(ancestors))
+	for i, a := range ancestors {
+		now = append(now, a.LastEventID)
+		also[i] = a.Thread.String()
+	}
+	return now, also, nil
 }
 
 // lastEventID is the thread's last event id; -1 for a thread that does not exist.
