@@ -182,7 +182,11 @@ function prefName(pos, id, s) {
 
 function targetName(pos, e) {
   if (e.target.type === "objective") return "the objective";
-  return prefName(pos, e.target.id, e.after || e.before);
+  if (e.target.type === "thread") return "the thread";
+  if (!e.target.id) return quote((e.proposed || {}).title || ""); // a proposed addition
+  const s = e.after || e.before;
+  if (!s) return pos.has(e.target.id) ? "#" + pos.get(e.target.id) : "a preference"; // a dismissal
+  return prefName(pos, e.target.id, s);
 }
 
 function fieldsText(s) {
@@ -225,18 +229,57 @@ function describe(e, pos, known) {
       if (e.proposed === null) return "The assistant wanted to remove " + name + ", which is locked";
       if (e.proposed) return "The assistant wanted to change " + name + ", which is locked, to " + fieldsText(e.proposed);
       return "The assistant wanted to change " + name + ", which is locked";
+    case "proposed": return "The assistant proposed: " + proposalText(e, pos);
+    case "proposal_dismissed": {
+      const p = known.get(e.answers);
+      return p ? "Dismissed: " + describe(p, pos, known) : "Dismissed a proposal of the assistant";
+    }
+    case "parents_set": {
+      const ps = (e.after && e.after.parents) || [];
+      return ps.length ? "Set the parents: " + ps.join(", ") : "Removed the parents";
+    }
+    case "agent_writes_set": return "Set the assistant's writes: " + writesText(e.after && e.after.agent_writes);
+    case "preference_moved":
+      return e.after ? "Moved " + name + " here from " + e.moved.from : "Moved " + quote(e.before.title) + " to " + e.moved.to;
   }
   return e.kind.replaceAll("_", " ") + ": " + name;
+}
+
+// writesText is a review setting (agent_writes) in words; null is the parents'.
+function writesText(mode) {
+  if (mode === "propose") return "propose (review mode: the user applies or dismisses each change)";
+  if (mode === "direct") return "direct (its changes count at once)";
+  return "as the parents say (inherited)";
+}
+
+// proposalText is what a proposal (review mode's, or a locked item's) would change: add “X”,
+// #n's fields, a removal, the objective.
+function proposalText(e, pos) {
+  if (e.kind === "locked_skip") return describe(e, pos, new Map());
+  if (e.target.type === "objective") return "objective: " + quote(e.proposed.text);
+  if (!e.target.id) return "add " + fieldsText(e.proposed);
+  const name = prefName(pos, e.target.id, e.before);
+  if (e.proposed === null) return "remove " + name;
+  // A new title names it in the change, as describe does.
+  const n = pos.get(e.target.id);
+  const who = e.before.title !== e.proposed.title && n ? "#" + n : name;
+  return "update " + who + ": " + changes(e.before, Object.assign({ locked: e.before.locked }, e.proposed));
 }
 
 // whoText is who made a change: a user, the assistant in a proxied turn, or an assistant over MCP
 // (from an agent elsewhere, in no turn).
 function whoText(e) {
+  if (e.actor === "client") return "a client's request";
   if (e.actor !== "agent") return "a user";
   return e.via === "mcp" ? "the assistant over MCP" : "the assistant · turn " + e.turn;
 }
 
-function targetKey(t) { return t.type === "objective" ? "objective" : "preference:" + t.id; }
+function targetKey(t) { return t.type === "preference" ? "preference:" + t.id : t.type; }
+
+// UNDONE are the events that changed nothing (proposals and their dismissals), and SETTINGS those
+// that are changed by setting them again, not reverted; a move is undone by moving it back.
+const UNDONE = new Set(["locked_skip", "proposed", "proposal_dismissed"]);
+const SETTINGS = new Set(["parents_set", "agent_writes_set", "preference_moved"]);
 
 // laterChanges maps each target to its last change (a locked_skip changed nothing), and each
 // event a revert undid to that revert.
@@ -244,7 +287,7 @@ function history(known) {
   const last = new Map();
   const revertedBy = new Map();
   for (const e of known.values()) {
-    if (e.kind !== "locked_skip") {
+    if (!UNDONE.has(e.kind)) {
       const k = targetKey(e.target);
       if (!last.has(k) || last.get(k) < e.id) last.set(k, e.id);
     }
@@ -253,12 +296,14 @@ function history(known) {
   return { last, revertedBy };
 }
 
-// pending is whether a locked_skip's proposal can still be applied: it was kept, it would change
-// something, and its preference has not changed since.
-function pending(e, h, pos) {
-  if (e.kind !== "locked_skip" || e.proposed === undefined || !pos.has(e.target.id)) return false;
-  if ((h.last.get(targetKey(e.target)) || 0) > e.id) return false;
-  return e.proposed === null || !sameFields(e.proposed, e.before);
+// pending is whether a proposal can still be applied: no one applied or dismissed it (the
+// server's list of pending ones holds it), its target has not changed since, and a locked item's
+// would change something.
+function pending(e, h, pos, open) {
+  if (!open.has(e.id)) return false;
+  if (e.target.type === "preference" && e.target.id && !pos.has(e.target.id)) return false;
+  if ((e.target.type === "objective" || e.target.id) && (h.last.get(targetKey(e.target)) || 0) > e.id) return false;
+  return e.kind !== "locked_skip" || e.proposed === null || !sameFields(e.proposed, e.before);
 }
 
 async function threadView(id) {
@@ -269,10 +314,14 @@ async function threadView(id) {
   // The history is read before the workspace, and the live stream starts after the newest event
   // that read saw (docs/spec.md §13): whatever commits after it comes through the stream, and
   // the workspace read after it is never older than the history.
-  let detail, page;
+  // A link's holder sees its one thread: it neither names nor lists others (parents, moves,
+  // children).
+  const linked = state.scope.startsWith("thread:");
+  let detail, page, proposals, children = [];
   try {
     page = await api("GET", path + "/events?" + timelineQuery());
-    detail = await api("GET", path);
+    [detail, proposals] = await Promise.all([api("GET", path), api("GET", path + "/proposals?limit=500")]);
+    if (!linked) children = (await api("GET", path + "/children?limit=500")).data;
   } catch (e) {
     if (e.status === 404) return noSuchThreadView(id);
     if (e.status === 401) return signInView("Your session has ended: sign in again.");
@@ -306,17 +355,48 @@ async function threadView(id) {
   } }, el("label", { for: "new-title" }, "Title", title), el("label", { for: "new-subtitle" }, "Subtitle", subtitle),
   el("label", { for: "new-kind" }, "Kind", kind), el("label", { class: "inline", for: "new-locked" }, locked, "Locked"),
   el("button", { type: "submit" }, "Add preference"));
+  // Scopes (docs/spec.md §17): the proposals waiting for the user, what the parents give, the
+  // parents, the review setting, and the threads that inherit this one.
+  const proposalList = el("ul", { class: "proposals", id: "proposals" });
+  const proposalSection = el("section", { "aria-labelledby": "h-proposals", id: "review", hidden: true },
+    el("h2", { id: "h-proposals", text: "Proposals to review" }), proposalList);
+  const inheritedList = el("div", { id: "inherited" });
+  const parentsInput = el("input", { type: "text", id: "parents-text", name: "parents", placeholder: "repo-x, alice", "aria-describedby": "parents-help" });
+  const parentsBox = errorBox();
+  const parentsForm = linked ? null : el("form", { id: "parents-form", onsubmit: (ev) => {
+    ev.preventDefault();
+    const parents = parentsInput.value.split(",").map((s) => s.trim()).filter((s) => s);
+    act(async () => { await api("PUT", path + "/parents", { parents }); parentsInput.blur(); state.reload(); }, (msg) => showIn(parentsBox, msg));
+  } }, el("label", { for: "parents-text" }, "Parents, nearest first", parentsInput), el("button", { type: "submit" }, "Save parents"));
+  const writesSelect = el("select", { id: "agent-writes", name: "agent_writes", "aria-describedby": "agent-writes-now" });
+  const writesNow = el("p", { class: "help", id: "agent-writes-now" });
+  const writesBox = errorBox();
+  writesSelect.addEventListener("change", () => act(async () => {
+    await api("PATCH", path, { agent_writes: writesSelect.value || null });
+    state.reload();
+  }, (msg) => showIn(writesBox, msg)));
+  const childList = el("ul", { class: "children", id: "children" });
+  const scopeSection = el("section", { "aria-labelledby": "h-scopes", id: "scopes" },
+    el("h2", { id: "h-scopes", text: "Inherited preferences" }),
+    el("p", { class: "help", id: "parents-help", text: "A thread inherits its parents' preferences (and theirs), nearest first: the assistant sees them and cannot change them. Change them on their own page." }),
+    inheritedList, parentsForm, parentsBox,
+    el("h2", { id: "h-writes", text: "The assistant's changes" }),
+    el("label", { for: "agent-writes" }, "How the assistant writes", writesSelect), writesNow, writesBox,
+    linked ? null : el("h2", { id: "h-children", text: "Inherited by" }), linked ? null : childList);
   const timeline = el("ol", { class: "timeline", id: "timeline", "aria-live": "polite" });
   const timelineHead = el("h2", { id: "h-timeline", text: "History" });
   const timelineBox = errorBox();
   const historySection = el("section", { "aria-labelledby": "h-timeline", id: "history" }, timelineHead, timelineBox, timeline);
   // On a narrow screen the history comes after the workspace: one tap brings it up.
   const jump = el("button", { type: "button", class: "quiet jump", id: "to-history", onclick: () => historySection.scrollIntoView() }, "History ↓");
-  setMain(el("div", { class: "thread-head" }, el("h2", { text: "Thread " + id }), jump), el("div", { class: "columns" },
+  const reviewBadge = el("span", { class: "badge review", id: "review-mode", hidden: true, text: "review mode" });
+  setMain(el("div", { class: "thread-head" }, el("h2", {}, "Thread " + id + " ", reviewBadge), jump), el("div", { class: "columns" },
     el("div", {},
+      proposalSection,
       el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm, objectiveBox),
       el("section", { "aria-labelledby": "h-prefs" }, el("h2", { id: "h-prefs", text: "Preferences" }), prefList,
-        el("h2", { text: "Add a preference" }), addForm, addBox)),
+        el("h2", { text: "Add a preference" }), addForm, addBox),
+      scopeSection),
     historySection));
 
   // The timeline shows the events known, newest first: those a load read and those the stream
@@ -338,22 +418,39 @@ async function threadView(id) {
   const render = () => {
     const pos = new Map(detail.preferences.map((p) => [p.id, p.index]));
     const h = history(known);
-    // A preference shows the assistant's latest proposal for it that still applies.
-    const proposals = new Map();
+    const open = new Set(proposals.data.map((e) => e.id));
+    // A locked preference shows the assistant's latest proposal for it that still applies.
+    const lockedProposals = new Map();
     for (const e of known.values()) {
-      if (pending(e, h, pos) && (!proposals.has(e.target.id) || proposals.get(e.target.id).id < e.id)) proposals.set(e.target.id, e);
+      if (e.kind === "locked_skip" && pending(e, h, pos, open) && (!lockedProposals.has(e.target.id) || lockedProposals.get(e.target.id).id < e.id)) lockedProposals.set(e.target.id, e);
     }
+    // The proposals waiting for the user come first, oldest first.
+    proposalSection.hidden = !proposals.data.length;
+    proposalList.replaceChildren(...proposals.data.map((e) => renderPending(e, pos, pending(e, h, pos, open), errors.get(e.id), report(e.id))));
+    reviewBadge.hidden = detail.agent_writes !== "propose";
+    renderScopes(id, detail, inheritedList, linked);
+    if (document.activeElement !== parentsInput) parentsInput.value = (detail.parents || []).join(", ");
+    writesSelect.replaceChildren(
+      el("option", { value: "", selected: detail.agent_writes_inherited }, "as the parents say" + (detail.agent_writes_inherited ? " (now: " + detail.agent_writes + ")" : "")),
+      el("option", { value: "direct", selected: !detail.agent_writes_inherited && detail.agent_writes === "direct" }, "direct: its changes count at once"),
+      el("option", { value: "propose", selected: !detail.agent_writes_inherited && detail.agent_writes === "propose" }, "propose: you apply or dismiss each change"));
+    writesNow.textContent = (detail.agent_writes === "propose" ? "Review mode is on" : "Review mode is off") +
+      (detail.agent_writes_inherited ? ", inherited from the parents (or the default)." : ", set on this thread.");
+    childList.replaceChildren(...children.map((c) => el("li", {}, el("a", { href: "#/t/" + encodeURIComponent(c.id), text: c.id }))));
+    if (!children.length) childList.append(el("li", { class: "muted", text: "No thread names this one among its parents." }));
     const text = detail.objective ? detail.objective.text : "";
     objectiveText.textContent = text || "(none yet)";
     if (document.activeElement !== objectiveInput) objectiveInput.value = text;
     // A preference being edited keeps its form.
     const items = detail.preferences.map((p) => prefList.querySelector('li.editing[data-id="' + p.id + '"]') ||
-      renderPreference(id, p, proposals.get(p.id), freshness("preference:" + p.id), errors.get("preference:" + p.id), report("preference:" + p.id)));
+      renderPreference(id, p, lockedProposals.get(p.id), freshness("preference:" + p.id), errors.get("preference:" + p.id), report("preference:" + p.id), linked ? null : detail.parents || []));
     if (!items.length) items.push(el("li", { class: "muted", text: "No preferences yet." }));
+    const focused = document.activeElement; // a form kept across the update keeps its focus
     prefList.replaceChildren(...items);
+    if (focused !== document.activeElement && prefList.contains(focused)) focused.focus();
 
     const evs = [...known.values()].filter((e) => !state.target || targetKey(e.target) === state.target).sort((a, b) => b.id - a.id);
-    const rows = evs.map((e) => renderEvent(e, pos, known, h, freshness(e.id), errors.get(e.id), report(e.id)));
+    const rows = evs.map((e) => renderEvent(e, pos, known, h, open, freshness(e.id), errors.get(e.id), report(e.id)));
     if (state.target) rows.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => state.showTarget(null) }, "Show all history")));
     if (!evs.length) rows.push(el("li", { class: "muted", text: "No changes yet." }));
     let head = "History";
@@ -369,9 +466,10 @@ async function threadView(id) {
   let reads = 0; // only the latest read's answer is shown: an earlier one may come back later
   const refresh = () => act(async () => {
     const n = ++reads;
-    const d = await api("GET", path);
+    const [d, ps] = await Promise.all([api("GET", path), api("GET", path + "/proposals?limit=500")]);
     if (n !== reads) return;
     detail = d;
+    proposals = ps;
     render();
   }, (msg) => showIn(timelineBox, msg));
   const loadTimeline = () => act(async () => {
@@ -392,7 +490,7 @@ async function threadView(id) {
   };
   for (const e of page.data) known.set(e.id, e);
   render();
-  openStream(id, page.data.length ? page.data[0].id : 0, (e) => {
+  openStream(id, page.data.length ? page.data[0].id : 0, refresh, (e) => {
     refresh();
     if (known.has(e.id)) return;
     known.set(e.id, e);
@@ -412,7 +510,7 @@ function fade(li, age) {
   li.style.animationDelay = -age + "ms";
 }
 
-function renderPreference(thread, p, proposal, age, error, report) {
+function renderPreference(thread, p, proposal, age, error, report, parents) {
   const path = threadPath(thread) + "/preferences/" + p.id;
   const patch = (body) => act(async () => { await api("PATCH", path, body); li.classList.remove("editing"); state.reload(); }, report);
   const li = el("li", { "data-id": String(p.id), class: "pref" });
@@ -429,9 +527,27 @@ function renderPreference(thread, p, proposal, age, error, report) {
     el("button", { type: "button", class: "quiet lock", "aria-label": (p.locked ? "Unlock " : "Lock ") + label, onclick: () => patch({ locked: !p.locked }) }, p.locked ? "Unlock" : "Lock"),
     el("button", { type: "button", class: "quiet edit", "aria-label": "Edit " + label, onclick: edit }, "Edit"),
     el("button", { type: "button", class: "quiet", "aria-label": "History of " + label, onclick: () => state.showTarget("preference:" + p.id) }, "History"),
+    parents ? el("button", { type: "button", class: "quiet move", "aria-label": "Move " + label + " to another thread", onclick: move }, "Move to…") : null,
     el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }, report) }, "Remove"),
     ...(proposal ? [renderProposal(thread, proposal, label, report)] : []),
     box); };
+  // move offers the thread's parents (another thread's name may be typed).
+  function move() {
+    li.classList.add("editing");
+    const listID = "move-to-" + p.id;
+    const to = el("input", { type: "text", value: parents[0] || "", list: listID, "aria-label": "Move " + label + " to", class: "move-to" });
+    const moveBox = errorBox();
+    const submit = () => act(async () => {
+      await api("POST", path + "/move", { to: to.value.trim() });
+      li.classList.remove("editing");
+      state.reload();
+    }, (msg) => showIn(moveBox, msg));
+    li.replaceChildren(el("form", { class: "move-form", onsubmit: (ev) => { ev.preventDefault(); submit(); } },
+      el("span", { class: "title", text: label }), to, el("datalist", { id: listID }, ...parents.map((name) => el("option", { value: name }))),
+      el("button", { type: "submit" }, "Move"), el("button", { type: "button", class: "quiet", onclick: show }, "Cancel")), moveBox);
+    to.focus();
+    to.select();
+  }
   function edit() {
     li.classList.add("editing");
     const t = el("input", { type: "text", value: p.title, "aria-label": "Title of " + label, class: "edit-title" });
@@ -455,6 +571,48 @@ function renderProposal(thread, e, label, report) {
     applyButton(thread, e, "Apply the assistant's proposal for " + label, report));
 }
 
+// renderScopes shows what the parents give, nearest first, read-only, each scope's heading a link
+// to its page (a link's holder opens its one thread only: no link then).
+function renderScopes(thread, d, box, linked) {
+  const items = [];
+  for (const s of d.inherited || []) {
+    const route = "#/t/" + encodeURIComponent(d.client ? d.client + "~" + s.scope : s.scope);
+    items.push(el("h3", { class: "scope" }, "From ", linked ? el("span", { class: "scope-name", text: s.scope }) : el("a", { href: route, class: "scope-name", text: s.scope })),
+      el("ul", { class: "prefs inherited", "data-scope": s.scope }, ...s.preferences.map((p) => el("li", { class: "inherited-pref" },
+        el("span", { class: "grow" }, el("span", { class: "title", text: p.title }), p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
+        el("span", { class: "badge" + (p.locked ? " locked" : ""), text: p.locked ? "locked" : p.kind })))));
+  }
+  if (!items.length) {
+    items.push(el("p", { class: "muted", text: (d.parents || []).length
+      ? "The parents give nothing this thread does not hold already."
+      : "No parents: this thread inherits nothing." }));
+  }
+  box.replaceChildren(...items);
+}
+
+// renderPending is one proposal waiting for the user: what it would change, the assistant's
+// reason, Apply (while it still applies) and Dismiss.
+function renderPending(e, pos, applies, error, report) {
+  const what = proposalText(e, pos);
+  const box = errorBox();
+  showIn(box, error);
+  return el("li", { class: "pending", "data-event": String(e.id), "data-kind": e.kind },
+    el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
+    el("div", { class: "what", text: e.kind === "locked_skip" ? what : "The assistant proposes: " + what }),
+    e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null,
+    el("div", { class: "actions" },
+      applies ? applyButton(e.thread, e, "Apply: " + what, report) : el("span", { class: "muted", text: "Its target changed since: it no longer applies." }),
+      dismissButton(e.thread, e, "Dismiss: " + what, report)),
+    box);
+}
+
+function dismissButton(thread, e, ariaLabel, report) {
+  return el("button", { type: "button", class: "quiet dismiss", "aria-label": ariaLabel, onclick: () => act(async () => {
+    await api("POST", threadPath(thread) + "/events/" + e.id + "/dismiss");
+    state.reload();
+  }, report) }, "Dismiss");
+}
+
 function applyButton(thread, e, ariaLabel, report) {
   return el("button", { type: "button", class: "apply", "aria-label": ariaLabel, onclick: () => act(async () => {
     await api("POST", threadPath(thread) + "/events/" + e.id + "/apply");
@@ -473,7 +631,7 @@ function conflictText(msg) {
     : "This changed again since: " + later + ". Revert that change first.";
 }
 
-function renderEvent(e, pos, known, h, age, error, report) {
+function renderEvent(e, pos, known, h, open, age, error, report) {
   const reverted = h.revertedBy.get(e.id);
   const li = el("li", { class: "event" + (reverted ? " reverted" : ""), "data-kind": e.kind, "data-event": String(e.id), "data-via": e.via },
     el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
@@ -483,9 +641,10 @@ function renderEvent(e, pos, known, h, age, error, report) {
   const label = describe(e, pos, known);
   if (reverted) {
     li.append(el("div", { class: "reverted-by", text: "Reverted by " + whoText(reverted) + ", " + new Date(reverted.at).toLocaleString() }));
-  } else if (e.kind === "locked_skip") {
-    if (pending(e, h, pos)) li.append(applyButton(e.thread, e, "Apply: " + label, report));
-  } else {
+  } else if (UNDONE.has(e.kind)) {
+    if (pending(e, h, pos, open)) li.append(applyButton(e.thread, e, "Apply: " + label, report));
+    if (open.has(e.id)) li.append(dismissButton(e.thread, e, "Dismiss: " + label, report));
+  } else if (!SETTINGS.has(e.kind)) {
     li.append(el("button", { type: "button", class: "quiet revert", "aria-label": "Revert: " + label, onclick: () => act(async () => {
       await api("POST", threadPath(e.thread) + "/events/" + e.id + "/revert");
       state.reload();
@@ -506,9 +665,12 @@ function timelineQuery() {
 }
 
 // openStream opens the thread's live stream after the event after (a reconnect resumes after
-// the last event it brought: EventSource's Last-Event-ID).
-function openStream(id, after, onEvent) {
+// the last event it brought: EventSource's Last-Event-ID). A change in one of the thread's scopes
+// comes as an event named "scope" (no id): onScope reads the workspace again. Other names are
+// ignored.
+function openStream(id, after, onScope, onEvent) {
   const src = new EventSource(threadPath(id) + "/events/stream?after=" + after);
+  src.addEventListener("scope", () => onScope());
   src.onmessage = (m) => { try { onEvent(JSON.parse(m.data)); } catch (e) { showIn(document.getElementById("error"), "a live update was not understood"); } };
   state.stream = src;
 }
