@@ -282,33 +282,25 @@ func (f cacheFigures) String() string {
 // session drives one scripted conversation and sums the usage the client got.
 type session func(post func(msgs []map[string]any, tools []any) (map[string]any, error)) error
 
-// chatSession: a ~1.5K-token system prompt, two client tools, 40 turns of a growing chat.
-func chatSession(post func([]map[string]any, []any) (map[string]any, error)) error {
-	system := "You are a careful research assistant. " + strings.Repeat("Cite sources, keep the user's terms, and prefer primary literature over reviews. ", 75)
-	msgs := []map[string]any{{"role": "system", "content": system}}
-	for turn := 1; turn <= chatTurns; turn++ {
-		msgs = append(msgs, map[string]any{"role": "user", "content": fmt.Sprintf("Turn %d: ", turn) + strings.Repeat("Tell me more about how soil carbon is measured in the field. ", 16)})
-		reply, err := post(msgs, clientTools("search", "fetch"))
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, reply)
-	}
-	return nil
-}
-
 // scopedMark in a session's system prompt tells the model to leave the workspace alone: the
 // user changes the thread's scope instead.
 const scopedMark = "(scoped)"
 
+// chatSession: a ~1.5K-token system prompt, two client tools, 40 turns of a growing chat.
+var chatSession = chatWith("", nil)
+
 // scopedChatSession is chatSession whose thread's list the model leaves alone, while the user
 // changes the thread's scope (edit) before every third turn (docs/spec.md §17).
-func scopedChatSession(edit func(turn int) error) session {
+func scopedChatSession(edit func(turn int) error) session { return chatWith(" "+scopedMark, edit) }
+
+// chatWith is the chat session with mark in its system prompt and, when edit is not nil, edit
+// called before every third turn.
+func chatWith(mark string, edit func(turn int) error) session {
 	return func(post func([]map[string]any, []any) (map[string]any, error)) error {
-		system := "You are a careful research assistant " + scopedMark + ". " + strings.Repeat("Cite sources, keep the user's terms, and prefer primary literature over reviews. ", 75)
+		system := "You are a careful research assistant" + mark + ". " + strings.Repeat("Cite sources, keep the user's terms, and prefer primary literature over reviews. ", 75)
 		msgs := []map[string]any{{"role": "system", "content": system}}
 		for turn := 1; turn <= chatTurns; turn++ {
-			if turn%3 == 0 {
+			if edit != nil && turn%3 == 0 {
 				if err := edit(turn); err != nil {
 					return err
 				}
