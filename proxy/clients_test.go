@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -101,4 +103,48 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestClientKeyOnTheAdminREST: a client's key is a bearer of the admin REST for that client's
+// threads (docs/spec.md §8): it lists, reads and edits its own, and another client's thread does
+// not exist for it.
+func TestClientKeyOnTheAdminREST(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-0123456789abcdef,bob=sk-bob-0123456789abcdefgh")
+	require.NoError(t, err)
+	e := setup(t, func(o *Options) { o.ClientKeys = keys; o.UpstreamAPIKey = "sk-upstream" })
+	e.admin("PUT", "/admin/v1/threads/alice~mine/objective", map[string]any{"text": "Alice's"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/bob~theirs/objective", map[string]any{"text": "Bob's"}, 200, nil)
+
+	as := func(key, method, path, body string) (int, string) {
+		req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	status, body := as("sk-alice-0123456789abcdef", "GET", "/admin/v1/threads", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `"id":"alice~mine"`)
+	require.NotContains(t, body, "bob~theirs")
+	status, body = as("sk-alice-0123456789abcdef", "GET", "/admin/v1/threads/alice~mine", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "Alice's")
+	status, _ = as("sk-alice-0123456789abcdef", "POST", "/admin/v1/threads/alice~mine/preferences", `{"title":"Short answers"}`)
+	require.Equal(t, http.StatusCreated, status)
+	for _, m := range []struct{ method, path, body string }{
+		{"GET", "/admin/v1/threads/bob~theirs", ""},
+		{"PUT", "/admin/v1/threads/bob~theirs/objective", `{"text":"Taken over"}`},
+		{"GET", "/admin/v1/threads/bob~theirs/events", ""},
+	} {
+		status, body = as("sk-alice-0123456789abcdef", m.method, m.path, m.body)
+		require.Equal(t, http.StatusNotFound, status, "%s %s: %s", m.method, m.path, body)
+	}
+	require.Equal(t, "Bob's", e.workspace("bob~theirs").Objective.Text)
+	status, _ = as("sk-alice-0123456789abcdef-wrong", "GET", "/admin/v1/threads", "")
+	require.Equal(t, http.StatusUnauthorized, status)
 }

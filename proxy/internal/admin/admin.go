@@ -104,15 +104,25 @@ func (s *Server) adminAuth(next http.HandlerFunc) http.Handler {
 var errAdminToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_admin_token",
 	Message: "the admin REST needs Authorization: Bearer <ADMIN_TOKEN> (or a panel session)"}
 
-// adminPrincipal is who calls: the admin by its token, or a panel session's holder while the
-// session holds (s.holds). A wrong token counts as a failed authentication of the client's address
-// (throttled).
+// adminPrincipal is who calls: the admin by its token, a client by its key (docs/spec.md §8: its
+// own threads only), or a panel session's holder while the session holds (s.holds). A wrong
+// token counts as a failed authentication of the client's address (throttled).
 func (s *Server) adminPrincipal(r *http.Request) (principal, error) {
 	if got, ok := auth.BearerToken(r); ok {
-		if err := s.opts.Guard.Attempt(r, func() bool { return s.opts.Guard.IsAdmin(got) }, errAdminToken); err != nil {
+		var p principal
+		err := s.opts.Guard.Attempt(r, func() bool {
+			if s.opts.Guard.IsAdmin(got) {
+				p = principal{admin: true}
+				return true
+			}
+			client, ok := s.opts.Guard.Client(got) // a client key: that client's threads only
+			p = principal{client: client, key: s.opts.Guard.KeyFingerprint(got)}
+			return ok
+		}, errAdminToken)
+		if err != nil {
 			return principal{}, err
 		}
-		return principal{admin: true}, nil
+		return p, nil
 	}
 	ses, ok := s.sessionOf(r)
 	if !ok {
