@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -101,6 +102,45 @@ func shownInherited(own []Preference, inherited []Scope) []Scope {
 		}
 	}
 	return out
+}
+
+// inheritedCache keeps what a turn start's ancestors gave, decoded and as the block shows it, by
+// the bytes it came as (with the thread's own list, which decides what is shown): a turn start
+// returns its snapshot's bytes unchanged while neither the thread nor an ancestor changed, so the
+// turns of a thread with parents decode nothing of them. It holds maxInheritedCached lists at
+// most, and starts again empty when full.
+type inheritedCache struct {
+	mu sync.Mutex
+	m  map[string][]Scope
+}
+
+const maxInheritedCached = 1024
+
+// shown is shownInherited(own, decodeInherited(raw)), from the cache when it was seen; rawOwn are
+// the bytes own was decoded from.
+func (c *inheritedCache) shown(raw, rawOwn []byte, own []Preference) ([]Scope, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	key := string(raw) + "\x00" + string(rawOwn)
+	c.mu.Lock()
+	s, ok := c.m[key]
+	c.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	inherited, err := decodeInherited(raw)
+	if err != nil {
+		return nil, err
+	}
+	s = shownInherited(own, inherited)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxInheritedCached {
+		c.m = make(map[string][]Scope)
+	}
+	c.m[key] = s
+	c.mu.Unlock()
+	return s, nil
 }
 
 // findInherited is the scope of the inherited preference whose title equals title, if any.

@@ -114,6 +114,8 @@ type Store struct {
 	limits  Limits
 	timeout time.Duration
 	starter *turnStarter
+	// inherited keeps the turn starts' inherited lists decoded (docs/spec.md §17).
+	inherited inheritedCache
 }
 
 // Limits are the limits the store's calls are held to.
@@ -260,12 +262,12 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 	if err != nil {
 		return TurnStart{}, err
 	}
-	inherited, err := decodeInherited(row.Inherited)
+	inherited, err := w.store.inherited.shown(row.Inherited, row.Preferences, prefs)
 	if err != nil {
 		return TurnStart{}, err
 	}
 	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs,
-		Inherited: shownInherited(prefs, inherited), AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time}, nil
+		Inherited: inherited, AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,

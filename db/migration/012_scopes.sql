@@ -76,17 +76,34 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- thread_scope is a thread's place among its scopes, as a turn or a tool call of it sees them:
--- its ancestors (the first 8 of the walk), their versions (next_event_id, 0 for one that does not
--- exist), and the review setting in force (its own, else the nearest ancestor's, else 'direct').
+-- its ancestors (the first 8 of the walk thread_ancestors makes, in its order), their versions
+-- (next_event_id, 0 for one that does not exist), and the review setting in force (its own, else
+-- the nearest ancestor's, else 'direct'). One index probe per ancestor; none without parents.
 CREATE FUNCTION thread_scope(thread_id text, parents text[], own_agent_writes text,
                              OUT ancestors text[], OUT versions bigint[], OUT agent_writes text)
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    frontier text[] := parents;
+    later text[];
+    p text;
+    a record;
 BEGIN
-    ancestors := (thread_ancestors(thread_scope.thread_id, parents)).ancestors[1:8];
-    SELECT coalesce(array_agg(coalesce(t.next_event_id, 0) ORDER BY a.n), '{}'),
-           coalesce(own_agent_writes, (array_agg(t.agent_writes ORDER BY a.n) FILTER (WHERE t.agent_writes IS NOT NULL))[1], 'direct')
-    INTO versions, agent_writes
-    FROM unnest(ancestors) WITH ORDINALITY AS a(id, n) LEFT JOIN threads t ON t.id = a.id;
+    ancestors := '{}';
+    versions := '{}';
+    agent_writes := own_agent_writes;
+    WHILE cardinality(frontier) > 0 AND cardinality(ancestors) < 8 LOOP
+        later := '{}';
+        FOREACH p IN ARRAY frontier LOOP
+            CONTINUE WHEN p = thread_scope.thread_id OR p = ANY (ancestors) OR cardinality(ancestors) >= 8;
+            SELECT t.parents, t.next_event_id, t.agent_writes INTO a FROM threads t WHERE t.id = p;
+            ancestors := ancestors || p;
+            versions := versions || coalesce(a.next_event_id, 0);
+            agent_writes := coalesce(agent_writes, a.agent_writes);
+            later := later || coalesce(a.parents, '{}');
+        END LOOP;
+        frontier := later;
+    END LOOP;
+    agent_writes := coalesce(agent_writes, 'direct');
 END
 $$;
 
@@ -185,7 +202,11 @@ BEGIN
         END IF;
         SELECT t.next_event_id, t.parents INTO thread_version, thread_parents FROM threads t WHERE t.id = turn_start.thread_id;
     END IF;
-    scope := thread_scope(turn_start.thread_id, thread_parents, own_agent_writes);
+    IF cardinality(thread_parents) = 0 THEN -- no ancestors: nothing to read
+        SELECT '{}'::text[] AS ancestors, '{}'::bigint[] AS versions, coalesce(own_agent_writes, 'direct') AS agent_writes INTO scope;
+    ELSE
+        scope := thread_scope(turn_start.thread_id, thread_parents, own_agent_writes);
+    END IF;
     agent_writes := scope.agent_writes;
 
     SELECT s.turn, s.version, s.scope_versions, s.objective, s.preferences, s.inherited
