@@ -294,6 +294,8 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "DATABASE_TIMEOUT": "0s"}, "DATABASE_TIMEOUT"},
 		{map[string]string{"DATABASE_URL": "x", "WORKSPACE_PLACEMENT": "middle"}, "WORKSPACE_PLACEMENT"},
 		{map[string]string{"DATABASE_URL": "x", "PROMPT_CACHE_KEY": "always"}, "PROMPT_CACHE_KEY"},
+		{map[string]string{"DATABASE_URL": "x", "THREAD_PARENTS": "repo-x"}, "THREAD_PARENTS: applies to threads named by THREAD_HEADER"},
+		{map[string]string{"DATABASE_URL": "x", "THREAD_HEADER": "X-Session", "THREAD_PARENTS": "repo-x, bad id"}, `THREAD_PARENTS: "bad id"`},
 		{map[string]string{"DATABASE_URL": "x", "PASSTHROUGH_ROUTES": "/v1/files"}, "PASSTHROUGH_ROUTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "1MiB"}, "MAX_BUFFERED_BYTES"},
 		{map[string]string{"DATABASE_URL": "x", "MAX_BUFFERED_BYTES": "lots"}, "MAX_BUFFERED_BYTES"},
