@@ -19,8 +19,8 @@ test: vet check-generated chromium buildah npm-clients jq
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
 ## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions and links, client scoping,
-## concurrency, replicas, MCP (its calls, scopes, subscriptions, replicas) and scopes (docs/spec.md §17): what would meet session
-## state or prepared statements kept across transactions.
+## concurrency, replicas, MCP (its calls, scopes, subscriptions, replicas), a thread's scopes and
+## review mode: what would meet session state or prepared statements kept across transactions.
 ## TestPgBouncerTestsExist fails when a name here names no test.
 PGBOUNCER_TESTS = ^(TestTurns|TestConcurrentTurnStartsShareRoundTrips|TestUserPath|TestConcurrentAgentAndUserEdits|TestErrorEnvelopesWriteNothing|TestLimits|TestTurnWithToolsGoOpenAI|TestMixedCallsNonStreamed|TestStreamMixedCalls|TestConcurrentTurns|TestAdminWorkspace|TestUsagePerThread|TestThreeReplicas|TestDemoEndToEnd|TestResponsesMixedTurnContinued|TestEventStream|TestEventsUnderConcurrency|TestRevert|TestPanelSessions|TestContinuationsScopedPerClient|TestIndicesOfOneRoundNameTheListShown|TestUsageCountedOnceWhenTheAnswerIsLost|TestThreadPagesKeepTheirPlace|TestWireCorpus|TestMCPTools|TestMCPScopes|TestMCPSubscriptionAcrossReplicas|TestMCPStatelessRoundRobin|TestPanelLinkRevoked|TestMessagesTurnWithAWorkspaceCall|TestMessagesMixedRoundContinued|TestApplyProposal|TestAdminApplyProposal|TestInheritedPreferencesInTheBlock|TestReviewMode|TestScopesOnTheAdminREST|TestScopesInEveryWireAPI|TestScopeChangeWakesChildren|TestScopesOverMCP)$$
 
