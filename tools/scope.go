@@ -107,14 +107,15 @@ func shownInherited(own []Preference, inherited []Scope) []Scope {
 // inheritedCache keeps what a turn start's ancestors gave, decoded and as the block shows it, by
 // the bytes it came as (with the thread's own list, which decides what is shown): a turn start
 // returns its snapshot's bytes unchanged while neither the thread nor an ancestor changed, so the
-// turns of a thread with parents decode nothing of them. It holds maxInheritedCached lists at
-// most, and starts again empty when full.
+// turns of a thread with parents decode nothing of them. It holds maxInheritedCached bytes of
+// keys at most (the lists they decode to are smaller), and starts again empty when full.
 type inheritedCache struct {
-	mu sync.Mutex
-	m  map[string][]Scope
+	mu    sync.Mutex
+	m     map[string][]Scope
+	bytes int
 }
 
-const maxInheritedCached = 1024
+const maxInheritedCached = 4 << 20
 
 // shown is shownInherited(own, decodeInherited(raw)), from the cache when it was seen; rawOwn are
 // the bytes own was decoded from.
@@ -134,11 +135,15 @@ func (c *inheritedCache) shown(raw, rawOwn []byte, own []Preference) ([]Scope, e
 		return nil, err
 	}
 	s = shownInherited(own, inherited)
+	if len(key) > maxInheritedCached/16 { // too large to keep: decoded each time
+		return s, nil
+	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxInheritedCached {
-		c.m = make(map[string][]Scope)
+	if c.m == nil || c.bytes+len(key) > maxInheritedCached {
+		c.m, c.bytes = make(map[string][]Scope), 0
 	}
 	c.m[key] = s
+	c.bytes += len(key)
 	c.mu.Unlock()
 	return s, nil
 }
