@@ -41,13 +41,8 @@ func (l ThreadLock) sql() string {
 type LockedTx struct {
 	conn *pgxpool.Conn
 	done bool
-	// NextPreferenceID is the thread's next preference id.
-	NextPreferenceID int64
-	// CreatedAt is when the thread was created: it tells one life of a thread id (deleted, then
-	// created again) from the next.
-	CreatedAt time.Time
-	// Preferences is the thread's list in creation order.
-	Preferences []Preference
+	// LockedThread is the thread the transaction locked first.
+	LockedThread
 	// Scope is the thread's place among its scopes (ThreadScopeGet), when asked for.
 	Scope ThreadScopeGetRow
 }
@@ -79,14 +74,7 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout)
 	queueDeadline(ctx, b)
-	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
-	if lock == LockThreadUpsert {
-		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
-	}
-	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) error {
-		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
-		return err
-	})
+	queueLock(b, &t.LockedThread, lock, threadID)
 	if scope {
 		b.Queue(threadScopeGet, threadID).QueryRow(func(row pgx.Row) error {
 			s := &t.Scope
@@ -101,6 +89,46 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 		return nil, fmt.Errorf("lock thread: %w", err)
 	}
 	return t, nil
+}
+
+// LockedThread is a thread whose row a LockedTx holds, as the lock read it.
+type LockedThread struct {
+	// NextPreferenceID is the thread's next preference id.
+	NextPreferenceID int64
+	// CreatedAt is when the thread was created: it tells one life of a thread id (deleted, then
+	// created again) from the next.
+	CreatedAt time.Time
+	// Preferences is the thread's list in creation order.
+	Preferences []Preference
+}
+
+// queueLock queues the lock of threadID's row (as lock says) and the reads of t.
+func queueLock(b *pgx.Batch, t *LockedThread, lock ThreadLock, threadID string) {
+	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
+	if lock == LockThreadUpsert {
+		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+	}
+	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) (err error) {
+		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
+		return err
+	})
+}
+
+// LockAlso locks a second thread's row in the transaction, as BeginLocked locks the first, in
+// one round trip. The caller takes the locks in thread id order (two transactions that lock the
+// same two threads then never deadlock). ErrNotFound when the lock found no thread; the
+// transaction stays open for the caller to roll back.
+func (t *LockedTx) LockAlso(ctx context.Context, lock ThreadLock, threadID string) (LockedThread, error) {
+	var other LockedThread
+	b := &pgx.Batch{}
+	queueLock(b, &other, lock, threadID)
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return LockedThread{}, ErrNotFound
+		}
+		return LockedThread{}, fmt.Errorf("lock thread: %w", err)
+	}
+	return other, nil
 }
 
 // queueDeadline queues, when ctx has a deadline, the bound of the transaction's waits for a lock

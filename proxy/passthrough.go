@@ -29,7 +29,6 @@ func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 type inbound struct {
 	thread    tools.ThreadID
 	named     bool
-	scope     tools.TurnOptions // the thread's parents the request names, for its turn
 	placement turn.Placement
 	body      []byte
 	release   func()
@@ -51,11 +50,6 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 	}
 	if in.thread, in.named, err = threadOf(r, client, s.opts.ThreadHeader); err != nil {
 		return in, err
-	}
-	if in.named {
-		if in.scope, err = s.parentsOf(r, client); err != nil {
-			return in, err
-		}
 	}
 	noteCaller(r.Context(), in.thread, in.named)
 	in.body, in.release, err = s.readBody(w, r)

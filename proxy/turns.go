@@ -236,7 +236,11 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, mod
 	}
 	s.turns.Add(1) // under turnsMu: before Shutdown's Wait
 	s.turnsMu.Unlock()
-	start, err := ws.StartTurn(r.Context(), in.scope)
+	var start tools.TurnStart
+	opts, err := s.parentsOf(r, in.thread.Client)
+	if err == nil {
+		start, err = ws.StartTurn(r.Context(), opts)
+	}
 	if err != nil {
 		s.turns.Done()
 		return nil, "", err

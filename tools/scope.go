@@ -199,17 +199,6 @@ func scopeFrom(r db.ThreadScopeGetRow, own []Preference) (ScopeInfo, error) {
 	return info, nil
 }
 
-// Scope is the thread's place among its scopes. ErrNotFound when the thread does not exist.
-func (w *Workspace) Scope(ctx context.Context) (_ ScopeInfo, err error) {
-	ctx, done := w.store.op(ctx)
-	defer done(&err)
-	rows, err := w.store.q.PreferenceListByThread(ctx, w.store.pool, w.threadID)
-	if err != nil {
-		return ScopeInfo{}, fmt.Errorf("list preferences: %w", err)
-	}
-	return w.scopeOf(ctx, w.store.pool, fromRows(rows))
-}
-
 // Ancestor is one of a thread's ancestors as a live view of the thread watches it: its id, and
 // its last event id (0 for none, or one that does not exist).
 type Ancestor struct {
@@ -358,60 +347,45 @@ func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (
 		return Preference{}, invalid("to", "is the thread the preference is in")
 	}
 	dest := w.store.Workspace(to)
-	// Both rows are locked in id order, so that two moves between the same threads, in opposite
-	// directions, never deadlock.
-	first, second := w, dest
+	// The source must exist; the destination is created when new. Both rows are locked in id
+	// order, so that two moves between the same threads, in opposite directions, never deadlock.
+	firstID, firstLock, secondID, secondLock := w.threadID, db.LockThreadTouch, dest.threadID, db.LockThreadUpsert
 	if dest.threadID < w.threadID {
-		first, second = dest, w
+		firstID, firstLock, secondID, secondLock = secondID, secondLock, firstID, firstLock
 	}
-	tx, err := db.BeginLocked(ctx, w.store.pool, lockFor(first, w), first.threadID, false)
+	tx, err := db.BeginLocked(ctx, w.store.pool, firstLock, firstID, false)
 	if err != nil {
 		return Preference{}, err
 	}
 	defer tx.Rollback(ctx)
-	lists := map[*Workspace][]Preference{first: fromRows(tx.Preferences)}
-	nextIDs := map[*Workspace]int64{first: tx.NextPreferenceID}
-	if second == dest { // created when new, past its tombstone
-		if _, err := w.store.q.ThreadUpsertTouch(ctx, tx.Conn(), second.threadID); err != nil {
-			return Preference{}, fmt.Errorf("lock %s: %w", to.Name, err)
-		}
-		var next pgtype.Int8
-		next, err = w.store.q.ThreadRevive(ctx, tx.Conn(), second.threadID)
-		nextIDs[second] = next.Int64
-	} else {
-		var r db.ThreadLockTouchRow
-		r, err = w.store.q.ThreadLockTouch(ctx, tx.Conn(), second.threadID)
-		nextIDs[second] = r.NextPreferenceID
-	}
+	second, err := tx.LockAlso(ctx, secondLock, secondID)
 	if err != nil {
-		return Preference{}, db.NotFound(err)
+		return Preference{}, err
 	}
-	rows, err := w.store.q.PreferenceListByThread(ctx, tx.Conn(), second.threadID)
-	if err != nil {
-		return Preference{}, fmt.Errorf("list preferences: %w", err)
+	source, target := tx.LockedThread, second
+	if firstID != w.threadID {
+		source, target = second, tx.LockedThread
 	}
-	lists[second] = fromRows(rows)
-
-	src := lists[w]
+	src, dst := fromRows(source.Preferences), fromRows(target.Preferences)
 	i := indexOf(src, id)
 	if i < 0 {
 		return Preference{}, ErrNotFound
 	}
 	p := src[i]
-	if existing, ok := findTitle(lists[dest], p.Title, 0); ok {
+	if existing, ok := findTitle(dst, p.Title, 0); ok {
 		return Preference{}, &DuplicateError{Existing: existing}
 	}
-	if len(lists[dest]) >= w.store.limits.PreferencesMax {
+	if len(dst) >= w.store.limits.PreferencesMax {
 		return Preference{}, invalid("to", "%s already holds %d preferences, the most a thread may", to.Name, w.store.limits.PreferencesMax)
 	}
 	if _, err := w.store.q.PreferenceDelete(ctx, tx.Conn(), db.PreferenceDeleteParams{ThreadID: w.threadID, ID: id}); err != nil {
 		return Preference{}, fmt.Errorf("delete preference: %w", err)
 	}
-	added, err := dest.insert(ctx, tx.Conn(), nextIDs[dest], []Preference{p})
+	added, err := dest.insert(ctx, tx.Conn(), target.NextPreferenceID, []Preference{p})
 	if err != nil {
 		return Preference{}, err
 	}
-	moved := fromRow(len(lists[dest])+1, added[0])
+	moved := fromRow(len(dst)+1, added[0])
 	how := movedState(w.threadID, dest.threadID)
 	out := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: p.ID}, before: prefState(p), moved: how}
 	in := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: moved.ID}, after: prefState(moved), moved: how}
@@ -423,14 +397,6 @@ func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (
 		return Preference{}, err
 	}
 	return moved, nil
-}
-
-// lockFor is how a move locks first: the source must exist, the destination is created when new.
-func lockFor(first, source *Workspace) db.ThreadLock {
-	if first == source {
-		return db.LockThreadTouch
-	}
-	return db.LockThreadUpsert
 }
 
 // movedState is a move as its events show it: {"from", "to"}, the threads' stored ids.

@@ -35,34 +35,6 @@ ALTER TABLE events DROP CONSTRAINT events_target_type_check,
 -- A proposal's answer, found by the proposal.
 CREATE INDEX events_answers_idx ON events (thread_id, answers) WHERE answers IS NOT NULL;
 
--- thread_ancestors walks the parents of a thread breadth-first, nearest first, from parents (the
--- thread's stored ones, or ones about to be stored): each ancestor once, at its nearest place,
--- at most 9 (a tenth is never needed: 8 is the most a thread may have), each an index probe.
--- cycle says the walk met the thread itself (a parent list that would make it its own ancestor).
-CREATE FUNCTION thread_ancestors(thread_id text, parents text[], OUT ancestors text[], OUT cycle boolean)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    frontier text[] := parents;
-    later text[];
-    p text;
-BEGIN
-    ancestors := '{}';
-    cycle := false;
-    WHILE cardinality(frontier) > 0 AND cardinality(ancestors) < 9 LOOP
-        later := '{}';
-        FOREACH p IN ARRAY frontier LOOP
-            IF p = thread_ancestors.thread_id THEN
-                cycle := true;
-            ELSIF NOT p = ANY (ancestors) AND cardinality(ancestors) < 9 THEN
-                ancestors := ancestors || p;
-                later := later || coalesce((SELECT t.parents FROM threads t WHERE t.id = p), '{}');
-            END IF;
-        END LOOP;
-        frontier := later;
-    END LOOP;
-END
-$$;
-
 -- thread_inherited is what ancestors hold: [{scope, preferences}] in their order, each list in
 -- creation order (a thread that does not exist holds none).
 CREATE FUNCTION thread_inherited(ancestors text[]) RETURNS jsonb
@@ -75,12 +47,16 @@ LANGUAGE sql STABLE AS $$
     FROM unnest(ancestors) WITH ORDINALITY AS a(id, n)
 $$;
 
--- thread_scope is a thread's place among its scopes, as a turn or a tool call of it sees them:
--- its ancestors (the first 8 of the walk thread_ancestors makes, in its order), their versions
--- (next_event_id, 0 for one that does not exist), and the review setting in force (its own, else
--- the nearest ancestor's, else 'direct'). One index probe per ancestor; none without parents.
+-- thread_scope is a thread's place among its scopes, as a turn or a tool call of it sees them,
+-- from parents (its stored ones, or ones about to be stored): its ancestors, found breadth-first
+-- and nearest first, each once at its nearest place, 8 at most; their versions (next_event_id, 0
+-- for one that does not exist); and the review setting in force (its own, else the nearest
+-- ancestor's, else 'direct'). One index probe per ancestor; none without parents. cycle says the
+-- walk met the thread itself, more that it found a ninth ancestor (a list thread_set_parents
+-- refuses).
 CREATE FUNCTION thread_scope(thread_id text, parents text[], own_agent_writes text,
-                             OUT ancestors text[], OUT versions bigint[], OUT agent_writes text)
+                             OUT ancestors text[], OUT versions bigint[], OUT agent_writes text,
+                             OUT cycle boolean, OUT more boolean)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     frontier text[] := parents;
@@ -91,10 +67,20 @@ BEGIN
     ancestors := '{}';
     versions := '{}';
     agent_writes := own_agent_writes;
-    WHILE cardinality(frontier) > 0 AND cardinality(ancestors) < 8 LOOP
+    cycle := false;
+    more := false;
+    WHILE cardinality(frontier) > 0 AND NOT more LOOP
         later := '{}';
         FOREACH p IN ARRAY frontier LOOP
-            CONTINUE WHEN p = thread_scope.thread_id OR p = ANY (ancestors) OR cardinality(ancestors) >= 8;
+            IF p = thread_scope.thread_id THEN
+                cycle := true;
+                CONTINUE;
+            END IF;
+            CONTINUE WHEN p = ANY (ancestors);
+            IF cardinality(ancestors) = 8 THEN
+                more := true;
+                EXIT;
+            END IF;
             SELECT t.parents, t.next_event_id, t.agent_writes INTO a FROM threads t WHERE t.id = p;
             ancestors := ancestors || p;
             versions := versions || coalesce(a.next_event_id, 0);
@@ -130,11 +116,11 @@ BEGIN
     IF cardinality(parents) <> (SELECT count(DISTINCT x) FROM unnest(parents) x) THEN
         RETURN 'a parent is named twice';
     END IF;
-    walk := thread_ancestors(thread_set_parents.thread_id, parents);
+    walk := thread_scope(thread_set_parents.thread_id, parents, NULL);
     IF walk.cycle THEN
         RETURN 'a cycle: the thread would be its own ancestor';
     END IF;
-    IF cardinality(walk.ancestors) > 8 THEN
+    IF walk.more THEN
         RETURN 'more than 8 ancestors';
     END IF;
     FOREACH p IN ARRAY parents LOOP
