@@ -45,10 +45,10 @@ func newChatSSE(req *ChatRequest, up Upstream, log *slog.Logger, thread string, 
 
 func (d *chatSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	d.cur = newChatRound(d.maxArgs)
 	if err := d.attempt(func() error { return d.round(ctx, body) }); err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	calls := make([]toolCall, len(d.cur.calls))
 	for i, c := range d.cur.calls {
@@ -66,7 +66,7 @@ func (d *chatSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.Raw
 		info.finishReasons = []string{d.cur.finish}
 	}
 	calls, _ = unwrapParallel(calls, d.req.IsClientTool)
-	return calls, d.cur.usage, info, nil
+	return calls, chatTokens(d.cur.usage), info, nil
 }
 
 func (d *chatSSE) extend(calls []toolCall, results []tools.Result) {
