@@ -36,6 +36,13 @@ var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type:
 // it ends.
 func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up *clientUpstream,
 	setup func(*turn.Turn)) {
+	kind := req.Kind()
+	noteKind(r.Context(), kind)
+	s.opts.Metrics.turn(kind)
+	if kind != turn.KindTurn {
+		s.forward(w, r, in.body) // an agent's own request: no workspace, no tools, no loop
+		return
+	}
 	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
 	if err != nil {
 		apierr.Write(w, r, s.log, err)

@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,7 +117,12 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 type topLevel struct {
 	fields   rawjson.Object
 	streamed bool
+	// kind is the request's kind when it is left alone ("" for a turn).
+	kind string
 }
+
+// Kind is the request's kind (Request.Kind).
+func (f *topLevel) Kind() string { return cmp.Or(f.kind, KindTurn) }
 
 // parseTop reads a request body's top-level members (checking the whole body as it goes): an
 // error for a body that is not a JSON object.

@@ -15,9 +15,22 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
+// Kinds of a thread's request (docs/spec.md §18): a turn of the loop, or a request the agent
+// makes for itself, which is left alone (forwarded as it came, counted by its kind).
+const (
+	// KindTurn is a thread turn: the workspace in the request, the five tools, the loop.
+	KindTurn = "turn"
+	// KindSide is an agent's side request: a title, a topic, a routing classifier.
+	KindSide = "side"
+	// KindCompaction is an agent's compaction: a summary of the conversation for its own history.
+	KindCompaction = "compaction"
+)
+
 // Request is a client's request of a thread turn in one wire API (ChatRequest,
 // ResponsesRequest, MessagesRequest), ready to run once Prepare has put the workspace in it.
 type Request interface {
+	// Kind is the request's kind: KindTurn, or a kind that is left alone.
+	Kind() string
 	// Model is the model the request names ("" for none).
 	Model() string
 	// Streamed reports whether the client asked for a stream.
