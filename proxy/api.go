@@ -44,9 +44,10 @@ type wireAPI struct {
 	// when the request has no bearer token (Anthropic's x-api-key, Google's x-goog-api-key).
 	clientKey func(r *http.Request) string
 	// query, when set, is the query string that goes upstream with a request of the API's
-	// routes (nil: none for a thread turn, the client's for a pass-through). clientKeys tells
-	// whether client keys are on: a client's key in the query then stays with wsproxy.
-	query func(r *http.Request, clientKeys bool) string
+	// routes (nil: none for a thread turn, the client's for a pass-through). ownKey tells that a
+	// credential in the query is not the upstream's (client keys are on, or the operator's key
+	// goes upstream): it then stays with wsproxy.
+	query func(r *http.Request, ownKey bool) string
 	// shape is the API's error body (nil: OpenAI's).
 	shape apierr.Shape
 }
@@ -131,17 +132,24 @@ func apiPath(escaped string) string {
 	return escaped
 }
 
-// upstreamRequest is where a request of a goes, with rawQuery: its upstream's URL for the
-// request's path; it strips h, the request's header toward it, of what headers.go strips and
-// sets the operator's key there.
-func (s *Server) upstreamRequest(a *wireAPI, r *http.Request, h http.Header, rawQuery string) (*url.URL, Upstream) {
+// upstreamRequest is where a request of a goes: its upstream's URL for the request's path, with
+// the query a.query says (a thread turn's: none without it; a pass-through's: the client's); it
+// strips h, the request's header toward it, of what headers.go strips and sets the operator's
+// key there.
+func (s *Server) upstreamRequest(a *wireAPI, r *http.Request, h http.Header, passThrough bool) (*url.URL, Upstream) {
 	up := s.upstream(a)
-	path := apiPath(r.URL.EscapedPath())
+	query := ""
+	switch {
+	case a.query != nil:
+		query = a.query(r, s.opts.ClientKeys != nil || up.APIKey != "")
+	case passThrough:
+		query = r.URL.RawQuery
+	}
 	s.strip(h)
 	if up.APIKey != "" {
 		a.setKey(h, up.APIKey)
 	}
-	return upstreamURL(up.URL, strings.TrimPrefix(path, a.prefix), rawQuery), up
+	return upstreamURL(up.URL, strings.TrimPrefix(apiPath(r.URL.EscapedPath()), a.prefix), query), up
 }
 
 // turnUpstream is the upstream of a thread turn, at the request's path toward its API's
@@ -149,12 +157,8 @@ func (s *Server) upstreamRequest(a *wireAPI, r *http.Request, h http.Header, raw
 // headers.go strips. A keyless upstream (a local one) is legitimate: with client keys and no
 // key of the operator's the request carries none, and the upstream's 401 is the operator's.
 func (s *Server) turnUpstream(r *http.Request) *clientUpstream {
-	a, query := apiOf(r), ""
-	if a.query != nil {
-		query = a.query(r, s.opts.ClientKeys != nil)
-	}
-	h := rewrittenHeader(r.Header)
-	u, up := s.upstreamRequest(a, r, h, query)
+	a, h := apiOf(r), rewrittenHeader(r.Header)
+	u, up := s.upstreamRequest(a, r, h, false)
 	c := &clientUpstream{client: s.client, url: u.String(), header: h, tracing: s.tracing, back: s.fromUpstream(),
 		provider: a.providerOf(up.URL)}
 	if s.opts.ClientKeys != nil && up.APIKey == "" {

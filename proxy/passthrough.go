@@ -45,12 +45,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
 	// any path with dot segments.
-	a, query := apiOf(pr.In), pr.In.URL.RawQuery
-	if a.query != nil {
-		query = a.query(pr.In, s.opts.ClientKeys != nil)
-	}
-	var up Upstream
-	pr.Out.URL, up = s.upstreamRequest(a, pr.In, pr.Out.Header, query)
+	u, up := s.upstreamRequest(apiOf(pr.In), pr.In, pr.Out.Header, true)
+	pr.Out.URL = u
 	pr.Out.Host = ""
 	if up.APIKey != "" {
 		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
