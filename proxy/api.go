@@ -12,7 +12,7 @@ import (
 // wireAPIs are the wire APIs wsproxy serves, one descriptor each; the routes are registered from
 // them. A new API is a dialect in proxy/internal/turn, a descriptor in a file of its own here,
 // and a line in this list (CONTRIBUTING.md, "Adding a wire dialect").
-var wireAPIs = []*wireAPI{&openAIAPI, &messagesAPI}
+var wireAPIs = []*wireAPI{&openAIAPI, &messagesAPI, &geminiAPI}
 
 // wireAPI is what the edge knows of one wire API: its routes, its upstream (where it is, how
 // the operator's key goes there, which of the client's query goes on), where its clients'

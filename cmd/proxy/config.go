@@ -29,6 +29,10 @@ type Config struct {
 	// demo model when UpstreamBaseURL is "demo"; "demo" the demo model).
 	AnthropicUpstreamBaseURL string
 	AnthropicUpstreamAPIKey  string
+	// GeminiUpstreamBaseURL is the Gemini API's upstream ("" means Google's API, or the demo
+	// model when UpstreamBaseURL is "demo"; "demo" the demo model).
+	GeminiUpstreamBaseURL string
+	GeminiUpstreamAPIKey  string
 	// ThreadHeader names a header that names the thread when X-Thread-Id and the path do not.
 	ThreadHeader string
 	// ThreadParents are the parents (names, nearest first, comma-separated) a thread named by
@@ -122,6 +126,8 @@ func (c *Config) settings() []setting {
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
 		{"ANTHROPIC_UPSTREAM_BASE_URL", "anthropic-upstream-base-url", `base URL of the Anthropic Messages API's upstream for /v1/messages (default https://api.anthropic.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.AnthropicUpstreamBaseURL)},
 		{"ANTHROPIC_UPSTREAM_API_KEY", "anthropic-upstream-api-key", "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set", (*secretValue)(&c.AnthropicUpstreamAPIKey)},
+		{"GEMINI_UPSTREAM_BASE_URL", "gemini-upstream-base-url", `base URL of the Gemini API's upstream for /v1beta/models/… (default https://generativelanguage.googleapis.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.GeminiUpstreamBaseURL)},
+		{"GEMINI_UPSTREAM_API_KEY", "gemini-upstream-api-key", "replaces the client's x-goog-api-key, ?key= and Authorization toward the Gemini upstream when set", (*secretValue)(&c.GeminiUpstreamAPIKey)},
 		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
 		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
@@ -177,8 +183,10 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is required (a Postgres URL, e.g. postgres://user@localhost/wsproxy)")
 	}
-	// The upstreams' base URLs (an empty ANTHROPIC_UPSTREAM_BASE_URL takes its default).
-	for _, b := range [][2]string{{"UPSTREAM_BASE_URL", c.UpstreamBaseURL}, {"ANTHROPIC_UPSTREAM_BASE_URL", cmp.Or(c.AnthropicUpstreamBaseURL, "demo")}} {
+	// The upstreams' base URLs (an empty ANTHROPIC_UPSTREAM_BASE_URL or GEMINI_UPSTREAM_BASE_URL
+	// takes its default).
+	for _, b := range [][2]string{{"UPSTREAM_BASE_URL", c.UpstreamBaseURL}, {"ANTHROPIC_UPSTREAM_BASE_URL", cmp.Or(c.AnthropicUpstreamBaseURL, "demo")},
+		{"GEMINI_UPSTREAM_BASE_URL", cmp.Or(c.GeminiUpstreamBaseURL, "demo")}} {
 		if u, err := url.Parse(b[1]); b[1] != "demo" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", b[0], b[1])
 		}

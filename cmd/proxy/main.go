@@ -127,7 +127,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := m.openDatabase(ctx); err != nil {
 		return err
 	}
-	upstreamURL, anthropicURL, err := m.upstreams()
+	upstreamURL, anthropicURL, geminiURL, err := m.upstreams()
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.AdminToken = newToken()
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
-	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, clientKeys))
+	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, geminiURL, clientKeys))
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
 	}
@@ -145,7 +145,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("LISTEN_ADDR: %w", err)
 	}
 	m.URL = "http://" + ln.Addr().String()
-	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
+	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
@@ -153,9 +153,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY: Messages requests reach the Anthropic upstream with no key (the clients' stay with wsproxy)",
 			slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("fix", "set ANTHROPIC_UPSTREAM_API_KEY, unless that upstream needs none"))
 	}
+	if clientKeys != nil && m.Config.GeminiUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.GeminiUpstreamBaseURL != "demo" {
+		m.log.Warn("CLIENT_KEYS without GEMINI_UPSTREAM_API_KEY: Gemini requests reach the Gemini upstream with no key (the clients' stay with wsproxy)",
+			slog.String("gemini_upstream", m.shownUpstream(geminiURL)), slog.String("fix", "set GEMINI_UPSTREAM_API_KEY, unless that upstream needs none"))
+	}
 	m.serve(ln)
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
-		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("version", version()))
+		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("gemini_upstream", m.shownUpstream(geminiURL)),
+		slog.String("version", version()))
 	return nil
 }
 
@@ -189,22 +194,28 @@ func (m *Main) openDatabase(ctx context.Context) error {
 	return nil
 }
 
-// upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's and ANTHROPIC_UPSTREAM_BASE_URL's
-// (Anthropic's API when unset), or the demo model's, started here, for "demo" — and for an
-// unset ANTHROPIC_UPSTREAM_BASE_URL when UPSTREAM_BASE_URL is demo, so that the demo serves
-// every API.
-func (m *Main) upstreams() (openai, anthropic *url.URL, err error) {
-	upstream, messages := m.Config.UpstreamBaseURL, m.Config.AnthropicUpstreamBaseURL
+// upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's, ANTHROPIC_UPSTREAM_BASE_URL's
+// (Anthropic's API when unset) and GEMINI_UPSTREAM_BASE_URL's (Google's API when unset), or the
+// demo model's, started here, for "demo" — and for an unset ANTHROPIC_UPSTREAM_BASE_URL or
+// GEMINI_UPSTREAM_BASE_URL when UPSTREAM_BASE_URL is demo, so that the demo serves every API.
+func (m *Main) upstreams() (openai, anthropic, gemini *url.URL, err error) {
+	upstream, messages, google := m.Config.UpstreamBaseURL, m.Config.AnthropicUpstreamBaseURL, m.Config.GeminiUpstreamBaseURL
 	if messages == "" {
 		messages = proxy.DefaultAnthropicUpstreamURL
 		if upstream == "demo" {
 			messages = "demo"
 		}
 	}
-	if upstream == "demo" || messages == "demo" {
+	if google == "" {
+		google = proxy.DefaultGeminiUpstreamURL
+		if upstream == "demo" {
+			google = "demo"
+		}
+	}
+	if upstream == "demo" || messages == "demo" || google == "demo" {
 		base, err := m.startDemo()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if upstream == "demo" {
 			upstream = base + "/v1"
@@ -212,18 +223,24 @@ func (m *Main) upstreams() (openai, anthropic *url.URL, err error) {
 		if messages == "demo" {
 			messages = base
 		}
+		if google == "demo" {
+			google = base
+		}
 	}
 	if openai, err = url.Parse(upstream); err != nil {
-		return nil, nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
+		return nil, nil, nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
 	}
 	if anthropic, err = url.Parse(messages); err != nil {
-		return nil, nil, fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %w", err)
+		return nil, nil, nil, fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %w", err)
 	}
-	return openai, anthropic, nil
+	if gemini, err = url.Parse(google); err != nil {
+		return nil, nil, nil, fmt.Errorf("GEMINI_UPSTREAM_BASE_URL: %w", err)
+	}
+	return openai, anthropic, gemini, nil
 }
 
 // proxyOptions are the proxy's options from the configuration (checked by Validate).
-func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
+func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement)
 	routes, _ := proxy.ParseAllowedRoutes(m.Config.PassThroughRoutes)
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
@@ -231,10 +248,11 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL *url.URL, clientKeys *prox
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	return proxy.Options{
-		Store:                tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
-		UpstreamURL:          upstreamURL,
-		UpstreamAPIKey:       m.Config.UpstreamAPIKey,
-		Upstreams:            map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey}},
+		Store:          tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
+		UpstreamURL:    upstreamURL,
+		UpstreamAPIKey: m.Config.UpstreamAPIKey,
+		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
+			"gemini": {URL: geminiURL, APIKey: m.Config.GeminiUpstreamAPIKey}},
 		ThreadHeader:         m.Config.ThreadHeader,
 		ThreadParents:        m.Config.threadParents(),
 		UpstreamTimeout:      m.Config.UpstreamTimeout,

@@ -1,5 +1,5 @@
 // Package demo is a small deterministic model that speaks the OpenAI chat completions and
-// Responses wire formats and Anthropic's Messages API, streamed and not, so wsproxy can be tried
+// Responses wire formats, Anthropic's Messages API and the Gemini API, streamed and not, so wsproxy can be tried
 // without an API key (UPSTREAM_BASE_URL=demo), from Claude Code too. It turns plain sentences into workspace tool calls:
 //
 //	"I prefer short paragraphs."        add_preferences (soft)
@@ -29,8 +29,9 @@ const Prefix = "[wsproxy demo model] "
 // ModelName is the model the demo reports.
 const ModelName = "wsproxy-demo"
 
-// Handler serves /v1/chat/completions, /v1/responses, /v1/messages (and its count_tokens) and
-// /v1/models.
+// Handler serves /v1/chat/completions, /v1/responses, /v1/messages (and its count_tokens),
+// the Gemini API's /v1beta/models/{model}:generateContent, :streamGenerateContent and
+// :countTokens, and /v1/models.
 func Handler() http.Handler {
 	d := &model{}
 	mux := http.NewServeMux()
@@ -38,6 +39,7 @@ func Handler() http.Handler {
 	mux.HandleFunc("POST /v1/responses", d.responses)
 	mux.HandleFunc("POST /v1/messages", d.messages)
 	mux.HandleFunc("POST /v1/messages/count_tokens", d.countTokens)
+	mux.HandleFunc("POST /v1beta/models/{call}", d.gemini)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":0,"owned_by":"wsproxy"}]}`, ModelName)
