@@ -189,7 +189,7 @@ func structured(gr geminiRequest) map[string]any {
 }
 
 // fill is a value that fits a JSON schema (or Gemini's OpenAPI subset): an object of its
-// properties, an enum's first value, "demo" for a string, zero for numbers.
+// properties, an enum's first value, "demo" for a string, a number's minimum (or 1).
 func fill(schema map[string]any) any {
 	if enum, ok := schema["enum"].([]any); ok && len(enum) > 0 {
 		return enum[0]
@@ -199,7 +199,10 @@ func fill(schema map[string]any) any {
 	case "string":
 		return "demo"
 	case "integer", "number":
-		return 0
+		if low, ok := schema["minimum"].(float64); ok {
+			return low
+		}
+		return 1 // scores and counts start at 1 (Gemini CLI's classifier's do)
 	case "boolean":
 		return false
 	case "array":
