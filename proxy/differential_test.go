@@ -45,7 +45,7 @@ import (
 // wireEntry is one recording.
 type wireEntry struct {
 	name     string // provider/file
-	api      string // "chat", "responses" or "messages"
+	api      string // "chat", "responses", "messages" or "gemini"
 	streamed bool
 	body     []byte
 }
@@ -63,7 +63,7 @@ func wireCorpus(t testing.TB) []wireEntry {
 		}
 		base := filepath.Base(p)
 		api, _, _ := strings.Cut(base, "-")
-		if api != "chat" && api != "responses" && api != "messages" {
+		if api != "chat" && api != "responses" && api != "messages" && api != "gemini" {
 			continue
 		}
 		b, err := os.ReadFile(p)
@@ -145,7 +145,7 @@ func newWireHarness(t testing.TB) *wireHarness {
 	t.Cleanup(srv.Close)
 	t.Cleanup(h.client.CloseIdleConnections)
 	h.straight = srv.URL + "/v1/"
-	h.env = setup(t)
+	h.env = setup(t, withGemini(""))
 	h.env.up.Fallback = h.up.ServeHTTP
 	return h
 }
@@ -170,6 +170,9 @@ func (h *wireHarness) read(t testing.TB, e wireEntry, id, base, thread string) r
 	t.Helper()
 	if e.api == "messages" {
 		return readMessages(t, e, id, strings.TrimSuffix(base, "/v1/"), thread)
+	}
+	if e.api == "gemini" {
+		return readGemini(t, h, e, id, strings.TrimSuffix(base, "/v1/"), thread)
 	}
 	opts := []option.RequestOption{option.WithBaseURL(base), option.WithAPIKey("sk-wire"), option.WithMaxRetries(0),
 		option.WithHeader("X-Wire-Case", id), option.WithHTTPClient(h.client)}
@@ -382,6 +385,9 @@ func clientToolNames(body []byte) []string {
 			} else if x["type"] != "function_call" && x["type"] != "tool_use" {
 				name = ""
 			}
+			if n := geminiCallName(x); n != "" {
+				name = n
+			}
 			if name != "" && !seen[name] && !tools.IsTool(name) && name != "multi_tool_use.parallel" && name != "parallel" {
 				seen[name] = true
 				names = append(names, name)
@@ -552,6 +558,8 @@ var optionalMembers = map[string][]string{
 		"instructions", "incomplete_details", "user", "prompt_cache_key", "safety_identifier", "top_logprobs", "service_tier"},
 	"messages": {"stop_reason", "stop_sequence", "cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation",
 		"service_tier", "citations", "server_tool_use", "container", "stop_details", "request_id"},
+	"gemini": {"role", "finishReason", "finishMessage", "index", "safetyRatings", "usageMetadata", "promptTokensDetails",
+		"thoughtsTokenCount", "candidatesTokenCount", "modelVersion", "responseId", "text"},
 }
 
 var mutations = []mutation{
@@ -631,7 +639,7 @@ var mutations = []mutation{
 		return bytes.ReplaceAll(bytes.ReplaceAll(e.body, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
 	}},
 	{name: "Comments", apply: func(e wireEntry) []byte {
-		if !e.streamed {
+		if !e.streamed || e.api == "gemini" { // no Gemini server sends comments, and Google's SDKs fail on them
 			return nil
 		}
 		return append([]byte(": OPENROUTER PROCESSING\n\n"), mapEvents(e.body, func(ev sseEventLines) sseEventLines {
@@ -729,6 +737,8 @@ func unknownEventsAndItems(e wireEntry) []byte {
 	switch {
 	case e.api == "messages":
 		return unknownMessagesEventsAndBlocks(e)
+	case e.api == "gemini":
+		return unknownGeminiParts(e)
 	case e.api == "responses" && !e.streamed:
 		b, _ := withItem(e.body)
 		return b
@@ -852,9 +862,10 @@ func workspaceVariant(e wireEntry) (body []byte, renamed string, ok bool) {
 		if typ := text(o.Get("type")); (typ == "function_call" || typ == "tool_use") && text(o.Get("name")) == renamed {
 			o.Set("name", rawjson.String(tools.ListPreferences))
 		}
+		renameGeminiCall(o, renamed, tools.ListPreferences)
 	}
 	body = eachPayload(e, rename)
-	if e.streamed && e.api != "messages" {
+	if e.streamed && e.api != "messages" && e.api != "gemini" {
 		body = recutArguments(wireEntry{api: e.api, streamed: true, body: body})
 	}
 	return body, renamed, true
@@ -962,6 +973,8 @@ func recutArguments(e wireEntry) []byte {
 // textRound is a round that answers "Done." in e's wire format.
 func textRound(e wireEntry) wireReply {
 	switch {
+	case e.api == "gemini":
+		return geminiTextRound(e)
 	case e.api == "messages":
 		done := upstreamtest.MessageReply{ID: "msg_done", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Done.")}}
 		if e.streamed {
@@ -1025,6 +1038,13 @@ func TestWireWorkspaceVariants(t *testing.T) {
 			}
 			if e.api == "responses" && len(others) == 0 {
 				require.Contains(t, got.Body, `"Done."`)
+			}
+			if e.api == "gemini" {
+				require.Equal(t, others, got.Calls, "the client's other calls")
+				if len(others) == 0 {
+					require.Equal(t, want.Content+"Done.", got.Content)
+					require.Equal(t, want.Reasoning, got.Reasoning)
+				}
 			}
 			if e.api == "messages" {
 				require.Equal(t, others, got.Calls, "the client's other calls")

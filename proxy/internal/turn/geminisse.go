@@ -202,18 +202,11 @@ func (d *geminiSSE) extend(calls []toolCall, results []tools.Result) {
 
 // finish ends the stream: the held chunk of the last round's finishReason (the round called
 // the workspace too), with the usage of every round. A round without workspace calls sent its
-// own in place.
+// own in place; a round that sent none (a server that names no finishReason) gets none.
 func (d *geminiSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
-	if d.cur.inPlace {
-		return nil
-	}
 	out := d.cur.final
-	if out.Keys == nil {
-		out = withParts(rawjson.Object{}, nil)
-		cands, _ := rawjson.Split(out.Get("candidates"))
-		c, _ := rawjson.Parse(cands[0])
-		c.Set("finishReason", rawjson.String("STOP"))
-		out.Set("candidates", rawjson.AppendArray(nil, []json.RawMessage{c.Bytes()}))
+	if d.cur.inPlace || out.Keys == nil { // a stream without a finishReason ends without one
+		return nil
 	}
 	if d.first != "" && out.Has("responseId") {
 		out.Set("responseId", rawjson.String(d.first))
