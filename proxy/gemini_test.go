@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
@@ -305,4 +309,46 @@ func TestGeminiCountTokens(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, embed, string(e.up.Requests()[2].Body))
 	require.Equal(t, "/v1beta/models/text-embedding-004:embedContent", e.up.Requests()[2].Path)
+}
+
+// TestGeminiKeepalive: while the proxy runs a round the client cannot see, the client gets a
+// blank line every StreamKeepalive (the upstream's second round waits until it has one), and
+// Google's Go SDK reads the whole stream, keepalives and all, as the answer.
+func TestGeminiKeepalive(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withGemini(""), func(o *Options) { o.StreamKeepalive = 20 * time.Millisecond })
+	sawKeepalive := make(chan struct{})
+	second := upstreamtest.Gemini(upstreamtest.GeminiReply{ID: "r2", Parts: []upstreamtest.GeminiPart{upstreamtest.GeminiText("None yet.")}})
+	e.up.Script(
+		upstreamtest.Gemini(upstreamtest.GeminiReply{ID: "r1", Parts: []upstreamtest.GeminiPart{upstreamtest.GeminiCall("", tools.ListPreferences, `{}`)}}),
+		func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-sawKeepalive:
+			case <-time.After(10 * time.Second):
+			}
+			second(w, r)
+		})
+	resp := e.post("/threads/gk/v1beta/models/m:streamGenerateContent?alt=sse", nil, `{"contents":[{"parts":[{"text":"What are my preferences?"}]}]}`)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	rd := bufio.NewReader(resp.Body)
+	first, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "\n", first, "a blank line before any event")
+	close(sawKeepalive)
+	rest, err := io.ReadAll(rd)
+	require.NoError(t, err)
+	body := first + string(rest)
+	require.Contains(t, body, `"text":"None"`)
+	require.NotContains(t, body, tools.ListPreferences)
+
+	replay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(replay.Close)
+	text, _, usage, err := runGemini(t, geminiClient(t, replay.URL, "AIza", nil), "x", nil, true)
+	require.NoError(t, err)
+	require.Equal(t, "None yet.", text)
+	require.Equal(t, int32(20), usage.PromptTokenCount)
 }
