@@ -311,8 +311,8 @@ func TestGeminiCountTokens(t *testing.T) {
 	require.Equal(t, "/v1beta/models/text-embedding-004:embedContent", e.up.Requests()[2].Path)
 }
 
-// TestGeminiKeepalive: while the proxy runs a round the client cannot see, the client gets a
-// blank line every StreamKeepalive (the upstream's second round waits until it has one), and
+// TestGeminiKeepalive: while the proxy runs a round the client cannot see, the client gets an
+// empty event (two line ends) every StreamKeepalive (the upstream's second round waits until it has one), and
 // Google's Go SDK reads the whole stream, keepalives and all, as the answer.
 func TestGeminiKeepalive(t *testing.T) {
 	t.Parallel()
@@ -332,13 +332,14 @@ func TestGeminiKeepalive(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 	rd := bufio.NewReader(resp.Body)
-	first, err := rd.ReadString('\n')
+	first := make([]byte, 2)
+	_, err := io.ReadFull(rd, first)
 	require.NoError(t, err)
-	require.Equal(t, "\n", first, "a blank line before any event")
+	require.Equal(t, "\n\n", string(first), "an empty event before any other")
 	close(sawKeepalive)
 	rest, err := io.ReadAll(rd)
 	require.NoError(t, err)
-	body := first + string(rest)
+	body := string(first) + string(rest)
 	require.Contains(t, body, `"text":"None"`)
 	require.NotContains(t, body, tools.ListPreferences)
 

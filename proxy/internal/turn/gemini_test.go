@@ -351,7 +351,7 @@ func TestGeminiStreamError(t *testing.T) {
 	require.Empty(t, name)
 	require.Equal(t, errChunk, string(data))
 	require.Nil(t, d.End())
-	require.Equal(t, "\n", string(d.Keepalive()))
+	require.Equal(t, "\n\n", string(d.Keepalive()))
 }
 
 // TestGeminiLenient: null members, parts of unknown kinds, a call with null args and no

@@ -234,11 +234,12 @@ func (d *geminiSSE) Failure(err error) (string, []byte) {
 // End is what follows the last chunk: nothing (the Gemini API sends no [DONE]).
 func (d *geminiSSE) End() []byte { return nil }
 
-// Keepalive is a blank line. Google's SDKs read past blank lines between events but fail on an
-// SSE comment (the Go SDK calls it an invalid chunk; the JavaScript SDK, Gemini CLI's, waits
-// for a `data:` line at the start of its buffer).
+// Keepalive is an empty event: two line ends. Google's SDKs read past it but fail on an SSE
+// comment, and on a lone line end before an event (the Go SDK splits its stream at blank lines
+// and calls what does not start with `data:` an invalid chunk; the JavaScript SDK, Gemini CLI's,
+// skips white space but waits for a `data:` line at the start of its buffer).
 func (d *geminiSSE) Keepalive() []byte { return geminiKeepalive }
 
-var geminiKeepalive = []byte("\n")
+var geminiKeepalive = []byte("\n\n")
 
 func (d *geminiSSE) send(data []byte) error { return d.sendEvent("", data) }
