@@ -33,6 +33,7 @@ const (
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultUpstreamTimeout = 10 * time.Minute
 	DefaultStreamKeepalive = 15 * time.Second
+	DefaultWorkspaceBudget = 2 * time.Second
 	// DefaultUpstreamURL is OpenAI's API, the upstream when none is configured.
 	DefaultUpstreamURL = "https://api.openai.com/v1"
 )
@@ -140,6 +141,13 @@ type Options struct {
 	DisableMCP bool
 	// Version is the version MCP's clients are told. Empty means "dev".
 	Version string
+	// BypassUnavailable (WORKSPACE_UNAVAILABLE=bypass) forwards a thread turn whose workspace
+	// cannot be read within WorkspaceBudget as a pass-through, marked X-Workspace: unavailable
+	// and counted (docs/spec.md §10); off, such a turn gets 503 workspace_unavailable.
+	BypassUnavailable bool
+	// WorkspaceBudget is how long a bypassing turn waits for its workspace. Zero means
+	// DefaultWorkspaceBudget.
+	WorkspaceBudget time.Duration
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
 	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
 	// Zero means DefaultStreamKeepalive.
@@ -273,6 +281,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.Placement == "" {
 		opts.Placement = turn.PlaceTail
+	}
+	if opts.WorkspaceBudget <= 0 {
+		opts.WorkspaceBudget = DefaultWorkspaceBudget
 	}
 	if opts.StreamKeepalive <= 0 {
 		opts.StreamKeepalive = DefaultStreamKeepalive
