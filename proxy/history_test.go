@@ -111,11 +111,9 @@ func TestAdminApplyProposal(t *testing.T) {
 // twoReplicas is two proxies on one database whose event streams only Postgres's
 // notifications wake (no heartbeat).
 func twoReplicas(t *testing.T) (*env, *env) {
-	e := setup(t)
-	other := setupWithPool(t, e.pool)
-	e.proxy.admin.SetHeartbeat(time.Hour)
-	other.proxy.admin.SetHeartbeat(time.Hour)
-	return e, other
+	noHeartbeat := func(o *Options) { o.EventHeartbeat = time.Hour }
+	e := setup(t, noHeartbeat)
+	return e, setupWithPool(t, e.pool, noHeartbeat)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -202,8 +200,8 @@ func TestEventStream(t *testing.T) {
 	require.Equal(t, "preference_removed", ev.Kind)
 
 	// An idle stream gets a comment line at each heartbeat.
-	e.proxy.admin.SetHeartbeat(20 * time.Millisecond)
-	idle := e.openStream(e.srv.URL, "live", "", "")
+	beating := setupWithPool(t, e.pool, func(o *Options) { o.EventHeartbeat = 20 * time.Millisecond })
+	idle := beating.openStream(beating.srv.URL, "live", "", "")
 	for {
 		line, err := idle.rd.ReadString('\n')
 		require.NoError(t, err)
@@ -229,8 +227,7 @@ func TestEventStream(t *testing.T) {
 // not an event id is a 400.
 func TestEventStreamAfter(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
-	e.proxy.admin.SetHeartbeat(time.Hour) // only the commits wake the stream
+	e := setup(t, func(o *Options) { o.EventHeartbeat = time.Hour }) // only the commits wake the stream
 	e.admin("PUT", "/admin/v1/threads/gap/objective", map[string]any{"text": "Read by the page"}, 200, nil)
 	var page struct{ Data []tools.Event }
 	e.admin("GET", "/admin/v1/threads/gap/events", nil, 200, &page)
