@@ -182,3 +182,35 @@ func TestPanelLinkRevoked(t *testing.T) {
 	_, err = io.ReadAll(stream.Body)
 	require.NoError(t, err, "the stream ended")
 }
+
+// TestLinksListedWithoutTokens: POST …/links issues a panel link (its URL holds the token) or,
+// with {"kind":"mcp"}, an MCP token and /mcp's URL; the thread's listing names both, never a
+// token; a link revoked once is not found the second time.
+func TestLinksListedWithoutTokens(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
+	type issued struct {
+		ID    int64  `json:"id"`
+		Kind  string `json:"kind"`
+		Token string `json:"token"`
+		URL   string `json:"url"`
+	}
+	var mcpLink, panel issued
+	e.admin("POST", "/admin/v1/threads/bob~t1/links", map[string]any{"kind": "mcp"}, 201, &mcpLink)
+	require.Equal(t, "mcp", mcpLink.Kind)
+	require.Equal(t, e.srv.URL+"/mcp", mcpLink.URL)
+	require.NotEmpty(t, mcpLink.Token)
+	e.admin("POST", "/admin/v1/threads/bob~t1/links", map[string]any{}, 201, &panel)
+	require.Equal(t, "panel", panel.Kind)
+	panelToken := mustURL(t, panel.URL).Query().Get("token")
+	require.NotEmpty(t, panelToken)
+
+	var links page[map[string]any]
+	e.admin("GET", "/admin/v1/threads/bob~t1/links", nil, 200, &links)
+	require.Len(t, links.Data, 2)
+	require.NotContains(t, fmt.Sprint(links.Data), mcpLink.Token, "a listing never shows a token")
+	require.NotContains(t, fmt.Sprint(links.Data), panelToken, "a listing never shows a token")
+	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/bob~t1/links/%d", mcpLink.ID), nil, 204, nil)
+	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/bob~t1/links/%d", mcpLink.ID), nil, 404, nil)
+}
