@@ -72,15 +72,6 @@ func (s *Server) Register(mux *http.ServeMux) {
 // Close ends the event streams, once; an HTTP server's shutdown waits for them otherwise.
 func (s *Server) Close() { s.close() }
 
-// Routes are the admin REST's routes, "METHOD /path" each, as the OpenAPI document names them.
-func Routes() []string {
-	out := make([]string, len(adminRouteTable))
-	for i, rt := range adminRouteTable {
-		out[i] = rt.method + " " + rt.path
-	}
-	return out
-}
-
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
 	return s.opts.ReadBody(w, r)
 }
