@@ -135,6 +135,8 @@ type Options struct {
 	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
 	// read at each heartbeat.
 	ListenURL string
+	// EventHeartbeat is admin.Options.Heartbeat: how often an idle event stream reads unwoken.
+	EventHeartbeat time.Duration
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
 	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
@@ -226,7 +228,7 @@ func NewServer(opts Options) *Server {
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
-		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
+		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.EventHeartbeat, Logger: opts.Logger})
 	if !opts.DisableMCP {
 		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
 			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
