@@ -293,6 +293,7 @@ func (opts Options) withDefaults() Options {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Logger = slog.New(requestIDHandler{opts.Logger.Handler()})
 	return opts
 }
 

@@ -51,7 +51,7 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		}
 		return
 	}
-	defer s.endTurn(t)
+	defer s.endTurn(r.Context(), t)
 	if setup != nil {
 		setup(t)
 	}
@@ -130,7 +130,8 @@ func (s *Server) workspaceText(placement turn.Placement, block string) string {
 // endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
 // written in the background (neither the answer nor the next request on the connection waits
 // for it; a failure to write it costs the count, not the answer).
-func (s *Server) endTurn(t *turn.Turn) {
+func (s *Server) endTurn(ctx context.Context, t *turn.Turn) {
+	noteTurn(ctx, t.Model, t.Usage)
 	s.usage.add(t.Workspace.ThreadID(), t.Usage)
 	s.turns.Done()
 }
