@@ -1,5 +1,5 @@
 // Package fake is a configurable fake model server: one http.Handler that speaks chat
-// completions and Anthropic's Messages API, JSON and (chat) server-sent events, for load runs,
+// completions and Anthropic's Messages API, JSON and server-sent events, for load runs,
 // benchmarks and tests that need a model rather than a script of replies (for those,
 // upstreamtest).
 //
@@ -216,11 +216,15 @@ func (r *Request) ToolNames() map[string]bool {
 	out := map[string]bool{}
 	for _, t := range r.Tools {
 		var d struct {
-			Name     string
-			Function struct{ Name string } `json:"function"`
+			Name     string                `json:"name"`     // Messages
+			Function struct{ Name string } `json:"function"` // chat completions
 		}
 		_ = json.Unmarshal(t, &d)
-		out[d.Name+d.Function.Name] = true
+		if r.API == Messages {
+			out[d.Name] = true
+		} else {
+			out[d.Function.Name] = true
+		}
 	}
 	return out
 }

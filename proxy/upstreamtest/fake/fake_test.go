@@ -1,12 +1,17 @@
 package fake_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	oaoption "github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
@@ -97,4 +102,76 @@ func TestFakeFaults(t *testing.T) {
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestFakeReadBySDKs: the official SDKs read the fake's answers, JSON and streamed, in both
+// APIs: a tool round's workspace call whose arguments come in pieces, then the text.
+func TestFakeReadBySDKs(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.Fake(t, fake.Options{Timing: fake.Timing{Chunks: 4}})
+	header := option.WithHeader(fake.ToolRoundHeader, "1")
+
+	chat := openai.NewClient(oaoption.WithBaseURL(up.URL), oaoption.WithAPIKey("k"), oaoption.WithMaxRetries(0), oaoption.WithHeader(fake.ToolRoundHeader, "1"))
+	params := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	for _, streamed := range []bool{false, true} {
+		var c openai.ChatCompletion
+		if streamed {
+			var acc openai.ChatCompletionAccumulator
+			stream := chat.Chat.Completions.NewStreaming(context.Background(), params)
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			require.NoError(t, stream.Err())
+			c = acc.ChatCompletion
+		} else {
+			got, err := chat.Chat.Completions.New(context.Background(), params)
+			require.NoError(t, err)
+			c = *got
+		}
+		require.Len(t, c.Choices[0].Message.ToolCalls, 1, "streamed %v", streamed)
+		call := c.Choices[0].Message.ToolCalls[0]
+		require.Equal(t, fake.WorkspaceCall.Name, call.Function.Name)
+		require.Equal(t, fake.ToolArguments, call.Function.Arguments)
+		next := params
+		next.Messages = append(append([]openai.ChatCompletionMessageParamUnion(nil), params.Messages...), c.Choices[0].Message.ToParam(),
+			openai.ToolMessage(`{"ok":true}`, call.ID))
+		answer, err := chat.Chat.Completions.New(context.Background(), next)
+		require.NoError(t, err)
+		require.Equal(t, "Soil word word word", answer.Choices[0].Message.Content)
+	}
+
+	client := anthropic.NewClient(option.WithBaseURL(strings.TrimSuffix(up.URL, "/v1")), option.WithAPIKey("k"), option.WithMaxRetries(0), header)
+	mp := anthropic.MessageNewParams{Model: "claude", MaxTokens: 64,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hi"))}}
+	for _, streamed := range []bool{false, true} {
+		var m anthropic.Message
+		if streamed {
+			stream := client.Messages.NewStreaming(context.Background(), mp)
+			for stream.Next() {
+				require.NoError(t, m.Accumulate(stream.Current()))
+			}
+			require.NoError(t, stream.Err())
+		} else {
+			got, err := client.Messages.New(context.Background(), mp)
+			require.NoError(t, err)
+			m = *got
+		}
+		require.Equal(t, anthropic.StopReasonToolUse, m.StopReason, "streamed %v", streamed)
+		require.Len(t, m.Content, 1)
+		require.Equal(t, fake.WorkspaceCall.Name, m.Content[0].Name)
+		require.JSONEq(t, fake.ToolArguments, string(m.Content[0].Input))
+		next := mp
+		next.Messages = append(append([]anthropic.MessageParam(nil), mp.Messages...), m.ToParam(),
+			anthropic.NewUserMessage(anthropic.NewToolResultBlock(m.Content[0].ID, `{"ok":true}`, false)))
+		if streamed {
+			var answer anthropic.Message
+			stream := client.Messages.NewStreaming(context.Background(), next)
+			for stream.Next() {
+				require.NoError(t, answer.Accumulate(stream.Current()))
+			}
+			require.NoError(t, stream.Err())
+			require.Equal(t, "Soil word word word", answer.Content[0].Text)
+			require.Equal(t, anthropic.StopReasonEndTurn, answer.StopReason)
+		}
+	}
 }
