@@ -127,7 +127,7 @@ func (l Latency) Run(ctx context.Context) error {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				r, err := h.row(s, n)
+				r, err := h.row(ctx, s, n)
 				if err != nil {
 					return fmt.Errorf("%s at %d streams: %w", s.name, n, err)
 				}
@@ -331,7 +331,7 @@ func (h *latencyHarness) streamDuration(s latencyScenario) time.Duration {
 // row runs one row: a fresh proxy (for the proxy rows), a warm-up, then open-loop arrivals at
 // the rate that keeps n streams open: a ramp of one stream's time and a second, then the
 // measured window, then the streams still open run to their end.
-func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
+func (h *latencyHarness) row(ctx context.Context, s latencyScenario, n int) (latencyRow, error) {
 	t, err := h.startTarget(s)
 	if err != nil {
 		return latencyRow{}, err
@@ -346,7 +346,7 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 	}
 	warm := h.openLoop(s, t, n)
 	warm.rate, warm.duration = 1000, 20*time.Millisecond // about 20 streams at once
-	warm.run()
+	warm.run(ctx)
 	loop := h.openLoop(s, t, n)
 	time.Sleep(200 * time.Millisecond)
 	before := h.sample(t, loop)
@@ -366,11 +366,13 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 	)
 	go func() {
 		defer close(samplerDone)
-		time.Sleep(ramp)
+		if !sleepCtx(ctx, ramp) {
+			return
+		}
 		upBefore = h.upstreamStats(true)
 		machineBefore, ourBefore = readCPUTimes(), h.ourCPU(t)
 		start = h.sample(t, loop)
-		for i := 0; i < 4 || time.Since(runStart) < ramp+h.window; i++ { // under load a sample may take seconds
+		for i := 0; ctx.Err() == nil && (i < 4 || time.Since(runStart) < ramp+h.window); i++ { // under load a sample may take seconds
 			time.Sleep(250 * time.Millisecond)
 			samples = append(samples, h.sample(t, loop))
 		}
@@ -378,8 +380,11 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 		upEnd = h.upstreamStats(false)
 		machineAfter, ourAfter = readCPUTimes(), h.ourCPU(t)
 	}()
-	results := loop.run()
+	results := loop.run(ctx)
 	<-samplerDone
+	if err := ctx.Err(); err != nil {
+		return latencyRow{}, err
+	}
 
 	r := latencyRow{scenario: s, n: n, errors: map[string]int{}, window: h.window}
 	var ttfts []time.Duration
@@ -479,7 +484,8 @@ type streamResult struct {
 	err              string
 }
 
-func (o *openLoop) run() []streamResult {
+// An ended ctx stops the arrivals; the streams open run to their end.
+func (o *openLoop) run(ctx context.Context) []streamResult {
 	defer o.client.CloseIdleConnections()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var (
@@ -494,8 +500,8 @@ func (o *openLoop) run() []streamResult {
 		if at >= o.duration {
 			break
 		}
-		if d := time.Until(start.Add(at)); d > 0 {
-			time.Sleep(d)
+		if !sleepCtx(ctx, time.Until(start.Add(at))) {
+			break
 		}
 		if o.open.Add(1) > maxOpenStreams {
 			o.open.Add(-1)
@@ -586,6 +592,21 @@ func (o *openLoop) post(body []byte, k int, t0 time.Time, expect time.Duration) 
 		return 0, errIncomplete
 	}
 	return ttft, nil
+}
+
+// sleepCtx sleeps for d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // errorKind names a failure without its addresses, for counting.

@@ -150,7 +150,7 @@ func TestOpenLoopRows(t *testing.T) {
 			}
 			loop := h.openLoop(s, tgt, n)
 			loop.duration = 100 * time.Millisecond
-			results := loop.run()
+			results := loop.run(context.Background())
 			require.NotEmpty(t, results)
 			for _, r := range results {
 				require.Empty(t, r.err)
