@@ -21,6 +21,7 @@ type requestInfo struct {
 	thread   string     // the stored thread id (client~name with client keys)
 	client   string
 	rounds   int
+	kind     string // of a thread's request (turn.KindTurn, …)
 	upstream string // a status code, or "error" when no response came
 }
 
@@ -56,6 +57,15 @@ func noteRounds(ctx context.Context, n int) {
 	}
 }
 
+// noteKind records the kind of a thread's request.
+func noteKind(ctx context.Context, kind string) {
+	if info := requestInfoFrom(ctx); info != nil {
+		info.mu.Lock()
+		info.kind = kind
+		info.mu.Unlock()
+	}
+}
+
 // noteUpstream records the status of an upstream exchange: the last one's is logged.
 func noteUpstream(ctx context.Context, code string) {
 	if info := requestInfoFrom(ctx); info != nil {
@@ -87,6 +97,9 @@ func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, 
 	}
 	if info.client != "" {
 		attrs = append(attrs, slog.String("client", info.client))
+	}
+	if info.kind != "" {
+		attrs = append(attrs, slog.String("kind", info.kind))
 	}
 	if info.rounds > 0 {
 		attrs = append(attrs, slog.Int("rounds", info.rounds))

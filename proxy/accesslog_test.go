@@ -69,7 +69,7 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
 	lines := waitRequestLines(t, logs, 1)
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "method": "POST", "route": "POST /v1/chat/completions",
-		"status": 200.0, "thread": "alice~trip-7", "client": "alice", "rounds": 2.0, "upstream_status": 200.0}, fields(t, lines[0]))
+		"status": 200.0, "thread": "alice~trip-7", "client": "alice", "kind": "turn", "rounds": 2.0, "upstream_status": 200.0}, fields(t, lines[0]))
 
 	// A pass-through names its route, never its path (here a model id), and the upstream's status.
 	e.up.Script(reply(`{"data":[]}`))

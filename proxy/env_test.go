@@ -56,15 +56,15 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	store := tools.NewStore(pool, tools.Options{})
 	reg := prometheus.NewRegistry()
 	opts := Options{
-		Store:                store,
-		UpstreamURL:          u,
-		AnthropicUpstreamURL: root,
-		AdminToken:           adminToken,
-		Metrics:              watched(NewMetrics(reg, MetricsOptions{}), pool),
-		Instructions:         "INSTR",
-		UpstreamTimeout:      10 * time.Second,
-		RetryBackoff:         time.Millisecond,
-		ListenURL:            dbtest.ListenURL(t, pool.Config()),
+		Store:           store,
+		UpstreamURL:     u,
+		Upstreams:       map[string]Upstream{"anthropic": {URL: root}},
+		AdminToken:      adminToken,
+		Metrics:         watched(NewMetrics(reg, MetricsOptions{}), pool),
+		Instructions:    "INSTR",
+		UpstreamTimeout: 10 * time.Second,
+		RetryBackoff:    time.Millisecond,
+		ListenURL:       dbtest.ListenURL(t, pool.Config()),
 	}
 	for _, c := range configure {
 		c(&opts)
@@ -221,4 +221,11 @@ type page[T any] struct {
 func watched(m *Metrics, pool *pgxpool.Pool) *Metrics {
 	m.WatchPool(pool)
 	return m
+}
+
+// setAnthropicKey sets the operator's key toward the Messages API's upstream.
+func setAnthropicKey(o *Options, key string) {
+	up := o.Upstreams["anthropic"]
+	up.APIKey = key
+	o.Upstreams["anthropic"] = up
 }

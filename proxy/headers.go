@@ -19,14 +19,6 @@ var hopHeaders = []string{
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-// outboundHeader is the header of a rewritten upstream request: the client's, less hop-by-hop
-// headers, those that described the original body and those stripHeaders removes.
-func (s *Server) outboundHeader(in http.Header) http.Header {
-	h := rewrittenHeader(in)
-	s.stripHeaders(h)
-	return h
-}
-
 // rewrittenHeader is the client's header less hop-by-hop headers and those that described the
 // original body.
 func rewrittenHeader(in http.Header) http.Header {
@@ -38,20 +30,12 @@ func rewrittenHeader(in http.Header) http.Header {
 	return h
 }
 
-// stripHeaders removes, from a request to the upstream (a thread turn's or a pass-through),
-// the proxy's own headers, those that tell of the client's network (Forwarded, X-Forwarded-*,
-// X-Real-IP), its cookies (the panel's session among them: the upstream is no party to them),
-// and sets the upstream key when there is one. With client keys it also removes every header
-// that may carry a client's credential (clientCredential) and those by which a client could
-// pick the operator's organization or project.
-func (s *Server) stripHeaders(h http.Header) {
-	s.strip(h)
-	if s.opts.UpstreamAPIKey != "" {
-		h.Set("Authorization", "Bearer "+s.opts.UpstreamAPIKey)
-	}
-}
-
-// strip removes what stripHeaders removes, toward either upstream.
+// strip removes, from a request to the upstream (a thread turn's or a pass-through), the
+// proxy's own headers, those that tell of the client's network (Forwarded, X-Forwarded-*,
+// X-Real-IP), its cookies (the panel's session among them: the upstream is no party to them).
+// With client keys it also removes every header that may carry a client's credential
+// (clientCredential) and those by which a client could pick the operator's organization or
+// project. The operator's key is the API's to set (upstreamRequest).
 func (s *Server) strip(h http.Header) {
 	for k := range h {
 		if strings.HasPrefix(k, "X-Forwarded-") || (s.opts.ClientKeys != nil && clientCredential(k)) {

@@ -405,7 +405,7 @@ func TestMessagesClientKeys(t *testing.T) {
 	e := setup(t, func(o *Options) {
 		o.ClientKeys = keys
 		o.UpstreamAPIKey = "sk-openai-op"
-		o.AnthropicUpstreamAPIKey = "sk-ant-op"
+		setAnthropicKey(o, "sk-ant-op")
 	})
 	reply := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_k", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hello.")}})
 	e.up.Script(reply, reply, reply)
@@ -661,7 +661,7 @@ func TestMessagesUpstreamUnreachableNamed(t *testing.T) {
 	require.NoError(t, err)
 	host := ln.Addr().String()
 	require.NoError(t, ln.Close()) // nothing listens there now
-	e := setup(t, func(o *Options) { o.AnthropicUpstreamURL = &url.URL{Scheme: "http", Host: host} })
+	e := setup(t, func(o *Options) { o.Upstreams["anthropic"] = Upstream{URL: &url.URL{Scheme: "http", Host: host}} })
 	for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
 		resp := e.post("/v1/messages", h, `{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
 		body := readBody(t, resp)
@@ -692,7 +692,7 @@ func TestMessagesKeylessUpstreamRefuses(t *testing.T) {
 	}
 	require.Empty(t, e.up.Requests()[0].Header.Get("X-Api-Key"), "no key went upstream")
 
-	keyed := setup(t, func(o *Options) { o.ClientKeys, o.AnthropicUpstreamAPIKey = keys, "sk-ant-wrong" })
+	keyed := setup(t, func(o *Options) { o.ClientKeys = keys; setAnthropicKey(o, "sk-ant-wrong") })
 	keyed.up.Script(refused)
 	resp, got := keyed.do("POST", "/threads/k/v1/messages", h, body)
 	require.Equal(t, 401, resp.StatusCode, got)

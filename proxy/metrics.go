@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
+	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -54,6 +55,8 @@ type Metrics struct {
 	toolCalls        *prometheus.CounterVec
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
+	turns            *prometheus.CounterVec // kind
+	bypassed         prometheus.Counter
 	tokens           *prometheus.CounterVec // kind, model[, client]
 	cachedTokens     *prometheus.CounterVec // model[, client]
 	inflight         prometheus.Gauge
@@ -99,6 +102,12 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 			Name: "wsproxy_tool_rounds", Help: "Rounds per thread turn that ran workspace tool calls: its tool rounds, and a last round that ran them beside the client's calls (0 when the model answered at once).",
 			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16},
 		}),
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_turns_total", Help: "Requests of threads, by kind: turn (a thread turn: the workspace, the tools, the loop), side (an agent's side request) and compaction (an agent's summary of its history), the last two forwarded as they came.",
+		}, []string{"kind"}),
+		bypassed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_workspace_bypassed_total", Help: "Thread turns forwarded without their workspace, which could not be read in time (WORKSPACE_UNAVAILABLE=bypass).",
+		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion) and the model requested.",
 		}, tokenLabels),
@@ -119,7 +128,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
+		m.lockedSkips, m.toolRounds, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -131,6 +140,9 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 				m.toolCalls.WithLabelValues(name, outcome, via)
 			}
 		}
+	}
+	for _, kind := range []string{turn.KindTurn, turn.KindSide, turn.KindCompaction} {
+		m.turns.WithLabelValues(kind)
 	}
 	for _, name := range []string{tools.UpdatePreferences, tools.RemovePreferences} { // the tools that can meet a lock
 		m.lockedSkips.WithLabelValues(name)
@@ -303,6 +315,20 @@ func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int) {
 	m.toolCalls.WithLabelValues(name, outcome, via).Inc()
 	if lockedSkips > 0 {
 		m.lockedSkips.WithLabelValues(name).Add(float64(lockedSkips))
+	}
+}
+
+// workspaceBypassed counts a turn forwarded without its workspace.
+func (m *Metrics) workspaceBypassed() {
+	if m != nil {
+		m.bypassed.Inc()
+	}
+}
+
+// turn counts a request of a thread of kind (turn.KindTurn, …).
+func (m *Metrics) turn(kind string) {
+	if m != nil {
+		m.turns.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
 )
 
 // copyBuffers recycles the 32 KB buffers ReverseProxy copies response bodies with.
@@ -22,39 +20,6 @@ var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); retu
 func (copyBuffers) Get() []byte { return *copyBufferPool.Get().(*[]byte) }
 
 func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
-
-// inbound is what a /v1 request brings: the thread it names (named false for none; thread then
-// holds the client alone), its body and, for a thread turn, its placement. release returns the
-// body's bytes to the budget.
-type inbound struct {
-	thread    tools.ThreadID
-	named     bool
-	placement turn.Placement
-	body      []byte
-	release   func()
-}
-
-// inbound reads what every /v1 request brings: its client when there are client keys, the
-// thread it names, and its body; the caller calls in.release when done with the body, whatever
-// the error. check, when set, runs once the client is known, before anything else is read.
-func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (in inbound, err error) {
-	in.release = func() {}
-	client, err := s.clientOf(r)
-	if err != nil {
-		return in, err
-	}
-	if check != nil {
-		if err := check(r); err != nil {
-			return in, err
-		}
-	}
-	if in.thread, in.named, err = threadOf(r, client, s.opts.ThreadHeader); err != nil {
-		return in, err
-	}
-	noteCaller(r.Context(), in.thread, in.named)
-	in.body, in.release, err = s.readBody(w, r)
-	return in, err
-}
 
 // passThrough forwards any other /v1 request to the upstream unchanged.
 func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
@@ -80,16 +45,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
 	// any path with dot segments.
-	key := s.opts.UpstreamAPIKey
-	if isMessagesRoute(pr.In) {
-		s.rewriteMessagesPassThrough(pr.Out, pr.In)
-		key = s.opts.AnthropicUpstreamAPIKey
-	} else {
-		pr.Out.URL = upstreamURL(s.opts.UpstreamURL, restOfPath(pr.In.URL.EscapedPath()), pr.In.URL.RawQuery)
-		s.stripHeaders(pr.Out.Header)
-	}
+	u, up := s.upstreamRequest(apiOf(pr.In), pr.In, pr.Out.Header, true)
+	pr.Out.URL = u
 	pr.Out.Host = ""
-	if key != "" {
+	if up.APIKey != "" {
 		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
 		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
 			pr.Out.Header.Set("Accept-Encoding", "gzip")
@@ -98,16 +57,6 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 		}
 	}
 	s.tracing.inject(pr.In.Context(), pr.Out.Header)
-}
-
-// restOfPath is the part of a client path (escaped) after its /v1 (or /threads/{thread}/v1).
-func restOfPath(path string) string {
-	if rest, ok := strings.CutPrefix(path, "/threads/"); ok {
-		if i := strings.Index(rest, "/v1/"); i >= 0 {
-			return rest[i+len("/v1"):]
-		}
-	}
-	return strings.TrimPrefix(path, "/v1")
 }
 
 // passThroughAllowed checks a request that is about to be forwarded as it is, once its client
@@ -134,9 +83,9 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 			}
 		}
 	}
-	if s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, "/v1"+restOfPath(escaped)) {
+	if path := apiPath(escaped); s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, path) {
 		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
-			Message: r.Method + " /v1" + restOfPath(escaped) + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
+			Message: r.Method + " " + path + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
 	}
 	return nil
 }

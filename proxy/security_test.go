@@ -276,7 +276,7 @@ func TestOperatorKeyNotEchoed(t *testing.T) {
 	t.Parallel()
 	const operatorKey = "sk-operator-0123456789abcdef"
 	const anthropicKey = "sk-ant-operator-0123456789"
-	e := setup(t, func(o *Options) { o.UpstreamAPIKey, o.AnthropicUpstreamAPIKey = operatorKey, anthropicKey })
+	e := setup(t, func(o *Options) { o.UpstreamAPIKey = operatorKey; setAnthropicKey(o, anthropicKey) })
 	echo := func(key string, next upstreamtest.Reply) upstreamtest.Reply {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Echo", "Bearer "+key)

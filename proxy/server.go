@@ -33,6 +33,7 @@ const (
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultUpstreamTimeout = 10 * time.Minute
 	DefaultStreamKeepalive = 15 * time.Second
+	DefaultWorkspaceBudget = 2 * time.Second
 	// DefaultUpstreamURL is OpenAI's API, the upstream when none is configured.
 	DefaultUpstreamURL = "https://api.openai.com/v1"
 )
@@ -63,13 +64,12 @@ type Options struct {
 	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
 	// otherwise the client's is forwarded.
 	UpstreamAPIKey string
-	// AnthropicUpstreamURL is the base URL of the Messages API's upstream (docs/spec.md §14), e.g.
-	// https://api.anthropic.com: the routes' paths follow it (…/v1/messages). Nil means
-	// DefaultAnthropicUpstreamURL.
-	AnthropicUpstreamURL *url.URL
-	// AnthropicUpstreamAPIKey, when set, goes in x-api-key toward the Anthropic upstream in place
-	// of the client's x-api-key and Authorization; otherwise the client's are forwarded.
-	AnthropicUpstreamAPIKey string
+	// Upstreams are the upstreams of the other wire APIs, by the API's name: "anthropic", the
+	// Messages API's (docs/spec.md §14; its base URL without /v1, e.g. https://api.anthropic.com;
+	// its key goes in x-api-key in place of the client's x-api-key and Authorization). One
+	// missing, or without a URL, is the provider's own API (DefaultAnthropicUpstreamURL); one
+	// without a key forwards the client's credentials.
+	Upstreams map[string]Upstream
 	// ThreadHeader, when set, names a header that names the thread of a request that names none
 	// by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route.
 	ThreadHeader string
@@ -135,12 +135,21 @@ type Options struct {
 	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
 	// read at each heartbeat.
 	ListenURL string
+	// EventHeartbeat is admin.Options.Heartbeat: how often an idle event stream reads unwoken.
+	EventHeartbeat time.Duration
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
 	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
 	DisableMCP bool
 	// Version is the version MCP's clients are told. Empty means "dev".
 	Version string
+	// BypassUnavailable (WORKSPACE_UNAVAILABLE=bypass) forwards a thread turn whose workspace
+	// cannot be read within WorkspaceBudget as a pass-through, marked X-Workspace: unavailable
+	// and counted (docs/spec.md §10); off, such a turn gets 503 workspace_unavailable.
+	BypassUnavailable bool
+	// WorkspaceBudget is how long a bypassing turn waits for its workspace. Zero means
+	// DefaultWorkspaceBudget.
+	WorkspaceBudget time.Duration
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
 	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
 	// Zero means DefaultStreamKeepalive.
@@ -152,21 +161,19 @@ type Options struct {
 // Server serves wsproxy's routes.
 type Server struct {
 	guard *auth.Guard // who may call
-	// upstreamKeys are UpstreamAPIKey and AnthropicUpstreamAPIKey (those set), redacted from
-	// what the client gets.
+	// upstreamKeys are the operator's keys of every upstream (those set), redacted from what the
+	// client gets.
 	upstreamKeys [][]byte
 	opts         Options
 	log          *slog.Logger
 	runner       *turn.Runner
-	// messagesRunner is runner for the Messages API's turns (its traces name Anthropic's API).
-	messagesRunner *turn.Runner
-	client         *http.Client // thread turns' upstream calls
-	reverse        *httputil.ReverseProxy
-	handler        http.Handler
-	tracing        tracing
-	maxBytes       int64
-	budget         bodyBudget
-	cacheKey       bool // set prompt_cache_key on thread turns
+	client       *http.Client // thread turns' upstream calls
+	reverse      *httputil.ReverseProxy
+	handler      http.Handler
+	tracing      tracing
+	maxBytes     int64
+	budget       bodyBudget
+	cacheKey     bool // set prompt_cache_key on thread turns
 	// usage writes the turns' usage in the background; Shutdown writes what is left.
 	usage *usageWriter
 	// turns are the thread turns in flight, which Shutdown waits for; draining (set by
@@ -200,35 +207,28 @@ func NewServer(opts Options) *Server {
 			noteUpstream(ctx, code)
 		}}
 	tracing := newTracing(opts.TracerProvider)
-	provider := opts.UpstreamURL.Hostname() // gen_ai.provider.name
-	if isOpenAI(opts.UpstreamURL) {
-		provider = "openai"
-	}
 	s := &Server{
 		opts:    opts,
 		log:     opts.Logger,
 		tracing: tracing,
 		runner: &turn.Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
 			Metrics: opts.Metrics,
-			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, Tracing: turn.NewTracing(opts.TracerProvider, opts.TraceContent, provider)},
+			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, Tracing: turn.NewTracing(opts.TracerProvider, opts.TraceContent)},
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		maxBytes: opts.MaxRequestBytes,
 		usage:    newUsageWriter(opts.Store, opts.Logger),
 	}
-	for _, k := range []string{opts.UpstreamAPIKey, opts.AnthropicUpstreamAPIKey} {
-		if k != "" {
+	for _, a := range wireAPIs {
+		if k := s.upstream(a).APIKey; k != "" {
 			s.upstreamKeys = append(s.upstreamKeys, []byte(k))
 		}
 	}
 	s.runner.Logger = s.fromUpstream().redactingLog(opts.Logger)
-	messagesRunner := *s.runner
-	messagesRunner.Tracing = turn.NewTracing(opts.TracerProvider, opts.TraceContent, anthropicProvider(opts.AnthropicUpstreamURL))
-	s.messagesRunner = &messagesRunner
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
-		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
+		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.EventHeartbeat, Logger: opts.Logger})
 	if !opts.DisableMCP {
 		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
 			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
@@ -266,14 +266,26 @@ func (opts Options) withDefaults() Options {
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
-	if opts.AnthropicUpstreamURL == nil {
-		opts.AnthropicUpstreamURL, _ = url.Parse(DefaultAnthropicUpstreamURL)
+	upstreams := make(map[string]Upstream, len(wireAPIs))
+	for _, a := range wireAPIs {
+		if a.name == openAI {
+			continue
+		}
+		up := opts.Upstreams[a.name]
+		if up.URL == nil {
+			up.URL, _ = url.Parse(a.defaultURL)
+		}
+		upstreams[a.name] = up
 	}
+	opts.Upstreams = upstreams
 	if opts.PassThroughRoutes == nil {
 		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
 	}
 	if opts.Placement == "" {
 		opts.Placement = turn.PlaceTail
+	}
+	if opts.WorkspaceBudget <= 0 {
+		opts.WorkspaceBudget = DefaultWorkspaceBudget
 	}
 	if opts.StreamKeepalive <= 0 {
 		opts.StreamKeepalive = DefaultStreamKeepalive
@@ -288,16 +300,7 @@ func (opts Options) withDefaults() Options {
 // endpoints, and the not_found error for everything else.
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
-	mux.HandleFunc("POST /v1/responses", s.responses)
-	mux.HandleFunc("POST /threads/{thread}/v1/responses", s.responses)
-	mux.HandleFunc("POST /v1/messages", messagesRoute(s.messages))
-	mux.HandleFunc("POST /threads/{thread}/v1/messages", messagesRoute(s.messages))
-	mux.HandleFunc("POST /v1/messages/count_tokens", messagesRoute(s.countTokens))
-	mux.HandleFunc("POST /threads/{thread}/v1/messages/count_tokens", messagesRoute(s.countTokens))
-	mux.HandleFunc("/v1/", s.passThrough)
-	mux.HandleFunc("/threads/{thread}/v1/", s.passThrough)
+	s.registerAPIs(mux)
 	s.admin.Register(mux)
 	if s.mcp != nil {
 		mux.Handle("/mcp", s.mcp)
@@ -348,28 +351,6 @@ func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClient
 
 // ParseTrustedProxies reads TRUSTED_PROXIES: addresses or CIDRs separated by commas.
 func ParseTrustedProxies(spec string) (auth.Peers, error) { return auth.ParseTrustedProxies(spec) }
-
-var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-	Message: "a valid wsproxy client key is required: Authorization: Bearer <key> (on /v1/messages also x-api-key: <key>)"}
-
-// clientOf authenticates a /v1 request (clientKey: Authorization: Bearer <key>, or x-api-key on
-// the Messages API's routes) and returns its client ("" when client keys are off). A wrong key
-// counts as a failed authentication of the client's address (throttled).
-func (s *Server) clientOf(r *http.Request) (string, error) {
-	if s.opts.ClientKeys == nil {
-		return "", nil
-	}
-	key, ok := clientKey(r)
-	if !ok {
-		return "", errClientKey
-	}
-	var name string
-	err := s.guard.Attempt(r, func() bool {
-		name, ok = s.guard.Client(key)
-		return ok
-	}, errClientKey)
-	return name, err
-}
 
 var errMetricsToken = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_metrics_token",
 	Message: "/metrics needs Authorization: Bearer <METRICS_TOKEN>"}
@@ -441,14 +422,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.usage.close()
 	return err
-}
-
-// anthropicProvider is the gen_ai.provider.name of the Messages API's upstream.
-func anthropicProvider(u *url.URL) string {
-	if strings.TrimSuffix(u.String(), "/") == DefaultAnthropicUpstreamURL {
-		return "anthropic"
-	}
-	return u.Hostname()
 }
 
 // isOpenAI reports whether the upstream is OpenAI's API (DefaultUpstreamURL).

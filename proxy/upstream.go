@@ -20,10 +20,12 @@ const maxErrorBody = 1 << 20
 // back the upstream's as fromUpstream leaves them.
 type clientUpstream struct {
 	client  *http.Client
-	url     string // …/chat/completions, …/responses or …/v1/messages(/count_tokens)
+	url     string // …/chat/completions, …/responses, …/v1/messages(/count_tokens), …
 	header  http.Header
 	tracing tracing // the round's trace context goes upstream (traceparent)
 	back    fromUpstream
+	// provider is the upstream's gen_ai.provider.name (Turn.Provider).
+	provider string
 	// keyless names the setting of the operator's key when its requests go with no credential
 	// (client keys are set, the operator's key is not): the upstream's 401 is then the
 	// operator's to fix, a 502 naming it.

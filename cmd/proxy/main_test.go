@@ -393,7 +393,7 @@ func TestStartAndShutdownLines(t *testing.T) {
 	chat(t, client, "I prefer small hotels.")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "msg=request") }, 10*time.Second, 5*time.Millisecond)
 	line := lineOf(t, logs.String(), "msg=request")
-	require.Contains(t, line, `route="POST /threads/{thread}/v1/chat/completions" status=200 thread=logged rounds=2 upstream_status=200 duration_ms=`)
+	require.Contains(t, line, `route="POST /threads/{thread}/v1/chat/completions" status=200 thread=logged kind=turn rounds=2 upstream_status=200 duration_ms=`)
 	require.NotContains(t, logs.String(), "small hotels")
 
 	require.NoError(t, m.Close())

@@ -24,7 +24,7 @@ import (
 const StatusClientClosedRequest = 499
 
 // Error is an error the proxy itself answers with, in OpenAI's shape
-// ({"error":{"message","type","param","code"}}), or Anthropic's on the Messages API's routes.
+// ({"error":{"message","type","param","code"}}), or in its wire API's own (Shape).
 type Error struct {
 	Status  int
 	Type    string // invalid_request_error, server_error, …
@@ -215,8 +215,8 @@ func StreamFailure(err error) *Error {
 	return From(err)
 }
 
-// Write is the error funnel: it answers err in OpenAI's shape, or Anthropic's on the routes
-// WithAnthropicShape marked (an upstream's own error goes back with its status and body
+// Write is the error funnel: it answers err in OpenAI's shape, or in the shape WithShape gave
+// the request's wire API (an upstream's own error goes back with its status and body
 // unchanged), and logs only the failures that are the proxy's or its dependencies', once.
 func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var ue *UpstreamError
@@ -237,68 +237,26 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 		return // nobody is listening
 	}
 	CopyHeader(w.Header(), e.Header)
-	if Anthropic(r.Context()) {
-		WriteJSON(w, e.Status, e.AnthropicBody())
-		return
-	}
-	WriteJSON(w, e.Status, e.Body())
+	WriteJSON(w, e.Status, e.BodyFor(r.Context()))
 }
 
 type shapeKey struct{}
 
-// WithAnthropicShape marks a request of the Messages API's routes: Write answers its errors in
-// Anthropic's shape (docs/spec.md §14).
-func WithAnthropicShape(r *http.Request) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), shapeKey{}, true))
+// Shape is a wire API's error body for an Error of the proxy (nil: OpenAI's, Error.Body).
+type Shape func(*Error) []byte
+
+// WithShape marks a request of a wire API whose errors have a shape of their own: Write answers
+// its errors with shape.
+func WithShape(r *http.Request, shape Shape) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), shapeKey{}, shape))
 }
 
-// Anthropic reports a request WithAnthropicShape marked.
-func Anthropic(ctx context.Context) bool { v, _ := ctx.Value(shapeKey{}).(bool); return v }
-
-// AnthropicType is the error type of the Messages API for an Error of the proxy (docs/spec.md
-// §14), by its status: what Anthropic's SDKs branch on.
-func (e *Error) AnthropicType() string {
-	switch {
-	case e.Status == http.StatusUnauthorized:
-		return "authentication_error"
-	case e.Status == http.StatusForbidden:
-		return "permission_error"
-	case e.Status == http.StatusNotFound:
-		return "not_found_error"
-	case e.Status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case e.Status == http.StatusServiceUnavailable:
-		return "overloaded_error"
-	case e.Status >= 500 || e.Status == 0:
-		return "api_error"
+// BodyFor is the error's body in the shape of ctx's request (WithShape), else OpenAI's.
+func (e *Error) BodyFor(ctx context.Context) []byte {
+	if shape, _ := ctx.Value(shapeKey{}).(Shape); shape != nil {
+		return shape(e)
 	}
-	return "invalid_request_error"
-}
-
-// AnthropicBody is the error's JSON in the Messages API's shape:
-// {"type":"error","error":{"type","message"}}.
-func (e *Error) AnthropicBody() []byte {
-	var b struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	b.Type = "error"
-	b.Error.Type = e.AnthropicType()
-	b.Error.Message = e.Message
-	out, _ := rawjson.Marshal(b)
-	return out
-}
-
-// IsAnthropicError reports whether body is an error in the Messages API's shape.
-func IsAnthropicError(body []byte) bool {
-	var b struct {
-		Type  string          `json:"type"`
-		Error json.RawMessage `json:"error"`
-	}
-	return json.Unmarshal(body, &b) == nil && b.Type == "error" && len(b.Error) > 0 && b.Error[0] == '{'
+	return e.Body()
 }
 
 // WriteJSON answers status with a JSON body.

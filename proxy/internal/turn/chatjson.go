@@ -25,21 +25,21 @@ type chatJSON struct {
 
 func (d *chatJSON) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *chatJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	c, err := parseCompletion(raw, d.req.IsClientTool)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	d.last = c
 	info := roundInfo{model: text(c.top.Get("model")), id: text(c.top.Get("id"))}
 	if fr := text(c.choice.Get("finish_reason")); fr != "" {
 		info.finishReasons = []string{fr}
 	}
-	return c.calls, c.top.Get("usage"), info, nil
+	return c.calls, chatTokens(c.top.Get("usage")), info, nil
 }
 
 func (d *chatJSON) extend(calls []toolCall, results []tools.Result) {

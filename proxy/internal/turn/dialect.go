@@ -15,9 +15,22 @@ import (
 	"github.com/wsproxy/wsproxy/tools"
 )
 
+// Kinds of a thread's request (docs/spec.md §18): a turn of the loop, or a request the agent
+// makes for itself, which is left alone (forwarded as it came, counted by its kind).
+const (
+	// KindTurn is a thread turn: the workspace in the request, the five tools, the loop.
+	KindTurn = "turn"
+	// KindSide is an agent's side request: a title, a topic, a routing classifier.
+	KindSide = "side"
+	// KindCompaction is an agent's compaction: a summary of the conversation for its own history.
+	KindCompaction = "compaction"
+)
+
 // Request is a client's request of a thread turn in one wire API (ChatRequest,
 // ResponsesRequest, MessagesRequest), ready to run once Prepare has put the workspace in it.
 type Request interface {
+	// Kind is the request's kind: KindTurn, or a kind that is left alone.
+	Kind() string
 	// Model is the model the request names ("" for none).
 	Model() string
 	// Streamed reports whether the client asked for a stream.
@@ -32,6 +45,13 @@ type Request interface {
 	Stream(t *Turn, out Emitter) StreamDialect
 }
 
+// Counted is a request of an API that counts a request's tokens (the Messages API's
+// count_tokens): CountBody is the count's body as the turn's first round would send it, with
+// text where placement puts it and the five tools after the client's.
+type Counted interface {
+	CountBody(text string, placement Placement) Payload
+}
+
 // Dialect is one wire format of a turn's rounds: chat completions as JSON (chatJSON) or as
 // server-sent events (chatSSE), the Responses API as JSON (responsesJSON) or as typed events
 // (responsesSSE), the Messages API as JSON (messagesJSON) or as typed events (messagesSSE). The
@@ -43,9 +63,10 @@ type Dialect interface {
 	// request is the upstream body of the next round, with or without the workspace tools.
 	request(withWorkspaceTools bool) Payload
 	// fetch sends body upstream and decodes the reply into its tool calls, in order (the
-	// client's marked), its usage, and what it says of itself (for traces). An error after part
-	// of the round reached the client is wrapped in noRetry.
-	fetch(ctx context.Context, body Payload) (calls []toolCall, usage json.RawMessage, info roundInfo, err error)
+	// client's marked), its usage with the token counts in the API's terms, and what it says of
+	// itself (for traces). An error after part of the round reached the client is wrapped in
+	// noRetry.
+	fetch(ctx context.Context, body Payload) (calls []toolCall, u usage, info roundInfo, err error)
 	// pause is called before the loop waits for the workspace's tools: a stream sends what it
 	// holds.
 	pause() error
@@ -178,3 +199,5 @@ type toolCall struct {
 	// theirs), for wire formats that send one output per call the model made.
 	Parts []toolCall
 }
+
+var keepaliveComment = []byte(": keepalive\n\n")

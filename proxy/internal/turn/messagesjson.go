@@ -100,14 +100,14 @@ func (d *messagesJSON) request(withWorkspaceTools bool) Payload {
 	return d.req.Body(withWorkspaceTools)
 }
 
-func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	top, err := rawjson.Parse(raw)
 	if err != nil {
-		return nil, nil, roundInfo{}, fmt.Errorf("%w: the message is not a JSON object", apierr.ErrUpstreamProtocol)
+		return nil, usage{}, roundInfo{}, fmt.Errorf("%w: the message is not a JSON object", apierr.ErrUpstreamProtocol)
 	}
 	m := &messageRound{}
 	if content := top.Get("content"); !isNull(content) {
@@ -124,15 +124,7 @@ func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, jso
 	if sr := text(top.Get("stop_reason")); sr != "" {
 		info.finishReasons = []string{sr}
 	}
-	return m.calls, top.Get("usage"), info, nil
-}
-
-// messageID is a turn's id: its first message's, or one made up when the upstream gave none.
-func messageID(first string) string {
-	if first != "" {
-		return first
-	}
-	return "msg_" + randomHex(12)
+	return m.calls, messagesTokens(top.Get("usage")), info, nil
 }
 
 func (d *messagesJSON) extend(calls []toolCall, results []tools.Result) {

@@ -171,17 +171,17 @@ func newMessagesSSE(req *MessagesRequest, up Upstream, maxArgs int, out Emitter)
 
 func (d *messagesSSE) request(withWorkspaceTools bool) Payload { return d.req.Body(withWorkspaceTools) }
 
-func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	d.round++
 	d.cur = messagesRound{index: map[int]int{}, blocks: map[int]*blockAcc{}}
 	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	info := roundInfo{model: d.model, id: d.first}
 	if sr := d.stopReasonText(); sr != "" {
 		info.finishReasons = []string{sr}
 	}
-	return d.cur.reply.calls, d.roundUsage(), info, nil
+	return d.cur.reply.calls, messagesTokens(d.roundUsage()), info, nil
 }
 
 // stream reads one round's events up to its message_stop (or the end of the stream after its
@@ -402,10 +402,10 @@ func (d *messagesSSE) Failure(err error) (string, []byte) {
 		return "error", se.Data
 	}
 	var ue *apierr.UpstreamError
-	if errors.As(err, &ue) && apierr.IsAnthropicError(ue.Body) {
+	if errors.As(err, &ue) && isMessagesError(ue.Body) {
 		return "error", compactJSON(ue.Body)
 	}
-	return "error", apierr.StreamFailure(err).AnthropicBody()
+	return "error", MessagesError(apierr.StreamFailure(err))
 }
 
 // compactJSON is a JSON text on one line (an event's data), or b as it is.

@@ -41,20 +41,20 @@ type responsesJSON struct {
 	jsonAnswer
 }
 
-func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *responsesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	raw, err := d.post(ctx, d.up, body)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	rr, err := parseResponse(raw, d.req)
 	if err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
 	if d.first == "" {
 		d.first = turnID(rr.id)
 	}
 	d.last = rr
-	return rr.calls, rr.top.Get("usage"), rr.info(), nil
+	return rr.calls, responsesTokens(rr.top.Get("usage")), rr.info(), nil
 }
 
 // finish records the turn and answers with the last response: untouched when the turn was one

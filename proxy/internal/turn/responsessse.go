@@ -2,7 +2,6 @@ package turn
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -48,12 +47,12 @@ func newResponsesSSE(req *ResponsesRequest, up Upstream, out Emitter) *responses
 	return &responsesSSE{responsesTurn: responsesTurn{req: req, up: up}, streamOut: streamOut{out: out}}
 }
 
-func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, json.RawMessage, roundInfo, error) {
+func (d *responsesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, usage, roundInfo, error) {
 	d.newRound()
 	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
-		return nil, nil, roundInfo{}, err
+		return nil, usage{}, roundInfo{}, err
 	}
-	return d.last.calls, d.last.top.Get("usage"), d.last.info(), nil
+	return d.last.calls, responsesTokens(d.last.top.Get("usage")), d.last.info(), nil
 }
 
 // newRound starts a round: nothing seen of it yet.

@@ -3,8 +3,6 @@ package turn
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +70,9 @@ type Turn struct {
 	Start    tools.TurnStart
 	Model    string // the model the request names
 	Upstream Upstream
+	// Provider is the upstream's gen_ai.provider.name on the rounds' spans: openai, anthropic,
+	// gcp.gemini for the providers' own APIs, else the upstream's host.
+	Provider string
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage tools.Usage
@@ -104,7 +105,7 @@ func (r *Runner) maxToolRounds() int {
 // Run is the loop of a turn (docs/spec.md §6), whatever its dialect. It returns the rounds the
 // turn made (a retried round counts once).
 func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
-	var usage usageSum
+	var sum usageSum
 	toolRounds := 0
 	// ran counts the rounds that ran workspace calls, for Metrics.ToolRounds: the tool rounds,
 	// and a last round that ran them beside the client's calls (no tool round, docs/spec.md §6,
@@ -112,7 +113,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	ran := 0
 	defer func() {
 		r.metrics().ToolRounds(ran)
-		t.Usage = usage.tokens
+		t.Usage = sum.tokens
 	}()
 	// The list the model was shown, which the indices of each round's calls name (docs/spec.md
 	// §5): the block of the turn's start, then the list as each round's calls left it.
@@ -121,7 +122,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 		final := toolRounds >= r.maxToolRounds()
 		body := d.request(!final)
 		var calls []toolCall
-		var roundUsage json.RawMessage
+		var roundUsage usage
 		var info roundInfo
 		rctx, span := r.Tracing.roundSpan(ctx, t, n)
 		attempts := 0
@@ -130,13 +131,12 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 			calls, roundUsage, info, err = d.fetch(rctx, body)
 			return err
 		})
-		tokens := tokenCounts(roundUsage)
-		endRound(span, info, tokens, attempts-1, err)
+		endRound(span, info, roundUsage.tokens, attempts-1, err)
 		if err != nil {
 			return n, err
 		}
-		usage.add(roundUsage, tokens)
-		r.metrics().Tokens(t.Model, t.Workspace.ThreadID().Client, tokens)
+		sum.add(roundUsage)
+		r.metrics().Tokens(t.Model, t.Workspace.ThreadID().Client, roundUsage.tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {
 			if c.Client {
@@ -147,7 +147,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 		}
 		if final || len(mine) == 0 {
 			// In the last round a call to a workspace tool, not offered there, does not count.
-			return n, d.finish(theirs, &usage, n)
+			return n, d.finish(theirs, &sum, n)
 		}
 		if err := d.pause(); err != nil {
 			return n, err
@@ -159,7 +159,7 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 		ran++
 		view.NextRound()
 		if len(theirs) > 0 {
-			return n, d.finish(theirs, &usage, n)
+			return n, d.finish(theirs, &sum, n)
 		}
 		d.extend(mine, results)
 		toolRounds++
@@ -314,14 +314,6 @@ func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View,
 		items[i] = o.Bytes()
 	}
 	return tools.Result{OK: ok, Content: string(rawjson.AppendArray(nil, items))}, nil
-}
-
-func newCallID() string { return "call_" + randomHex(12) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 var errStreamEnded = errors.New("the upstream's stream ended before its reply was complete")

@@ -24,14 +24,12 @@ const SemconvVersion = "1.40.0"
 // allocates nothing.
 type Tracing struct {
 	tools genai.Tools
-	// provider is gen_ai.provider.name: openai for OpenAI's API, else the upstream's host.
-	provider string
 }
 
 // NewTracing traces with tp (nil: nothing), recording tool arguments and results when content
-// is set, naming the upstream's provider (gen_ai.provider.name) provider.
-func NewTracing(tp trace.TracerProvider, content bool, provider string) Tracing {
-	return Tracing{tools: genai.NewTools(tp, content), provider: provider}
+// is set. A round's span names its turn's provider (Turn.Provider).
+func NewTracing(tp trace.TracerProvider, content bool) Tracing {
+	return Tracing{tools: genai.NewTools(tp, content)}
 }
 
 // roundInfo is what a round's reply says of itself, for its span.
@@ -52,7 +50,7 @@ func (tr Tracing) roundSpan(ctx context.Context, t *Turn, n int) (context.Contex
 	}
 	return tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		semconv.GenAIOperationNameChat,
-		semconv.GenAIProviderNameKey.String(tr.provider),
+		semconv.GenAIProviderNameKey.String(t.Provider),
 		semconv.GenAIRequestModel(t.Model),
 		semconv.GenAIConversationID(t.Workspace.ThreadID().Name),
 		attribute.Int("wsproxy.round", n),

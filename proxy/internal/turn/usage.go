@@ -20,51 +20,58 @@ type usageSum struct {
 	tokens tools.Usage
 }
 
-// add keeps a round's usage and its token counts (tokenCounts(raw)); raw must stay unchanged
-// until json is called.
-func (u *usageSum) add(raw json.RawMessage, tokens tools.Usage) {
-	if !isNull(raw) {
-		u.raws = append(u.raws, raw)
-		u.tokens.Add(tokens)
+// usage is one round's usage object as the upstream sent it (nil for none) and its token
+// counts, which each dialect's fetch reads in its API's terms (chatTokens, responsesTokens,
+// messagesTokens).
+type usage struct {
+	raw    json.RawMessage
+	tokens tools.Usage
+}
+
+// add keeps a round's usage; its raw object must stay unchanged until json is called.
+func (u *usageSum) add(r usage) {
+	if !isNull(r.raw) {
+		u.raws = append(u.raws, r.raw)
+		u.tokens.Add(r.tokens)
 	}
 }
 
-// tokenCounts reads the token counts of one usage object: chat completions' prompt_tokens,
-// prompt_tokens_details.cached_tokens and completion_tokens; the Responses API's input_tokens,
-// input_tokens_details.cached_tokens and output_tokens; or the Messages API's input_tokens,
-// cache_read_input_tokens, cache_creation_input_tokens and output_tokens. The Messages API's
-// input_tokens leave out the tokens read from and written to the cache: the prompt is the sum
-// of the three, its cached part the tokens read, as chat's cached_tokens are part of its
-// prompt_tokens. Counts that are not non-negative integers count 0; those past the int64 bounds
-// count as its largest.
-func tokenCounts(raw json.RawMessage) tools.Usage {
-	var u tools.Usage
+// tokenCount reads a token count: one that is not a non-negative integer counts 0, one past the
+// int64 bounds its largest.
+func tokenCount(o rawjson.Object, key string) int64 {
+	n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64) // past the bounds: the largest
+	return max(n, 0)
+}
+
+// usageTokens reads a usage object whose prompt is prompt, its cached part cached of the
+// object details, and its completion completion: chat completions' and the Responses API's.
+func usageTokens(raw json.RawMessage, prompt, details, completion string) usage {
+	u := usage{raw: raw}
 	o, err := rawjson.Parse(raw)
 	if err != nil {
 		return u
 	}
-	count := func(o rawjson.Object, key string) int64 {
-		n, _ := strconv.ParseInt(string(o.Get(key)), 10, 64) // past the bounds: the largest
-		return max(n, 0)
+	u.tokens = tools.Usage{PromptTokens: tokenCount(o, prompt), CompletionTokens: tokenCount(o, completion)}
+	if d, err := rawjson.Parse(o.Get(details)); err == nil {
+		u.tokens.CachedPromptTokens = tokenCount(d, "cached_tokens")
 	}
-	cached := func(details string) int64 {
-		d, err := rawjson.Parse(o.Get(details))
-		if err != nil {
-			return 0
-		}
-		return count(d, "cached_tokens")
-	}
-	u.Add(tools.Usage{PromptTokens: count(o, "prompt_tokens"), CompletionTokens: count(o, "completion_tokens"),
-		CachedPromptTokens: cached("prompt_tokens_details")})
-	u.Add(tools.Usage{PromptTokens: count(o, "input_tokens"), CompletionTokens: count(o, "output_tokens"),
-		CachedPromptTokens: cached("input_tokens_details")})
-	read, written := count(o, "cache_read_input_tokens"), count(o, "cache_creation_input_tokens")
-	u.Add(tools.Usage{PromptTokens: tools.AddTokens(read, written), CachedPromptTokens: read, CacheWriteTokens: written})
 	return u
 }
 
+// chatTokens reads chat completions' usage: prompt_tokens, prompt_tokens_details.cached_tokens
+// and completion_tokens.
+func chatTokens(raw json.RawMessage) usage {
+	return usageTokens(raw, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
+}
+
+// responsesTokens reads the Responses API's usage: input_tokens,
+// input_tokens_details.cached_tokens and output_tokens.
+func responsesTokens(raw json.RawMessage) usage {
+	return usageTokens(raw, "input_tokens", "input_tokens_details", "output_tokens")
+}
+
 // keep keeps a completed round's usage object (null: none) for with, without its token counts.
-func (u *usageSum) keep(raw json.RawMessage) { u.add(raw, tools.Usage{}) }
+func (u *usageSum) keep(raw json.RawMessage) { u.add(usage{raw: raw}) }
 
 // with is the usage of u's rounds and of raw, the round under way (null: none), as json makes
 // it; u stays as it is.
