@@ -118,15 +118,18 @@ var roomImports = map[string]struct {
 	"proxy/internal/genai":    {may: []string{"tools"}},
 	"proxy/internal/rawjson":  {},
 	"proxy/internal/sse":      {},
-	// The demo model and the test upstream know nothing of wsproxy's insides.
-	"proxy/demo":         {},
-	"proxy/upstreamtest": {may: []string{"proxy/demo"}},
+	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides.
+	"proxy/demo":              {},
+	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake"}},
+	"proxy/upstreamtest/fake": {may: []string{"proxy/demo"}},
 	// The programs.
-	"":           {},
-	"cmd/proxy":  {may: []string{"*"}},
-	"cmd/load":   {may: []string{"db/dbfault", "proxy/demo"}},
-	"db/dbfault": {},
-	"db/dbtest":  {may: []string{"db", "db/dbfault"}},
+	"":          {},
+	"cmd/proxy": {may: []string{"*"}},
+	"cmd/load":  {may: []string{"cmd/load/loadbench", "proxy/upstreamtest/fake"}},
+	// The load tool's harness: from outside, over HTTP and the binary, as a client would.
+	"cmd/load/loadbench": {may: []string{"db/dbfault", "proxy/demo", "proxy/upstreamtest/fake"}},
+	"db/dbfault":         {},
+	"db/dbtest":          {may: []string{"db", "db/dbfault"}},
 }
 
 // TestRoomsImports checks the import graph against roomImports: a dialect cannot reach the
