@@ -3,12 +3,16 @@ package proxy
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
@@ -18,8 +22,11 @@ import (
 // called outside observed) records nothing.
 type requestInfo struct {
 	mu       sync.Mutex // the upstream's status may come from the transport's goroutine
+	id       string     // the request's id (X-Request-Id)
 	thread   string     // the stored thread id (client~name with client keys)
 	client   string
+	model    string // a thread turn's
+	usage    tools.Usage
 	rounds   int
 	kind     string // of a thread's request (turn.KindTurn, …)
 	upstream string // a status code, or "error" when no response came
@@ -57,6 +64,16 @@ func noteRounds(ctx context.Context, n int) {
 	}
 }
 
+// noteTurn records what a thread turn's log line tells: its model, and its token counts once
+// it ended.
+func noteTurn(ctx context.Context, model string, usage tools.Usage) {
+	if info := requestInfoFrom(ctx); info != nil {
+		info.mu.Lock()
+		info.model, info.usage = model, usage
+		info.mu.Unlock()
+	}
+}
+
 // noteKind records the kind of a thread's request.
 func noteKind(ctx context.Context, kind string) {
 	if info := requestInfoFrom(ctx); info != nil {
@@ -89,8 +106,10 @@ func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, 
 	if !s.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs, slog.String("method", r.Method), slog.String("route", route), slog.Int("status", status))
+	attrs := make([]slog.Attr, 0, 16)
+	// The request's id is added by requestIDHandler, as to every line of the request.
+	attrs = append(attrs, slog.String("method", r.Method), slog.String("route", route), slog.Int("status", status),
+		slog.String("addr", s.opts.TrustedProxies.ClientAddr(r)))
 	info.mu.Lock()
 	if thread := cmp.Or(info.thread, r.PathValue("thread")); thread != "" { // the admin REST's path holds the stored id
 		attrs = append(attrs, slog.String("thread", thread))
@@ -100,6 +119,9 @@ func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, 
 	}
 	if info.kind != "" {
 		attrs = append(attrs, slog.String("kind", info.kind))
+	}
+	if info.model != "" {
+		attrs = append(attrs, slog.String("model", info.model))
 	}
 	if info.rounds > 0 {
 		attrs = append(attrs, slog.Int("rounds", info.rounds))
@@ -111,7 +133,52 @@ func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, 
 			attrs = append(attrs, slog.String("upstream_status", info.upstream))
 		}
 	}
+	if u := info.usage; u != (tools.Usage{}) {
+		attrs = append(attrs, slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("cached_tokens", u.CachedPromptTokens),
+			slog.Int64("completion_tokens", u.CompletionTokens))
+		if u.CacheWriteTokens > 0 {
+			attrs = append(attrs, slog.Int64("cache_write_tokens", u.CacheWriteTokens))
+		}
+	}
 	info.mu.Unlock()
 	attrs = append(attrs, slog.Float64("duration_ms", float64(d.Microseconds())/1000))
 	s.log.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// requestIDHeader is the header of a request's id: the client's when it sends a valid one, else
+// made here; every answer carries it. The upstream's own id comes back in
+// upstreamRequestIDHeader.
+const (
+	requestIDHeader         = "X-Request-Id"
+	upstreamRequestIDHeader = "X-Upstream-Request-Id"
+)
+
+// requestID is a request's id: the client's X-Request-Id when it is 1 to 128 visible ASCII
+// characters, else a new one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(requestIDHeader); id != "" && len(id) <= 128 && strings.IndexFunc(id, func(c rune) bool { return c < '!' || c > '~' }) < 0 {
+		return id
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// requestIDHandler adds the request's id to every log record made with its context.
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, rec slog.Record) error {
+	if id := apierr.RequestID(ctx); id != "" {
+		rec = rec.Clone()
+		rec.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, rec)
+}
+
+func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
 }

@@ -4,17 +4,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	adminpkg "github.com/wsproxy/wsproxy/proxy/internal/admin"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -216,6 +217,21 @@ func TestPostgresRefusesConnections(t *testing.T) {
 	e.up.Fallback = reply(cmpl("ok"))
 	th := map[string]string{"X-Thread-Id": "refused"}
 	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
+	// Every admin route, as the OpenAPI document names them (TestOpenAPIMatchesRoutes keeps it
+	// true to the routes).
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	e.admin("GET", "/admin/v1/openapi.json", nil, 200, &doc)
+	var routes []struct{ method, path string }
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method != "parameters" {
+				routes = append(routes, struct{ method, path string }{strings.ToUpper(method), path})
+			}
+		}
+	}
+	require.NotEmpty(t, routes)
 
 	for _, refuse := range []struct{ name, on, off string }{
 		{"55000", "ALTER DATABASE " + name + " ALLOW_CONNECTIONS false", "ALTER DATABASE " + name + " ALLOW_CONNECTIONS true"},
@@ -227,9 +243,7 @@ func TestPostgresRefusesConnections(t *testing.T) {
 		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, refuse.name)
 		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
-		for _, route := range adminpkg.Routes() {
-			method, routePath, _ := strings.Cut(route, " ")
-			rt := struct{ method, path string }{method, routePath}
+		for _, rt := range routes {
 			if !strings.Contains(rt.path, "{thread}") && rt.path != "/admin/v1/threads" {
 				continue // the OpenAPI document needs no database
 			}
@@ -263,4 +277,66 @@ func TestPostgresRefusesConnections(t *testing.T) {
 		pool.Reset()
 		require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode, refuse.name)
 	}
+}
+
+// TestWorkspaceUnavailableBypass: with WORKSPACE_UNAVAILABLE=bypass, a thread turn whose
+// workspace cannot be read — Postgres cut, or every connection busy past WORKSPACE_BUDGET — is
+// forwarded as the client sent it, marked X-Workspace: unavailable and counted; once Postgres is
+// back the thread's turns have their workspace again. Without the setting it is 503
+// (TestPostgresGoesAway, TestPoolExhausted).
+func TestWorkspaceUnavailableBypass(t *testing.T) {
+	t.Parallel()
+	const body = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	th := map[string]string{"X-Thread-Id": "bypass"}
+	bypass := func(o *Options) { o.BypassUnavailable, o.WorkspaceBudget = true, 300*time.Millisecond }
+
+	t.Run("PostgresCut", func(t *testing.T) {
+		t.Parallel()
+		pool, fault := dbtest.NewFaultPool(t, nil)
+		e := setupWithPool(t, pool, bypass)
+		e.up.Fallback = reply(cmpl("ok"))
+		resp := e.post("/v1/chat/completions", th, body)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Empty(t, resp.Header.Get("X-Workspace"), "a turn with its workspace is not marked")
+		readBody(t, resp)
+		require.Contains(t, string(e.up.Requests()[0].Body), "<workspace>")
+
+		fault.Cut()
+		resp = e.post("/v1/chat/completions", th, body)
+		got := readBody(t, resp)
+		require.Equal(t, 200, resp.StatusCode, got)
+		require.Equal(t, "unavailable", resp.Header.Get("X-Workspace"))
+		require.JSONEq(t, body, string(e.up.Requests()[1].Body), "forwarded as the client sent it: no block, no tools")
+		require.Equal(t, 1.0, testutil.ToFloat64(e.opts().Metrics.bypassed))
+
+		fault.Restore()
+		require.Eventually(t, func() bool {
+			resp := e.post("/v1/chat/completions", th, body)
+			readBody(t, resp)
+			return resp.StatusCode == 200 && resp.Header.Get("X-Workspace") == ""
+		}, 30*time.Second, 50*time.Millisecond)
+		require.Contains(t, string(e.up.Requests()[len(e.up.Requests())-1].Body), "<workspace>", "the workspace is back")
+		require.Equal(t, 2, e.turns("bypass"), "the bypassed turn took no turn number")
+	})
+
+	t.Run("SlowerThanTheBudget", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
+		e := setupWithPool(t, pool, bypass, func(o *Options) {
+			o.Store = tools.NewStore(pool, tools.Options{Timeout: time.Minute})
+		})
+		e.up.Fallback = reply(cmpl("ok"))
+		held, err := pool.Acquire(context.Background())
+		require.NoError(t, err)
+		defer held.Release()
+		start := time.Now()
+		resp := e.post("/v1/chat/completions", th, body)
+		readBody(t, resp)
+		waited := time.Since(start)
+		t.Logf("answered without the workspace after %s (budget 300ms, store timeout 1m)", waited)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "unavailable", resp.Header.Get("X-Workspace"))
+		require.GreaterOrEqual(t, waited, 300*time.Millisecond, "it waited for the budget")
+		require.Less(t, waited, time.Minute, "not for the store's timeout")
+	})
 }

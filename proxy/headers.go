@@ -69,8 +69,9 @@ func clientCredential(name string) bool {
 	return false
 }
 
-// fromUpstream is what the proxy changes in an upstream's response before a client gets it:
-// with client keys, the headers that name the operator's account and the upstream's cookies go
+// fromUpstream is what the proxy changes in an upstream's response before a client gets it: its
+// X-Request-Id becomes X-Upstream-Request-Id (the client's X-Request-Id is wsproxy's); with
+// client keys, the headers that name the operator's account and the upstream's cookies go
 // (identity); the operator's keys, should a header value or the body — an error's, an answer's, a
 // stream's — quote one, are redacted (keys: UPSTREAM_API_KEY and ANTHROPIC_UPSTREAM_API_KEY, those
 // that are set; without them nothing is scanned).
@@ -87,6 +88,11 @@ func (s *Server) fromUpstream() fromUpstream {
 var identityHeaders = []string{"Openai-Organization", "Openai-Project", "Set-Cookie", "Set-Cookie2"}
 
 func (f fromUpstream) header(h http.Header) {
+	// The client's X-Request-Id is wsproxy's (observed); the upstream's own goes on beside it.
+	if ids := h.Values(requestIDHeader); len(ids) > 0 {
+		h[upstreamRequestIDHeader] = ids
+		h.Del(requestIDHeader)
+	}
 	if f.identity {
 		for _, k := range identityHeaders {
 			h.Del(k)

@@ -1,30 +1,21 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"sort"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -94,24 +85,6 @@ func mintMCPToken(t *testing.T, e *env, thread string, ttlSeconds int) (token st
 	return out.Token, out.ID, out.ExpiresAt
 }
 
-// seedTools are the five tools as the proxy injects them: name, description, parameters.
-func seedTools(t *testing.T) map[string]map[string]any {
-	t.Helper()
-	out := map[string]map[string]any{}
-	for _, def := range tools.Definitions {
-		var d struct {
-			Function struct {
-				Name        string         `json:"name"`
-				Description string         `json:"description"`
-				Parameters  map[string]any `json:"parameters"`
-			} `json:"function"`
-		}
-		require.NoError(t, json.Unmarshal(def, &d))
-		out[d.Function.Name] = map[string]any{"description": d.Function.Description, "parameters": d.Function.Parameters}
-	}
-	return out
-}
-
 type mcpEvent struct {
 	Actor      string  `json:"actor"`
 	Via        string  `json:"via"`
@@ -120,125 +93,6 @@ type mcpEvent struct {
 	Round      *int    `json:"round"`
 	ToolCallID *int64  `json:"tool_call_id"`
 	Reason     *string `json:"reason"`
-}
-
-// TestMCPTools: the Go SDK's client, with the admin token, over both protocol versions: the five
-// tools with the seeds' descriptions and schemas plus a required thread; each tool called, its
-// result the envelope's text; the changes are the agent's, one event each with via "mcp" and the
-// call's action_and_reasoning as its reason, outside any turn; the workspace is a resource.
-func TestMCPTools(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	seeds := seedTools(t)
-	for _, protocol := range []string{mcpLatest, mcpLegacy} {
-		t.Run(protocol, func(t *testing.T) {
-			thread := "tools-" + protocol
-			cs := mcpConnect(t, e.srv.URL, adminToken, protocol, nil)
-			list, err := cs.ListTools(context.Background(), nil)
-			require.NoError(t, err)
-			var names []string
-			for _, tl := range list.Tools {
-				names = append(names, tl.Name)
-				seed := seeds[tl.Name]
-				require.NotNil(t, seed, tl.Name)
-				require.Equal(t, seed["description"], tl.Description)
-				var schema map[string]any
-				b, _ := json.Marshal(tl.InputSchema)
-				require.NoError(t, json.Unmarshal(b, &schema))
-				props := schema["properties"].(map[string]any)
-				require.Contains(t, props, "thread", tl.Name)
-				require.Contains(t, schema["required"], "thread", tl.Name)
-				delete(props, "thread")
-				delete(props, "as_of") // MCP's own (TestMCPIndicesAsOf)
-				schema["required"] = without(schema["required"].([]any), "thread")
-				require.Equal(t, seed["parameters"], schema, tl.Name)
-			}
-			sort.Strings(names)
-			want := append([]string(nil), tools.Names...)
-			sort.Strings(want)
-			require.Equal(t, want, names)
-
-			steps := []struct {
-				tool string
-				args map[string]any
-				want string
-			}{
-				{"set_objective", map[string]any{"text": "Plan a trip to Lisbon", "action_and_reasoning": "the user named the goal"}, "objective set: Plan a trip to Lisbon"},
-				{"add_preferences", map[string]any{"items": []any{map[string]any{"title": "By train", "kind": "hard"}, map[string]any{"title": "Small hotels"}},
-					"action_and_reasoning": "the user stated two"}, "recorded 2 preferences"},
-				{"list_preferences", map[string]any{"action_and_reasoning": "to see them"}, "#1 [hard] By train\n#2 [soft] Small hotels\nas of change 3"},
-				{"update_preferences", map[string]any{"updates": []any{map[string]any{"index": 2, "subtitle": "Family-run"}}, "action_and_reasoning": "the user said more"},
-					`updated #2 "Small hotels"`},
-				{"remove_preferences", map[string]any{"indices": []any{1}, "action_and_reasoning": "the user dropped it"}, `removed #1 "By train"`},
-			}
-			for _, s := range steps {
-				s.args["thread"] = thread
-				text, isError := mcpCall(t, cs, s.tool, s.args)
-				require.False(t, isError, "%s: %s", s.tool, text)
-				require.Equal(t, s.want, text, s.tool)
-			}
-			text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread, "items": []any{}})
-			require.True(t, isError)
-			require.Equal(t, "items: must hold at least one preference", text, "the envelope's error")
-			text, isError = mcpCall(t, cs, "list_preferences", map[string]any{})
-			require.True(t, isError)
-			require.Contains(t, text, "thread")
-
-			d := e.workspace(thread)
-			require.Equal(t, "Plan a trip to Lisbon", d.Objective.Text)
-			require.Equal(t, tools.ByAgent, d.Objective.UpdatedBy)
-			require.Len(t, d.Preferences, 1)
-			require.Equal(t, "Family-run", d.Preferences[0].Subtitle)
-
-			var events page[mcpEvent]
-			e.admin("GET", "/admin/v1/threads/"+thread+"/events", nil, 200, &events)
-			var kinds []string
-			for _, ev := range events.Data {
-				kinds = append(kinds, ev.Kind)
-				require.Equal(t, "agent", ev.Actor)
-				require.Equal(t, "mcp", ev.Via)
-				require.Nil(t, ev.Turn, "outside any turn")
-				require.Nil(t, ev.Round)
-				require.NotNil(t, ev.ToolCallID)
-				require.NotNil(t, ev.Reason)
-			}
-			require.Equal(t, []string{"objective_set", "preference_added", "preference_added", "preference_updated", "preference_removed"}, kinds)
-			require.Equal(t, "the user stated two", *events.Data[1].Reason)
-
-			var calls page[map[string]any]
-			e.admin("GET", "/admin/v1/threads/"+thread+"/tool-calls", nil, 200, &calls)
-			require.Len(t, calls.Data, 6, "five calls and the refused one")
-			require.Nil(t, calls.Data[0]["turn"])
-			require.Nil(t, calls.Data[0]["round"])
-
-			uri := "workspace://" + thread
-			res, err := cs.ListResources(context.Background(), nil)
-			require.NoError(t, err)
-			var uris []string
-			for _, r := range res.Resources {
-				uris = append(uris, r.URI)
-				if r.URI == uri {
-					require.Equal(t, "text/plain", r.MIMEType)
-				}
-			}
-			require.Contains(t, uris, uri)
-			read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: uri})
-			require.NoError(t, err)
-			require.Len(t, read.Contents, 1)
-			require.Equal(t, tools.AsOfChange(d.Block, d.LastEventID), read.Contents[0].Text)
-			require.Equal(t, "text/plain", read.Contents[0].MIMEType)
-		})
-	}
-}
-
-func without(list []any, v any) []any {
-	var out []any
-	for _, x := range list {
-		if x != v {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // TestMCPLockedAsOnTheProxyPath: a locked preference is refused over MCP with the result the
@@ -303,152 +157,6 @@ func mcpPost(t *testing.T, base, auth, from string) *http.Response {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
-}
-
-// TestMCPScopes: who sees what (docs/spec.md §15). The admin token sees every thread; a client key
-// its client's threads, named as its turns name them; a thread token its one thread, with no
-// thread argument. Another's thread is "unknown thread" and no resource. A wrong, expired or
-// revoked token — or none — is a 401 with WWW-Authenticate: Bearer before any MCP message.
-func TestMCPScopes(t *testing.T) {
-	t.Parallel()
-	keys, err := ParseClientKeys("alice=key-alice,bob=key-bob")
-	require.NoError(t, err)
-	// Every refusal below comes from an address of its own (through a trusted proxy): failures
-	// from one address are throttled.
-	trusted, err := ParseTrustedProxies("127.0.0.1")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey, o.TrustedProxies = keys, "sk-up", trusted })
-	e.admin("POST", "/admin/v1/threads/bob~t1/preferences", map[string]any{"title": "Bob's secret"}, 201, nil)
-	e.admin("PUT", "/admin/v1/threads/lonely/objective", map[string]any{"text": "No client's"}, 200, nil)
-
-	t.Run("ClientKey", func(t *testing.T) {
-		alice := mcpConnect(t, e.srv.URL, "key-alice", mcpLatest, nil)
-		text, isError := mcpCall(t, alice, "add_preferences", map[string]any{"thread": "t1", "items": []any{map[string]any{"title": "Alice's"}}, "action_and_reasoning": "stated"})
-		require.False(t, isError, text)
-		require.Equal(t, "Alice's", e.workspace("alice~t1").Preferences[0].Title, "in alice's namespace")
-		require.Equal(t, "Bob's secret", e.workspace("bob~t1").Preferences[0].Title)
-		for _, thread := range []string{"bob~t1", "lonely"} {
-			if thread == "lonely" {
-				// "lonely" names alice~lonely for alice: a thread of hers, new; it is not the
-				// admin's "lonely".
-				text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
-				require.False(t, isError)
-				require.Equal(t, "no preferences recorded yet", untilAsOf(t, text))
-				continue
-			}
-			text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
-			require.True(t, isError)
-			require.Equal(t, `unknown thread "bob~t1"`, text)
-		}
-		res, err := alice.ListResources(context.Background(), nil)
-		require.NoError(t, err)
-		var uris []string
-		for _, r := range res.Resources {
-			uris = append(uris, r.URI)
-		}
-		sort.Strings(uris)
-		require.Equal(t, []string{"workspace://lonely", "workspace://t1"}, uris)
-		_, err = alice.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://bob~t1"})
-		require.Error(t, err)
-		require.Contains(t, err.Error(), "not found")
-		read, err := alice.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://t1"})
-		require.NoError(t, err)
-		require.Contains(t, read.Contents[0].Text, "Alice's")
-	})
-
-	t.Run("Admin", func(t *testing.T) {
-		admin := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-		text, isError := mcpCall(t, admin, "list_preferences", map[string]any{"thread": "bob~t1"})
-		require.False(t, isError)
-		require.Equal(t, "#1 [soft] Bob's secret", untilAsOf(t, text))
-		read, err := admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://lonely"})
-		require.NoError(t, err)
-		require.Contains(t, read.Contents[0].Text, "Objective: No client's")
-		// A thread id's ':' and '@' are escaped in its URI, as the template's expansion escapes them.
-		text, isError = mcpCall(t, admin, "set_objective", map[string]any{"thread": "team:lisbon@2026", "text": "Meet in Lisbon"})
-		require.False(t, isError, text)
-		res, err := admin.ListResources(context.Background(), nil)
-		require.NoError(t, err)
-		require.Equal(t, "workspace://team%3Alisbon%402026", res.Resources[0].URI)
-		require.Equal(t, "team:lisbon@2026", res.Resources[0].Name)
-		read, err = admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: res.Resources[0].URI})
-		require.NoError(t, err)
-		require.Contains(t, read.Contents[0].Text, "Objective: Meet in Lisbon")
-	})
-
-	t.Run("ThreadToken", func(t *testing.T) {
-		token, _, _ := mintMCPToken(t, e, "bob~t1", 0)
-		bob := mcpConnect(t, e.srv.URL, token, mcpLegacy, nil)
-		list, err := bob.ListTools(context.Background(), nil)
-		require.NoError(t, err)
-		for _, tl := range list.Tools {
-			b, _ := json.Marshal(tl.InputSchema)
-			require.NotContains(t, string(b), `"thread"`, "bound to its thread: %s", tl.Name)
-		}
-		text, isError := mcpCall(t, bob, "add_preferences", map[string]any{"items": []any{map[string]any{"title": "Via a token"}}, "action_and_reasoning": "stated"})
-		require.False(t, isError, text)
-		require.Len(t, e.workspace("bob~t1").Preferences, 2)
-		text, isError = mcpCall(t, bob, "list_preferences", map[string]any{"thread": "alice~t1"})
-		require.True(t, isError)
-		require.Equal(t, `unknown thread "alice~t1"`, text)
-		res, err := bob.ListResources(context.Background(), nil)
-		require.NoError(t, err)
-		require.Len(t, res.Resources, 1)
-		require.Equal(t, "workspace://bob~t1", res.Resources[0].URI)
-		_, err = bob.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://alice~t1"})
-		require.Error(t, err)
-	})
-
-	var addresses atomic.Int64
-	refused := func(t *testing.T, auth string) {
-		t.Helper()
-		resp := mcpPost(t, e.srv.URL, auth, fmt.Sprintf("192.0.2.%d", addresses.Add(1)))
-		body := readBody(t, resp)
-		require.Equal(t, 401, resp.StatusCode, body)
-		require.True(t, strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer"), resp.Header.Get("WWW-Authenticate"))
-		require.NotContains(t, body, "jsonrpc", "no MCP message was read")
-	}
-	t.Run("Refused", func(t *testing.T) {
-		resp := mcpPost(t, e.srv.URL, "Bearer "+adminToken, "")
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
-		refused(t, "")
-		refused(t, "Bearer wrong")
-		refused(t, "Basic "+adminToken)
-		_, err := mcpDial(e.srv.URL, "wrong", mcpLatest, nil)
-		require.Error(t, err)
-
-		token, id, _ := mintMCPToken(t, e, "bob~t1", 0)
-		resp = mcpPost(t, e.srv.URL, "Bearer "+token, "")
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
-		var links page[map[string]any]
-		e.admin("GET", "/admin/v1/threads/bob~t1/links", nil, 200, &links)
-		require.NotEmpty(t, links.Data)
-		require.NotContains(t, fmt.Sprint(links.Data), token, "a listing never shows a token")
-		e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/bob~t1/links/%d", id), nil, 204, nil)
-		refused(t, "Bearer "+token)
-		e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/bob~t1/links/%d", id), nil, 404, nil)
-
-		short, _, expires := mintMCPToken(t, e, "bob~t1", 1)
-		for !time.Now().After(expires) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		refused(t, "Bearer "+short)
-
-		// A deleted thread's tokens go with it.
-		e.admin("PUT", "/admin/v1/threads/doomed/objective", map[string]any{"text": "Soon gone"}, 200, nil)
-		doomed, _, _ := mintMCPToken(t, e, "doomed", 0)
-		e.admin("DELETE", "/admin/v1/threads/doomed", nil, 204, nil)
-		e.admin("PUT", "/admin/v1/threads/doomed/objective", map[string]any{"text": "Another life"}, 200, nil)
-		refused(t, "Bearer "+doomed)
-		// A client key is not a thread token's signature; a panel link's token is not a thread token.
-		var link struct {
-			URL string `json:"url"`
-		}
-		e.admin("POST", "/admin/v1/threads/bob~t1/links", map[string]any{}, 201, &link)
-		u, err := url.Parse(link.URL)
-		require.NoError(t, err)
-		refused(t, "Bearer "+u.Query().Get("token"))
-	})
 }
 
 // TestMCPSubscriptionAcrossReplicas: a client subscribed to a workspace on one replica is told
@@ -539,45 +247,6 @@ func awaitSubscribed(t *testing.T, e *env, thread, uri string, updated <-chan st
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
-}
-
-// TestMCPStatelessRoundRobin: two replicas behind a round-robin balancer answer one client's
-// session, request by request, over both protocol versions.
-func TestMCPStatelessRoundRobin(t *testing.T) {
-	t.Parallel()
-	pool := dbtest.NewPool(t, nil)
-	replicas := []*env{setupWithPool(t, pool), setupWithPool(t, pool)}
-	var next atomic.Int64
-	var served [2]atomic.Int64
-	balancer := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			i := next.Add(1) % 2
-			served[i].Add(1)
-			u, _ := url.Parse(replicas[i].srv.URL)
-			pr.SetURL(u)
-			pr.Out.Host = pr.In.Host
-		},
-		FlushInterval: -1,
-	})
-	t.Cleanup(balancer.Close)
-	for _, protocol := range []string{mcpLatest, mcpLegacy} {
-		t.Run(protocol, func(t *testing.T) {
-			thread := "rr-" + protocol
-			cs := mcpConnect(t, balancer.URL, adminToken, protocol, nil)
-			for i := range 6 {
-				text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread,
-					"items": []any{map[string]any{"title": fmt.Sprintf("Item %d", i)}}, "action_and_reasoning": "stated"})
-				require.False(t, isError, text)
-				require.Equal(t, "recorded 1 preference", text)
-			}
-			text, _ := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
-			require.Equal(t, 6, strings.Count(untilAsOf(t, text), "\n")+1, text)
-			_, err := cs.ListTools(context.Background(), nil)
-			require.NoError(t, err)
-		})
-	}
-	require.Positive(t, served[0].Load())
-	require.Positive(t, served[1].Load())
 }
 
 // TestMCPMetrics: MCP tool calls are counted with via="mcp" beside the proxy path's
@@ -673,6 +342,32 @@ func keysOfSpans(m map[string][]sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
+// TestMCPBatchBoundIsTheRounds: the edge bounds a JSON-RPC batch to /mcp by
+// MAX_TOOL_CALLS_PER_ROUND (DefaultMaxToolCallsPerRound unless set): a batch at the bound is
+// answered, one more message is refused whole, naming the bound (what a refused batch is, and
+// runs: TestMCPBatchBounded in proxy/internal/mcp).
+func TestMCPBatchBoundIsTheRounds(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t, nil)
+	for bound, e := range map[int]*env{
+		DefaultMaxToolCallsPerRound: setupWithPool(t, pool),
+		3:                           setupWithPool(t, pool, func(o *Options) { o.MaxToolCallsPerRound = 3 }),
+	} {
+		batch := func(n int) string {
+			calls := make([]string, n)
+			for i := range calls {
+				calls[i] = fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_preferences","arguments":{"thread":"t"}}}`, i+1)
+			}
+			return "[" + strings.Join(calls, ",") + "]"
+		}
+		status, body := mcpRaw(t, e.srv.URL, adminToken, "2025-03-26", batch(bound), nil)
+		require.Equal(t, 200, status, body)
+		status, body = mcpRaw(t, e.srv.URL, adminToken, "2025-03-26", batch(bound+1), nil)
+		require.Equal(t, http.StatusRequestEntityTooLarge, status, body)
+		require.Contains(t, body, fmt.Sprintf("at most %d messages", bound))
+	}
+}
+
 // TestMCPOff: MCP=off removes /mcp, and no MCP token is issued.
 func TestMCPOff(t *testing.T) {
 	t.Parallel()
@@ -684,370 +379,4 @@ func TestMCPOff(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "other"}, 400, nil)
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "panel"}, 201, nil)
 	e.admin("POST", "/admin/v1/threads/nowhere/links", map[string]any{"kind": "panel"}, 404, nil)
-}
-
-// TestMCPResourcesPaged: resources/list pages through every thread of the scope (a hundred a
-// page), most recently updated first, each once; a client's pages hold its threads alone.
-func TestMCPResourcesPaged(t *testing.T) {
-	t.Parallel()
-	keys, err := ParseClientKeys("alice=key-alice")
-	require.NoError(t, err)
-	e := setup(t, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up" })
-	ctx := context.Background()
-	for i := range 230 {
-		id := tools.ThreadID{Name: fmt.Sprintf("page-%03d", i)}
-		if i%2 == 1 {
-			id.Client = "alice"
-		}
-		_, err := e.store.Workspace(id).SetObjective(ctx, fmt.Sprintf("Goal %d", i))
-		require.NoError(t, err)
-	}
-	list := func(token string) []string {
-		cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
-		var uris []string
-		pages := 0
-		cursor := ""
-		for {
-			res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
-			require.NoError(t, err)
-			pages++
-			for _, r := range res.Resources {
-				uris = append(uris, r.URI)
-			}
-			if res.NextCursor == "" {
-				break
-			}
-			cursor = res.NextCursor
-		}
-		require.Equal(t, (len(uris)+99)/100, pages)
-		return uris
-	}
-	all := list(adminToken)
-	require.Len(t, all, 230)
-	require.Equal(t, "workspace://alice~page-229", all[0], "the most recently updated first")
-	seen := map[string]bool{}
-	for _, u := range all {
-		require.False(t, seen[u], "listed twice: %s", u)
-		seen[u] = true
-	}
-	mine := list("key-alice")
-	require.Len(t, mine, 115)
-	require.Equal(t, "workspace://page-229", mine[0])
-	for _, u := range mine {
-		require.NotContains(t, u, "~")
-	}
-
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-	_, err = cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: "not-a-cursor,x"})
-	require.ErrorContains(t, err, "cursor")
-}
-
-// TestMCPListenEndsWithItsToken: a thread token's subscriptions/listen stream ends once its
-// token no longer holds (revoked here): at the thread's next change (or heartbeat) it closes,
-// rather than announcing the thread's changes to a holder who may no longer see them.
-func TestMCPListenEndsWithItsToken(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": "Before"}, 200, nil)
-	token, id, _ := mintMCPToken(t, e, "tok", 0)
-	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
-		`"notifications":{"resourceSubscriptions":["workspace://tok"]},`+
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
-	require.NoError(t, err)
-	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + token} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		rd := bufio.NewReader(resp.Body)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				return
-			}
-			lines <- line
-		}
-	}()
-	// The stream holds the subscription once a change is announced on it.
-	announced := func(text string) bool {
-		e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": text}, 200, nil)
-		timeout := time.After(5 * time.Second)
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					return false
-				}
-				if strings.Contains(line, "notifications/resources/updated") {
-					return true
-				}
-			case <-timeout:
-				return false
-			}
-		}
-	}
-	require.Eventually(t, func() bool { return announced("Changed") }, 30*time.Second, 10*time.Millisecond)
-
-	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/tok/links/%d", id), nil, 204, nil)
-	e.admin("PUT", "/admin/v1/threads/tok/objective", map[string]any{"text": "After the revocation"}, 200, nil)
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case _, ok := <-lines:
-			if !ok {
-				return // the stream ended
-			}
-		case <-timeout:
-			t.Fatal("the stream outlived its token")
-		}
-	}
-}
-
-// mcpBatch is a POST of a JSON-RPC batch of n set_objective calls (texts prefix 1…n, each a
-// change) to /mcp with token, in MCP 2025-03-26 (the last version with batches).
-func mcpBatch(t *testing.T, e *env, token, prefix string, n int) *http.Request {
-	t.Helper()
-	calls := make([]json.RawMessage, n)
-	for i := range calls {
-		calls[i] = json.RawMessage(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"set_objective",`+
-			`"arguments":{"text":"%s %d","action_and_reasoning":"One of a batch."}}}`, i+1, prefix, i+1))
-	}
-	b, err := json.Marshal(calls)
-	require.NoError(t, err)
-	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", bytes.NewReader(b))
-	require.NoError(t, err)
-	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"Mcp-Protocol-Version": "2025-03-26", "Authorization": "Bearer " + token} {
-		req.Header.Set(k, v)
-	}
-	return req
-}
-
-// send sends req and returns its status and body.
-func send(req *http.Request) (int, []byte, error) {
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
-}
-
-// TestMCPBatchBounded: a JSON-RPC batch (MCP 2025-03-26) carries at most as many messages as a
-// round runs workspace calls (MAX_TOOL_CALLS_PER_ROUND): one more is refused whole — 413 with a
-// JSON-RPC error, no call run — and one at the bound runs every call, one at a time: while the
-// thread's row is held, at most one of its calls waits on Postgres.
-func TestMCPBatchBounded(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	e.admin("PUT", "/admin/v1/threads/batch/objective", map[string]any{"text": "Batches"}, 200, nil)
-	token, _, _ := mintMCPToken(t, e, "batch", 0)
-	bound := DefaultMaxToolCallsPerRound
-	ws := e.store.Workspace(tools.ThreadID{Name: "batch"})
-	before, err := ws.LastEventID(context.Background())
-	require.NoError(t, err)
-
-	status, body, err := send(mcpBatch(t, e, token, "Over", bound+1))
-	require.NoError(t, err)
-	require.Equal(t, http.StatusRequestEntityTooLarge, status, "%s", body)
-	var refused struct {
-		JSONRPC string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	require.NoError(t, json.Unmarshal(body, &refused), "%s", body)
-	require.Equal(t, "2.0", refused.JSONRPC)
-	require.Equal(t, "null", string(refused.ID), "a response to a batch refused whole has id null")
-	require.Equal(t, -32600, refused.Error.Code)
-	require.Contains(t, refused.Error.Message, strconv.Itoa(bound))
-	last, err := ws.LastEventID(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, before, last, "nothing of a refused batch runs")
-
-	// At the bound, with the thread's row held: its calls wait one at a time.
-	side, err := pgxpool.NewWithConfig(context.Background(), e.pool.Config().Copy()) // not the proxy's pool
-	require.NoError(t, err)
-	defer side.Close()
-	tx, err := side.Begin(context.Background())
-	require.NoError(t, err)
-	defer tx.Rollback(context.Background())
-	var holder int32
-	require.NoError(t, tx.QueryRow(context.Background(), `SELECT pg_backend_pid()`).Scan(&holder))
-	_, err = tx.Exec(context.Background(), `SELECT 1 FROM threads WHERE id = 'batch' FOR UPDATE`)
-	require.NoError(t, err)
-	type answer struct {
-		status int
-		body   []byte
-		err    error
-	}
-	done := make(chan answer, 1)
-	req := mcpBatch(t, e, token, "At", bound)
-	go func() {
-		status, body, err := send(req)
-		done <- answer{status, body, err}
-	}()
-	// The sessions the holder blocks, directly or behind another waiter.
-	waiting := func() int {
-		var n int
-		require.NoError(t, side.QueryRow(context.Background(), `WITH RECURSIVE w(pid) AS (SELECT $1::int
-			UNION SELECT a.pid FROM pg_stat_activity a, w WHERE w.pid = ANY(pg_blocking_pids(a.pid)))
-			SELECT count(*) - 1 FROM w`, holder).Scan(&n))
-		return n
-	}
-	require.Eventually(t, func() bool { return waiting() > 0 }, time.Minute, 20*time.Millisecond)
-	require.Never(t, func() bool { return waiting() > 1 }, time.Second, 20*time.Millisecond, "one request's calls wait one at a time")
-	require.NoError(t, tx.Rollback(context.Background()))
-
-	a := <-done
-	require.NoError(t, a.err)
-	require.Equal(t, 200, a.status, "%s", a.body)
-	var results []struct {
-		Result struct{ IsError bool } `json:"result"`
-		Error  *json.RawMessage       `json:"error"`
-	}
-	require.NoError(t, json.Unmarshal(a.body, &results), "%s", a.body)
-	require.Len(t, results, bound)
-	for _, r := range results {
-		require.Nil(t, r.Error)
-		require.False(t, r.Result.IsError)
-	}
-	last, err = ws.LastEventID(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, before+int64(bound), last, "every call of a batch at the bound runs")
-}
-
-// asOf is the change number a list_preferences result or the workspace resource ends with.
-func asOf(t *testing.T, text string) int64 {
-	t.Helper()
-	_, n, ok := strings.Cut(text, "\nas of change ")
-	require.True(t, ok, "no version at the end of %q", text)
-	v, err := strconv.ParseInt(n, 10, 64)
-	require.NoError(t, err, text)
-	return v
-}
-
-// untilAsOf is a list_preferences result or the workspace resource without its version.
-func untilAsOf(t *testing.T, text string) string {
-	t.Helper()
-	asOf(t, text)
-	list, _, _ := strings.Cut(text, "\nas of change ")
-	return list
-}
-
-// TestMCPIndicesAsOf: over MCP, list_preferences and the workspace resource end with the list's
-// version (as of change N, N the thread's latest event); update_preferences and
-// remove_preferences with as_of N name the list as it stood after event N: a target the user
-// removed or rewrote since is reported, never replaced by another. Without as_of, the list as it
-// stands. as_of is in MCP's schemas only: the turn's tool definitions have none.
-func TestMCPIndicesAsOf(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	const thread = "asof"
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-	text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread,
-		"items": []any{map[string]any{"title": "A"}, map[string]any{"title": "B"}, map[string]any{"title": "C"}, map[string]any{"title": "D"}}})
-	require.False(t, isError, text)
-
-	listed, isError := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
-	require.False(t, isError, listed)
-	n := asOf(t, listed)
-	var events page[struct {
-		ID int64 `json:"id"`
-	}]
-	e.admin("GET", "/admin/v1/threads/"+thread+"/events?order=desc&limit=1", nil, 200, &events)
-	require.Len(t, events.Data, 1)
-	require.Equal(t, events.Data[0].ID, n, "N is the thread's latest event")
-	require.Equal(t, "#1 [soft] A\n#2 [soft] B\n#3 [soft] C\n#4 [soft] D\nas of change "+strconv.FormatInt(n, 10), listed)
-	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://" + thread})
-	require.NoError(t, err)
-	require.Equal(t, e.workspace(thread).Block+"\nas of change "+strconv.FormatInt(n, 10), res.Contents[0].Text)
-
-	// Meanwhile the user removes A and rewrites C in the panel.
-	prefs := e.workspace(thread).Preferences
-	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/%s/preferences/%d", thread, prefs[0].ID), nil, 204, nil)
-	e.admin("PATCH", fmt.Sprintf("/admin/v1/threads/%s/preferences/%d", thread, prefs[2].ID), map[string]any{"title": "C, the user's"}, 200, nil)
-
-	text, isError = mcpCall(t, cs, "update_preferences", map[string]any{"thread": thread, "as_of": n,
-		"updates": []any{map[string]any{"index": 2, "title": "B2"}, map[string]any{"index": 3, "title": "C2"}}})
-	require.False(t, isError, text)
-	require.Equal(t, `updated #2 "B2"; changed since it was shown; call list_preferences: #3 "C"`, text)
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n, "indices": []any{1, 4}})
-	require.False(t, isError, text)
-	require.Equal(t, `removed #4 "D"; changed since it was shown; call list_preferences: #1 "A"`, text)
-	require.Equal(t, []string{"B2", "C, the user's"}, e.titles(thread))
-
-	// Without as_of: the list as it stands.
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "indices": []any{1}})
-	require.False(t, isError, text)
-	require.Equal(t, `removed #1 "B2"`, text)
-	// A change not made yet is no list's version.
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n + 100, "indices": []any{1}})
-	require.True(t, isError, text)
-	require.Contains(t, text, "as_of")
-	require.Equal(t, []string{"C, the user's"}, e.titles(thread))
-
-	// as_of is MCP's: the turn's tool definitions do not have it.
-	list, err := cs.ListTools(context.Background(), nil)
-	require.NoError(t, err)
-	for _, tl := range list.Tools {
-		b, _ := json.Marshal(tl.InputSchema)
-		require.Equal(t, tl.Name == tools.UpdatePreferences || tl.Name == tools.RemovePreferences, strings.Contains(string(b), `"as_of"`), tl.Name)
-	}
-	for _, def := range tools.Definitions {
-		require.NotContains(t, string(def), "as_of")
-	}
-}
-
-// TestMCPThreadTokenCallOnADeletedThread: a thread token's call that meets its thread's deletion
-// (checked before it, committed while the call waits for the thread's lock) does not create the
-// thread again: the call is refused and the thread stays deleted.
-func TestMCPThreadTokenCallOnADeletedThread(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	ctx := context.Background()
-	const thread = "doomed"
-	e.preferencesOf(thread, "A")
-	token, _, _ := mintMCPToken(t, e, thread, 0)
-	cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
-
-	deleting, err := e.pool.Begin(ctx)
-	require.NoError(t, err)
-	defer deleting.Rollback(ctx)
-	n, err := db.New().ThreadDelete(ctx, deleting, thread)
-	require.NoError(t, err)
-	require.Equal(t, int64(1), n)
-	var deleter int
-	require.NoError(t, deleting.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&deleter))
-
-	type result struct {
-		res *mcp.CallToolResult
-		err error
-	}
-	called := make(chan result, 1)
-	go func() {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "add_preferences",
-			Arguments: map[string]any{"items": []any{map[string]any{"title": "B"}}}})
-		called <- result{res, err}
-	}()
-	require.Eventually(t, func() bool {
-		var waiting int
-		require.NoError(t, e.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", deleter).Scan(&waiting))
-		return waiting > 0
-	}, time.Minute, 10*time.Millisecond, "the call waits for the thread's deletion")
-	require.NoError(t, deleting.Commit(ctx))
-	r := <-called
-	require.NoError(t, r.err)
-	require.True(t, r.res.IsError, "the call on a deleted thread is refused")
-	require.Equal(t, []mcp.Content{&mcp.TextContent{Text: "this thread's workspace was deleted; nothing was recorded"}}, r.res.Content)
-	e.admin("GET", "/admin/v1/threads/"+thread, nil, 404, nil)
 }

@@ -56,6 +56,7 @@ type Metrics struct {
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
 	turns            *prometheus.CounterVec // kind
+	bypassed         prometheus.Counter
 	tokens           *prometheus.CounterVec // kind, model[, client]
 	cachedTokens     *prometheus.CounterVec // model[, client]
 	inflight         prometheus.Gauge
@@ -104,6 +105,9 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_turns_total", Help: "Requests of threads, by kind: turn (a thread turn: the workspace, the tools, the loop), side (an agent's side request) and compaction (an agent's summary of its history), the last two forwarded as they came.",
 		}, []string{"kind"}),
+		bypassed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_workspace_bypassed_total", Help: "Thread turns forwarded without their workspace, which could not be read in time (WORKSPACE_UNAVAILABLE=bypass).",
+		}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_tokens_total", Help: "Tokens the upstream reported for thread turns, by kind (prompt, completion) and the model requested.",
 		}, tokenLabels),
@@ -124,7 +128,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.turns, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
+		m.lockedSkips, m.toolRounds, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -311,6 +315,13 @@ func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int) {
 	m.toolCalls.WithLabelValues(name, outcome, via).Inc()
 	if lockedSkips > 0 {
 		m.lockedSkips.WithLabelValues(name).Add(float64(lockedSkips))
+	}
+}
+
+// workspaceBypassed counts a turn forwarded without its workspace.
+func (m *Metrics) workspaceBypassed() {
+	if m != nil {
+		m.bypassed.Inc()
 	}
 }
 

@@ -227,7 +227,7 @@ func TestUpstreamIdentityNotReturned(t *testing.T) {
 		resp, body := e.do("POST", "/v1/chat/completions", alice(thread), `{"messages":[{"role":"user","content":"x"}]}`)
 		require.Equal(t, 200, resp.StatusCode, body)
 		check("answer, thread "+thread, resp, body)
-		require.Equal(t, "req_1", resp.Header.Get("X-Request-Id"), "other headers pass")
+		require.Equal(t, "req_1", resp.Header.Get("X-Upstream-Request-Id"), "other headers pass (the upstream's request id beside wsproxy's)")
 
 		e.up.Script(withIdentity(keyError))
 		resp, body = e.do("POST", "/v1/chat/completions", alice(thread), `{"messages":[{"role":"user","content":"x"}]}`)

@@ -33,6 +33,7 @@ const (
 	DefaultMaxRequestBytes = 8 << 20
 	DefaultUpstreamTimeout = 10 * time.Minute
 	DefaultStreamKeepalive = 15 * time.Second
+	DefaultWorkspaceBudget = 2 * time.Second
 	// DefaultUpstreamURL is OpenAI's API, the upstream when none is configured.
 	DefaultUpstreamURL = "https://api.openai.com/v1"
 )
@@ -134,12 +135,21 @@ type Options struct {
 	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
 	// read at each heartbeat.
 	ListenURL string
+	// EventHeartbeat is admin.Options.Heartbeat: how often an idle event stream reads unwoken.
+	EventHeartbeat time.Duration
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
 	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
 	DisableMCP bool
 	// Version is the version MCP's clients are told. Empty means "dev".
 	Version string
+	// BypassUnavailable (WORKSPACE_UNAVAILABLE=bypass) forwards a thread turn whose workspace
+	// cannot be read within WorkspaceBudget as a pass-through, marked X-Workspace: unavailable
+	// and counted (docs/spec.md §10); off, such a turn gets 503 workspace_unavailable.
+	BypassUnavailable bool
+	// WorkspaceBudget is how long a bypassing turn waits for its workspace. Zero means
+	// DefaultWorkspaceBudget.
+	WorkspaceBudget time.Duration
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
 	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
 	// Zero means DefaultStreamKeepalive.
@@ -218,7 +228,7 @@ func NewServer(opts Options) *Server {
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
-		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Logger: opts.Logger})
+		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.EventHeartbeat, Logger: opts.Logger})
 	if !opts.DisableMCP {
 		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
 			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
@@ -274,12 +284,16 @@ func (opts Options) withDefaults() Options {
 	if opts.Placement == "" {
 		opts.Placement = turn.PlaceTail
 	}
+	if opts.WorkspaceBudget <= 0 {
+		opts.WorkspaceBudget = DefaultWorkspaceBudget
+	}
 	if opts.StreamKeepalive <= 0 {
 		opts.StreamKeepalive = DefaultStreamKeepalive
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	opts.Logger = slog.New(requestIDHandler{opts.Logger.Handler()})
 	return opts
 }
 

@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -77,4 +80,84 @@ func TestATurnPastTheShutdownDeadlineKeepsItsUsage(t *testing.T) {
 	d, err := reader.Workspace(tools.ThreadID{Name: "late"}).Get(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, tools.Usage{PromptTokens: 10, CachedPromptTokens: 2, CompletionTokens: 5}, d.Usage, "round 1's usage")
+}
+
+// TestShutdownEndsTheStreams: Shutdown ends at once what the rooms hold open — an admin event
+// stream and an MCP subscriptions/listen stream, each live until then — which an HTTP server's
+// shutdown would otherwise wait for.
+func TestShutdownEndsTheStreams(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": "Before"}, 200, nil)
+	events := e.openStream(e.srv.URL, "open", "", "")
+	e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": "Streamed"}, 200, nil)
+	_, ev := events.next()
+	require.Equal(t, "objective_set", ev.Kind)
+
+	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
+		`"notifications":{"resourceSubscriptions":["workspace://open"]},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + adminToken} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		rd := bufio.NewReader(resp.Body)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	// The listen stream is live once it announces a change.
+	for i := 0; ; i++ {
+		require.Less(t, i, 100, "the listen stream announced no change")
+		e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": fmt.Sprintf("Change %d", i)}, 200, nil)
+		if announced(lines, 300*time.Millisecond) {
+			break
+		}
+	}
+
+	ended := make(chan string, 2)
+	go func() { _, _ = io.Copy(io.Discard, events.resp.Body); ended <- "the event stream" }()
+	go func() {
+		for range lines {
+		}
+		ended <- "the listen stream"
+	}()
+	require.NoError(t, e.proxy.Shutdown(context.Background()))
+	for range 2 {
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a stream did not end at the shutdown")
+		}
+	}
+}
+
+// announced reports whether a line of a resource's update comes on lines within wait.
+func announced(lines <-chan string, wait time.Duration) bool {
+	timeout := time.After(wait)
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return false
+			}
+			if strings.Contains(line, "notifications/resources/updated") {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
 }

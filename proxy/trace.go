@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 )
 
@@ -59,8 +61,10 @@ func (s *Server) observed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ctx, end := s.tracing.serverSpan(r)
-		info := &requestInfo{}
-		ctx = withRequestInfo(ctx, info)
+		info := &requestInfo{id: requestID(r)}
+		ctx = apierr.WithRequestID(withRequestInfo(ctx, info), info.id)
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("wsproxy.request_id", info.id))
+		w.Header().Set(requestIDHeader, info.id)
 		s.opts.Metrics.requestStarted()
 		sw := &statusWriter{ResponseWriter: w}
 		r = r.WithContext(ctx)

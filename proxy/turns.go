@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -45,10 +46,12 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 	}
 	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
 	if err != nil {
-		apierr.Write(w, r, s.log, err)
+		if !s.bypassed(w, r, in, err) {
+			apierr.Write(w, r, s.log, err)
+		}
 		return
 	}
-	defer s.endTurn(t)
+	defer s.endTurn(r.Context(), t)
 	if setup != nil {
 		setup(t)
 	}
@@ -79,7 +82,12 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, mod
 	var start tools.TurnStart
 	opts, err := s.parentsOf(r, in.thread.Client)
 	if err == nil {
-		start, err = ws.StartTurn(r.Context(), opts)
+		ctx, cancel := r.Context(), context.CancelFunc(func() {})
+		if s.opts.BypassUnavailable {
+			ctx, cancel = context.WithTimeout(ctx, s.opts.WorkspaceBudget)
+		}
+		start, err = ws.StartTurn(ctx, opts)
+		cancel()
 	}
 	if err != nil {
 		s.turns.Done()
@@ -96,6 +104,23 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, mod
 	return t, s.workspaceText(in.placement, start.Block()), nil
 }
 
+// bypassed forwards a thread turn whose workspace could not be read (err: Postgres unavailable,
+// or slower than WorkspaceBudget) as a pass-through when BypassUnavailable is set: the client's
+// request as it came, its answer marked X-Workspace: unavailable, counted in
+// wsproxy_workspace_bypassed_total and logged. It reports whether it did.
+func (s *Server) bypassed(w http.ResponseWriter, r *http.Request, in inbound, err error) bool {
+	if !s.opts.BypassUnavailable || r.Context().Err() != nil ||
+		!(errors.Is(err, tools.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+		return false
+	}
+	s.opts.Metrics.workspaceBypassed()
+	s.log.LogAttrs(r.Context(), slog.LevelWarn, "workspace unavailable: the turn is forwarded without it (WORKSPACE_UNAVAILABLE=bypass)",
+		slog.String("thread", in.thread.String()), slog.Any("err", err))
+	w.Header().Set("X-Workspace", "unavailable")
+	s.forward(w, r, in.body)
+	return true
+}
+
 // workspaceText is what a turn puts in its request: the instructions for placement, then the
 // workspace block.
 func (s *Server) workspaceText(placement turn.Placement, block string) string {
@@ -105,7 +130,8 @@ func (s *Server) workspaceText(placement turn.Placement, block string) string {
 // endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
 // written in the background (neither the answer nor the next request on the connection waits
 // for it; a failure to write it costs the count, not the answer).
-func (s *Server) endTurn(t *turn.Turn) {
+func (s *Server) endTurn(ctx context.Context, t *turn.Turn) {
+	noteTurn(ctx, t.Model, t.Usage)
 	s.usage.add(t.Workspace.ThreadID(), t.Usage)
 	s.turns.Done()
 }

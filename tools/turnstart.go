@@ -61,7 +61,8 @@ type startResult struct {
 }
 
 // start begins a turn of thread. The caller that starts a batch sends it itself, so that a turn
-// starting alone costs no hand-over; the batches that follow go from a goroutine of their own. A
+// starting alone costs no hand-over (but for a caller whose deadline comes before the batch's
+// time bound); the batches that follow go from a goroutine of their own. A
 // start of a thread whose row was held waits for it outside the batches.
 func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.TurnStartRow, error) {
 	p := &pendingStart{ctx: ctx, args: args, done: make(chan startResult, 1)}
@@ -80,7 +81,13 @@ func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.Tu
 		}
 	}
 	s.mu.Unlock()
-	if batch != nil {
+	switch deadline, ok := ctx.Deadline(); {
+	case batch == nil:
+	case ok && time.Until(deadline) < s.timeout:
+		// A caller with less time than the batch may take (a turn that would rather go on
+		// without its workspace, WORKSPACE_BUDGET) leaves at its deadline, not the batch's.
+		go s.sendAll(batch)
+	default:
 		s.send(batch)
 		if next := s.next(); next != nil {
 			go s.sendAll(next)

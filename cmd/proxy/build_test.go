@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,21 +88,86 @@ func TestPgBouncerTestsExist(t *testing.T) {
 	}
 }
 
-// TestRoomsImports: the turn engine, the user path and MCP meet only in tools and Postgres — none
-// imports another — and the turn engine knows no Prometheus (docs/architecture.md).
+// roomImports is docs/architecture.md's table of rooms as a rule: each package of the module
+// (its path in the module), the module's packages it may import (non-test code), and the
+// packages its dependencies may never include, directly or not. Every package of the module
+// must be here, so a new one is placed in the table.
+var roomImports = map[string]struct {
+	may   []string
+	never []string
+}{
+	// The turn engine: never the user path, never Prometheus, never an HTTP server.
+	"proxy/internal/turn": {may: []string{"tools", "proxy/internal/apierr", "proxy/internal/rawjson", "proxy/internal/sse", "proxy/internal/genai"},
+		never: []string{"proxy/internal/admin", "proxy/internal/mcp", "github.com/prometheus", "net/http/httputil"}},
+	// The user path: never the turn engine.
+	"proxy/internal/admin": {may: []string{"tools", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"},
+		never: []string{"proxy/internal/turn", "proxy/internal/mcp", "github.com/prometheus"}},
+	// The agent path from outside: never the turn engine, never the user path.
+	"proxy/internal/mcp": {may: []string{"tools", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/genai", "proxy/internal/rawjson"},
+		never: []string{"proxy/internal/turn", "proxy/internal/admin", "github.com/prometheus"}},
+	// The edge: the rooms and what is shared below them; the database only through tools.
+	"proxy": {may: []string{"tools", "proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp", "proxy/internal/apierr", "proxy/internal/auth",
+		"proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"}},
+	// The store of a thread's workspace: every statement through db; no HTTP.
+	"tools": {may: []string{"db"}, never: []string{"net/http", "proxy"}},
+	"db":    {never: []string{"net/http", "tools", "proxy"}},
+	// Shared below the rooms.
+	"proxy/internal/apierr":   {may: []string{"tools", "proxy/internal/rawjson"}},
+	"proxy/internal/auth":     {may: []string{"tools", "proxy/internal/apierr"}},
+	"proxy/internal/eventhub": {may: []string{"tools"}},
+	"proxy/internal/genai":    {may: []string{"tools"}},
+	"proxy/internal/rawjson":  {},
+	"proxy/internal/sse":      {},
+	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides.
+	"proxy/demo":              {},
+	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake"}},
+	"proxy/upstreamtest/fake": {may: []string{"proxy/demo"}},
+	// The programs.
+	"":          {},
+	"cmd/proxy": {may: []string{"*"}},
+	"cmd/load":  {may: []string{"cmd/load/loadbench", "proxy/upstreamtest/fake"}},
+	// The load tool's harness: from outside, over HTTP and the binary, as a client would.
+	"cmd/load/loadbench": {may: []string{"db/dbfault", "proxy/demo", "proxy/upstreamtest/fake"}},
+	"db/dbfault":         {},
+	"db/dbtest":          {may: []string{"db", "db/dbfault"}},
+}
+
+// TestRoomsImports checks the import graph against roomImports: a dialect cannot reach the
+// panel, neither the admin REST nor MCP can start a turn, only tools reaches the database.
 func TestRoomsImports(t *testing.T) {
 	t.Parallel()
-	deps := func(pkg string) string {
-		out, err := exec.Command("go", "list", "-deps", "github.com/wsproxy/wsproxy/"+pkg).Output()
+	const module = "github.com/wsproxy/wsproxy"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}:{{join .Imports \" \"}}", module+"/...").Output()
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, imports, _ := strings.Cut(line, ":")
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		rule, ok := roomImports[rel]
+		require.True(t, ok, "package %q is not in roomImports (docs/architecture.md's table): place it", rel)
+		seen[rel] = true
+		for _, imp := range strings.Fields(imports) {
+			dep, inModule := strings.CutPrefix(imp, module+"/")
+			if !inModule || slices.Contains(rule.may, "*") {
+				continue
+			}
+			require.Contains(t, rule.may, dep, "%s imports %s, which docs/architecture.md's table does not allow", pkg, imp)
+		}
+		if len(rule.never) == 0 {
+			continue
+		}
+		deps, err := exec.Command("go", "list", "-deps", pkg).Output()
 		require.NoError(t, err)
-		return string(out)
+		for _, d := range strings.Fields(string(deps)) {
+			for _, never := range rule.never {
+				if !strings.Contains(strings.SplitN(never, "/", 2)[0], ".") && !strings.HasPrefix(never, "net/") {
+					never = module + "/" + never // a package of the module
+				}
+				require.False(t, d == never || strings.HasPrefix(d, never+"/"), "%s depends on %s (never %s)", pkg, d, never)
+			}
+		}
 	}
-	turn, admin, mcp := deps("proxy/internal/turn"), deps("proxy/internal/admin"), deps("proxy/internal/mcp")
-	require.NotContains(t, turn, "wsproxy/proxy/internal/admin")
-	require.NotContains(t, turn, "prometheus")
-	require.NotContains(t, admin, "wsproxy/proxy/internal/turn")
-	require.NotContains(t, mcp, "wsproxy/proxy/internal/turn")
-	require.NotContains(t, mcp, "wsproxy/proxy/internal/admin")
-	require.Contains(t, turn, "wsproxy/tools")
-	require.Contains(t, admin, "wsproxy/tools")
+	for rel := range roomImports {
+		require.True(t, seen[rel], "roomImports names %q, which is no package of the module", rel)
+	}
 }

@@ -55,6 +55,10 @@ type Config struct {
 	WorkspacePlacement string
 	// PromptCacheKey: auto, thread or off.
 	PromptCacheKey string
+	// WorkspaceUnavailable is "fail" (503) or "bypass": what a thread turn whose workspace
+	// cannot be read within WorkspaceBudget gets.
+	WorkspaceUnavailable string
+	WorkspaceBudget      time.Duration
 	// DatabaseListenURL is a direct connection for LISTEN: the event streams and MCP's
 	// subscriptions ("" means DatabaseURL).
 	DatabaseListenURL string
@@ -87,23 +91,25 @@ type Config struct {
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseTimeout:    tools.DefaultTimeout,
-		UpstreamBaseURL:    proxy.DefaultUpstreamURL,
-		ListenAddr:         "127.0.0.1:8080", // loopback: a key behind the proxy is spent by whoever reaches it
-		MaxToolRounds:      proxy.DefaultMaxToolRounds,
-		MaxRequestBytes:    proxy.DefaultMaxRequestBytes,
-		RequestReadTimeout: proxy.DefaultRequestReadTimeout,
-		MaxBufferedBytes:   proxy.DefaultMaxBufferedBytes,
-		UpstreamTimeout:    proxy.DefaultUpstreamTimeout,
-		StreamKeepalive:    proxy.DefaultStreamKeepalive,
-		WorkspacePlacement: string(proxy.PlaceTail),
-		PassThroughRoutes:  proxy.DefaultPassThroughRoutes,
-		PromptCacheKey:     proxy.PromptCacheKeyAuto,
-		UI:                 "on",
-		MCP:                "on",
-		ShutdownTimeout:    30 * time.Second,
-		LogLevel:           "info",
-		LogFormat:          "text",
+		DatabaseTimeout:      tools.DefaultTimeout,
+		UpstreamBaseURL:      proxy.DefaultUpstreamURL,
+		ListenAddr:           "127.0.0.1:8080", // loopback: a key behind the proxy is spent by whoever reaches it
+		MaxToolRounds:        proxy.DefaultMaxToolRounds,
+		MaxRequestBytes:      proxy.DefaultMaxRequestBytes,
+		RequestReadTimeout:   proxy.DefaultRequestReadTimeout,
+		MaxBufferedBytes:     proxy.DefaultMaxBufferedBytes,
+		UpstreamTimeout:      proxy.DefaultUpstreamTimeout,
+		StreamKeepalive:      proxy.DefaultStreamKeepalive,
+		WorkspacePlacement:   string(proxy.PlaceTail),
+		PassThroughRoutes:    proxy.DefaultPassThroughRoutes,
+		PromptCacheKey:       proxy.PromptCacheKeyAuto,
+		WorkspaceUnavailable: "fail",
+		WorkspaceBudget:      proxy.DefaultWorkspaceBudget,
+		UI:                   "on",
+		MCP:                  "on",
+		ShutdownTimeout:      30 * time.Second,
+		LogLevel:             "info",
+		LogFormat:            "text",
 
 		MaxToolCallsPerRound: proxy.DefaultMaxToolCallsPerRound,
 		MaxToolCallsPerTurn:  proxy.DefaultMaxToolCallsPerTurn,
@@ -143,6 +149,8 @@ func (c *Config) settings() []setting {
 		{"REQUEST_READ_TIMEOUT", "request-read-timeout", "longest a request body may take to arrive (408 past it)", (*durationValue)(&c.RequestReadTimeout)},
 		{"MAX_BUFFERED_BYTES", "max-buffered-bytes", "request bodies held in memory across all requests at once (503 past it); bytes, or with KiB, MiB, GiB", (*byteSize)(&c.MaxBufferedBytes)},
 		{"WORKSPACE_PLACEMENT", "workspace-placement", "where the workspace goes in a request: tail (the last user or tool message, keeps the prompt cache) or system (the system prompt)", (*stringValue)(&c.WorkspacePlacement)},
+		{"WORKSPACE_UNAVAILABLE", "workspace-unavailable", "what a thread turn gets when Postgres cannot give its workspace within WORKSPACE_BUDGET: fail (503 workspace_unavailable) or bypass (forwarded without the workspace, marked X-Workspace: unavailable, counted)", (*stringValue)(&c.WorkspaceUnavailable)},
+		{"WORKSPACE_BUDGET", "workspace-budget", "with WORKSPACE_UNAVAILABLE=bypass, how long a thread turn waits for its workspace before it is forwarded without it", (*durationValue)(&c.WorkspaceBudget)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates, MCP's subscriptions), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last), tool-call records, response turns and client responses older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
@@ -216,6 +224,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := proxy.ParseAllowedRoutes(c.PassThroughRoutes); err != nil {
 		return fmt.Errorf("PASSTHROUGH_ROUTES: %w", err)
+	}
+	if c.WorkspaceUnavailable != "fail" && c.WorkspaceUnavailable != "bypass" {
+		return fmt.Errorf("WORKSPACE_UNAVAILABLE: %q is not fail or bypass", c.WorkspaceUnavailable)
+	}
+	if c.WorkspaceBudget <= 0 {
+		return fmt.Errorf("WORKSPACE_BUDGET: %s is not a positive duration", c.WorkspaceBudget)
 	}
 	switch c.PromptCacheKey {
 	case proxy.PromptCacheKeyAuto, proxy.PromptCacheKeyThread, proxy.PromptCacheKeyOff:

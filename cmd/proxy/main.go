@@ -264,6 +264,8 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 		TrustedProxies:       trusted,
 		Placement:            placement,
 		PromptCacheKey:       m.Config.PromptCacheKey,
+		BypassUnavailable:    m.Config.WorkspaceUnavailable == "bypass",
+		WorkspaceBudget:      m.Config.WorkspaceBudget,
 		MaxToolRounds:        m.Config.MaxToolRounds,
 		MaxToolCallsPerRound: m.Config.MaxToolCallsPerRound,
 		MaxToolCallsPerTurn:  m.Config.MaxToolCallsPerTurn,

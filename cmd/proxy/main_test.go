@@ -393,7 +393,8 @@ func TestStartAndShutdownLines(t *testing.T) {
 	chat(t, client, "I prefer small hotels.")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "msg=request") }, 10*time.Second, 5*time.Millisecond)
 	line := lineOf(t, logs.String(), "msg=request")
-	require.Contains(t, line, `route="POST /threads/{thread}/v1/chat/completions" status=200 thread=logged rounds=2 upstream_status=200 duration_ms=`)
+	require.Regexp(t, `route="POST /threads/\{thread\}/v1/chat/completions" status=200 addr=127\.0\.0\.1 thread=logged kind=turn model=wsproxy-demo rounds=2 `+
+		`upstream_status=200 prompt_tokens=\d+ cached_tokens=\d+ completion_tokens=\d+ duration_ms=[0-9.]+ request_id=req_[0-9a-f]{24}$`, line)
 	require.NotContains(t, logs.String(), "small hotels")
 
 	require.NoError(t, m.Close())

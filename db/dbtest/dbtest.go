@@ -48,8 +48,9 @@ var (
 
 func adminPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	u := URL(t) // outside the Once: a test without a database fails here, every time
 	adminOnce.Do(func() {
-		admin, adminErr = pgxpool.New(context.Background(), URL(t))
+		admin, adminErr = pgxpool.New(context.Background(), u)
 	})
 	if adminErr != nil {
 		t.Fatalf("connect to test database: %v", adminErr)

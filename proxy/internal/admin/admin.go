@@ -633,7 +633,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		ctx, expire = context.WithDeadline(ctx, time.Unix(p.via.Expires, 0))
 		defer expire()
 	}
-	err = s.opts.Hub.WatchAlso(ctx, ws.ThreadID().String(), time.Duration(s.heartbeat.Load()), func(tick bool) ([]string, error) {
+	err = s.opts.Hub.WatchAlso(ctx, ws.ThreadID().String(), s.opts.Heartbeat, func(tick bool) ([]string, error) {
 		if tick {
 			if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
 				return nil, err

@@ -8,7 +8,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
@@ -32,6 +31,9 @@ type Options struct {
 	DisablePanel bool
 	// DisableMCP says MCP (/mcp) is off: no MCP token is issued.
 	DisableMCP bool
+	// Heartbeat is how often an idle event stream gets a comment line and reads its thread
+	// unwoken. Zero means eventhub.Heartbeat.
+	Heartbeat time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -41,10 +43,9 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	// Sessions and links are signed by signer; closing ends the streams.
-	signer    auth.Signer
-	closing   context.Context
-	close     context.CancelFunc
-	heartbeat atomic.Int64 // of the event streams, in nanoseconds
+	signer  auth.Signer
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // New returns the user path's server.
@@ -52,9 +53,11 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = eventhub.Heartbeat
+	}
 	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer()}
 	s.closing, s.close = context.WithCancel(context.Background())
-	s.SetHeartbeat(eventhub.Heartbeat)
 	return s
 }
 
@@ -68,19 +71,6 @@ func (s *Server) Register(mux *http.ServeMux) {
 
 // Close ends the event streams, once; an HTTP server's shutdown waits for them otherwise.
 func (s *Server) Close() { s.close() }
-
-// SetHeartbeat sets how often an idle event stream gets a comment line (15 s unless set), for
-// the streams opened after it.
-func (s *Server) SetHeartbeat(d time.Duration) { s.heartbeat.Store(int64(d)) }
-
-// Routes are the admin REST's routes, "METHOD /path" each, as the OpenAPI document names them.
-func Routes() []string {
-	out := make([]string, len(adminRouteTable))
-	for i, rt := range adminRouteTable {
-		out[i] = rt.method + " " + rt.path
-	}
-	return out
-}
 
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
 	return s.opts.ReadBody(w, r)

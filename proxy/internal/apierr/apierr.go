@@ -232,13 +232,29 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 		return
 	}
 	e := From(err)
-	e.Log(r.Context(), log, "request failed", slog.String("path", r.URL.Path))
+	e.Log(r.Context(), log, "request failed", slog.String("route", r.Pattern))
 	if e.Status == StatusClientClosedRequest {
 		return // nobody is listening
+	}
+	if id := RequestID(r.Context()); id != "" && e.Status >= 500 {
+		named := *e // e may be shared: a sentinel
+		named.Message += " (request " + id + ")"
+		e = &named
 	}
 	CopyHeader(w.Header(), e.Header)
 	WriteJSON(w, e.Status, e.BodyFor(r.Context()))
 }
+
+type requestIDKey struct{}
+
+// WithRequestID is ctx with the id of its request (X-Request-Id): the message of a 5xx the
+// request gets names it, and so does every log line of the request.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID is the id of ctx's request ("" for none).
+func RequestID(ctx context.Context) string { id, _ := ctx.Value(requestIDKey{}).(string); return id }
 
 type shapeKey struct{}
 

@@ -44,14 +44,6 @@ func (h *Hub) Close() {
 	})
 }
 
-// Subscribe returns the wake-ups of thread (stored form), and the function that ends the
-// subscription.
-func (h *Hub) Subscribe(thread string) (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	h.add(thread, ch)
-	return ch, func() { h.remove(thread, ch) }
-}
-
 // add has thread's changes wake ch.
 func (h *Hub) add(thread string, ch chan struct{}) {
 	h.mu.Lock()

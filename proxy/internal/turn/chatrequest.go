@@ -1,10 +1,7 @@
 package turn
 
 import (
-	"cmp"
 	"encoding/json"
-	"errors"
-	"fmt"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -31,44 +28,6 @@ type ChatRequest struct {
 	// Legacy: the request uses the legacy functions/function_call fields; it is passed through
 	// without a workspace.
 	Legacy bool
-}
-
-// extent is where an element lies in its array: msgs[start:end].
-type extent struct{ start, end int }
-
-// elements is where the elements of an array lie: n of them; first, second and last their spans,
-// beforeLast the end of the one before the last.
-type elements struct {
-	n                   int
-	first, second, last extent
-	beforeLast          int
-}
-
-// objects finds the elements of list, an array of objects named name in the request: 400 for
-// an element that is not an object (naming it), or with notArray for a list that is not an array.
-func objects(list json.RawMessage, name, notArray string) (elements, error) {
-	var el elements
-	err := rawjson.Each(list, func(i, start, end int) error {
-		if list[start] != '{' {
-			return apierr.BadRequest("invalid_type", fmt.Sprintf("%s[%d]", name, i), "%s[%d] must be an object", name, i)
-		}
-		switch i {
-		case 0:
-			el.first = extent{start, end}
-		case 1:
-			el.second = extent{start, end}
-		}
-		el.beforeLast, el.last, el.n = el.last.end, extent{start, end}, i+1
-		return nil
-	})
-	if err != nil {
-		var e *apierr.Error
-		if errors.As(err, &e) {
-			return elements{}, e
-		}
-		return elements{}, apierr.BadRequest("invalid_type", name, "%s", notArray)
-	}
-	return el, nil
 }
 
 // ParseChatRequest parses and checks a thread turn's body (docs/spec.md §3, §10).
@@ -111,50 +70,6 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		c.IncludeUsage = opts.IncludeUsage
 	}
 	return c, nil
-}
-
-// topLevel is a request's top-level members, as the client sent them, and its "stream".
-type topLevel struct {
-	fields   rawjson.Object
-	streamed bool
-	// kind is the request's kind when it is left alone ("" for a turn).
-	kind string
-}
-
-// Kind is the request's kind (Request.Kind).
-func (f *topLevel) Kind() string { return cmp.Or(f.kind, KindTurn) }
-
-// parseTop reads a request body's top-level members (checking the whole body as it goes): an
-// error for a body that is not a JSON object.
-func parseTop(body []byte) (topLevel, error) {
-	top, err := rawjson.Parse(body)
-	if err != nil {
-		if !rawjson.Valid(body) {
-			return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
-		}
-		return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
-	}
-	t := topLevel{fields: top}
-	if s := top.Get("stream"); s != nil {
-		_ = json.Unmarshal(s, &t.streamed)
-	}
-	return t, nil
-}
-
-// Streamed reports whether the client asked for a stream.
-func (f *topLevel) Streamed() bool { return f.streamed }
-
-// Model is the model the request names ("" when none).
-func (f *topLevel) Model() string {
-	m, _ := rawjson.Unquote(f.fields.Get("model"))
-	return m
-}
-
-// setDefault sets a top-level member the client did not send.
-func (f *topLevel) setDefault(key string, value json.RawMessage) {
-	if f.fields.Get(key) == nil {
-		f.fields.Set(key, value)
-	}
 }
 
 // Prepare puts the workspace text where placement says, asks a streamed turn's upstream for its
@@ -229,4 +144,48 @@ func (c *ChatRequest) appendRound(content json.RawMessage, reasoning rawjson.Obj
 // pieces of the client's body: nothing of it is copied.
 func (c *ChatRequest) Body(withWorkspaceTools bool) Payload {
 	return roundBody(c.fields, "messages", c.messages, c.toolRuns(withWorkspaceTools, workspaceTools))
+}
+
+// isChatTurn reports a message of the client's turn: a user or tool message.
+func isChatTurn(msg []byte) bool {
+	start, end, ok := rawjson.Member(msg, "role")
+	if !ok {
+		return false
+	}
+	role, _ := rawjson.Unquote(msg[start:end])
+	return role == "user" || role == "tool"
+}
+
+// InjectWorkspace puts text (the instructions and the block) where the placement says. With
+// PlaceTail it goes into the last message when that is a user or tool message, after its own
+// content (appendToLast). With PlaceSystem, or a last message of another role, it is appended to
+// the first message when it is a system or developer message (as text, or as one more text part
+// when its content is an array of parts), else it comes as a new first system message.
+func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
+	if placement == PlaceTail && c.n > 0 && isChatTurn(c.msgs[c.last.start:c.last.end]) {
+		c.messages = c.messages[:0]
+		if c.n > 1 {
+			c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
+		}
+		c.messages = append(c.messages, appendToLast(c.msgs[c.last.start:c.last.end], "content", "text", text))
+		return
+	}
+	// The block goes first: the client's latest turn, which follows it, must not pose as it.
+	if c.n > 0 {
+		if first, err := rawjson.Parse(c.msgs[c.first.start:c.first.end]); err == nil {
+			role, _ := rawjson.Unquote(first.Get("role"))
+			if role == "system" || role == "developer" {
+				c.messages = []Payload{{appendToSystem(first, text)}}
+				if c.n > 1 {
+					c.messages = append(c.messages, neutralizedTurn(c.msgs, c.second.start, c.last.end, isChatTurn)...)
+				}
+				return
+			}
+		}
+		c.messages = neutralizedTurn(c.msgs, c.first.start, c.last.end, isChatTurn)
+	}
+	msg := rawjson.Object{}
+	msg.Set("role", rawjson.String("system"))
+	msg.Set("content", rawjson.String(text))
+	c.messages = append([]Payload{{msg.Bytes()}}, c.messages...)
 }

@@ -199,3 +199,5 @@ type toolCall struct {
 	// theirs), for wire formats that send one output per call the model made.
 	Parts []toolCall
 }
+
+var keepaliveComment = []byte(": keepalive\n\n")

@@ -127,14 +127,6 @@ func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usa
 	return m.calls, messagesTokens(top.Get("usage")), info, nil
 }
 
-// messageID is a turn's id: its first message's, or one made up when the upstream gave none.
-func messageID(first string) string {
-	if first != "" {
-		return first
-	}
-	return "msg_" + randomHex(12)
-}
-
 func (d *messagesJSON) extend(calls []toolCall, results []tools.Result) {
 	d.shown = d.last.visible(d.shown)
 	d.req.appendRound(d.last.sentBack(), calls, results)

@@ -36,16 +36,6 @@ func ParsePlacement(s string) (Placement, error) {
 	return "", fmt.Errorf("%q is not a placement (tail or system)", s)
 }
 
-// isChatTurn reports a message of the client's turn: a user or tool message.
-func isChatTurn(msg []byte) bool {
-	start, end, ok := rawjson.Member(msg, "role")
-	if !ok {
-		return false
-	}
-	role, _ := rawjson.Unquote(msg[start:end])
-	return role == "user" || role == "tool"
-}
-
 // neutralizedTurn is the elements of list from from to end as runs, with the workspace tags in
 // the text of the client's latest turn neutralised: its last element that isTurn (the client's
 // own text: a user message, a tool's result) and every element after it (an assistant prefill).
@@ -314,38 +304,4 @@ func blankString(raw json.RawMessage) bool {
 		i += size
 	}
 	return true
-}
-
-// InjectWorkspace puts text (the instructions and the block) where the placement says. With
-// PlaceTail it goes into the last message when that is a user or tool message, after its own
-// content (appendToLast). With PlaceSystem, or a last message of another role, it is appended to
-// the first message when it is a system or developer message (as text, or as one more text part
-// when its content is an array of parts), else it comes as a new first system message.
-func (c *ChatRequest) InjectWorkspace(text string, placement Placement) {
-	if placement == PlaceTail && c.n > 0 && isChatTurn(c.msgs[c.last.start:c.last.end]) {
-		c.messages = c.messages[:0]
-		if c.n > 1 {
-			c.messages = append(c.messages, Payload{c.msgs[c.first.start:c.beforeLast]})
-		}
-		c.messages = append(c.messages, appendToLast(c.msgs[c.last.start:c.last.end], "content", "text", text))
-		return
-	}
-	// The block goes first: the client's latest turn, which follows it, must not pose as it.
-	if c.n > 0 {
-		if first, err := rawjson.Parse(c.msgs[c.first.start:c.first.end]); err == nil {
-			role, _ := rawjson.Unquote(first.Get("role"))
-			if role == "system" || role == "developer" {
-				c.messages = []Payload{{appendToSystem(first, text)}}
-				if c.n > 1 {
-					c.messages = append(c.messages, neutralizedTurn(c.msgs, c.second.start, c.last.end, isChatTurn)...)
-				}
-				return
-			}
-		}
-		c.messages = neutralizedTurn(c.msgs, c.first.start, c.last.end, isChatTurn)
-	}
-	msg := rawjson.Object{}
-	msg.Set("role", rawjson.String("system"))
-	msg.Set("content", rawjson.String(text))
-	c.messages = append([]Payload{{msg.Bytes()}}, c.messages...)
 }

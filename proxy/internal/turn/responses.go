@@ -167,12 +167,6 @@ func (c *ResponsesRequest) Continue(cont tools.Continuation) {
 	c.owed = elementRun(items)
 }
 
-// elementRun is the run of elements of an array of vals (without its brackets).
-func elementRun(vals []json.RawMessage) json.RawMessage {
-	a := rawjson.AppendArray(nil, vals)
-	return a[1 : len(a)-1]
-}
-
 func functionCallOutput(callID, output string) json.RawMessage {
 	o := rawjson.Object{}
 	o.Set("type", rawjson.String("function_call_output"))

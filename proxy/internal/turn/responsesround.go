@@ -136,14 +136,6 @@ func (rr *responseRound) info() roundInfo {
 	return info
 }
 
-// turnID is a turn's id: its first response's, or one made up when the upstream gave none.
-func turnID(first string) string {
-	if first != "" {
-		return first
-	}
-	return "resp_" + randomHex(24)
-}
-
 // visible appends the round's items the client may see (all but the workspace's calls).
 func (rr *responseRound) visible(dst []json.RawMessage) []json.RawMessage {
 	for i, item := range rr.items {

@@ -3,8 +3,6 @@ package turn
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -316,14 +314,6 @@ func (r *Runner) runParts(ctx context.Context, t *Turn, n int, view *tools.View,
 		items[i] = o.Bytes()
 	}
 	return tools.Result{OK: ok, Content: string(rawjson.AppendArray(nil, items))}, nil
-}
-
-func newCallID() string { return "call_" + randomHex(12) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 var errStreamEnded = errors.New("the upstream's stream ended before its reply was complete")

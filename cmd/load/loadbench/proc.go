@@ -1,11 +1,8 @@
-package main
+package loadbench
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +111,3 @@ func readCPUTimes() cpuTimes {
 	}
 	return t
 }
-
-func numCPU() int { return runtime.NumCPU() }
-
-func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

@@ -1,16 +1,14 @@
-package main
+package loadbench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,125 +19,59 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbfault"
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
-// soakUpstream is a model for the soak: a turn's first call records the user's message as a
-// preference; the call after the tools reads the tool's result and notes every title the proxy
-// reported as recorded. It injects faults at the given rates.
-type soakUpstream struct {
-	faults   faultRates
+// soakModel is the soak's upstream: the fake model (proxy/upstreamtest/fake) with faults
+// injected, whose script records the user's message as a preference on a turn's first call,
+// and on the call after the tools reads the tool's result and notes every title the proxy
+// reported as recorded.
+type soakModel struct {
+	*fake.Model
 	mu       sync.Mutex
 	reported map[string]bool // titles the proxy reported recorded
-	injected map[string]int
 }
 
-type faultRates struct {
-	status, reset, stall, badJSON float64
-	stallFor                      time.Duration
+func newSoakModel(f fake.Faults) *soakModel {
+	m := &soakModel{reported: map[string]bool{}}
+	m.Model = fake.New(fake.Options{Faults: f, Script: m.script})
+	return m
 }
 
-func newSoakUpstream(f faultRates) *soakUpstream {
-	return &soakUpstream{faults: f, reported: map[string]bool{}, injected: map[string]int{}}
-}
-
-func (u *soakUpstream) count(fault string) {
-	u.mu.Lock()
-	u.injected[fault]++
-	u.mu.Unlock()
-}
-
-func (u *soakUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	var req struct {
-		Stream   bool `json:"stream"`
-		Messages []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		} `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
-		return
-	}
-	switch x := rand.Float64(); {
-	case x < u.faults.status:
-		u.count("upstream 503")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"error":{"message":"overloaded","type":"server_error"}}`)
-		return
-	case x < u.faults.status+u.faults.reset:
-		u.count("connection reset")
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-		}
-		return
-	case x < u.faults.status+u.faults.reset+u.faults.stall:
-		u.count("stall past UPSTREAM_TIMEOUT")
-		select {
-		case <-r.Context().Done():
-		case <-time.After(u.faults.stallFor):
-		}
-		return
-	case x < u.faults.status+u.faults.reset+u.faults.stall+u.faults.badJSON:
-		u.count("invalid JSON")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"choices":[{"message":`)
-		return
-	}
+func (m *soakModel) script(req *fake.Request) fake.Answer {
 	last := req.Messages[len(req.Messages)-1]
-	var content string
-	var calls []map[string]any
-	if last.Role == "tool" {
-		var env struct {
-			OK     bool   `json:"ok"`
-			Result string `json:"result"`
-		}
-		_ = json.Unmarshal([]byte(last.Content), &env)
-		if env.OK && strings.HasPrefix(env.Result, "recorded 1 preference") {
-			// The user's message (the title) is the last user message.
-			for i := len(req.Messages) - 1; i >= 0; i-- {
-				if req.Messages[i].Role == "user" {
-					u.mu.Lock()
-					u.reported[demo.ClientText(req.Messages[i].Content)] = true
-					u.mu.Unlock()
-					break
-				}
+	if last.Role != "tool" {
+		a, _ := json.Marshal(map[string]any{"items": []map[string]string{{"title": demo.ClientText(last.Text())}}, "action_and_reasoning": "soak"})
+		return fake.Answer{Calls: []fake.Call{{ID: "call_soak", Name: "add_preferences", Arguments: string(a)}}}
+	}
+	var env struct {
+		OK     bool   `json:"ok"`
+		Result string `json:"result"`
+	}
+	_ = json.Unmarshal([]byte(last.Text()), &env)
+	if env.OK && strings.HasPrefix(env.Result, "recorded 1 preference") {
+		// The user's message (the title) is the last user message.
+		for i := len(req.Messages) - 1; i >= 0; i-- {
+			if req.Messages[i].Role == "user" {
+				m.mu.Lock()
+				m.reported[demo.ClientText(req.Messages[i].Text())] = true
+				m.mu.Unlock()
+				break
 			}
 		}
-		content = "Noted: " + env.Result
-	} else {
-		title := demo.ClientText(last.Content)
-		a, _ := json.Marshal(map[string]any{"items": []map[string]string{{"title": title}}, "action_and_reasoning": "soak"})
-		calls = []map[string]any{{"id": "call_soak", "type": "function", "function": map[string]any{"name": "add_preferences", "arguments": string(a)}}}
 	}
-	if req.Stream {
-		w.Header().Set("Content-Type", "text/event-stream")
-		chunk := func(delta map[string]any, finish any) {
-			b, _ := json.Marshal(map[string]any{"id": "chatcmpl-soak", "object": "chat.completion.chunk", "created": 1, "model": "soak",
-				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
-			fmt.Fprintf(w, "data: %s\n\n", b)
-		}
-		if calls != nil {
-			chunk(map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"index": 0, "id": "call_soak", "type": "function",
-				"function": calls[0]["function"]}}}, nil)
-			chunk(map[string]any{}, "tool_calls")
-		} else {
-			chunk(map[string]any{"role": "assistant", "content": content}, nil)
-			chunk(map[string]any{}, "stop")
-		}
-		fmt.Fprint(w, "data: [DONE]\n\n")
-		return
+	return fake.Answer{Text: "Noted: " + env.Result}
+}
+
+// reportedTitles are the titles the proxy reported recorded so far.
+func (m *soakModel) reportedTitles() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]bool, len(m.reported))
+	for k := range m.reported {
+		out[k] = true
 	}
-	msg := map[string]any{"role": "assistant", "content": content}
-	finish := "stop"
-	if calls != nil {
-		msg["content"], msg["tool_calls"], finish = nil, calls, "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-soak", "object": "chat.completion", "created": 1, "model": "soak",
-		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}})
+	return out
 }
 
 // soakTarget is the wsproxy under soak: one instance, or several on one Postgres that the soak's
@@ -239,7 +171,7 @@ func (s soakSummary) heapPerRequest() float64 {
 type soakRun struct {
 	tgt     soakTarget
 	next    atomic.Uint64 // the round-robin over the target's instances
-	up      *soakUpstream
+	up      *soakModel
 	client  *http.Client
 	sum     soakSummary
 	mu      sync.Mutex
@@ -256,7 +188,7 @@ type soakLoad struct {
 
 // soak drives mixed traffic at the target with workers clients, then checks every write, the
 // goroutines and the live heap against the baseline taken after a warm-up.
-func soak(ctx context.Context, tgt soakTarget, up *soakUpstream, load soakLoad, workers int) (soakSummary, error) {
+func soak(ctx context.Context, tgt soakTarget, up *soakModel, load soakLoad, workers int) (soakSummary, error) {
 	s := &soakRun{tgt: tgt, up: up, client: &http.Client{Timeout: time.Minute}}
 	defer s.client.CloseIdleConnections()
 	s.sum = soakSummary{ClientErrors: map[string]int64{}}
@@ -457,11 +389,10 @@ func (s *soakRun) checkWrites() error {
 	if lastErr != nil {
 		return lastErr
 	}
-	s.up.mu.Lock()
-	defer s.up.mu.Unlock()
-	s.sum.Injected = s.up.injected
-	s.sum.Reported = len(s.up.reported)
-	for title := range s.up.reported {
+	reported := s.up.reportedTitles()
+	s.sum.Injected = s.up.Injected()
+	s.sum.Reported = len(reported)
+	for title := range reported {
 		switch stored[title] {
 		case 0:
 			s.sum.Lost++
@@ -522,19 +453,22 @@ func scrapeMetrics(client *http.Client, base string) (map[string]float64, error)
 	return out, nil
 }
 
-// soakCmd runs the soak against the wsproxy binary, with Postgres behind a fault proxy.
-func soakCmd(args []string) error {
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
-	d := fs.Duration("d", 10*time.Minute, "duration")
-	workers := fs.Int("c", 16, "concurrent clients")
-	instances := fs.Int("instances", 2, "wsproxy instances on the one Postgres, reached round-robin")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	dbURL := os.Getenv("DATABASE_URL")
+// Soak is the soak of make soak: mixed traffic against wsproxy instances on one Postgres, with
+// injected upstream faults and Postgres behind a fault proxy that cuts it now and then; then a
+// check of every write, of memory and of goroutines.
+type Soak struct {
+	Wsproxy     string // the wsproxy binary
+	DatabaseURL string
+	Duration    time.Duration
+	Clients     int
+	Instances   int // wsproxy instances on the one Postgres, reached round-robin
+}
+
+// Run runs the soak and prints what it found; it fails when it found a problem.
+func (sk Soak) Run(ctx context.Context) error {
+	dbURL := sk.DatabaseURL
 	if dbURL == "" {
-		return errors.New("DATABASE_URL is required (make soak provides one)")
+		return errors.New("the soak needs a Postgres")
 	}
 	pgCfg, err := pgconn.ParseConfig(dbURL)
 	if err != nil {
@@ -551,7 +485,7 @@ func soakCmd(args []string) error {
 	q.Set("port", strconv.Itoa(fault.Port()))
 	viaFault.RawQuery = q.Encode()
 
-	up := newSoakUpstream(faultRates{status: 0.04, reset: 0.02, stall: 0.005, badJSON: 0.01, stallFor: 5 * time.Second})
+	up := newSoakModel(fake.Faults{Status: 0.04, Reset: 0.02, Stall: 0.005, BadJSON: 0.01, StallFor: 5 * time.Second})
 	upAddr, err := freeAddr()
 	if err != nil {
 		return err
@@ -565,8 +499,8 @@ func soakCmd(args []string) error {
 		time.Sleep(d)
 		fault.Restore()
 	}}
-	for range *instances {
-		addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
+	for range sk.Instances {
+		addr, cmd, err := startWsproxy(sk.Wsproxy, "DATABASE_URL="+viaFault.String(), "UPSTREAM_BASE_URL=http://"+upAddr+"/v1",
 			"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=error", "UPSTREAM_TIMEOUT=2s", "DATABASE_TIMEOUT=3s")
 		if err != nil {
 			return err
@@ -574,8 +508,8 @@ func soakCmd(args []string) error {
 		defer stop(cmd)
 		tgt.baseURLs = append(tgt.baseURLs, "http://"+addr)
 	}
-	fmt.Printf("soaking %v for %s with %d clients…\n", tgt.baseURLs, *d, *workers)
-	sum, err := soak(context.Background(), tgt, up, soakLoad{d: *d}, *workers)
+	fmt.Printf("soaking %v for %s with %d clients…\n", tgt.baseURLs, sk.Duration, sk.Clients)
+	sum, err := soak(ctx, tgt, up, soakLoad{d: sk.Duration}, sk.Clients)
 	if err != nil {
 		return err
 	}

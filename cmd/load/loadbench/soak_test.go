@@ -1,4 +1,4 @@
-package main
+package loadbench
 
 import (
 	"bytes"
@@ -19,14 +19,15 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbfault"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
 // inProcessSoak is the soak's target in this process: the proxy (wrapped by wrap, when set) on a
 // pool behind a fault proxy, in front of the soak's upstream.
-func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarget, *soakUpstream) {
+func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarget, *soakModel) {
 	pool, fault := dbtest.NewFaultPool(t, nil)
-	up := newSoakUpstream(faultRates{status: 0.05, reset: 0.03, stall: 0.01, badJSON: 0.02, stallFor: time.Second})
+	up := newSoakModel(fake.Faults{Status: 0.05, Reset: 0.03, Stall: 0.01, BadJSON: 0.02, StallFor: time.Second})
 	upSrv := httptest.NewUnstartedServer(up)
 	upSrv.Config = newSoakServer(up)
 	upSrv.Start()

@@ -1,9 +1,8 @@
-package main
+package loadbench
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,49 +23,58 @@ type scenario struct {
 	stream bool
 }
 
-func suiteCmd(args []string) error {
-	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
-	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
-	d := fs.Duration("d", 5*time.Second, "duration of each run")
-	rounds := fs.Int("rounds", 3, "rounds, each running every scenario once per concurrency")
-	size := fs.Int("size", 1024, "request body size")
-	if err := fs.Parse(args); err != nil {
-		return err
+// Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
+// without a thread, with one, with a tool round, with two parents, streamed and not, at 1 and 32
+// clients, interleaved over rounds; then the CPU per request, the targets, and the memory of one
+// 10 MB streamed turn.
+type Suite struct {
+	Wsproxy  string        // the wsproxy binary
+	Duration time.Duration // of each run
+	Rounds   int           // each running every scenario once per concurrency
+	Size     int           // request body size in bytes
+	// DatabaseURL is a durable Postgres (fsync on); NofsyncDatabaseURL one with fsync off, where
+	// the thread turn runs again for comparison.
+	DatabaseURL, NofsyncDatabaseURL string
+}
+
+// Run runs the suite and prints its figures.
+func (s Suite) Run(ctx context.Context) error {
+	if s.DatabaseURL == "" || s.NofsyncDatabaseURL == "" {
+		return errors.New("the suite needs a durable Postgres and one with fsync off")
 	}
-	dbURL, fastURL := os.Getenv("DATABASE_URL"), os.Getenv("NOFSYNC_DATABASE_URL")
-	if dbURL == "" || fastURL == "" {
-		return errors.New("DATABASE_URL (a durable Postgres) and NOFSYNC_DATABASE_URL (one with fsync off) are required (make bench-load provides them)")
-	}
-	st := &suite{bin: *bin, dbURL: dbURL, pids: map[string]int{}}
+	st := &suiteRun{bin: s.Wsproxy, dbURL: s.DatabaseURL, pids: map[string]int{}}
 	defer st.stop()
-	scenarios, err := st.start(fastURL)
+	scenarios, err := st.start(s.NofsyncDatabaseURL)
 	if err != nil {
 		return err
 	}
-	results, cpu := st.run(scenarios, *rounds, *d, *size)
-	st.report(scenarios, *rounds, results, cpu)
-	return st.memory(*size)
+	results, cpu, err := st.run(ctx, scenarios, s.Rounds, s.Duration, s.Size)
+	if err != nil {
+		return err
+	}
+	st.report(scenarios, s.Rounds, results, cpu)
+	return st.memory(ctx, s.Size)
 }
 
 // chatPath is the route the suite loads.
 const chatPath = "/v1/chat/completions"
 
-// suite is one run of the load comparison: the processes it started and their addresses.
-type suite struct {
+// suiteRun is one run of the load comparison: the processes it started and their addresses.
+type suiteRun struct {
 	bin, dbURL string
 	procs      []*exec.Cmd
 	pids       map[string]int // a proxy's address -> its pid, for CPU accounting
 	up         string         // the fast fake upstream
 }
 
-func (st *suite) stop() {
+func (st *suiteRun) stop() {
 	for _, p := range st.procs {
 		stop(p)
 	}
 }
 
 // spawn starts this program with args and returns the address it listens on.
-func (st *suite) spawn(args ...string) (string, error) {
+func (st *suiteRun) spawn(args ...string) (string, error) {
 	addr, cmd, err := spawnSelf(args...)
 	if err != nil {
 		return "", err
@@ -76,7 +84,7 @@ func (st *suite) spawn(args ...string) (string, error) {
 }
 
 // proxy starts a wsproxy in front of upstream on dbURL.
-func (st *suite) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
+func (st *suiteRun) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
 	addr, cmd, err := startWsproxy(st.bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
 		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
@@ -88,7 +96,7 @@ func (st *suite) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
 }
 
 // start starts the upstreams, the bare proxy and the wsproxies, and returns the scenarios.
-func (st *suite) start(fastURL string) ([]scenario, error) {
+func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	var err error
 	if st.up, err = st.spawn("upstream"); err != nil {
 		return nil, err
@@ -149,14 +157,14 @@ var suiteConcurrency = []int{1, 32}
 func resultKey(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
 
 // pid is the pid of a scenario's proxy (0 for the direct upstream).
-func (st *suite) pid(s scenario) int {
+func (st *suiteRun) pid(s scenario) int {
 	return st.pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chatPath)]
 }
 
 // run runs every scenario at every concurrency, interleaved over rounds (the thread turns on the
 // durable and the fsync-off cluster in turn first); it returns the results and the CPU per
 // request at 32 clients.
-func (st *suite) run(scenarios []scenario, rounds int, d time.Duration, size int) (map[string][]Result, map[string][]cpuCost) {
+func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d time.Duration, size int) (map[string][]Result, map[string][]cpuCost, error) {
 	results := map[string][]Result{}
 	cpu := map[string][]cpuCost{}
 	fmt.Printf("%d rounds of %d scenarios x %v clients, %s each, %d-byte requests\n", rounds, len(scenarios), suiteConcurrency, d, size)
@@ -167,8 +175,11 @@ func (st *suite) run(scenarios []scenario, rounds int, d time.Duration, size int
 		}
 		for _, s := range order {
 			for _, c := range suiteConcurrency {
+				if err := ctx.Err(); err != nil {
+					return nil, nil, err
+				}
 				before := sampleCPU(st.pid(s))
-				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: requestBody(size, s.stream)}.Run(context.Background())
+				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: RequestBody(size, s.stream)}.Run(ctx)
 				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
 				if c == 32 && res.Requests > 0 {
 					cpu[s.name] = append(cpu[s.name], sampleCPU(st.pid(s)).since(before, res.Requests))
@@ -177,11 +188,11 @@ func (st *suite) run(scenarios []scenario, rounds int, d time.Duration, size int
 			}
 		}
 	}
-	return results, cpu
+	return results, cpu, nil
 }
 
 // report prints the medians, the CPU per request and the targets.
-func (st *suite) report(scenarios []scenario, rounds int, results map[string][]Result, cpu map[string][]cpuCost) {
+func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string][]Result, cpu map[string][]cpuCost) {
 	med := func(s scenario, c int) Result { return median(results[resultKey(s, c)]) }
 	fmt.Printf("\nMedians over %d rounds (ratios: to direct / to the bare proxy)\n", rounds)
 	fmt.Printf("%-32s %10s %12s %12s %12s %14s %12s\n", "scenario", "p50 c=1", "added p50", "ttfb50 c=1", "req/s c=32", "% of direct", "% of bare")
@@ -227,13 +238,13 @@ func (st *suite) report(scenarios []scenario, rounds int, results map[string][]R
 }
 
 // memory measures a fresh wsproxy, warmed up, through one 10 MB streamed thread turn.
-func (st *suite) memory(size int) error {
+func (st *suiteRun) memory(ctx context.Context, size int) error {
 	memProxy, cmd, err := st.proxy(st.up, st.dbURL)
 	if err != nil {
 		return err
 	}
-	warm := Load{URL: "http://" + memProxy + chatPath, Clients: 2, Duration: time.Second, Stream: true, ThreadPrefix: "mem", Body: requestBody(size, true)}
-	warm.Run(context.Background())
+	warm := Load{URL: "http://" + memProxy + chatPath, Clients: 2, Duration: time.Second, Stream: true, ThreadPrefix: "mem", Body: RequestBody(size, true)}
+	warm.Run(ctx)
 	before, err := peakRSS(cmd.Process.Pid)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package fake
 
 import (
 	"encoding/json"
@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestPromptCacheRule: the model follows OpenAI's published rule — the longest common prefix
 // with an earlier request of the same key, in 128-token steps, nothing under 1,024 — over the
@@ -19,10 +22,10 @@ func TestPromptCacheRule(t *testing.T) {
 	require.Equal(t, 1024, cachedTokens(1151))
 	require.Equal(t, 1152, cachedTokens(1152))
 
-	c := newPromptCache()
+	c := newOpenAICache()
 	long := strings.Repeat("x", 8000) // 2,000 tokens
-	req := func(key, model, last string) cacheRequest {
-		return cacheRequest{Model: model, PromptCacheKey: key, Messages: []cacheMessage{
+	req := func(key, model, last string) *Request {
+		return &Request{Model: model, PromptCacheKey: key, Messages: []Message{
 			{Role: "system", Content: []byte(`"` + long + `"`)}, {Role: "user", Content: []byte(`"` + last + `"`)}}}
 	}
 	p, cached := c.usage(req("", "m", "a"))
@@ -36,8 +39,8 @@ func TestPromptCacheRule(t *testing.T) {
 	require.Zero(t, cached, "so has a prompt_cache_key")
 
 	// Member order in the JSON does not matter; the rendered text does.
-	a := renderPrompt(cacheRequest{Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}})
-	b := renderPrompt(cacheRequest{Tools: []json.RawMessage{json.RawMessage(`{"function":{"name":"f"},"type":"function"}`)}})
+	a := renderPrompt(&Request{Tools: []json.RawMessage{json.RawMessage(`{"type":"function","function":{"name":"f"}}`)}})
+	b := renderPrompt(&Request{Tools: []json.RawMessage{json.RawMessage(`{"function":{"name":"f"},"type":"function"}`)}})
 	require.Equal(t, a, b)
 }
 
@@ -51,10 +54,10 @@ func TestAnthropicCacheRule(t *testing.T) {
 	c := newAnthropicCache()
 	long := strings.Repeat("x", 8000) // 2,000 tokens
 	mark := `,"cache_control":{"type":"ephemeral"}`
-	req := func(model string, blocks ...string) messagesCacheRequest {
+	req := func(model string, blocks ...string) *Request {
 		content := "[" + strings.Join(blocks, ",") + "]"
-		return messagesCacheRequest{Model: model, System: json.RawMessage(`[{"type":"text","text":"` + long + `"` + mark + `}]`),
-			Messages: []messagesCacheMessage{{Role: "user", Content: json.RawMessage(content)}}}
+		return &Request{API: Messages, Model: model, System: json.RawMessage(`[{"type":"text","text":"` + long + `"` + mark + `}]`),
+			Messages: []Message{{Role: "user", Content: json.RawMessage(content)}}}
 	}
 	text := func(s string, marked bool) string {
 		if marked {
@@ -75,7 +78,7 @@ func TestAnthropicCacheRule(t *testing.T) {
 	_, _, read = c.usage(req("other", text("a", true)))
 	require.Zero(t, read, "another model has a cache of its own")
 
-	short := messagesCacheRequest{Model: "s", Messages: []messagesCacheMessage{{Role: "user", Content: json.RawMessage(`[` + text("hi", true) + `]`)}}}
+	short := &Request{API: Messages, Model: "s", Messages: []Message{{Role: "user", Content: json.RawMessage(`[` + text("hi", true) + `]`)}}}
 	_, written, _ = c.usage(short)
 	require.Zero(t, written, "nothing under 1,024 tokens is cached")
 

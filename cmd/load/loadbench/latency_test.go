@@ -1,4 +1,4 @@
-package main
+package loadbench
 
 import (
 	"context"
@@ -16,12 +16,13 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 	"github.com/wsproxy/wsproxy/tools"
 )
 
 // quickModel is a model upstream whose timing a test does not wait long for.
 func quickModel(t *testing.T) *httptest.Server {
-	srv := httptest.NewServer(&modelUpstream{timing: modelTiming{TTFT: 5 * time.Millisecond, Chunks: 4, Interval: time.Millisecond}})
+	srv := httptest.NewServer(fake.New(fake.Options{Timing: fake.Timing{TTFT: 5 * time.Millisecond, Chunks: 4, Interval: time.Millisecond}}))
 	t.Cleanup(srv.Close)
 	return srv
 }
@@ -36,7 +37,7 @@ func TestModelUpstream(t *testing.T) {
 	post := func(body string, tool bool) string {
 		req, _ := http.NewRequest("POST", srv.URL+chatPath, strings.NewReader(body))
 		if tool {
-			req.Header.Set(toolRoundHeader, "1")
+			req.Header.Set(fake.ToolRoundHeader, "1")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestModelUpstream(t *testing.T) {
 		}
 		return
 	}
-	body := string(requestBody(300, true))
+	body := string(RequestBody(300, true))
 	chunks, text, _, _, finish, usage := read(post(body, false))
 	require.Len(t, chunks, 5, "4 pieces and the finish chunk")
 	require.Equal(t, "assistant", chunks[0].Choices[0].Delta.Role)
@@ -98,7 +99,7 @@ func TestModelUpstream(t *testing.T) {
 	chunks, _, name, args, finish, usage := read(post(withUsage, true))
 	require.Len(t, chunks, 6, "4 pieces of the call, the finish chunk, the usage")
 	require.Equal(t, "update_preferences", name)
-	require.Equal(t, toolArguments, args)
+	require.Equal(t, fake.ToolArguments, args)
 	require.Equal(t, "tool_calls", finish)
 	require.True(t, usage)
 
@@ -114,7 +115,7 @@ func TestModelUpstream(t *testing.T) {
 			} `json:"message"`
 		} `json:"choices"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(post(string(requestBody(300, false)), false)), &answer))
+	require.NoError(t, json.Unmarshal([]byte(post(string(RequestBody(300, false)), false)), &answer))
 	require.Equal(t, "Soil word word word", answer.Choices[0].Message.Content)
 }
 
@@ -133,7 +134,7 @@ func TestOpenLoopRows(t *testing.T) {
 		ws.Close()
 		_ = p.Shutdown(context.Background())
 	})
-	h := &latencyHarness{timing: modelTiming{TTFT: 5 * time.Millisecond, Chunks: 4, Interval: time.Millisecond}, size: 300}
+	h := &latencyHarness{timing: fake.Timing{TTFT: 5 * time.Millisecond, Chunks: 4, Interval: time.Millisecond}, size: 300}
 	const n = 3
 	for i := range threads(n) {
 		require.NoError(t, seed(ws.URL, threadName(i)))
@@ -149,7 +150,7 @@ func TestOpenLoopRows(t *testing.T) {
 			}
 			loop := h.openLoop(s, tgt, n)
 			loop.duration = 100 * time.Millisecond
-			results := loop.run()
+			results := loop.run(context.Background())
 			require.NotEmpty(t, results)
 			for _, r := range results {
 				require.Empty(t, r.err)

@@ -1,10 +1,8 @@
-package main
+package loadbench
 
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -42,8 +40,8 @@ type Load struct {
 	Body         []byte
 }
 
-// requestBody is a chat request of about size bytes.
-func requestBody(size int, stream bool) []byte {
+// RequestBody is a chat request of about size bytes, streamed or not.
+func RequestBody(size int, stream bool) []byte {
 	var msgs []string
 	msgs = append(msgs, `{"role":"system","content":"You are a careful assistant."}`)
 	line := "Tell me more about soil carbon and how it is measured in the field. "
@@ -130,23 +128,4 @@ func (l Load) Run(ctx context.Context) Result {
 	r.P50, r.P90, r.P99 = pct(totals, .50), pct(totals, .90), pct(totals, .99)
 	r.TTFB50 = pct(ttfbs, .50)
 	return r
-}
-
-func runCmd(args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	url := fs.String("url", "", "chat completions URL")
-	clients := fs.Int("c", 32, "concurrent clients")
-	d := fs.Duration("d", 10*time.Second, "duration")
-	stream := fs.Bool("stream", false, "ask for a streamed response")
-	thread := fs.String("thread", "", "name a thread per client: PREFIX-N")
-	size := fs.Int("size", 1024, "request body size in bytes")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *url == "" {
-		return errors.New("-url is required")
-	}
-	r := Load{URL: *url, Clients: *clients, Duration: *d, Stream: *stream, ThreadPrefix: *thread, Body: requestBody(*size, *stream)}.Run(context.Background())
-	fmt.Println(r)
-	return nil
 }

@@ -1,12 +1,12 @@
-package main
+package loadbench
 
 import (
 	"bufio"
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
 // The latency table (make bench-latency): streamed turns against a model upstream with a hosted
@@ -59,38 +62,38 @@ var latencyScenarios = []latencyScenario{
 	{name: "wsproxy one tool round", target: targetWsproxy, thread: true, tool: true},
 }
 
-func latencyCmd(args []string) error {
-	fs := flag.NewFlagSet("latency", flag.ContinueOnError)
-	h := &latencyHarness{timing: defaultModelTiming}
-	fs.StringVar(&h.bin, "wsproxy", "bin/wsproxy", "the wsproxy binary")
-	streams := fs.String("c", "100,1000,5000", "concurrent streams of the rows, comma-separated")
-	fs.DurationVar(&h.window, "window", 10*time.Second, "the measured part of each row, after its ramp")
-	fs.IntVar(&h.size, "size", 1024, "request body size in bytes")
-	only := fs.String("scenarios", "", "run only the scenarios whose names contain one of these comma-separated words")
-	rounds := fs.Int("rounds", 1, "rounds of the rows at each load, one after the other; the table gives each figure's median")
-	fs.IntVar(&h.pool, "pool", 0, "wsproxy's pool size (pool_max_conns in its DATABASE_URL; 0: the URL's, else pgx's default)")
-	before := fs.String("before", "", "another wsproxy binary (an earlier build) whose rows run just before each wsproxy row, for a comparison")
-	h.timing.flags(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	h.dbURL = os.Getenv("DATABASE_URL")
+// Latency is the latency table of make bench-latency: streamed turns at a model's pace,
+// open-loop at each number of concurrent streams, directly, through the bare proxy and through
+// wsproxy (pass-through, a thread turn, one tool round), each row a fresh proxy; it prints each
+// row as it ends, then the table and the targets.
+type Latency struct {
+	Wsproxy string // the wsproxy binary
+	// Before, when set, is another wsproxy binary (an earlier build) whose rows run just before
+	// each wsproxy row, for a comparison.
+	Before      string
+	DatabaseURL string
+	Streams     []int         // the rows' numbers of concurrent streams
+	Window      time.Duration // the measured part of each row, after its ramp
+	Size        int           // request body size in bytes
+	// Scenarios, when set, keeps only the scenarios whose names contain one of these words.
+	Scenarios []string
+	Rounds    int // rounds of the rows at each load; the table gives each figure's median
+	Pool      int // wsproxy's pool_max_conns (0: the URL's, else pgx's default)
+	Timing    fake.Timing
+}
+
+// Run runs the rows and prints the table.
+func (l Latency) Run(ctx context.Context) error {
+	h := &latencyHarness{bin: l.Wsproxy, dbURL: l.DatabaseURL, timing: l.Timing, window: l.Window, size: l.Size, pool: l.Pool}
 	if h.dbURL == "" {
-		return errors.New("DATABASE_URL is required (make bench-latency provides a durable Postgres)")
+		return errors.New("the latency table needs a Postgres")
 	}
-	var ns []int
-	for _, f := range strings.Split(*streams, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("-c: %q is not a number of streams", f)
-		}
-		ns = append(ns, n)
-	}
+	rounds := max(l.Rounds, 1)
 	scenarios := latencyScenarios
-	if *only != "" {
+	if len(l.Scenarios) > 0 {
 		scenarios = nil
 		for _, s := range latencyScenarios {
-			for _, w := range strings.Split(*only, ",") {
+			for _, w := range l.Scenarios {
 				if strings.Contains(s.name, strings.TrimSpace(w)) {
 					scenarios = append(scenarios, s)
 					break
@@ -98,12 +101,12 @@ func latencyCmd(args []string) error {
 			}
 		}
 	}
-	if *before != "" {
+	if l.Before != "" {
 		var both []latencyScenario
 		for _, s := range scenarios {
 			if s.target == targetWsproxy {
 				b := s
-				b.name, b.bin = s.name+" (before)", *before
+				b.name, b.bin = s.name+" (before)", l.Before
 				both = append(both, b)
 			}
 			both = append(both, s)
@@ -115,13 +118,16 @@ func latencyCmd(args []string) error {
 	}
 	defer h.stop()
 	fmt.Printf("model: %s to the first token, then %d chunks at %s (a round: %s); open-loop rows of %s after a ramp; %s\n",
-		h.timing.TTFT, h.timing.Chunks, h.timing.Interval, h.timing.total(), h.window, machine())
+		h.timing.TTFT, h.timing.Chunks, h.timing.Interval, h.timing.Total(), h.window, machine())
 	var rows []latencyRow
-	for _, n := range ns {
+	for _, n := range l.Streams {
 		var runs [][]latencyRow // by scenario
-		for round := range *rounds {
+		for round := range rounds {
 			for i, s := range scenarios {
-				r, err := h.row(s, n)
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				r, err := h.row(ctx, s, n)
 				if err != nil {
 					return fmt.Errorf("%s at %d streams: %w", s.name, n, err)
 				}
@@ -136,8 +142,8 @@ func latencyCmd(args []string) error {
 			rows = append(rows, medianRow(rs))
 		}
 	}
-	if *rounds > 1 {
-		fmt.Printf("\nMedians over %d rounds", *rounds)
+	if rounds > 1 {
+		fmt.Printf("\nMedians over %d rounds", rounds)
 	}
 	printLatencyTable(os.Stdout, rows)
 	return nil
@@ -191,7 +197,7 @@ func medianRow(rs []latencyRow) latencyRow {
 // latencyHarness runs the rows: it owns the model upstream and, for each row, a fresh proxy.
 type latencyHarness struct {
 	bin, dbURL string
-	timing     modelTiming
+	timing     fake.Timing
 	window     time.Duration
 	size       int
 	pool       int // wsproxy's pool_max_conns (0: its default)
@@ -317,15 +323,15 @@ func threadName(i int) string { return "lat-" + strconv.Itoa(i) }
 // streamDuration is how long a stream of s takes at the model's pace.
 func (h *latencyHarness) streamDuration(s latencyScenario) time.Duration {
 	if s.tool {
-		return 2 * h.timing.total()
+		return 2 * h.timing.Total()
 	}
-	return h.timing.total()
+	return h.timing.Total()
 }
 
 // row runs one row: a fresh proxy (for the proxy rows), a warm-up, then open-loop arrivals at
 // the rate that keeps n streams open: a ramp of one stream's time and a second, then the
 // measured window, then the streams still open run to their end.
-func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
+func (h *latencyHarness) row(ctx context.Context, s latencyScenario, n int) (latencyRow, error) {
 	t, err := h.startTarget(s)
 	if err != nil {
 		return latencyRow{}, err
@@ -340,7 +346,7 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 	}
 	warm := h.openLoop(s, t, n)
 	warm.rate, warm.duration = 1000, 20*time.Millisecond // about 20 streams at once
-	warm.run()
+	warm.run(ctx)
 	loop := h.openLoop(s, t, n)
 	time.Sleep(200 * time.Millisecond)
 	before := h.sample(t, loop)
@@ -360,11 +366,13 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 	)
 	go func() {
 		defer close(samplerDone)
-		time.Sleep(ramp)
+		if !sleepCtx(ctx, ramp) {
+			return
+		}
 		upBefore = h.upstreamStats(true)
 		machineBefore, ourBefore = readCPUTimes(), h.ourCPU(t)
 		start = h.sample(t, loop)
-		for i := 0; i < 4 || time.Since(runStart) < ramp+h.window; i++ { // under load a sample may take seconds
+		for i := 0; ctx.Err() == nil && (i < 4 || time.Since(runStart) < ramp+h.window); i++ { // under load a sample may take seconds
 			time.Sleep(250 * time.Millisecond)
 			samples = append(samples, h.sample(t, loop))
 		}
@@ -372,8 +380,11 @@ func (h *latencyHarness) row(s latencyScenario, n int) (latencyRow, error) {
 		upEnd = h.upstreamStats(false)
 		machineAfter, ourAfter = readCPUTimes(), h.ourCPU(t)
 	}()
-	results := loop.run()
+	results := loop.run(ctx)
 	<-samplerDone
+	if err := ctx.Err(); err != nil {
+		return latencyRow{}, err
+	}
 
 	r := latencyRow{scenario: s, n: n, errors: map[string]int{}, window: h.window}
 	var ttfts []time.Duration
@@ -411,16 +422,16 @@ func (h *latencyHarness) openLoop(s latencyScenario, t target, n int) *openLoop 
 	o := &openLoop{
 		client: &http.Client{Transport: transport, Timeout: 2 * time.Minute},
 		url:    t.base + chatPath,
-		first:  requestBody(h.size, true),
+		first:  RequestBody(h.size, true),
 		header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer sk-load"}},
 		rate:   float64(n) / h.streamDuration(s).Seconds(),
 		expect: [2]time.Duration{h.streamDuration(s)},
 	}
 	if s.tool {
-		o.header.Set(toolRoundHeader, "1")
+		o.header.Set(fake.ToolRoundHeader, "1")
 		if s.target != targetWsproxy {
 			o.second = withToolResult(o.first)
-			o.expect = [2]time.Duration{h.timing.total(), h.timing.total()}
+			o.expect = [2]time.Duration{h.timing.Total(), h.timing.Total()}
 		}
 	}
 	if s.thread {
@@ -434,8 +445,9 @@ func (h *latencyHarness) openLoop(s latencyScenario, t target, n int) *openLoop 
 // its messages: the round a client sends after running the call itself.
 func withToolResult(body []byte) []byte {
 	i := bytes.LastIndex(body, []byte("]}"))
-	return slices.Concat(body[:i], []byte(`,{"role":"assistant","content":null,"tool_calls":[{"id":"call_load","type":"function","function":{"name":"update_preferences","arguments":`+
-		strconv.Quote(toolArguments)+`}}]},{"role":"tool","tool_call_id":"call_load","content":"{\"ok\":true}"}]}`))
+	c := fake.WorkspaceCall
+	return slices.Concat(body[:i], []byte(`,{"role":"assistant","content":null,"tool_calls":[{"id":`+strconv.Quote(c.ID)+`,"type":"function","function":{"name":`+
+		strconv.Quote(c.Name)+`,"arguments":`+strconv.Quote(c.Arguments)+`}}]},{"role":"tool","tool_call_id":`+strconv.Quote(c.ID)+`,"content":"{\"ok\":true}"}]}`))
 }
 
 // maxOpenStreams caps the streams a row holds open at once: a proxy holds two connections (two
@@ -472,7 +484,8 @@ type streamResult struct {
 	err              string
 }
 
-func (o *openLoop) run() []streamResult {
+// An ended ctx stops the arrivals; the streams open run to their end.
+func (o *openLoop) run(ctx context.Context) []streamResult {
 	defer o.client.CloseIdleConnections()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var (
@@ -487,8 +500,8 @@ func (o *openLoop) run() []streamResult {
 		if at >= o.duration {
 			break
 		}
-		if d := time.Until(start.Add(at)); d > 0 {
-			time.Sleep(d)
+		if !sleepCtx(ctx, time.Until(start.Add(at))) {
+			break
 		}
 		if o.open.Add(1) > maxOpenStreams {
 			o.open.Add(-1)
@@ -581,6 +594,21 @@ func (o *openLoop) post(body []byte, k int, t0 time.Time, expect time.Duration) 
 	return ttft, nil
 }
 
+// sleepCtx sleeps for d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // errorKind names a failure without its addresses, for counting.
 func errorKind(err error) string {
 	s := err.Error()
@@ -666,7 +694,7 @@ func getJSON(c *http.Client, url string, v any) error {
 		return err
 	}
 	defer resp.Body.Close()
-	return jsonDecode(resp.Body, v)
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // scrapeAll reads every sample of /metrics, keyed by its name and labels as written.
@@ -939,9 +967,9 @@ func machine() string {
 	load, _ := os.ReadFile("/proc/loadavg")
 	f := strings.Fields(string(load))
 	if len(f) >= 3 {
-		return fmt.Sprintf("load average %s %s %s on %d CPUs", f[0], f[1], f[2], numCPU())
+		return fmt.Sprintf("load average %s %s %s on %d CPUs", f[0], f[1], f[2], runtime.NumCPU())
 	}
-	return fmt.Sprintf("%d CPUs", numCPU())
+	return fmt.Sprintf("%d CPUs", runtime.NumCPU())
 }
 
 // spawnSelf starts this program with args and returns the address it listens on.

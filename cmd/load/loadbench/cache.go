@@ -1,178 +1,50 @@
-package main
+package loadbench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
-	"sync"
 
-	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
-// Prompt caching as OpenAI documents it: a request's prompt shares the longest prefix it can
-// with an earlier request (of the same prompt_cache_key, else the same model); that prefix is
-// served from the cache, rounded down to a multiple of 128 tokens, and nothing under 1,024.
-const (
-	cacheMinTokens  = 1024
-	cacheStepTokens = 128
-	// bytesPerToken approximates a tokenizer: about 4 bytes of English text a token.
-	bytesPerToken = 4
-	// cachedPriceRatio is the price of a cached input token relative to an uncached one.
-	cachedPriceRatio = 0.10
-)
+// The prompt-cache measurement of make bench-cache: scripted sessions, each straight to the fake
+// model with its prompt cache (proxy/upstreamtest/fake, Options.PromptCache) and through wsproxy
+// with each placement. The sessions (the client's side) and their scripts (the model's side)
+// are here together: the model's answers depend only on where the conversation is, so the
+// client's history is the same whether it talks to the model directly or through wsproxy;
+// through wsproxy it also keeps the workspace.
 
-// promptCache is a model of an upstream's prompt cache, for measurement. It renders each prompt
-// as a model sees it — the tools, then the messages in order, each in a canonical form (not the
-// request's JSON bytes, whose member order varies) — and answers usage by the rule above.
-type promptCache struct {
-	mu     sync.Mutex
-	seen   map[string][]string // prompts seen, per key
-	render func(req cacheRequest) string
-}
-
-type cacheRequest struct {
-	Model          string            `json:"model"`
-	PromptCacheKey string            `json:"prompt_cache_key"`
-	Tools          []json.RawMessage `json:"tools"`
-	Messages       []cacheMessage    `json:"messages"`
-}
-
-type cacheMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  json.RawMessage `json:"tool_calls"`
-	ToolCallID string          `json:"tool_call_id"`
-}
-
-// text is a message's content as text.
-func (m cacheMessage) text() string { return demo.ContentText(m.Content) }
-
-// renderPrompt is the prompt as a chat template lays it out: each tool's definition, then each
-// message's role, text and tool calls, in order.
-func renderPrompt(req cacheRequest) string {
-	var b strings.Builder
-	for _, t := range req.Tools {
-		b.Write(canonical(t))
-		b.WriteByte('\n')
-	}
-	for _, m := range req.Messages {
-		fmt.Fprintf(&b, "<|%s|>%s", m.Role, m.text())
-		if len(m.ToolCalls) > 0 && string(m.ToolCalls) != "null" {
-			b.Write(canonical(m.ToolCalls))
-		}
-		b.WriteString("<|end|>\n")
-	}
-	return b.String()
-}
-
-// canonical re-encodes JSON with sorted keys, so equal values render equal.
-func canonical(raw json.RawMessage) []byte {
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return raw
-	}
-	b, _ := json.Marshal(v)
-	return b
-}
-
-func newPromptCache() *promptCache {
-	return &promptCache{seen: map[string][]string{}, render: renderPrompt}
-}
-
-// usage returns the prompt's tokens and the part of them served from the cache, and remembers
-// the prompt.
-func (c *promptCache) usage(req cacheRequest) (prompt, cached int) {
-	p := c.render(req)
-	key := req.PromptCacheKey
-	if key == "" {
-		key = "model:" + req.Model
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	best := 0
-	for _, earlier := range c.seen[key] {
-		best = max(best, commonPrefix(p, earlier))
-	}
-	c.seen[key] = append(c.seen[key], p)
-	return len(p) / bytesPerToken, cachedTokens(best / bytesPerToken)
-}
-
-// cachedTokens applies the rule to a common prefix of n tokens.
-func cachedTokens(n int) int {
-	if n < cacheMinTokens {
-		return 0
-	}
-	return n / cacheStepTokens * cacheStepTokens
-}
-
-func commonPrefix(a, b string) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
-}
-
-// cacheModel is the scripted model of the cache sessions, behind the prompt cache. Its answers
-// depend only on where the conversation is, so the client's history is the same whether it
-// talks to the model directly or through wsproxy; through wsproxy it also keeps the workspace.
-type cacheModel struct {
-	cache *promptCache
-}
+// cachedPriceRatio is the price of a cached input token relative to an uncached one (OpenAI).
+const cachedPriceRatio = 0.10
 
 const (
 	chatTurns  = 40
 	agentSteps = 30
 )
 
-func (m *cacheModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req cacheRequest
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
-		return
+// cacheScript is the model of the cache sessions, in both APIs.
+func cacheScript(req *fake.Request) fake.Answer {
+	if req.API == fake.Messages {
+		return messagesCacheScript(req)
 	}
-	offered := map[string]bool{}
-	for _, t := range req.Tools {
-		var d struct {
-			Function struct{ Name string } `json:"function"`
-		}
-		_ = json.Unmarshal(t, &d)
-		offered[d.Function.Name] = true
-	}
-	content, calls := m.decide(req, offered)
-	prompt, cached := m.cache.usage(req)
-	msg := map[string]any{"role": "assistant", "content": content}
-	finish := "stop"
-	if len(calls) > 0 {
-		msg["content"], msg["tool_calls"], finish = nil, calls, "tool_calls"
-	}
-	completion := len(content)/bytesPerToken + 10
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": "chatcmpl-cache", "object": "chat.completion", "created": 1, "model": req.Model,
-		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
-		"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-			"prompt_tokens_details": map[string]any{"cached_tokens": cached}},
-	})
+	return chatCacheScript(req)
 }
 
-// decide is the model: the chat session records, edits or removes a preference every third turn
-// (a round of its own before the answer); the agent loop calls the client's tool (shell, or
-// exec) step after step, twice with a workspace call: beside it (parallel calls, as agents
-// make them) with shell, in a round of its own before it with exec.
-func (m *cacheModel) decide(req cacheRequest, offered map[string]bool) (string, []any) {
+// chatCacheScript is the chat sessions' model: the chat session records, edits or removes a
+// preference every third turn (a round of its own before the answer); the agent loop calls the
+// client's tool (shell, or exec) step after step, twice with a workspace call: beside it
+// (parallel calls, as agents make them) with shell, in a round of its own before it with exec.
+func chatCacheScript(req *fake.Request) fake.Answer {
+	offered := req.ToolNames()
 	last := req.Messages[len(req.Messages)-1]
-	afterWorkspace := last.Role == "tool" && strings.HasPrefix(last.text(), `{"ok":`)
+	afterWorkspace := last.Role == "tool" && strings.HasPrefix(last.Text(), `{"ok":`)
 	users, steps := 0, 0
 	for _, msg := range req.Messages {
 		switch {
@@ -184,45 +56,47 @@ func (m *cacheModel) decide(req cacheRequest, offered map[string]bool) (string, 
 	}
 	if tool := map[bool]string{true: "shell", false: "exec"}[offered["shell"]]; offered[tool] { // the agent loop
 		if steps == agentSteps {
-			return answer("The task is done.", 1), nil
+			return fake.Answer{Text: answer("The task is done.", 1)}
 		}
 		step := toolCall(fmt.Sprintf("call_step_%d", steps), tool, map[string]any{"cmd": fmt.Sprintf("run step %d", steps)})
 		if !offered["add_preferences"] || (steps != 10 && steps != 20) {
-			return "", []any{step}
+			return fake.Answer{Calls: []fake.Call{step}}
 		}
 		ws := workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Convention %d", steps)}}})
 		switch {
 		case tool == "shell":
-			return "", []any{ws, step}
+			return fake.Answer{Calls: []fake.Call{ws, step}}
 		case !afterWorkspace:
-			return "", []any{ws}
+			return fake.Answer{Calls: []fake.Call{ws}}
 		}
-		return "", []any{step}
+		return fake.Answer{Calls: []fake.Call{step}}
 	}
-	scoped := strings.Contains(req.Messages[0].text(), scopedMark) // the user changes a scope instead
+	scoped := strings.Contains(req.Messages[0].Text(), scopedMark) // the user changes a scope instead
 	if offered["add_preferences"] && !afterWorkspace && users%3 == 0 && !scoped {
+		var ws fake.Call
 		switch users / 3 % 3 {
 		case 1:
-			return "", []any{workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})}
+			ws = workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})
 		case 2:
-			return "", []any{workspaceCall("update_preferences", map[string]any{"updates": []map[string]any{{"index": 1, "subtitle": fmt.Sprintf("as of turn %d", users)}}})}
+			ws = workspaceCall("update_preferences", map[string]any{"updates": []map[string]any{{"index": 1, "subtitle": fmt.Sprintf("as of turn %d", users)}}})
 		default:
-			return "", []any{workspaceCall("remove_preferences", map[string]any{"indices": []int{1}})}
+			ws = workspaceCall("remove_preferences", map[string]any{"indices": []int{1}})
 		}
+		return fake.Answer{Calls: []fake.Call{ws}}
 	}
-	return answer(fmt.Sprintf("Answer to turn %d.", users), 2000), nil
+	return fake.Answer{Text: answer(fmt.Sprintf("Answer to turn %d.", users), 2000)}
 }
 
 func answer(head string, size int) string {
 	return head + " " + strings.Repeat("The soil keeps carbon in its organic matter, and the field measures it by core. ", size/80)
 }
 
-func toolCall(id, name string, args map[string]any) map[string]any {
+func toolCall(id, name string, args map[string]any) fake.Call {
 	a, _ := json.Marshal(args)
-	return map[string]any{"id": id, "type": "function", "function": map[string]any{"name": name, "arguments": string(a)}}
+	return fake.Call{ID: id, Name: name, Arguments: string(a)}
 }
 
-func workspaceCall(name string, args map[string]any) map[string]any {
+func workspaceCall(name string, args map[string]any) fake.Call {
 	args["action_and_reasoning"] = "The user stated it."
 	return toolCall("call_ws", name, args)
 }
@@ -383,32 +257,29 @@ func runSession(s session, way cacheWay, thread string) (cacheFigures, error) {
 	return f, err
 }
 
-// cacheCmd measures what each placement costs a conversation's prompt cache: scripted chat,
-// agent and Messages agent sessions, each straight to a cache-modelling upstream (OpenAI's rule
-// for chat completions, Anthropic's for the Messages API) and through wsproxy with the system
-// and the tail placement. It fails when a tail target is missed.
-func cacheCmd(args []string) error {
-	fs := flag.NewFlagSet("cache", flag.ContinueOnError)
-	bin := fs.String("wsproxy", "bin/wsproxy", "the wsproxy binary")
-	if err := fs.Parse(args); err != nil {
-		return err
+// Cache measures what each placement costs a conversation's prompt cache (make bench-cache):
+// scripted chat, agent and Messages agent sessions, each straight to the fake model with its
+// prompt cache (OpenAI's rule for chat completions, Anthropic's for the Messages API) and
+// through wsproxy with the system and the tail placement. Run fails when a tail target is missed.
+type Cache struct {
+	Wsproxy     string // the wsproxy binary
+	DatabaseURL string
+}
+
+// Run runs the sessions and prints the figures and the targets.
+func (c Cache) Run(ctx context.Context) error {
+	if c.DatabaseURL == "" {
+		return errors.New("the cache measurement needs a Postgres")
 	}
-	dbURL := os.Getenv("DATABASE_URL")
-	if dbURL == "" {
-		return errors.New("DATABASE_URL is required (make bench-cache provides one)")
-	}
-	models := http.NewServeMux()
-	models.Handle("/v1/chat/completions", &cacheModel{cache: newPromptCache()})
-	models.Handle("/v1/messages", &messagesCacheModel{cache: newAnthropicCache()})
-	up := httptest.NewServer(models)
+	up := httptest.NewServer(fake.New(fake.Options{PromptCache: true, Script: cacheScript}))
 	defer up.Close()
-	addr, cmd, err := startWsproxy(*bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
+	addr, cmd, err := startWsproxy(c.Wsproxy, "DATABASE_URL="+c.DatabaseURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
 		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
 		return err
 	}
 	defer stop(cmd)
-	report, ok, err := measureCache(up.URL, "http://"+addr)
+	report, ok, err := measureCache(ctx, up.URL, "http://"+addr)
 	fmt.Print(report)
 	if err != nil {
 		return err
@@ -421,12 +292,12 @@ func cacheCmd(args []string) error {
 
 // measureCache runs the sessions three ways, straight to the upstream at direct and through
 // wsproxy at wsproxy (base URLs), and reports the figures and the targets.
-func measureCache(directBase, wsproxyBase string) (string, bool, error) {
+func measureCache(ctx context.Context, directBase, wsproxyBase string) (string, bool, error) {
 	direct, wsproxy := directBase+"/v1/chat/completions", wsproxyBase+"/v1/chat/completions"
 	var b strings.Builder
 	ok, n := true, 0
 	fmt.Fprintf(&b, "Prompt cache model: OpenAI's rule (longest common prefix with an earlier request, in 128-token steps,\n"+
-		"nothing under 1,024), %d bytes a token, cached input at %.0f%% of the price; cost in uncached-token units.\n", bytesPerToken, 100*cachedPriceRatio)
+		"nothing under 1,024), %d bytes a token, cached input at %.0f%% of the price; cost in uncached-token units.\n", fake.BytesPerToken, 100*cachedPriceRatio)
 	for _, s := range []struct {
 		name string
 		run  session
@@ -435,6 +306,9 @@ func measureCache(directBase, wsproxyBase string) (string, bool, error) {
 		{"agent loop (30 client tool calls, 2 workspace changes beside them)", agentSession},
 		{"agent loop, the 2 workspace changes in rounds of their own (no target)", agentSessionRounds},
 	} {
+		if err := ctx.Err(); err != nil {
+			return b.String(), false, err
+		}
 		n++
 		ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", ""}, {"tail", wsproxy, "tail", ""}}
 		figs := map[string]cacheFigures{}

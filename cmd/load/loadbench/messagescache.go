@@ -1,26 +1,20 @@
-package main
+package loadbench
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
-// Prompt caching as Anthropic documents it for the Messages API: the prompt is the tools, then
-// the system, then the messages, as content blocks; a request marks at most 4 breakpoints
-// (cache_control). Each breakpoint writes the prefix up to its block to the cache; a request
-// reads the longest prefix written before that ends at a block boundary at or up to 20 blocks
-// before one of its breakpoints, and nothing under 1,024 tokens is cached; a cache is the
-// model's. Tokens written are billed at 1.25 times the input price, tokens read at 0.1 times.
+// The Messages API's prompt-cache measurement: an agent loop shaped like Claude Code's, straight
+// to the fake model under Anthropic's cache rule and through wsproxy with each placement.
+
+// The prices of Anthropic's cache: tokens written at 1.25 times the input price, read at 0.1.
 const (
-	anthropicMinTokens   = 1024
-	anthropicLookback    = 20
-	anthropicMaxBreaks   = 4
 	anthropicWritePrice  = 1.25
 	anthropicReadPrice   = 0.10
 	messagesAgentSteps   = agentSteps
@@ -29,163 +23,14 @@ const (
 	messagesStepIDPrefix = "toolu_step_"
 )
 
-// anthropicCache is a model of Anthropic's prompt cache, for measurement: it renders each
-// request as blocks (each tool, each system block, each message's content blocks, without their
-// cache_control) and answers usage by the rule above.
-type anthropicCache struct {
-	mu      sync.Mutex
-	written map[string]bool // the prefixes written, by their model and text
-}
-
-func newAnthropicCache() *anthropicCache { return &anthropicCache{written: map[string]bool{}} }
-
-// messagesCacheRequest is what the cache model reads of a Messages request.
-type messagesCacheRequest struct {
-	Model    string                 `json:"model"`
-	System   json.RawMessage        `json:"system"`
-	Tools    []json.RawMessage      `json:"tools"`
-	Messages []messagesCacheMessage `json:"messages"`
-}
-
-type messagesCacheMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// blocks are a request's content as the cache sees it: each block's rendered text, and whether
-// it carries a breakpoint.
-func (req messagesCacheRequest) blocks() (texts []string, breaks []bool) {
-	add := func(prefix string, raw json.RawMessage) {
-		var m map[string]any
-		if json.Unmarshal(raw, &m) != nil {
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				return
-			}
-			m = map[string]any{"type": "text", "text": s} // a string is its one text block
-		}
-		_, marked := m["cache_control"]
-		delete(m, "cache_control")
-		b, _ := json.Marshal(m)
-		texts, breaks = append(texts, prefix+string(b)), append(breaks, marked)
-	}
-	list := func(prefix string, raw json.RawMessage) {
-		var items []json.RawMessage
-		if json.Unmarshal(raw, &items) != nil {
-			add(prefix, raw)
-			return
-		}
-		for _, it := range items {
-			add(prefix, it)
-		}
-	}
-	for _, t := range req.Tools {
-		add("tool:", t)
-	}
-	if len(req.System) > 0 && string(req.System) != "null" {
-		list("system:", req.System)
-	}
-	for _, m := range req.Messages {
-		list(m.Role+":", m.Content)
-	}
-	return texts, breaks
-}
-
-// usage returns the request's input tokens (after the cached prefix), the tokens written to and
-// read from the cache, and writes its breakpoints' prefixes.
-func (c *anthropicCache) usage(req messagesCacheRequest) (input, written, read int) {
-	texts, breaks := req.blocks()
-	ends := make([]int, len(texts)) // the prefix length in bytes at the end of each block
-	var all strings.Builder
-	for i, t := range texts {
-		all.WriteString(t)
-		ends[i] = all.Len()
-	}
-	key := req.Model + "\x00"
-	prompt := key + all.String()
-	for i := range ends {
-		ends[i] += len(key)
-	}
-	var marks []int
-	for i, b := range breaks {
-		if b && len(marks) < anthropicMaxBreaks {
-			marks = append(marks, i)
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	readBytes := 0
-	for _, m := range marks {
-		for i := m; i >= 0 && i >= m-anthropicLookback; i-- {
-			if c.written[prompt[:ends[i]]] && ends[i] > readBytes {
-				readBytes = ends[i]
-				break
-			}
-		}
-	}
-	writeEnd := readBytes
-	for _, m := range marks {
-		if p := prompt[:ends[m]]; (len(p)-len(key))/bytesPerToken >= anthropicMinTokens {
-			c.written[p] = true
-			writeEnd = max(writeEnd, ends[m])
-		}
-	}
-	if readBytes > 0 {
-		readBytes -= len(key)
-	}
-	if writeEnd > 0 {
-		writeEnd -= len(key)
-	}
-	read = readBytes / bytesPerToken
-	written = writeEnd/bytesPerToken - read
-	return (len(prompt)-len(key))/bytesPerToken - read - written, written, read
-}
-
-// messagesCacheModel is the scripted model of the Messages agent loop, behind the cache model:
-// it calls the client's tool step after step, twice with a workspace call (beside the step with
-// Bash, in a round of its own before it with Exec), and answers once the steps are done.
-type messagesCacheModel struct {
-	cache *anthropicCache
-}
-
-func (m *messagesCacheModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var req messagesCacheRequest
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"bad request"}}`, http.StatusBadRequest)
-		return
-	}
-	offered := map[string]bool{}
-	for _, t := range req.Tools {
-		var d struct{ Name string }
-		_ = json.Unmarshal(t, &d)
-		offered[d.Name] = true
-	}
-	content := m.decide(req, offered)
-	input, written, read := m.cache.usage(req)
-	stop := "end_turn"
-	for _, b := range content {
-		if b["type"] == "tool_use" {
-			stop = "tool_use"
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": "msg_cache", "type": "message", "role": "assistant", "model": req.Model, "content": content,
-		"stop_reason": stop, "stop_sequence": nil,
-		"usage": map[string]any{"input_tokens": input, "cache_creation_input_tokens": written, "cache_read_input_tokens": read, "output_tokens": 40},
-	})
-}
-
-func (m *messagesCacheModel) decide(req messagesCacheRequest, offered map[string]bool) []map[string]any {
+// messagesCacheScript is the Messages agent loop's model: it calls the client's tool step after
+// step, twice with a workspace call (beside the step with Bash, in a round of its own before it
+// with Exec), and answers once the steps are done.
+func messagesCacheScript(req *fake.Request) fake.Answer {
+	offered := req.ToolNames()
 	steps, afterWorkspace := 0, false
 	for i, msg := range req.Messages {
-		var blocks []struct {
-			Type      string `json:"type"`
-			ToolUseID string `json:"tool_use_id"`
-		}
-		_ = json.Unmarshal(msg.Content, &blocks)
-		for _, b := range blocks {
+		for _, b := range msg.Blocks() {
 			if b.Type != "tool_result" {
 				continue
 			}
@@ -201,22 +46,21 @@ func (m *messagesCacheModel) decide(req messagesCacheRequest, offered map[string
 		tool = messagesRoundsTool
 	}
 	if steps == messagesAgentSteps {
-		return []map[string]any{{"type": "text", "text": answer("The task is done.", 1)}}
+		return fake.Answer{Text: answer("The task is done.", 1)}
 	}
-	step := map[string]any{"type": "tool_use", "id": fmt.Sprintf("%s%d", messagesStepIDPrefix, steps), "name": tool,
-		"input": map[string]any{"command": fmt.Sprintf("run step %d", steps)}}
+	step := toolCall(fmt.Sprintf("%s%d", messagesStepIDPrefix, steps), tool, map[string]any{"command": fmt.Sprintf("run step %d", steps)})
 	if !offered["add_preferences"] || (steps != 10 && steps != 20) {
-		return []map[string]any{step}
+		return fake.Answer{Calls: []fake.Call{step}}
 	}
-	ws := map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_ws_%d", steps), "name": "add_preferences",
-		"input": map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Convention %d", steps)}}, "action_and_reasoning": "The user stated it."}}
+	ws := toolCall(fmt.Sprintf("toolu_ws_%d", steps), "add_preferences",
+		map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Convention %d", steps)}}, "action_and_reasoning": "The user stated it."})
 	switch {
 	case tool == messagesAgentTool:
-		return []map[string]any{ws, step}
+		return fake.Answer{Calls: []fake.Call{ws, step}}
 	case !afterWorkspace:
-		return []map[string]any{ws}
+		return fake.Answer{Calls: []fake.Call{ws}}
 	}
-	return []map[string]any{step}
+	return fake.Answer{Calls: []fake.Call{step}}
 }
 
 // messagesAgentLoop is a loop shaped like Claude Code's: a system of three text blocks with a
@@ -317,7 +161,7 @@ func runMessagesSession(tool string, way cacheWay, thread string) (messagesFigur
 func measureMessagesCache(b *strings.Builder, direct, wsproxy string) (bool, error) {
 	fmt.Fprintf(b, "\nPrompt cache model of the Messages API: Anthropic's rule (the longest prefix written before that ends\n"+
 		"at a block boundary up to %d blocks before a breakpoint, at most %d breakpoints, nothing under %d tokens),\n"+
-		"writes at %.2fx and reads at %.2fx of the input price.\n", anthropicLookback, anthropicMaxBreaks, anthropicMinTokens, anthropicWritePrice, anthropicReadPrice)
+		"writes at %.2fx and reads at %.2fx of the input price.\n", fake.AnthropicLookback, fake.AnthropicMaxBreaks, fake.AnthropicMinTokens, anthropicWritePrice, anthropicReadPrice)
 	ok, run := true, time.Now().UnixNano() // threads of their own on every run
 	for n, s := range []struct{ name, tool string }{
 		{"Messages agent loop like Claude Code's (30 tool_use steps, 2 workspace changes beside them)", messagesAgentTool},

@@ -1,0 +1,9 @@
+package loadbench
+
+import (
+	"testing"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.VerifyNoLeaks(m) }

@@ -1,0 +1,202 @@
+package mcp
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+const adminToken = "test-admin-token"
+
+// maxBatch is the servers' MaxBatch: the edge's default (MAX_TOOL_CALLS_PER_ROUND).
+const maxBatch = 100
+
+// The protocol versions the Go SDK's client speaks to /mcp: the SDK's latest (sessionless,
+// server/discover, subscriptions/listen) and the last one with an initialize handshake, which
+// the TypeScript SDK and Claude Code speak.
+const (
+	mcpLatest = "2026-07-28"
+	mcpLegacy = "2025-11-25"
+)
+
+// env is the MCP server on a fresh schema: /mcp on a mux of its own behind a real HTTP server,
+// with its own event hub listening to the schema's notifications (a replica). What the user
+// changes, it changes through the store (the user path of tools).
+type env struct {
+	t      testing.TB
+	srv    *httptest.Server
+	server *Server
+	pool   *pgxpool.Pool
+	store  *tools.Store
+	guard  *auth.Guard
+}
+
+func setup(t testing.TB, configure ...func(*Options)) *env {
+	t.Helper()
+	return setupWithPool(t, dbtest.NewPool(t, nil), configure...)
+}
+
+// setupWithPool is a replica on pool's schema: its own hub and guard (the same admin token).
+func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
+	t.Helper()
+	store := tools.NewStore(pool, tools.Options{})
+	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
+	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: readAll, MaxBatch: maxBatch}
+	for _, c := range configure {
+		c(&opts)
+	}
+	s := New(opts)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", s)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		s.Close() // the subscriptions' streams end, so srv.Close can finish
+		hub.Close()
+		srv.Close()
+	})
+	return &env{t: t, srv: srv, server: s, pool: pool, store: store, guard: opts.Guard}
+}
+
+// withClientKeys is setup's option of CLIENT_KEYS spec.
+func withClientKeys(t testing.TB, spec string) func(*Options) {
+	keys, err := auth.ParseClientKeys(spec)
+	require.NoError(t, err)
+	return func(o *Options) { o.Guard.ClientKeys = keys }
+}
+
+// readAll is Options.ReadBody without the edge's limits.
+func readAll(_ http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
+	b, err := io.ReadAll(r.Body)
+	return b, func() {}, err
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// ws is the workspace of thread (stored form).
+func (e *env) ws(thread string) *tools.Workspace {
+	e.t.Helper()
+	id, err := tools.ParseThreadID(thread)
+	require.NoError(e.t, err)
+	return e.store.Workspace(id)
+}
+
+// workspace reads a thread's workspace.
+func (e *env) workspace(thread string) tools.Detail {
+	e.t.Helper()
+	d, err := e.ws(thread).Get(context.Background())
+	require.NoError(e.t, err)
+	return d
+}
+
+func (e *env) titles(thread string) []string {
+	e.t.Helper()
+	var out []string
+	for _, p := range e.workspace(thread).Preferences {
+		out = append(out, p.Title)
+	}
+	return out
+}
+
+// setObjective and addPreference are the user's changes (the admin REST's).
+func (e *env) setObjective(thread, text string) {
+	e.t.Helper()
+	_, err := e.ws(thread).SetObjective(context.Background(), text)
+	require.NoError(e.t, err)
+}
+
+func (e *env) addPreference(thread, title string) tools.Preference {
+	e.t.Helper()
+	p, err := e.ws(thread).AddPreference(context.Background(), tools.PreferenceInput{Title: title})
+	require.NoError(e.t, err)
+	return p
+}
+
+// events are the thread's events, oldest first.
+func (e *env) events(thread string) []tools.Event {
+	e.t.Helper()
+	evs, err := e.ws(thread).Events(context.Background(), tools.EventQuery{Limit: 500})
+	require.NoError(e.t, err)
+	return evs
+}
+
+// mintToken makes a thread token of kind (auth.KindMCP or auth.KindPanelLink) of thread (stored
+// form), as the admin REST's POST …/links does for the admin: a link of the thread, expiring
+// after ttl (an hour when zero), bound to the keys of the thread's client, signed with the
+// guard's signer.
+func mintToken(t *testing.T, e *env, thread, kind string, ttl time.Duration) (token string, id int64, expires time.Time) {
+	t.Helper()
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	ws := e.ws(thread)
+	link := tools.LinkMCP
+	if kind == auth.KindPanelLink {
+		link = tools.LinkPanel
+	}
+	expires = time.Now().Add(ttl).Truncate(time.Second)
+	l, err := ws.IssueLink(context.Background(), link, expires)
+	require.NoError(t, err)
+	tok := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: expires.Unix(), Key: e.guard.ClientFingerprint(ws.ThreadID().Client)}
+	return e.guard.Signer().Sign(kind, tok), l.ID, expires
+}
+
+// mintMCPToken makes an MCP thread token of thread (stored form), ttlSeconds long (an hour when
+// zero).
+func mintMCPToken(t *testing.T, e *env, thread string, ttlSeconds int) (token string, id int64, expires time.Time) {
+	t.Helper()
+	return mintToken(t, e, thread, auth.KindMCP, time.Duration(ttlSeconds)*time.Second)
+}
+
+// bearer sends every request with Authorization: Bearer token.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// mcpDial connects the Go SDK's client to base's /mcp with token, speaking protocol.
+func mcpDial(base, token, protocol string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "wsproxy-test", Version: "1"}, opts)
+	transport := &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer(token)},
+		MaxRetries: -1, DisableStandaloneSSE: true}
+	return client.Connect(context.Background(), transport, &mcp.ClientSessionOptions{ProtocolVersion: protocol})
+}
+
+func mcpConnect(t testing.TB, base, token, protocol string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	cs, err := mcpDial(base, token, protocol, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// mcpCall calls a tool and returns its result's text and whether it is a tool error.
+func mcpCall(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err, name)
+	require.Len(t, res.Content, 1, name)
+	text, ok := res.Content[0].(*mcp.TextContent)
+	require.True(t, ok, "%s: %T", name, res.Content[0])
+	return text.Text, res.IsError
+}

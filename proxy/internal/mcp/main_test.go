@@ -1,0 +1,9 @@
+package mcp
+
+import (
+	"testing"
+
+	"github.com/wsproxy/wsproxy/db/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.VerifyNoLeaks(m) }

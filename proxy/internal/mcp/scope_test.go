@@ -1,0 +1,248 @@
+package mcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/tools"
+)
+
+// mcpPost sends a raw initialize request to /mcp with the Authorization header auth ("" none),
+// from the address from (X-Forwarded-For, believed from a trusted proxy; "" for none).
+func mcpPost(t *testing.T, base, auth, from string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	if from != "" {
+		req.Header.Set("X-Forwarded-For", from)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// TestMCPScopes: who sees what (docs/spec.md §15). The admin token sees every thread; a client key
+// its client's threads, named as its turns name them; a thread token its one thread, with no
+// thread argument. Another's thread is "unknown thread" and no resource. A wrong, expired or
+// revoked token — or none — is a 401 with WWW-Authenticate: Bearer before any MCP message.
+func TestMCPScopes(t *testing.T) {
+	t.Parallel()
+	// Every refusal below comes from an address of its own (through a trusted proxy): failures
+	// from one address are throttled.
+	trusted, err := auth.ParseTrustedProxies("127.0.0.1")
+	require.NoError(t, err)
+	e := setup(t, withClientKeys(t, "alice=key-alice,bob=key-bob"), func(o *Options) { o.Guard.Peers = trusted })
+	e.addPreference("bob~t1", "Bob's secret")
+	e.setObjective("lonely", "No client's")
+
+	t.Run("ClientKey", func(t *testing.T) {
+		alice := mcpConnect(t, e.srv.URL, "key-alice", mcpLatest, nil)
+		text, isError := mcpCall(t, alice, "add_preferences", map[string]any{"thread": "t1", "items": []any{map[string]any{"title": "Alice's"}}, "action_and_reasoning": "stated"})
+		require.False(t, isError, text)
+		require.Equal(t, "Alice's", e.workspace("alice~t1").Preferences[0].Title, "in alice's namespace")
+		require.Equal(t, "Bob's secret", e.workspace("bob~t1").Preferences[0].Title)
+		for _, thread := range []string{"bob~t1", "lonely"} {
+			if thread == "lonely" {
+				// "lonely" names alice~lonely for alice: a thread of hers, new; it is not the
+				// admin's "lonely".
+				text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
+				require.False(t, isError)
+				require.Equal(t, "no preferences recorded yet", untilAsOf(t, text))
+				continue
+			}
+			text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
+			require.True(t, isError)
+			require.Equal(t, `unknown thread "bob~t1"`, text)
+		}
+		res, err := alice.ListResources(context.Background(), nil)
+		require.NoError(t, err)
+		var uris []string
+		for _, r := range res.Resources {
+			uris = append(uris, r.URI)
+		}
+		sort.Strings(uris)
+		require.Equal(t, []string{"workspace://lonely", "workspace://t1"}, uris)
+		_, err = alice.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://bob~t1"})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "not found")
+		read, err := alice.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://t1"})
+		require.NoError(t, err)
+		require.Contains(t, read.Contents[0].Text, "Alice's")
+	})
+
+	t.Run("Admin", func(t *testing.T) {
+		admin := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+		text, isError := mcpCall(t, admin, "list_preferences", map[string]any{"thread": "bob~t1"})
+		require.False(t, isError)
+		require.Equal(t, "#1 [soft] Bob's secret", untilAsOf(t, text))
+		read, err := admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://lonely"})
+		require.NoError(t, err)
+		require.Contains(t, read.Contents[0].Text, "Objective: No client's")
+		// A thread id's ':' and '@' are escaped in its URI, as the template's expansion escapes them.
+		text, isError = mcpCall(t, admin, "set_objective", map[string]any{"thread": "team:lisbon@2026", "text": "Meet in Lisbon"})
+		require.False(t, isError, text)
+		res, err := admin.ListResources(context.Background(), nil)
+		require.NoError(t, err)
+		require.Equal(t, "workspace://team%3Alisbon%402026", res.Resources[0].URI)
+		require.Equal(t, "team:lisbon@2026", res.Resources[0].Name)
+		read, err = admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: res.Resources[0].URI})
+		require.NoError(t, err)
+		require.Contains(t, read.Contents[0].Text, "Objective: Meet in Lisbon")
+	})
+
+	t.Run("ThreadToken", func(t *testing.T) {
+		token, _, _ := mintMCPToken(t, e, "bob~t1", 0)
+		bob := mcpConnect(t, e.srv.URL, token, mcpLegacy, nil)
+		list, err := bob.ListTools(context.Background(), nil)
+		require.NoError(t, err)
+		for _, tl := range list.Tools {
+			b, _ := json.Marshal(tl.InputSchema)
+			require.NotContains(t, string(b), `"thread"`, "bound to its thread: %s", tl.Name)
+		}
+		text, isError := mcpCall(t, bob, "add_preferences", map[string]any{"items": []any{map[string]any{"title": "Via a token"}}, "action_and_reasoning": "stated"})
+		require.False(t, isError, text)
+		require.Len(t, e.workspace("bob~t1").Preferences, 2)
+		text, isError = mcpCall(t, bob, "list_preferences", map[string]any{"thread": "alice~t1"})
+		require.True(t, isError)
+		require.Equal(t, `unknown thread "alice~t1"`, text)
+		res, err := bob.ListResources(context.Background(), nil)
+		require.NoError(t, err)
+		require.Len(t, res.Resources, 1)
+		require.Equal(t, "workspace://bob~t1", res.Resources[0].URI)
+		_, err = bob.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://alice~t1"})
+		require.Error(t, err)
+	})
+
+	var addresses atomic.Int64
+	refused := func(t *testing.T, auth string) {
+		t.Helper()
+		resp := mcpPost(t, e.srv.URL, auth, fmt.Sprintf("192.0.2.%d", addresses.Add(1)))
+		body := readBody(t, resp)
+		require.Equal(t, 401, resp.StatusCode, body)
+		require.True(t, strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer"), resp.Header.Get("WWW-Authenticate"))
+		require.NotContains(t, body, "jsonrpc", "no MCP message was read")
+	}
+	t.Run("Refused", func(t *testing.T) {
+		resp := mcpPost(t, e.srv.URL, "Bearer "+adminToken, "")
+		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		refused(t, "")
+		refused(t, "Bearer wrong")
+		refused(t, "Basic "+adminToken)
+		_, err := mcpDial(e.srv.URL, "wrong", mcpLatest, nil)
+		require.Error(t, err)
+
+		token, id, _ := mintMCPToken(t, e, "bob~t1", 0)
+		resp = mcpPost(t, e.srv.URL, "Bearer "+token, "")
+		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		bob := e.ws("bob~t1")
+		links, err := bob.Links(context.Background(), 0, 100)
+		require.NoError(t, err)
+		require.NotEmpty(t, links)
+		require.NotContains(t, fmt.Sprint(links), token, "a listing never shows a token")
+		require.NoError(t, bob.RevokeLink(context.Background(), id))
+		refused(t, "Bearer "+token)
+		require.ErrorIs(t, bob.RevokeLink(context.Background(), id), tools.ErrNotFound)
+
+		short, _, expires := mintMCPToken(t, e, "bob~t1", 1)
+		for !time.Now().After(expires) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		refused(t, "Bearer "+short)
+
+		// A deleted thread's tokens go with it.
+		e.setObjective("doomed", "Soon gone")
+		doomed, _, _ := mintMCPToken(t, e, "doomed", 0)
+		require.NoError(t, e.ws("doomed").Delete(context.Background()))
+		e.setObjective("doomed", "Another life")
+		refused(t, "Bearer "+doomed)
+		// A client key is not a thread token's signature; a panel link's token is not a thread token.
+		link, _, _ := mintToken(t, e, "bob~t1", auth.KindPanelLink, 0)
+		refused(t, "Bearer "+link)
+	})
+}
+
+// TestMCPListenEndsWithItsToken: a thread token's subscriptions/listen stream ends once its
+// token no longer holds (revoked here): at the thread's next change (or heartbeat) it closes,
+// rather than announcing the thread's changes to a holder who may no longer see them.
+func TestMCPListenEndsWithItsToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.setObjective("tok", "Before")
+	token, id, _ := mintMCPToken(t, e, "tok", 0)
+	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
+		`"notifications":{"resourceSubscriptions":["workspace://tok"]},`+
+		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	require.NoError(t, err)
+	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + token} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		rd := bufio.NewReader(resp.Body)
+		for {
+			line, err := rd.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	// The stream holds the subscription once a change is announced on it.
+	announced := func(text string) bool {
+		e.setObjective("tok", text)
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					return false
+				}
+				if strings.Contains(line, "notifications/resources/updated") {
+					return true
+				}
+			case <-timeout:
+				return false
+			}
+		}
+	}
+	require.Eventually(t, func() bool { return announced("Changed") }, 30*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, e.ws("tok").RevokeLink(context.Background(), id))
+	e.setObjective("tok", "After the revocation")
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				return // the stream ended
+			}
+		case <-timeout:
+			t.Fatal("the stream outlived its token")
+		}
+	}
+}
