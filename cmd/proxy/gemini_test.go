@@ -51,7 +51,7 @@ func TestGeminiCLIEndToEnd(t *testing.T) {
 	require.Contains(t, out, demo.Prefix, "the demo answered: %s\nproxy logs:\n%s", out, logs.String())
 	require.Contains(t, out, "objective set: A tidy repository")
 	require.Regexp(t, `kind[=":]+side`, logs.String(), "the routing classifier is a side request")
-	require.Regexp(t, `kind[=":]+turn"? rounds[=":]+2`, logs.String(), "the turn ran the workspace's calls")
+	require.Regexp(t, `kind[=":]+turn[^\n]*rounds[=":]+2`, logs.String(), "the turn ran the workspace's calls")
 
 	var ws workspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/gemini-e2e", "", &ws))
