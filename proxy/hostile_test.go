@@ -164,3 +164,41 @@ func TestClientHeadersNotForwarded(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode, scheme)
 	}
 }
+
+// TestErrorsInOneShape: a path a route serves for other methods is 405 method_not_allowed in the
+// JSON envelope with Allow, on the edge and on the admin REST; a body that is not JSON names the
+// byte where it breaks; an unknown thread or item on the admin REST is named.
+func TestErrorsInOneShape(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/healthz", "GET, HEAD"},
+		{"DELETE", "/metrics", "GET, HEAD"},
+		{"PUT", "/admin/v1/threads/t/preferences", "POST"},
+	} {
+		resp, body := e.do(c.method, c.path, map[string]string{"Authorization": "Bearer " + adminToken}, "")
+		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s %s: %s", c.method, c.path, body)
+		require.Equal(t, c.allow, resp.Header.Get("Allow"), c.path)
+		require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "method_not_allowed")["message"], c.allow)
+	}
+	resp, body := e.do("GET", "/nowhere", nil, "")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	requireErrorBody(t, body, "invalid_request_error", "not_found")
+
+	resp, body = e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages": [}`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, "the request body is not valid JSON: invalid character '}' looking for beginning of value at byte 15",
+		requireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"])
+	resp, body = e.do("POST", "/admin/v1/threads/t/preferences", map[string]string{"Authorization": "Bearer " + adminToken}, `{"title": "x"`)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"], "at byte 13")
+
+	auth := map[string]string{"Authorization": "Bearer " + adminToken}
+	resp, body = e.do("GET", "/admin/v1/threads/no-such-thread", auth, "")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	require.Equal(t, `no thread "no-such-thread"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+	e.admin("POST", "/admin/v1/threads/known/preferences", map[string]any{"title": "x"}, http.StatusCreated, nil)
+	resp, body = e.do("DELETE", "/admin/v1/threads/known/preferences/999", auth, "")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
+	require.Equal(t, `thread "known" has no preference "999"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+}

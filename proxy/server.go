@@ -314,8 +314,7 @@ func (s *Server) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", s.ready)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		apierr.Write(w, r, s.log, &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: "no route for " + r.Method + " " + r.URL.Path})
+		apierr.Write(w, r, s.log, apierr.NoRoute(mux, r, "no route for "+r.Method+" "+r.URL.Path))
 	})
 	return mux
 }

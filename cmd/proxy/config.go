@@ -23,6 +23,8 @@ import (
 type Config struct {
 	DatabaseURL     string
 	DatabaseTimeout time.Duration
+	// DatabaseWait is how long a start waits for Postgres to answer.
+	DatabaseWait    time.Duration
 	UpstreamBaseURL string // "demo" starts the built-in demo model
 	UpstreamAPIKey  string
 	// AnthropicUpstreamBaseURL is the Messages API's upstream ("" means Anthropic's API, or the
@@ -92,6 +94,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		DatabaseTimeout:      tools.DefaultTimeout,
+		DatabaseWait:         30 * time.Second,
 		UpstreamBaseURL:      proxy.DefaultUpstreamURL,
 		ListenAddr:           "127.0.0.1:8080", // loopback: a key behind the proxy is spent by whoever reaches it
 		MaxToolRounds:        proxy.DefaultMaxToolRounds,
@@ -127,6 +130,7 @@ type setting struct {
 func (c *Config) settings() []setting {
 	return []setting{
 		{"DATABASE_URL", "database-url", "Postgres URL (required)", (*stringValue)(&c.DatabaseURL)},
+		{"DATABASE_WAIT", "database-wait", "how long a start waits for Postgres to answer, retrying with backoff (/healthz answers meanwhile, /readyz is 503), before it gives up with the error", (*durationValue)(&c.DatabaseWait)},
 		{"DATABASE_TIMEOUT", "database-timeout", "longest a workspace operation may wait for a connection and run (also the statement_timeout)", (*durationValue)(&c.DatabaseTimeout)},
 		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
 		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
@@ -228,9 +232,6 @@ func (c Config) Validate() error {
 	if c.WorkspaceUnavailable != "fail" && c.WorkspaceUnavailable != "bypass" {
 		return fmt.Errorf("WORKSPACE_UNAVAILABLE: %q is not fail or bypass", c.WorkspaceUnavailable)
 	}
-	if c.WorkspaceBudget <= 0 {
-		return fmt.Errorf("WORKSPACE_BUDGET: %s is not a positive duration", c.WorkspaceBudget)
-	}
 	switch c.PromptCacheKey {
 	case proxy.PromptCacheKeyAuto, proxy.PromptCacheKeyThread, proxy.PromptCacheKeyOff:
 	default:
@@ -303,7 +304,7 @@ func (c Config) validateBounds() error {
 	for _, d := range []struct {
 		name string
 		d    time.Duration
-	}{{"DATABASE_TIMEOUT", c.DatabaseTimeout}, {"REQUEST_READ_TIMEOUT", c.RequestReadTimeout}, {"UPSTREAM_TIMEOUT", c.UpstreamTimeout},
+	}{{"DATABASE_TIMEOUT", c.DatabaseTimeout}, {"DATABASE_WAIT", c.DatabaseWait}, {"WORKSPACE_BUDGET", c.WorkspaceBudget}, {"REQUEST_READ_TIMEOUT", c.RequestReadTimeout}, {"UPSTREAM_TIMEOUT", c.UpstreamTimeout},
 		{"STREAM_KEEPALIVE", c.StreamKeepalive}, {"SHUTDOWN_TIMEOUT", c.ShutdownTimeout}} {
 		if d.d <= 0 {
 			return fmt.Errorf("%s: %s must be positive", d.name, d.d)

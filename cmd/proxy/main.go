@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -78,6 +79,8 @@ type Main struct {
 	pool    *pgxpool.Pool
 	proxy   *proxy.Server
 	server  *http.Server
+	// handler is what the server serves: starting until the database is ready, then proxy.
+	handler atomic.Pointer[http.Handler]
 	demo    *http.Server
 	// demoAddr is the demo model's address, when it runs.
 	demoAddr string
@@ -124,11 +127,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Info("tracing: exporting spans over OTLP", slog.String("semconv", proxy.SemconvVersion))
 	}
 	m.metrics = proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys))
-	if err := m.openDatabase(ctx); err != nil {
-		return err
-	}
 	upstreamURL, anthropicURL, geminiURL, err := m.upstreams()
 	if err != nil {
+		return err
+	}
+	// The listener opens first: while Postgres is awaited (DATABASE_WAIT), /healthz answers and
+	// every other route 503 (/readyz among them).
+	ln, err := net.Listen("tcp", m.Config.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("LISTEN_ADDR: %w", err)
+	}
+	m.URL = "http://" + ln.Addr().String()
+	m.serve(ln)
+	if err := m.openDatabase(ctx); err != nil {
 		return err
 	}
 	m.AdminToken = m.Config.AdminToken
@@ -137,14 +148,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
 	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, geminiURL, clientKeys))
+	var served http.Handler = m.proxy
+	m.handler.Store(&served)
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
 	}
-	ln, err := net.Listen("tcp", m.Config.ListenAddr)
-	if err != nil {
-		return fmt.Errorf("LISTEN_ADDR: %w", err)
-	}
-	m.URL = "http://" + ln.Addr().String()
 	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
@@ -157,7 +165,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("CLIENT_KEYS without GEMINI_UPSTREAM_API_KEY: Gemini requests reach the Gemini upstream with no key (the clients' stay with wsproxy)",
 			slog.String("gemini_upstream", m.shownUpstream(geminiURL)), slog.String("fix", "set GEMINI_UPSTREAM_API_KEY, unless that upstream needs none"))
 	}
-	m.serve(ln)
 	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
 		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("gemini_upstream", m.shownUpstream(geminiURL)),
 		slog.String("version", version()))
@@ -180,18 +187,40 @@ func (m *Main) openDatabase(ctx context.Context) error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	m.metrics.WatchPool(m.pool)
-	// Postgres must answer within a minute; the migrations then take as long as they take (a
-	// backfill of a large table, or the wait for another replica's).
-	pingCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = m.pool.Ping(pingCtx)
-	cancel()
-	if err == nil {
-		err = db.Migrate(ctx, m.pool)
+	// Postgres must answer within DATABASE_WAIT; the migrations then take as long as they take
+	// (a backfill of a large table, or the wait for another replica's).
+	if err := m.awaitDatabase(ctx); err != nil {
+		return fmt.Errorf("DATABASE_URL: Postgres did not answer within DATABASE_WAIT (%s): %w", m.Config.DatabaseWait, err)
 	}
-	if err != nil {
+	if err := db.Migrate(ctx, m.pool); err != nil {
 		return fmt.Errorf("migrate database: %w", err)
 	}
 	return nil
+}
+
+// awaitDatabase pings Postgres until it answers, with a backoff from 100 ms to 2 s, for at most
+// DATABASE_WAIT: an orchestrator may start wsproxy before its database. It logs the wait once,
+// then every 10 s.
+func (m *Main) awaitDatabase(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, m.Config.DatabaseWait)
+	defer cancel()
+	wait, logged := 100*time.Millisecond, time.Time{}
+	for {
+		err := m.pool.Ping(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if time.Since(logged) >= 10*time.Second {
+			m.log.Warn("waiting for Postgres", slog.Any("err", err), slog.Duration("database_wait", m.Config.DatabaseWait))
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's, ANTHROPIC_UPSTREAM_BASE_URL's
@@ -294,8 +323,11 @@ func (m *Main) metricsOptions(clientKeys *proxy.ClientKeys) proxy.MetricsOptions
 
 // serve serves the proxy on ln until Close.
 func (m *Main) serve(ln net.Listener) {
+	m.handler.Store(&starting)
 	m.server = &http.Server{
-		Handler:           m.proxy,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			(*m.handler.Load()).ServeHTTP(w, r)
+		}),
 		ReadHeaderTimeout: 30 * time.Second,
 		// Bodies are bounded by REQUEST_READ_TIMEOUT (proxy.Server.readBody); an idle keep-alive
 		// connection is closed after this.
@@ -368,7 +400,13 @@ func (m *Main) Close() error {
 		m.log.Info("wsproxy shutting down", slog.Duration("shutdown_timeout", m.Config.ShutdownTimeout))
 		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownTimeout)
 		proxied := make(chan error, 1)
-		go func() { proxied <- m.proxy.Shutdown(ctx) }() // the event streams end at once, so the server's shutdown can finish
+		go func() { // the event streams end at once, so the server's shutdown can finish
+			if m.proxy == nil { // it stopped while waiting for Postgres
+				proxied <- nil
+				return
+			}
+			proxied <- m.proxy.Shutdown(ctx)
+		}()
 		if err := m.server.Shutdown(ctx); err != nil {
 			m.log.Warn("requests still running at the shutdown deadline were cut", slog.Any("err", err))
 			errs = append(errs, m.server.Close())
@@ -445,3 +483,20 @@ func version() string {
 	}
 	return v
 }
+
+// starting is what wsproxy serves while it waits for Postgres: /healthz 200 (the process lives),
+// /readyz and every other route 503 with Retry-After.
+var starting http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.URL.Path == "/healthz" {
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+		return
+	}
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	if r.URL.Path == "/readyz" {
+		_, _ = w.Write([]byte(`{"status":"starting: waiting for postgres"}`))
+		return
+	}
+	_, _ = w.Write([]byte(`{"error":{"message":"wsproxy is starting: it waits for Postgres (DATABASE_WAIT)","type":"server_error","param":null,"code":"starting"}}`))
+})

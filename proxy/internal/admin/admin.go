@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -67,6 +68,9 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	handle := func(pattern string, h func(s *Server, w http.ResponseWriter, r *http.Request) error) {
 		mux.Handle(pattern, s.adminAuth(func(w http.ResponseWriter, r *http.Request) {
 			if err := h(s, w, r); err != nil {
+				if errors.Is(err, tools.ErrNotFound) {
+					err = s.notFound(r)
+				}
 				apierr.Write(w, r, s.log, err)
 			}
 		}))
@@ -75,8 +79,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		handle(rt.method+" "+rt.path, rt.handle)
 	}
 	handle("/admin/", func(_ *Server, w http.ResponseWriter, r *http.Request) error {
-		return &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: "no admin route for " + r.Method + " " + r.URL.Path}
+		return apierr.NoRoute(mux, r, "no admin route for "+r.Method+" "+r.URL.Path)
 	})
 }
 
@@ -209,6 +212,39 @@ func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 	return s.opts.Store.Workspace(id), nil
 }
 
+// notFound is the 404 of a route whose thread, or whose item of the thread, does not exist (or
+// is another client's): it names which, by the path's thread and the route's kind of item.
+func (s *Server) notFound(r *http.Request) error {
+	thread := r.PathValue("thread")
+	if thread == "" {
+		return tools.ErrNotFound
+	}
+	e := &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Param: "thread",
+		Message: fmt.Sprintf("no thread %q", thread)}
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return e
+	}
+	if _, err := ws.Summary(r.Context()); err != nil {
+		if errors.Is(err, tools.ErrNotFound) {
+			return e
+		}
+		return err
+	}
+	item := r.PathValue("id")
+	if item == "" {
+		return tools.ErrNotFound
+	}
+	kind := "item"
+	for _, k := range []string{"preferences", "events", "links"} {
+		if strings.Contains(r.Pattern, "/"+k+"/{id}") {
+			kind = strings.TrimSuffix(k, "s")
+		}
+	}
+	e.Param, e.Message = "id", fmt.Sprintf("thread %q has no %s %q", thread, kind, item)
+	return e
+}
+
 // itemOf is the workspace of the path's thread and the path's {id} (a preference's, a link's);
 // an id that is not a number names nothing.
 func (s *Server) itemOf(r *http.Request) (*tools.Workspace, int64, error) {
@@ -247,7 +283,10 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
 		switch {
+		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
+			return apierr.InvalidJSON(body)
 		case errors.As(err, &te):
 			return apierr.BadRequest("invalid_type", te.Field, "%s has the wrong type", te.Field)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):

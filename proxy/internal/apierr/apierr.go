@@ -63,6 +63,35 @@ func BadRequest(code, param, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
+// InvalidJSON is the 400 invalid_json of a request body that is not valid JSON, naming where
+// the syntax breaks: the byte offset, and what json found there.
+func InvalidJSON(body []byte) *Error {
+	var se *json.SyntaxError
+	if err := json.Unmarshal(body, new(json.RawMessage)); errors.As(err, &se) {
+		return BadRequest("invalid_json", "", "the request body is not valid JSON: %s at byte %d", strings.TrimPrefix(se.Error(), "json: "), se.Offset)
+	}
+	return BadRequest("invalid_json", "", "the request body is not valid JSON")
+}
+
+// NoRoute is the error of a request that a catch-all pattern of mux met: 405 method_not_allowed
+// with Allow when mux serves the path for other methods, else 404 not_found with message.
+func NoRoute(mux *http.ServeMux, r *http.Request, message string) *Error {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); m != r.Method && pattern != r.Pattern && strings.Contains(pattern, " ") { // a method's own route
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: message}
+	}
+	list := strings.Join(allow, ", ")
+	return &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+		Message: r.Method + " is not allowed on " + r.URL.Path + " (allowed: " + list + ")", Header: http.Header{"Allow": {list}}}
+}
+
 // UpstreamError is an upstream's non-2xx answer: the proxy returns it to the client unchanged.
 type UpstreamError struct {
 	StatusCode int

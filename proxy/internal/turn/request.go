@@ -68,7 +68,7 @@ func parseTop(body []byte) (topLevel, error) {
 	top, err := rawjson.Parse(body)
 	if err != nil {
 		if !rawjson.Valid(body) {
-			return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body is not valid JSON")
+			return topLevel{}, apierr.InvalidJSON(body)
 		}
 		return topLevel{}, apierr.BadRequest("invalid_json", "", "the request body must be a JSON object")
 	}
