@@ -206,7 +206,8 @@ func isGeminiTurn(content []byte) bool {
 // (docs/spec.md §18). With PlaceTail it becomes a new last text part of the last content when
 // that is a user content (after its text, inline data or functionResponse parts). Otherwise,
 // and with PlaceSystem, it becomes a new last part of systemInstruction. Either way the workspace
-// tags in the text of the client's latest turn are neutralised.
+// tags in the text and the tools' outputs (functionResponse) of the client's latest turn are
+// neutralised.
 func (c *GeminiRequest) InjectWorkspace(text string, placement Placement) {
 	if placement == PlaceTail && c.n > 0 && isGeminiTurn(c.list[c.last.start:c.last.end]) {
 		c.contents = c.contents[:0]
@@ -243,8 +244,8 @@ func (c *GeminiRequest) InjectWorkspace(text string, placement Placement) {
 	}
 }
 
-// neutralizedTurn is the client's contents as runs, with the workspace tags in the text parts
-// of its latest turn (its last user content and every content after it) neutralised.
+// neutralizedTurn is the client's contents as runs, with the workspace tags in the text and
+// functionResponse parts of its latest turn (its last user content and every content after it) neutralised.
 func (c *GeminiRequest) neutralizedTurn() []Payload {
 	list := c.list
 	if !mayHoldTag(list[c.first.start:c.last.end]) {
@@ -274,8 +275,8 @@ func (c *GeminiRequest) neutralizedTurn() []Payload {
 	return runs
 }
 
-// neutralizedGeminiContent is a content with the workspace tags of its text parts neutralised;
-// content itself when it holds none.
+// neutralizedGeminiContent is a content with the workspace tags of its parts neutralised
+// (neutralizedGeminiParts); content itself when it holds none.
 func neutralizedGeminiContent(content []byte) []byte {
 	if !mayHoldTag(content) {
 		return content
@@ -284,11 +285,71 @@ func neutralizedGeminiContent(content []byte) []byte {
 	if !ok || content[start] != '[' {
 		return content
 	}
-	n := neutralizedContent(content[start:end])
+	n := neutralizedGeminiParts(content[start:end])
 	if string(n) == string(content[start:end]) {
 		return content
 	}
 	return append(append(append([]byte(nil), content[:start]...), n...), content[end:]...)
+}
+
+// neutralizedGeminiParts is a parts array with the workspace tags neutralised in its text parts
+// and in every string of its functionResponse parts (a tool's output, which may quote anything);
+// parts itself when it holds none.
+func neutralizedGeminiParts(parts json.RawMessage) json.RawMessage {
+	if !mayHoldTag(parts) {
+		return parts
+	}
+	list, err := rawjson.Split(parts)
+	if err != nil {
+		return parts
+	}
+	changed := false
+	for i, p := range list {
+		n := neutralizedPart(p)
+		if o, err := rawjson.Parse(n); err == nil && !isNull(o.Get("functionResponse")) {
+			if fr := neutralizedStrings(o.Get("functionResponse")); string(fr) != string(o.Get("functionResponse")) {
+				o.Set("functionResponse", fr)
+				n = o.Bytes()
+			}
+		}
+		changed = changed || string(n) != string(p)
+		list[i] = n
+	}
+	if !changed {
+		return parts
+	}
+	return rawjson.AppendArray(nil, list)
+}
+
+// neutralizedStrings is a JSON value with the workspace tags of every string in it neutralised,
+// members in their order; v itself when it holds none.
+func neutralizedStrings(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 || !mayHoldTag(v) {
+		return v
+	}
+	switch v[0] {
+	case '"':
+		return neutralized(v)
+	case '{':
+		o, err := rawjson.Parse(v)
+		if err != nil {
+			return v
+		}
+		for i := range o.Vals {
+			o.Vals[i] = neutralizedStrings(o.Vals[i])
+		}
+		return o.Bytes()
+	case '[':
+		list, err := rawjson.Split(v)
+		if err != nil {
+			return v
+		}
+		for i := range list {
+			list[i] = neutralizedStrings(list[i])
+		}
+		return rawjson.AppendArray(nil, list)
+	}
+	return v
 }
 
 // appendGeminiPart appends a text part of text to the parts of content (placement tail),
@@ -301,7 +362,7 @@ func appendGeminiPart(content []byte, text string) Payload {
 		o.Set("parts", rawjson.AppendArray(nil, []json.RawMessage{part}))
 		return Payload{o.Bytes()}
 	}
-	parts := neutralizedContent(content[start:end])
+	parts := neutralizedGeminiParts(content[start:end])
 	open := parts[:len(parts)-1]
 	var tail []byte
 	if len(bytes.TrimSpace(open)) > 1 {
