@@ -24,11 +24,7 @@ func geminiCLI(t *testing.T, baseURL, prompt string) string {
 		[]byte(`{"security":{"auth":{"selectedType":"gemini-api-key"}}}`), 0o600))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := os.Getenv("WSPROXY_GEMINI_CLI") // while scripts/npm does not pin it yet
-	if bin == "" {
-		bin = npmBin(t, "gemini")
-	}
-	cmd := exec.CommandContext(ctx, bin, "-p", prompt)
+	cmd := exec.CommandContext(ctx, npmBin(t, "gemini"), "-p", prompt)
 	cmd.Dir = work
 	cmd.Env = append(os.Environ(), "HOME="+home, "GEMINI_API_KEY=sk-demo", "GOOGLE_GEMINI_BASE_URL="+baseURL,
 		"GEMINI_CLI_TRUST_WORKSPACE=true", "GOOGLE_API_KEY=", "GOOGLE_CLOUD_PROJECT=", "GOOGLE_GENAI_USE_VERTEXAI=")
