@@ -1,6 +1,7 @@
 // Package demo is a small deterministic model that speaks the OpenAI chat completions and
-// Responses wire formats, Anthropic's Messages API and the Gemini API, streamed and not, so wsproxy can be tried
-// without an API key (UPSTREAM_BASE_URL=demo), from Claude Code too. It turns plain sentences into workspace tool calls:
+// Responses wire formats, Anthropic's Messages API and the Gemini API, streamed and not, so
+// wsproxy can be tried without an API key (UPSTREAM_BASE_URL=demo), from Claude Code and Gemini
+// CLI too. It turns plain sentences into workspace tool calls:
 //
 //	"I prefer short paragraphs."        add_preferences (soft)
 //	"It must be formal."                add_preferences (hard)
