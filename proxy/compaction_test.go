@@ -25,10 +25,10 @@ type compacting struct{ *turn.ChatRequest }
 
 func (compacting) Kind() string { return turn.KindCompaction }
 
-// compactionURL is the base URL of a server whose POST /v1/chat/completions is the proxy's route
-// (its intake, serveTurn, the request log around it) with every request a compaction: the edge
-// as it serves one once a recognizer marks it.
-func (e *env) compactionURL() string {
+// compactionServer is a server whose POST /v1/chat/completions is the proxy's route (its intake,
+// serveTurn, the request log around it) with every request a compaction: the edge as it serves
+// one once a recognizer marks it.
+func (e *env) compactionServer() *httptest.Server {
 	p := e.proxy
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +44,7 @@ func (e *env) compactionURL() string {
 	})
 	srv := httptest.NewServer(p.observed(mux))
 	e.t.Cleanup(srv.Close)
-	return srv.URL
+	return srv
 }
 
 // compact sends a compaction request of thread to the server at base; it answers the status and
@@ -69,7 +69,7 @@ func compact(t *testing.T, base, thread, body string) (int, string) {
 func TestCompactionInTheHistory(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	base := e.compactionURL()
+	base := e.compactionServer().URL
 	e.admin("POST", "/admin/v1/threads/agent/preferences", map[string]any{"title": "Run the tests", "locked": true}, 201, nil)
 	s := e.openStream(e.srv.URL, "agent", "", "")
 
@@ -130,7 +130,7 @@ func TestCompactionInTheHistory(t *testing.T) {
 func TestCompactionOfANewThread(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	base := e.compactionURL()
+	base := e.compactionServer().URL
 	e.up.Script(upstreamtest.Stream(`{"choices":[{"index":0,"delta":{"content":"The summary."}}]}`))
 	code, got := compact(t, base, "fresh", `{"model":"m","stream":true,"messages":[{"role":"user","content":"Summarize."}]}`)
 	require.Equal(t, 200, code)
@@ -154,7 +154,7 @@ func TestCompactionRecordFailsAlone(t *testing.T) {
 	e := setup(t, func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	base := e.compactionURL()
+	base := e.compactionServer().URL
 	_, err := e.pool.Exec(context.Background(), `DROP FUNCTION thread_compacted(text)`)
 	require.NoError(t, err)
 	summary := cmpl("The summary.")
@@ -175,6 +175,24 @@ func TestCompactionRecordFailsAlone(t *testing.T) {
 	require.Equal(t, "a compaction was not recorded in its thread's history", warned[0]["msg"])
 	require.Equal(t, "broken", warned[0]["thread"])
 	require.Contains(t, warned[0]["err"], "thread_compacted")
+}
+
+// TestCompactionWhileShuttingDown: a compaction answered once Shutdown has begun is recorded
+// before its handler returns (Shutdown waits for no turn then; the server's shutdown waits for
+// the handlers).
+func TestCompactionWhileShuttingDown(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	srv := e.compactionServer()
+	require.NoError(t, e.proxy.Shutdown(context.Background()))
+	e.up.Script(reply(cmpl("The summary.")))
+	code, _ := compact(t, srv.URL, "late", `{"model":"m","messages":[{"role":"user","content":"Summarize."}]}`)
+	require.Equal(t, 200, code)
+	srv.Close() // waits for the handler
+	var evs page[tools.Event]
+	e.admin("GET", "/admin/v1/threads/late/events", nil, 200, &evs)
+	require.Len(t, evs.Data, 1)
+	require.Equal(t, "compaction", evs.Data[0].Kind)
 }
 
 // TestOpenAPIEventKinds: the OpenAPI document's event kinds are the kinds the database takes
