@@ -42,6 +42,9 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 	s.opts.Metrics.turn(kind)
 	if kind != turn.KindTurn {
 		s.forward(w, r, in.body) // an agent's own request: no workspace, no tools, no loop
+		if kind == turn.KindCompaction {
+			s.noteCompaction(w, r, ws) // in the thread's history, once answered (compaction.go)
+		}
 		return
 	}
 	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
