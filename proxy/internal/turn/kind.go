@@ -1,0 +1,190 @@
+package turn
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+)
+
+// Kind is what a request on a thread is (docs/spec.md §18): an ordinary turn, which the
+// workspace joins (its tools, its block, the loop), or a request the client makes for itself,
+// which is forwarded as a pass-through of the thread and counted under its kind.
+type Kind string
+
+const (
+	// KindTurn is an ordinary thread turn.
+	KindTurn Kind = "turn"
+	// KindCompaction is the client compacting its own history: a request for a summary of the
+	// conversation so far (Claude Code's compaction request; Codex's compaction, by its
+	// compaction_trigger item or its own metadata). POST /v1/responses/compact is one too, known
+	// by its route alone.
+	KindCompaction Kind = "compaction"
+	// KindSide is a request beside the conversation: Gemini CLI's routing classifier, or any
+	// Gemini request for structured output (the Gemini API refuses function calling beside it).
+	KindSide Kind = "side"
+)
+
+// The recognisers read the request's raw JSON (rawjson: no decode of the body; at most the one
+// string that decides is unquoted) and know the agents by what they really send: the requests
+// captured in proxy/testdata/agents (its README has the facts; kind_test.go pins each). Anything
+// that is not one of them, a body that is not JSON included, is KindTurn: the turn's own
+// parsing answers its errors.
+
+// claudeCodeCompaction is how Claude Code's compaction request begins (2.1.332: the last
+// message, a user message with a string content) and what it asks for.
+const (
+	claudeCodeCompaction     = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
+	claudeCodeCompactionTask = "Your task is to create a detailed summary of the conversation so far"
+)
+
+// KindOfMessages is the kind of a Messages API request (POST /v1/messages): KindCompaction for
+// Claude Code's compaction request — its last message a user message whose text begins with
+// Claude Code's compaction instruction and asks for a detailed summary of the conversation so
+// far — else KindTurn. The instruction anywhere but in the last message (the turns after a
+// compaction hold its summary, not the instruction), or a user merely asking for a summary, is a
+// turn. (Claude Code 2.1.332 also adds the anthropic-beta fallback-credit-2026-06-01 to that
+// request alone; a beta flag is one version's detail, so the text decides.) Claude Code sends
+// no title or topic request in print mode, so none is recognised as KindSide.
+func KindOfMessages(body []byte) Kind {
+	last, ok := lastElement(body, "messages")
+	if !ok || !hasString(last, "role", "user") {
+		return KindTurn
+	}
+	s, e, ok := rawjson.Member(last, "content")
+	if !ok {
+		return KindTurn
+	}
+	text, ok := firstText(last[s:e])
+	if ok && strings.HasPrefix(text, claudeCodeCompaction) && strings.Contains(text, claudeCodeCompactionTask) {
+		return KindCompaction
+	}
+	return KindTurn
+}
+
+// KindOfResponses is the kind of a Responses API request (POST /v1/responses): KindCompaction
+// when an input item is {"type":"compaction_trigger"} (Codex's remote compaction: it requires
+// exactly one compaction item back), or when Codex's turn metadata — the x-codex-turn-metadata
+// header, or the same object in client_metadata["x-codex-turn-metadata"] — says
+// "request_kind":"compaction" (Codex's compaction for a custom provider, an ordinary request
+// with its summary instruction and no tools); else KindTurn. header may be nil.
+func KindOfResponses(body []byte, header http.Header) Kind {
+	if compactionMetadata([]byte(header.Get("X-Codex-Turn-Metadata"))) {
+		return KindCompaction
+	}
+	top, err := rawjson.Parse(body)
+	if err != nil {
+		return KindTurn
+	}
+	if hasTrigger(top.Get("input")) {
+		return KindCompaction
+	}
+	if cm := top.Get("client_metadata"); cm != nil {
+		if v, ok := member(cm, "x-codex-turn-metadata"); ok {
+			if meta, ok := rawjson.Unquote(v); ok && compactionMetadata([]byte(meta)) {
+				return KindCompaction
+			}
+		}
+	}
+	return KindTurn
+}
+
+// KindOfGemini is the kind of a Gemini API request (:generateContent, :streamGenerateContent):
+// KindSide when its generation config asks for structured output — responseMimeType
+// application/json, or a responseSchema or responseJsonSchema (Gemini CLI's routing classifier
+// sends the first and the last) — else KindTurn. The API's proto names (generation_config,
+// response_mime_type, …) are read too: Google's JSON mapping accepts both.
+func KindOfGemini(body []byte) Kind {
+	config, ok := member(body, "generationConfig", "generation_config")
+	if !ok {
+		return KindTurn
+	}
+	if mime, ok := member(config, "responseMimeType", "response_mime_type"); ok {
+		if m, ok := rawjson.Unquote(mime); ok {
+			m, _, _ = strings.Cut(m, ";")
+			if strings.EqualFold(strings.TrimSpace(m), "application/json") {
+				return KindSide
+			}
+		}
+	}
+	for _, names := range [][2]string{{"responseSchema", "response_schema"}, {"responseJsonSchema", "response_json_schema"}} {
+		if v, ok := member(config, names[0], names[1]); ok && string(v) != "null" {
+			return KindSide
+		}
+	}
+	return KindTurn
+}
+
+// member is the raw value of the first of names that the JSON object b holds.
+func member(b []byte, names ...string) ([]byte, bool) {
+	for _, n := range names {
+		if s, e, ok := rawjson.Member(b, n); ok {
+			return b[s:e], true
+		}
+	}
+	return nil, false
+}
+
+// lastElement is the raw last element of the array member name of the object b.
+func lastElement(b []byte, name string) ([]byte, bool) {
+	list, ok := member(b, name)
+	if !ok {
+		return nil, false
+	}
+	var last []byte
+	if rawjson.Each(list, func(_, start, end int) error {
+		last = list[start:end]
+		return nil
+	}) != nil || last == nil {
+		return nil, false
+	}
+	return last, true
+}
+
+// hasString reports whether the object b's member name is the string want.
+func hasString(b []byte, name, want string) bool {
+	v, ok := member(b, name)
+	if !ok {
+		return false
+	}
+	s, ok := rawjson.Unquote(v)
+	return ok && s == want
+}
+
+// firstText is a message content's text: the string itself, or its first text block's. Only a
+// content that begins as Claude Code's compaction instruction is unquoted: a long message costs
+// a scan, never a copy.
+func firstText(content []byte) (string, bool) {
+	if len(content) > 0 && content[0] == '[' {
+		var text []byte
+		_ = rawjson.Each(content, func(_, start, end int) error {
+			if block := content[start:end]; text == nil && hasString(block, "type", "text") {
+				text, _ = member(block, "text")
+			}
+			return nil
+		})
+		content = text
+	}
+	if !bytes.HasPrefix(content, []byte(`"`+claudeCodeCompaction)) {
+		return "", false
+	}
+	return rawjson.Unquote(content)
+}
+
+// hasTrigger reports whether the input array holds an item {"type":"compaction_trigger"}.
+func hasTrigger(input []byte) bool {
+	found := false
+	_ = rawjson.Each(input, func(_, start, end int) error {
+		if item := input[start:end]; !found && item[0] == '{' && hasString(item, "type", "compaction_trigger") {
+			found = true
+		}
+		return nil
+	})
+	return found
+}
+
+// compactionMetadata reports whether Codex's turn metadata (a JSON object) is a compaction's.
+func compactionMetadata(meta []byte) bool {
+	return len(meta) > 0 && hasString(meta, "request_kind", "compaction")
+}
