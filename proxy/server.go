@@ -292,6 +292,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("POST /threads/{thread}/v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("POST /threads/{thread}/v1/responses", s.responses)
+	s.websocketRoutes(mux)
 	mux.HandleFunc("POST /v1/messages", messagesRoute(s.messages))
 	mux.HandleFunc("POST /threads/{thread}/v1/messages", messagesRoute(s.messages))
 	mux.HandleFunc("POST /v1/messages/count_tokens", messagesRoute(s.countTokens))
