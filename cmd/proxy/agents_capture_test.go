@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -161,6 +163,50 @@ func TestAgentRequests(t *testing.T) {
 		require.Contains(t, string(rs[2].Body), `"tools":[`, "the compaction request still carries Claude Code's tools")
 		require.Contains(t, string(rs[3].Body), "This session is being continued from a previous conversation")
 		keep(t, map[string]capturedRequest{"claude-code-turn": rs[0], "claude-code-compact": rs[2], "claude-code-after-compact": rs[3]},
+			map[string]string{home: "/home/agent", work: "/work/project"})
+	})
+
+	t.Run("ClaudeCodeInteractive", func(t *testing.T) {
+		// The interactive session (under script(1), for a terminal), with Claude Code's
+		// nonessential traffic on: its first prompt sends a title request beside the turn.
+		f := newAgentFake(t)
+		f.Reply = agentReply
+		home, work := t.TempDir(), t.TempDir()
+		config := fmt.Sprintf(`{"hasCompletedOnboarding":true,"theme":"dark","customApiKeyResponses":{"approved":["wsproxy-capture"]},"projects":{%q:{"hasTrustDialogAccepted":true,"hasCompletedProjectOnboarding":true}}}`, work)
+		require.NoError(t, os.WriteFile(filepath.Join(home, ".claude.json"), []byte(config), 0o600))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "script", "-q", "-c", npmBin(t, "claude")+" 'My goal is a tidy repository.'", "/dev/null")
+		cmd.Dir = work
+		cmd.Env = append(agentEnv(), "HOME="+home, "TERM=xterm", "ANTHROPIC_BASE_URL="+f.URL, "ANTHROPIC_AUTH_TOKEN=wsproxy-capture",
+			"ANTHROPIC_API_KEY=", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1")
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		defer stdin.Close()
+		require.NoError(t, cmd.Start())
+		var posts []capturedRequest
+		require.Eventually(t, func() bool {
+			posts = posts[:0]
+			for _, r := range f.Requests() {
+				if r.Method == http.MethodPost {
+					posts = append(posts, r)
+				}
+			}
+			return len(posts) >= 2
+		}, time.Minute, 100*time.Millisecond, "the title request and the turn")
+		cancel()
+		_ = cmd.Wait()
+		i := slices.IndexFunc(posts, func(r capturedRequest) bool {
+			return strings.Contains(string(r.Body), "You are naming a coding session")
+		})
+		require.GreaterOrEqual(t, i, 0, "a title request")
+		title := posts[i]
+		require.Equal(t, "POST /v1/messages beta=true", title.Method+" "+title.Path+" "+title.Query)
+		require.Contains(t, string(title.Body), `"tools":[]`)
+		require.Contains(t, string(title.Body), `"format":{"type":"json_schema"`)
+		require.Contains(t, title.Headers["Anthropic-Beta"][0], "structured-outputs-2025-12-15")
+		require.NotContains(t, string(posts[1-i].Body), "You are naming a coding session")
+		keep(t, map[string]capturedRequest{"claude-code-title": title, "claude-code-interactive-turn": posts[1-i]},
 			map[string]string{home: "/home/agent", work: "/work/project"})
 	})
 

@@ -33,22 +33,35 @@ const (
 // parsing answers its errors.
 
 // claudeCodeCompaction is how Claude Code's compaction request begins (2.1.332: the last
-// message, a user message with a string content) and what it asks for.
+// message, a user message with a string content) and what it asks for; claudeCodeTitle is how
+// the system text of its title request begins.
 const (
 	claudeCodeCompaction     = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."
 	claudeCodeCompactionTask = "Your task is to create a detailed summary of the conversation so far"
+	claudeCodeTitle          = "You are naming a coding session"
 )
 
-// KindOfMessages is the kind of a Messages API request (POST /v1/messages): KindCompaction for
-// Claude Code's compaction request — its last message a user message whose text begins with
-// Claude Code's compaction instruction and asks for a detailed summary of the conversation so
-// far — else KindTurn. The instruction anywhere but in the last message (the turns after a
-// compaction hold its summary, not the instruction), or a user merely asking for a summary, is a
-// turn. (Claude Code 2.1.332 also adds the anthropic-beta fallback-credit-2026-06-01 to that
-// request alone; a beta flag is one version's detail, so the text decides.) Claude Code sends
-// no title or topic request in print mode, so none is recognised as KindSide.
+// KindOfMessages is the kind of a Messages API request (POST /v1/messages):
+//
+//   - KindCompaction for Claude Code's compaction request: its last message a user message whose
+//     text begins with Claude Code's compaction instruction and asks for a detailed summary of the
+//     conversation so far. The instruction anywhere but in the last message (the turns after a
+//     compaction hold its summary, not the instruction), or a user merely asking for a summary, is
+//     a turn. (Claude Code 2.1.332 also adds the anthropic-beta fallback-credit-2026-06-01 to that
+//     request alone; a beta flag is one version's detail, so the text decides.)
+//   - KindSide for Claude Code's title request (an interactive session's first prompt): a system
+//     text block that begins "You are naming a coding session", with structured output asked for
+//     (output_config.format). Claude Code sent no topic request in any mode captured.
+//   - KindTurn for anything else.
 func KindOfMessages(body []byte) Kind {
-	last, ok := lastElement(body, "messages")
+	top, err := rawjson.Parse(body)
+	if err != nil {
+		return KindTurn
+	}
+	if claudeCodeTitleRequest(top) {
+		return KindSide
+	}
+	last, ok := lastElement(top.Get("messages"))
 	if !ok || !hasString(last, "role", "user") {
 		return KindTurn
 	}
@@ -56,11 +69,37 @@ func KindOfMessages(body []byte) Kind {
 	if !ok {
 		return KindTurn
 	}
-	text, ok := firstText(last[s:e])
-	if ok && strings.HasPrefix(text, claudeCodeCompaction) && strings.Contains(text, claudeCodeCompactionTask) {
+	text, ok := firstText(last[s:e], claudeCodeCompaction)
+	if ok && strings.Contains(text, claudeCodeCompactionTask) {
 		return KindCompaction
 	}
 	return KindTurn
+}
+
+// claudeCodeTitleRequest reports whether a Messages request is Claude Code's title request: its
+// output_config has a format, and a block of its system begins as Claude Code's title instruction.
+func claudeCodeTitleRequest(top rawjson.Object) bool {
+	config := top.Get("output_config")
+	if config == nil {
+		return false
+	}
+	if format, ok := member(config, "format"); !ok || string(format) == "null" {
+		return false
+	}
+	system := top.Get("system")
+	if _, ok := firstText(system, claudeCodeTitle); ok {
+		return true
+	}
+	found := false
+	_ = rawjson.Each(system, func(_, start, end int) error {
+		if block := system[start:end]; !found && block[0] == '{' && hasString(block, "type", "text") {
+			if text, ok := member(block, "text"); ok && bytes.HasPrefix(text, []byte(`"`+claudeCodeTitle)) {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }
 
 // KindOfResponses is the kind of a Responses API request (POST /v1/responses): KindCompaction
@@ -126,12 +165,8 @@ func member(b []byte, names ...string) ([]byte, bool) {
 	return nil, false
 }
 
-// lastElement is the raw last element of the array member name of the object b.
-func lastElement(b []byte, name string) ([]byte, bool) {
-	list, ok := member(b, name)
-	if !ok {
-		return nil, false
-	}
+// lastElement is the raw last element of the JSON array list.
+func lastElement(list []byte) ([]byte, bool) {
 	var last []byte
 	if rawjson.Each(list, func(_, start, end int) error {
 		last = list[start:end]
@@ -152,21 +187,20 @@ func hasString(b []byte, name, want string) bool {
 	return ok && s == want
 }
 
-// firstText is a message content's text: the string itself, or its first text block's. Only a
-// content that begins as Claude Code's compaction instruction is unquoted: a long message costs
-// a scan, never a copy.
-func firstText(content []byte) (string, bool) {
+// firstText is a content's text — the string itself, or its first text block's — when it begins
+// with prefix. Only such a text is unquoted: a long message costs a scan, never a copy.
+func firstText(content []byte, prefix string) (string, bool) {
 	if len(content) > 0 && content[0] == '[' {
 		var text []byte
 		_ = rawjson.Each(content, func(_, start, end int) error {
-			if block := content[start:end]; text == nil && hasString(block, "type", "text") {
+			if block := content[start:end]; text == nil && block[0] == '{' && hasString(block, "type", "text") {
 				text, _ = member(block, "text")
 			}
 			return nil
 		})
 		content = text
 	}
-	if !bytes.HasPrefix(content, []byte(`"`+claudeCodeCompaction)) {
+	if !bytes.HasPrefix(content, []byte(`"`+prefix)) {
 		return "", false
 	}
 	return rawjson.Unquote(content)

@@ -54,15 +54,17 @@ func kindOf(f agentFixture) Kind {
 func TestKindOfCapturedRequests(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string]Kind{
-		"claude-code-turn":          KindTurn,
-		"claude-code-compact":       KindCompaction,
-		"claude-code-after-compact": KindTurn,
-		"codex-turn":                KindTurn,
-		"codex-compact-local":       KindCompaction,
-		"codex-after-compact":       KindTurn,
-		"codex-compaction-trigger":  KindCompaction,
-		"gemini-classifier":         KindSide,
-		"gemini-turn":               KindTurn,
+		"claude-code-turn":             KindTurn,
+		"claude-code-compact":          KindCompaction,
+		"claude-code-after-compact":    KindTurn,
+		"claude-code-title":            KindSide,
+		"claude-code-interactive-turn": KindTurn,
+		"codex-turn":                   KindTurn,
+		"codex-compact-local":          KindCompaction,
+		"codex-after-compact":          KindTurn,
+		"codex-compaction-trigger":     KindCompaction,
+		"gemini-classifier":            KindSide,
+		"gemini-turn":                  KindTurn,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -111,13 +113,18 @@ func TestKindNearMisses(t *testing.T) {
 			"the instruction quoted":      messages(`{"role":"user","content":"Why does Claude Code say \"CRITICAL: Respond with TEXT ONLY. Do NOT call any tools.\"?"}`),
 			"the instruction as the assistant's": messages(`{"role":"user","content":"hi"}`,
 				strings.Replace(string(instruction), `"role":"user"`, `"role":"assistant"`, 1)),
-			"the preamble without the task": messages(`{"role":"user","content":"CRITICAL: Respond with TEXT ONLY. Do NOT call any tools. What is 2+2?"}`),
-			"no messages":                   []byte(`{"model":"m","messages":[]}`),
-			"not JSON":                      []byte(`{"messages":[`),
-			"empty":                         nil,
+			"the preamble without the task":          messages(`{"role":"user","content":"CRITICAL: Respond with TEXT ONLY. Do NOT call any tools. What is 2+2?"}`),
+			"no messages":                            []byte(`{"model":"m","messages":[]}`),
+			"not JSON":                               []byte(`{"messages":[`),
+			"structured output of a turn":            []byte(`{"model":"m","output_config":{"format":{"type":"json_schema","schema":{"type":"object"}}},"system":"You are a helpful assistant.","messages":[{"role":"user","content":"Name this session."}]}`),
+			"the title instruction without a format": []byte(`{"model":"m","system":[{"type":"text","text":"You are naming a coding session so the user can pick it out."}],"messages":[{"role":"user","content":"hi"}]}`),
+			"the title instruction as a user's":      []byte(`{"model":"m","output_config":{"format":{"type":"json_schema"}},"messages":[{"role":"user","content":"You are naming a coding session: call it X."}]}`),
+			"empty":                                  nil,
 		} {
 			require.Equal(t, KindTurn, KindOfMessages(body), name)
 		}
+		require.Equal(t, KindSide, KindOfMessages([]byte(`{"model":"m","output_config":{"format":{"type":"json_schema"}},"system":"You are naming a coding session so the user can pick it out.","messages":[{"role":"user","content":"<session>hi</session>"}]}`)),
+			"a system string")
 		// The same instruction as a content of text blocks is Claude Code's compaction too.
 		text, err := json.Marshal(lastTextOf(t, instruction))
 		require.NoError(t, err)
