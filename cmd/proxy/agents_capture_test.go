@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -171,7 +172,16 @@ func TestAgentRequests(t *testing.T) {
 		// nonessential traffic on: its first prompt sends a title request beside the turn.
 		f := newAgentFake(t)
 		f.Reply = agentReply
-		home, work := t.TempDir(), t.TempDir()
+		// Its home is removed once Claude Code's own children (a plugin marketplace's clone, which
+		// fails offline) are done with it.
+		home, err := os.MkdirTemp("", "claude-interactive-")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			for i := 0; os.RemoveAll(home) != nil && i < 50; i++ {
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		work := t.TempDir()
 		config := fmt.Sprintf(`{"hasCompletedOnboarding":true,"theme":"dark","customApiKeyResponses":{"approved":["wsproxy-capture"]},"projects":{%q:{"hasTrustDialogAccepted":true,"hasCompletedProjectOnboarding":true}}}`, work)
 		require.NoError(t, os.WriteFile(filepath.Join(home, ".claude.json"), []byte(config), 0o600))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -194,8 +204,18 @@ func TestAgentRequests(t *testing.T) {
 			}
 			return len(posts) >= 2
 		}, time.Minute, 100*time.Millisecond, "the title request and the turn")
-		cancel()
-		_ = cmd.Wait()
+		// Ctrl-C twice: Claude Code exits, and script with it.
+		_, _ = io.WriteString(stdin, "\x03")
+		time.Sleep(200 * time.Millisecond)
+		_, _ = io.WriteString(stdin, "\x03")
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cancel()
+			<-done
+		}
 		i := slices.IndexFunc(posts, func(r capturedRequest) bool {
 			return strings.Contains(string(r.Body), "You are naming a coding session")
 		})
