@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
@@ -224,4 +227,44 @@ func TestOpenAPIEventKinds(t *testing.T) {
 	slices.Sort(stored)
 	slices.Sort(documented)
 	require.Equal(t, stored, documented)
+}
+
+// TestAgentsOwnRequestsLeftAlone: the requests Claude Code and Codex really send for their own
+// compaction and titles (proxy/testdata/agents) reach the upstream byte for byte on their
+// thread's routes — no tools, no block — counted by kind, a compaction recorded in the thread's
+// history; the agents' ordinary turns stay turns (docs/spec.md §18).
+func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, c := range []struct{ fixture, path, kind string }{
+		{"claude-code-compact", "/threads/cc/v1/messages?beta=true", turn.KindCompaction},
+		{"claude-code-title", "/threads/cc/v1/messages?beta=true", turn.KindSide},
+		{"codex-compaction-trigger", "/threads/cx/v1/responses", turn.KindCompaction},
+		{"codex-compact-local", "/threads/cx/v1/responses", turn.KindCompaction},
+		{"codex-turn", "/threads/cx/v1/responses/compact", turn.KindCompaction},
+	} {
+		body, err := os.ReadFile(filepath.Join("testdata", "agents", c.fixture+".body.json"))
+		require.NoError(t, err)
+		e.up.Script(upstreamtest.JSON(200, `{"left":"alone"}`))
+		n := len(e.up.Requests())
+		resp, got := e.do("POST", c.path, map[string]string{"Content-Type": "application/json"}, string(body))
+		require.Equal(t, 200, resp.StatusCode, "%s: %s", c.fixture, got)
+		require.JSONEq(t, `{"left":"alone"}`, got, c.fixture)
+		reqs := e.up.Requests()
+		require.Len(t, reqs, n+1, c.fixture)
+		require.Equal(t, string(body), string(reqs[n].Body), "%s: forwarded as it came", c.fixture)
+	}
+	m := e.opts().Metrics
+	require.Equal(t, 4.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindCompaction)))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindSide)))
+	require.Equal(t, 0.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindTurn)))
+	require.NoError(t, e.proxy.Shutdown(context.Background())) // it waits for the records
+	for thread, want := range map[string]int{"cc": 1, "cx": 3} {
+		var evs page[tools.Event]
+		e.admin("GET", "/admin/v1/threads/"+thread+"/events", nil, 200, &evs)
+		require.Len(t, evs.Data, want, thread)
+		for _, ev := range evs.Data {
+			require.Equal(t, tools.Compaction, ev.Kind)
+		}
+	}
 }
