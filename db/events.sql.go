@@ -33,6 +33,20 @@ func (q *Queries) EventAnswer(ctx context.Context, db DBTX, arg EventAnswerParam
 	return i, err
 }
 
+const eventCompactionInsert = `-- name: EventCompactionInsert :one
+SELECT c::bigint AS id FROM thread_compacted($1::text) c
+`
+
+// Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
+// 013): the thread created when new (past its tombstone), a compaction event by the client under
+// the thread's row lock, and its NOTIFY. Returns the event's id.
+func (q *Queries) EventCompactionInsert(ctx context.Context, db DBTX, threadID string) (int64, error) {
+	row := db.QueryRow(ctx, eventCompactionInsert, threadID)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const eventGet = `-- name: EventGet :one
 SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events WHERE thread_id = $1 AND id = $2
 `

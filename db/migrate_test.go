@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -648,4 +649,93 @@ func TestUpgradeToScopes(t *testing.T) {
 	start, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Contains(t, string(start.Inherited), `"Inherited"`)
+}
+
+// TestUpgradeToCompaction: a database populated under schema 012 upgrades to the current one with
+// its events kept, and takes a client's compaction (thread_compacted): an event of kind
+// compaction by the client on the thread, numbered on from the thread's history — past a
+// deleted thread's tombstone, and in a thread it creates without a turn — with its NOTIFY; the
+// next turn reuses the snapshot, the workspace being unchanged.
+func TestUpgradeToCompaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, parents) VALUES ('pre-013', 3, 2, 4, '{scope}'), ('scope', 0, 1, 1, '{}')`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('pre-013', 1, 'Formal', 'hard', true)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences, inherited, scope_versions)
+		 VALUES ('pre-013', 3, 4, NULL, '[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true}]', '[{"scope":"scope","preferences":[]}]', '{1}')`,
+		`INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, before, after) VALUES
+		 ('pre-013', 1, 'user', 'admin', 'preference_added', 'preference', 1, NULL, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}'),
+		 ('pre-013', 2, 'user', 'admin', 'preference_locked', 'preference', 1, '{"title":"Formal","subtitle":"","kind":"hard","locked":false}', '{"title":"Formal","subtitle":"","kind":"hard","locked":true}'),
+		 ('pre-013', 3, 'client', 'proxy', 'parents_set', 'thread', NULL, '{"parents":[]}', '{"parents":["scope"]}')`,
+		`INSERT INTO thread_tombstones (thread_id, next_event_id, next_preference_id) VALUES ('gone', 7, 3)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	events, err := q.EventList(ctx, pool, db.EventListParams{ThreadID: "pre-013", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, events, 3, "the events stored before")
+	require.Equal(t, "parents_set", events[2].Kind)
+
+	listener, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN wsproxy_events")
+	require.NoError(t, err)
+
+	id, err := q.EventCompactionInsert(ctx, pool, "pre-013")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), id, "the thread's next event id")
+	for { // the channel is the database's: other tests' schemas notify on it too
+		n, err := listener.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		if thread, _, _ := strings.Cut(n.Payload, ","); thread == "pre-013" {
+			require.Equal(t, "pre-013,4", n.Payload)
+			break
+		}
+	}
+	ev, err := q.EventGet(ctx, pool, db.EventGetParams{ThreadID: "pre-013", ID: 4})
+	require.NoError(t, err)
+	require.Equal(t, "compaction", ev.Kind)
+	require.Equal(t, "client", ev.Actor)
+	require.Equal(t, "proxy", ev.Via)
+	require.Equal(t, "thread", ev.TargetType)
+	require.False(t, ev.TargetID.Valid)
+	require.False(t, ev.Turn.Valid, "a compaction is no turn of the loop")
+	require.Nil(t, ev.Before)
+	require.Nil(t, ev.After)
+	th, err := q.ThreadGet(ctx, pool, "pre-013")
+	require.NoError(t, err)
+	require.Equal(t, int32(3), th.Turns, "no turn number taken")
+	require.Equal(t, int64(5), th.NextEventID)
+
+	// The next turn: the workspace is as the last snapshot holds it (the event changed nothing).
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "pre-013"})
+	require.NoError(t, err)
+	require.Equal(t, int32(4), start.Turn)
+	snaps, err := q.SnapshotListByThread(ctx, pool, db.SnapshotListByThreadParams{ThreadID: "pre-013", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, snaps, 1, "no copy of an unchanged workspace")
+
+	// A thread it creates: no turn, its ids past its tombstone; and one that never existed.
+	id, err = q.EventCompactionInsert(ctx, pool, "gone")
+	require.NoError(t, err)
+	require.Equal(t, int64(7), id, "past the tombstone")
+	th, err = q.ThreadGet(ctx, pool, "gone")
+	require.NoError(t, err)
+	require.Zero(t, th.Turns)
+	require.Equal(t, int64(3), th.NextPreferenceID)
+	id, err = q.EventCompactionInsert(ctx, pool, "new")
+	require.NoError(t, err)
+	require.Equal(t, int64(1), id)
+
+	// The check still refuses a kind it does not name.
+	_, err = pool.Exec(ctx, `INSERT INTO events (thread_id, id, actor, kind, target_type) VALUES ('new', 2, 'client', 'compacted', 'thread')`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "events_kind_check", pgErr.ConstraintName)
 }

@@ -25,6 +25,8 @@ var openAIAPI = wireAPI{
 	routes: []apiRoute{
 		{"POST /v1/chat/completions", (*Server).chat},
 		{"POST /v1/responses", (*Server).responses},
+		{"GET /v1/responses", (*Server).refuseWebSocket},
+		{"POST /v1/responses/compact", (*Server).responsesCompact},
 	},
 	passThrough: []string{"/v1/"},
 	setKey:      bearerKey,
@@ -83,4 +85,19 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all())
 		}
 	})
+}
+
+// responsesCompact serves POST /v1/responses/compact and its thread-path form: with a thread, a
+// compaction left alone (docs/spec.md §18); without one, a pass-through.
+func (s *Server) responsesCompact(w http.ResponseWriter, r *http.Request) {
+	in, err := s.inbound(w, r, s.passThroughAllowed)
+	defer in.release()
+	switch {
+	case err != nil:
+		apierr.Write(w, r, s.log, err)
+	case !in.named:
+		s.forward(w, r, in.body)
+	default:
+		s.leaveAlone(w, r, in, s.opts.Store.Workspace(in.thread), turn.KindCompaction)
+	}
 }

@@ -176,8 +176,8 @@ type Server struct {
 	cacheKey     bool // set prompt_cache_key on thread turns
 	// usage writes the turns' usage in the background; Shutdown writes what is left.
 	usage *usageWriter
-	// turns are the thread turns in flight, which Shutdown waits for; draining (set by
-	// Shutdown) refuses new ones.
+	// turns are the thread turns in flight, and the records of compactions being written
+	// (compaction.go), which Shutdown waits for; draining (set by Shutdown) refuses new turns.
 	turnsMu  sync.Mutex
 	draining bool
 	turns    sync.WaitGroup

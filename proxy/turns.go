@@ -37,13 +37,12 @@ var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type:
 // it ends.
 func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up *clientUpstream,
 	setup func(*turn.Turn)) {
-	kind := req.Kind()
-	noteKind(r.Context(), kind)
-	s.opts.Metrics.turn(kind)
-	if kind != turn.KindTurn {
-		s.forward(w, r, in.body) // an agent's own request: no workspace, no tools, no loop
+	if kind := req.Kind(); kind != turn.KindTurn {
+		s.leaveAlone(w, r, in, ws, kind)
 		return
 	}
+	noteKind(r.Context(), turn.KindTurn)
+	s.opts.Metrics.turn(turn.KindTurn)
 	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
 	if err != nil {
 		if !s.bypassed(w, r, in, err) {
@@ -67,6 +66,18 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	s.reply(w, r, t, req.JSON(t))
+}
+
+// leaveAlone forwards an agent's own request of a thread, of kind side or compaction, as it came
+// (docs/spec.md §18): no workspace, no tools, no loop; counted by its kind, and a compaction
+// recorded in the thread's history once answered (compaction.go).
+func (s *Server) leaveAlone(w http.ResponseWriter, r *http.Request, in inbound, ws *tools.Workspace, kind string) {
+	noteKind(r.Context(), kind)
+	s.opts.Metrics.turn(kind)
+	s.forward(w, r, in.body)
+	if kind == turn.KindCompaction {
+		s.noteCompaction(w, r, ws)
+	}
 }
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The

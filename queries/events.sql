@@ -80,3 +80,9 @@ LIMIT @max_rows;
 SELECT DISTINCT ON (target_id) target_id::bigint AS id, before FROM events
 WHERE thread_id = @thread_id AND id > @after_id::bigint AND target_type = 'preference' AND target_id IS NOT NULL
 ORDER BY target_id, id;
+
+-- name: EventCompactionInsert :one
+-- Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
+-- 013): the thread created when new (past its tombstone), a compaction event by the client under
+-- the thread's row lock, and its NOTIFY. Returns the event's id.
+SELECT c::bigint AS id FROM thread_compacted(@thread_id::text) c;

@@ -35,17 +35,20 @@ const (
 	Proposed          = "proposed"
 	ProposalDismissed = "proposal_dismissed"
 	PreferenceMoved   = "preference_moved"
+	// Compaction: the client compacted its history (docs/spec.md §18); it changed nothing of the
+	// workspace.
+	Compaction = "compaction"
 )
 
-// ByClient is the actor of a change a client made by its request (X-Workspace-Parents), not a
-// user in the admin REST nor the model.
+// ByClient is the actor of a change a client made by its request (X-Workspace-Parents), or of
+// its compaction, not a user in the admin REST nor the model.
 const ByClient = "client"
 
 // Targets of events.
 const (
 	TargetObjective  = "objective"
 	TargetPreference = "preference"
-	TargetThread     = "thread" // its parents or review setting
+	TargetThread     = "thread" // its parents or review setting, or the client's compaction
 )
 
 // eventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
@@ -380,6 +383,20 @@ func (w *Workspace) LastEventID(ctx context.Context) (_ int64, err error) {
 	return id, db.NotFound(err)
 }
 
+// NoteCompaction records that the thread's client compacted its history (docs/spec.md §18): a
+// compaction event by the client via the proxy, target the thread, in one statement
+// (EventCompactionInsert) that creates the thread when it does not exist (with no turn, past its
+// tombstone) and wakes its live views. The event changes nothing of the workspace and carries no
+// turn: a compaction is not a turn of the loop.
+func (w *Workspace) NoteCompaction(ctx context.Context) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if _, err := w.store.q.EventCompactionInsert(ctx, w.store.pool, w.threadID); err != nil {
+		return fmt.Errorf("record compaction: %w", err)
+	}
+	return nil
+}
+
 // ConflictError: a revert of a change whose target changed again since, or a proposal applied
 // to an item that changed since it was made.
 type ConflictError struct {
@@ -395,9 +412,10 @@ func (e *ConflictError) Error() string {
 }
 
 // Errors of RevertEvent: the event changed nothing (a locked_skip, a proposal or its
-// dismissal), or a thread's setting, which is set again rather than reverted.
+// dismissal, a client's compaction), or a thread's setting, which is set again rather than
+// reverted.
 var (
-	errNothingToRevert = invalid("", "this event changed nothing (a locked_skip, a proposal or its dismissal): there is nothing to revert")
+	errNothingToRevert = invalid("", "this event changed nothing (a locked_skip, a proposal or its dismissal, a client's compaction): there is nothing to revert")
 	errRevertSetting   = invalid("", "a thread's parents or review setting is changed by setting it again (PUT …/parents, PATCH …), not reverted")
 )
 
@@ -408,7 +426,7 @@ var (
 func (w *Workspace) RevertEvent(ctx context.Context, id int64) (Event, error) {
 	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
 		switch {
-		case ev.Kind == LockedSkip || ev.Kind == Proposed || ev.Kind == ProposalDismissed:
+		case ev.Kind == LockedSkip || ev.Kind == Proposed || ev.Kind == ProposalDismissed || ev.Kind == Compaction:
 			return change{}, errNothingToRevert
 		case ev.Target.Type == TargetThread:
 			return change{}, errRevertSetting

@@ -13,15 +13,15 @@ import (
 )
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
-// by its id, or the thread as the first argument of turn_start, turn_start_unless_held or
-// thread_revive (functions Citus delegates by that argument) — so that it can be routed to the
-// one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive)\(\$1[,)]`)
+// by its id, or the thread as the first argument of turn_start, turn_start_unless_held,
+// thread_revive or thread_compacted (functions Citus delegates by that argument) — so that it can
+// be routed to the one shard (Citus) or database holding it.
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive|thread_compacted)\(\$1[,):]`)
 
 // TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
-// Responses turn's record and continuation — and an MCP request (its thread token's check, a
-// call that may create its thread), and fails when one of their statements does not name its
-// thread (docs/scaling.md).
+// Responses turn's record and continuation — a client's compaction, and an MCP request (its
+// thread token's check, a call that may create its thread), and fails when one of their
+// statements does not name its thread (docs/scaling.md).
 func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	t.Parallel()
 	tracer := &dbtest.Statements{}
@@ -48,6 +48,8 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}, nil))
 	_, err = ws.Continuation(ctx, "resp_1")
 	require.NoError(t, err)
+	require.NoError(t, ws.NoteCompaction(ctx))
+	require.NoError(t, store.Workspace(ThreadID{Name: "compacted-first"}).NoteCompaction(ctx))
 	link, err := ws.IssueLink(ctx, LinkMCP, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	_, err = ws.LinkValid(ctx, LinkMCP, link.ID)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
+	"github.com/wsproxy/wsproxy/tools"
 )
 
 // The workspace panel in a real browser: headless Chromium (Debian's chromium; .ci/run installs
@@ -488,4 +489,31 @@ func TestPanelChangeBeforeItsStream(t *testing.T) {
 		waitFor(eventItem("objective_set", "")+` !== undefined`),
 		waitFor(eventItem("preference_added", "Between")+` !== undefined`),
 		waitFor(prefItem("Between")+` !== undefined`))
+}
+
+// TestPanelShowsACompaction: a client's compaction of its history (docs/spec.md §18) is an entry
+// of the thread's timeline in words, "The client compacted its history", by a client's request,
+// with no Revert button (it changed nothing); one recorded while the page is open arrives live.
+func TestPanelShowsACompaction(t *testing.T) {
+	t.Parallel()
+	m, _ := MustRunMain(t, nil)
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/agent/preferences", `{"title":"Run the tests","locked":true}`, nil))
+	ws := tools.NewStore(m.pool, tools.Options{}).Workspace(tools.ThreadID{Name: "agent"})
+	require.NoError(t, ws.NoteCompaction(context.Background()))
+	ctx := newBrowser(t)()
+	signIn(t, ctx, m.URL, m.AdminToken)
+	compacted := eventItem("compaction", "The client compacted its history")
+	within(t, ctx,
+		chromedp.Navigate(m.URL+"/ui/#/t/agent"),
+		waitFor(compacted+` !== undefined`),
+		waitFor(prefItem("Run the tests")+` !== undefined`))
+	require.Equal(t, "The client compacted its history", eval[string](t, ctx, compacted+`.querySelector(".what").textContent`))
+	require.Contains(t, eval[string](t, ctx, compacted+`.querySelector(".meta").textContent`), "a client's request")
+	require.Zero(t, eval[int](t, ctx, compacted+`.querySelectorAll("button").length`), "nothing to revert, apply or dismiss")
+	require.Equal(t, 1, eval[int](t, ctx, `document.querySelectorAll('li.event button.revert').length`), "the preference's addition has its Revert")
+
+	// Live: one more, recorded while the page is open.
+	require.NoError(t, ws.NoteCompaction(context.Background()))
+	within(t, ctx, waitFor(`document.querySelectorAll('li.event[data-kind="compaction"]').length === 2`))
+	saveScreenshot(t, ctx, "panel-compaction", "a thread's history with two compactions")
 }

@@ -62,8 +62,8 @@ func parseGemini(body []byte, model string, streamed, side bool) (*GeminiRequest
 	tl.streamed = streamed
 	c := &GeminiRequest{topLevel: tl, model: model, decls: -1}
 	top := tl.fields
-	if side && structuredOutput(top) {
-		c.kind = KindSide
+	if k := kindOfGemini(top); side && k != KindTurn {
+		c.kind = k // structured output (kind.go): the Gemini API refuses function calling beside it
 		return c, nil
 	}
 	c.list = top.Get("contents")
@@ -88,29 +88,6 @@ func parseGemini(body []byte, model string, streamed, side bool) (*GeminiRequest
 		}
 	}
 	return c, nil
-}
-
-// structuredOutput reports a request whose generationConfig asks for structured output:
-// responseMimeType application/json, a responseSchema or a responseJsonSchema (in either
-// spelling the API reads).
-func structuredOutput(top rawjson.Object) bool {
-	for _, key := range []string{"generationConfig", "generation_config"} {
-		gc, err := rawjson.Parse(top.Get(key))
-		if err != nil {
-			continue
-		}
-		for _, k := range []string{"responseMimeType", "response_mime_type"} {
-			if strings.EqualFold(strings.TrimSpace(text(gc.Get(k))), "application/json") {
-				return true
-			}
-		}
-		for _, k := range []string{"responseSchema", "response_schema", "responseJsonSchema", "response_json_schema", "_responseJsonSchema"} {
-			if !isNull(gc.Get(k)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // checkTools checks the client's tools: each an object, no function named like a workspace

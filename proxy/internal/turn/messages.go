@@ -38,6 +38,7 @@ func ParseMessagesRequest(body []byte) (*MessagesRequest, error) {
 		return nil, err
 	}
 	top := tl.fields
+	tl.kind = kindOfMessages(top)
 	c := &MessagesRequest{topLevel: tl, msgs: top.Get("messages")}
 	if c.msgs == nil || string(c.msgs) == "null" {
 		return nil, apierr.BadRequest("missing_required_parameter", "messages", "messages: field required")

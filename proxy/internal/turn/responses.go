@@ -47,6 +47,7 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		return nil, err
 	}
 	top := tl.fields
+	tl.kind = kindOfResponses(top)
 	c := &ResponsesRequest{topLevel: tl}
 	if string(top.Get("background")) == "true" {
 		return nil, apierr.BadRequest("unsupported_parameter", "background", "background responses are not supported on a thread turn")

@@ -241,6 +241,7 @@ function describe(e, pos, known) {
     case "agent_writes_set": return "Set the assistant's writes: " + writesText(e.after && e.after.agent_writes);
     case "preference_moved":
       return e.after ? "Moved " + name + " here from " + e.moved.from : "Moved " + quote(e.before.title) + " to " + e.moved.to;
+    case "compaction": return "The client compacted its history"; // docs/spec.md §18: the workspace carries on
   }
   return e.kind.replaceAll("_", " ") + ": " + name;
 }
@@ -276,9 +277,10 @@ function whoText(e) {
 
 function targetKey(t) { return t.type === "preference" ? "preference:" + t.id : t.type; }
 
-// UNDONE are the events that changed nothing (proposals and their dismissals), and SETTINGS those
-// that are changed by setting them again, not reverted; a move is undone by moving it back.
-const UNDONE = new Set(["locked_skip", "proposed", "proposal_dismissed"]);
+// UNDONE are the events that changed nothing (proposals and their dismissals, a client's
+// compaction), and SETTINGS those that are changed by setting them again, not reverted; a move is
+// undone by moving it back.
+const UNDONE = new Set(["locked_skip", "proposed", "proposal_dismissed", "compaction"]);
 const SETTINGS = new Set(["parents_set", "agent_writes_set", "preference_moved"]);
 
 // laterChanges maps each target to its last change (a locked_skip changed nothing), and each
