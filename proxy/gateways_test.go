@@ -66,7 +66,9 @@ func liteLLMCompletion(id, content string, prompt, completion int, calls ...call
 		"choices": []any{map[string]any{"finish_reason": finish, "index": 0, "message": msg}},
 		"usage": map[string]any{"completion_tokens": completion, "prompt_tokens": prompt, "total_tokens": prompt + completion,
 			"completion_tokens_details": map[string]any{"accepted_prediction_tokens": 0, "audio_tokens": 0, "reasoning_tokens": 0, "rejected_prediction_tokens": 0},
-			"prompt_tokens_details":     map[string]any{"audio_tokens": nil, "cached_tokens": 0}},
+			"prompt_tokens_details":     map[string]any{"audio_tokens": nil, "cached_tokens": 0},
+			// What LiteLLM adds for an Anthropic model: the tokens written to its prompt cache.
+			"cache_creation_input_tokens": prompt / 10},
 	})
 	return string(b)
 }
@@ -175,7 +177,11 @@ func TestLiteLLMGateway(t *testing.T) {
 		require.Equal(t, 50.0, answer.Usage["completion_tokens"])
 		require.Equal(t, 350.0, answer.Usage["total_tokens"])
 		require.Equal(t, map[string]any{"audio_tokens": nil, "cached_tokens": 0.0}, answer.Usage["prompt_tokens_details"])
+		require.Equal(t, 30.0, answer.Usage["cache_creation_input_tokens"], "summed like every number")
 		require.Equal(t, "Small hotels", e.workspace("litellm-json").Preferences[0].Title)
+		// The thread's totals (docs/spec.md §8): chat completions' cache writes are not read.
+		require.Eventually(t, func() bool { return e.workspace("litellm-json").Usage.PromptTokens == 300 }, 5*time.Second, 10*time.Millisecond)
+		require.Zero(t, e.workspace("litellm-json").Usage.CacheWriteTokens)
 	})
 
 	t.Run("stream", func(t *testing.T) {
