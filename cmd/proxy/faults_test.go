@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,4 +276,274 @@ func TestReplicaKilledMidToolRound(t *testing.T) {
 	}
 	require.Equal(t, []string{"preference_added", "preference_added"}, kinds)
 	rec.requireNothingPartial(t)
+}
+
+// usageModel is a fake model whose turns record one preference (the user's message) in a tool
+// round, and that counts the prompt tokens it reported per thread (the thread's name is the
+// user message's first word): every round it answered, counted once.
+type usageModel struct {
+	http.Handler
+	mu     sync.Mutex
+	prompt map[string]int64
+}
+
+func newUsageModel() *usageModel {
+	m := &usageModel{prompt: map[string]int64{}}
+	m.Handler = fake.New(fake.Options{Script: func(req *fake.Request) fake.Answer {
+		var user string
+		for i := len(req.Messages) - 1; i >= 0; i-- {
+			if req.Messages[i].Role == "user" {
+				user = demo.ClientText(req.Messages[i].Text())
+				break
+			}
+		}
+		if !req.Stream || req.StreamOptions.IncludeUsage {
+			thread, _, _ := strings.Cut(user, " ")
+			m.mu.Lock()
+			m.prompt[thread] += 300 // fake's fixed usage
+			m.mu.Unlock()
+		}
+		if req.Messages[len(req.Messages)-1].Role == "tool" {
+			return fake.Answer{Text: "noted"}
+		}
+		a, _ := json.Marshal(map[string]any{"items": []map[string]string{{"title": user}}, "action_and_reasoning": "bouncer test"})
+		return fake.Answer{Calls: []fake.Call{{ID: "call_rec", Name: "add_preferences", Arguments: string(a)}}}
+	}})
+	return m
+}
+
+func (m *usageModel) promptTokens(thread string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prompt[thread]
+}
+
+// pgBouncer is a PgBouncer of the test's own (scripts/pg.sh bouncer-start) in front of the test
+// cluster, in transaction mode, which the test stops and starts again at the same place.
+type pgBouncer struct {
+	t   *testing.T
+	dir string
+	url string
+}
+
+func startPgBouncer(t *testing.T) *pgBouncer {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "wsproxy-bouncer-test.")
+	require.NoError(t, err)
+	b := &pgBouncer{t: t, dir: dir}
+	b.start()
+	t.Cleanup(func() { b.stop(); _ = os.RemoveAll(dir) })
+	return b
+}
+
+func (b *pgBouncer) pgsh(args ...string) string {
+	b.t.Helper()
+	cmd := exec.Command("../../scripts/pg.sh", args...)
+	cmd.Env = append(os.Environ(), "TEST_DATABASE_URL="+dbtest.URL(b.t))
+	out, err := cmd.Output()
+	var stderr []byte
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = ee.Stderr
+	}
+	require.NoError(b.t, err, "pg.sh %v: %s", args, stderr)
+	return strings.TrimSpace(string(out))
+}
+
+func (b *pgBouncer) start() { b.url = b.pgsh("bouncer-start", b.dir) }
+func (b *pgBouncer) stop()  { b.pgsh("bouncer-stop", b.dir, "immediate") }
+
+// TestPgBouncerRestartedUnderLoad: wsproxy on a PgBouncer in transaction mode (its own, so
+// that the test may restart it: the one of `pg.sh bouncer` is shared by the PGBOUNCER_TESTS),
+// turns with a tool round streamed and not from several clients, and PgBouncer stopped at once
+// (every connection closed) and started again on the same socket while they run. Every turn
+// succeeds or fails cleanly — 503 workspace_unavailable, or a stream's error event — none is
+// counted twice (every turn number is one turn's; a thread's usage is that of the rounds the
+// model answered, once), every success's write is stored once, and turns succeed again after
+// the restart on every client (pgx's statements of the new connections work).
+func TestPgBouncerRestartedUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bouncer := startPgBouncer(t)
+	// A database of its own: PgBouncer passes on no search_path.
+	admin, err := pgxpool.New(ctx, dbtest.URL(t))
+	require.NoError(t, err)
+	defer admin.Close()
+	name := fmt.Sprintf("bouncer_restart_%d", time.Now().UnixNano())
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	withDB := func(raw string) string {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		u.Path = "/" + name
+		return u.String()
+	}
+	up := newUsageModel()
+	upSrv := httptest.NewServer(up)
+	defer upSrv.Close()
+	m, _ := MustRunMain(t, func(c *Config) {
+		c.DatabaseURL = withDB(bouncer.url)
+		c.DatabaseListenURL = withDB(dbtest.URL(t))
+		c.UpstreamBaseURL = upSrv.URL + "/v1"
+		c.AdminToken = faultsAdminToken
+		c.LogLevel = "error"
+	})
+	addr := strings.TrimPrefix(m.URL, "http://")
+
+	const clients = 6
+	type tally struct {
+		ok, failed     int
+		okAfterRestart int
+		titles         []string // the successes' messages
+	}
+	var (
+		mu        sync.Mutex
+		tallies   [clients]tally
+		restarted = make(chan struct{})
+		stop      = make(chan struct{})
+		unclean   []string
+	)
+	totalOK := func() (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range tallies {
+			n += c.ok
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			thread := fmt.Sprintf("bouncer-%d", w)
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				after := false
+				select {
+				case <-restarted:
+					after = true
+				default:
+				}
+				stream := n%2 == 1
+				text := fmt.Sprintf("%s turn %d", thread, n)
+				ok, clean, what := bouncerTurn(ctx, addr, thread, text, stream)
+				mu.Lock()
+				c := &tallies[w]
+				switch {
+				case ok:
+					c.ok++
+					c.titles = append(c.titles, text)
+					if after {
+						c.okAfterRestart++
+					}
+				case clean:
+					c.failed++
+				default:
+					unclean = append(unclean, what)
+				}
+				mu.Unlock()
+				if !ok {
+					time.Sleep(20 * time.Millisecond) // a client's backoff before its next turn
+				}
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return totalOK() >= 2*clients }, 2*time.Minute, 10*time.Millisecond, "turns succeed through PgBouncer")
+	before := totalOK()
+	downAt := time.Now()
+	bouncer.stop()
+	bouncer.start()
+	close(restarted)
+	t.Logf("PgBouncer stopped at once and started again in %v, after %d good turns", time.Since(downAt).Round(time.Millisecond), before)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range tallies {
+			if c.okAfterRestart < 2 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 10*time.Millisecond, "every client's turns succeed again after the restart")
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, unclean, "every turn succeeded or failed cleanly")
+	var ok, failed int
+	for w, c := range tallies {
+		ok, failed = ok+c.ok, failed+c.failed
+		thread := fmt.Sprintf("bouncer-%d", w)
+		rec := readThreadRecord(t, addr, thread)
+		stored := map[string]int{}
+		for _, p := range rec.Preferences {
+			stored[p.Title]++
+		}
+		for title, n := range stored {
+			require.Equal(t, 1, n, "%s stored once", title)
+		}
+		for _, title := range c.titles {
+			require.Equal(t, 1, stored[title], "the write of the good turn %q is stored", title)
+		}
+		turns := map[int]bool{}
+		for _, call := range rec.Calls {
+			require.NotNil(t, call.Turn)
+			require.False(t, turns[*call.Turn], "turn %d of %s is one turn's", *call.Turn, thread)
+			turns[*call.Turn] = true
+		}
+		rec.requireNothingPartial(t)
+		// The usage writer retries what failed; it must come to the model's count, not past it.
+		want := up.promptTokens(thread)
+		var got int64
+		require.Eventually(t, func() bool {
+			var d struct {
+				Usage struct {
+					PromptTokens int64 `json:"prompt_tokens"`
+				} `json:"usage"`
+			}
+			adminGetAt(t, addr, "/admin/v1/threads/"+thread, &d)
+			got = d.Usage.PromptTokens
+			require.LessOrEqual(t, got, want, "%s: usage counted once", thread)
+			return got == want
+		}, time.Minute, 50*time.Millisecond, "%s: usage %d of the model's %d", thread, got, want)
+	}
+	t.Logf("%d turns succeeded, %d failed cleanly (503 workspace_unavailable or a stream's error event) around the restart", ok, failed)
+}
+
+// bouncerTurn runs one turn; ok when it succeeded, clean when it failed as a turn may while
+// Postgres is out of reach (503 workspace_unavailable, or a stream's error event), else what
+// it got.
+func bouncerTurn(ctx context.Context, addr, thread, text string, stream bool) (ok, clean bool, what string) {
+	body := fmt.Sprintf(`{"model":"m","stream":%t,"messages":[{"role":"user","content":%q}]}`, stream, text)
+	if stream {
+		body = fmt.Sprintf(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, text)
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return false, false, err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Thread-Id", thread)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, false, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	s := string(b)
+	switch {
+	case resp.StatusCode == 200 && !stream:
+		return true, false, ""
+	case resp.StatusCode == 200 && strings.HasSuffix(s, "data: [DONE]\n\n") && !strings.Contains(s, `"error"`):
+		return true, false, ""
+	case resp.StatusCode == 200 && stream && strings.Contains(s, `data: {"error"`):
+		return false, true, ""
+	case resp.StatusCode == 503 && strings.Contains(s, `"workspace_unavailable"`):
+		return false, true, ""
+	}
+	return false, false, fmt.Sprintf("%d %s", resp.StatusCode, s)
 }
