@@ -28,7 +28,7 @@
 //	load soak -wsproxy BIN [-d 10m] [-c 16] [-instances 2]
 //	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
 //	    of memory and of goroutines (needs DATABASE_URL; make soak).
-//	load failover -wsproxy BIN [-sync] [-c 8] [-faults 2] [-between 10s]
+//	load failover -wsproxy BIN [-sync] [-lag 1s] [-c 8] [-faults 2] [-between 10s]
 //	    two local clusters with streaming replication, two wsproxy instances naming both hosts,
 //	    mixed traffic, and the primary stopped hard and the standby promoted, -faults times;
 //	    prints per fault what failed, for how long, and what acknowledged was lost (make failover).
@@ -347,6 +347,7 @@ missing with -sync, or on a stream's gap with -sync.`)
 	fs.IntVar(&f.Clients, "c", 8, "concurrent clients")
 	fs.IntVar(&f.Faults, "faults", 2, "failovers in the run")
 	fs.DurationVar(&f.Between, "between", 10*time.Second, "traffic before the first fault and after each one's recovery")
+	fs.DurationVar(&f.Lag, "lag", 0, "hold the standby's WAL receiver this long before each fault (a standby behind)")
 	fs.StringVar(&f.Dir, "dir", "", "work folder of the clusters (default: a temporary one, removed after)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/demo"
@@ -37,6 +38,11 @@ type Failover struct {
 	Faults      int
 	Between     time.Duration // traffic before the first fault and after each one's recovery
 	Dir         string        // work folder ("" is a temporary one, removed after)
+	// Lag, when set, holds the primary's WAL sender (SIGSTOP) for Lag before each fault, until
+	// the primary is stopped: a standby that far behind, as a slow network or a busy standby
+	// leaves it. With asynchronous replication the primary's commits of that time are
+	// acknowledged and never reach the standby; with synchronous replication they wait for it.
+	Lag time.Duration
 }
 
 // failoverModel is the fake model of the run: the soak's script (a turn records the user's
@@ -214,10 +220,27 @@ func (f Failover) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		for k := range f.Faults {
+			var sender int
+			if f.Lag > 0 {
+				if sender, err = primary.walSender(ctx); err != nil {
+					return err
+				}
+				if err := syscall.Kill(sender, syscall.SIGSTOP); err != nil {
+					return fmt.Errorf("hold the WAL sender: %w", err)
+				}
+				fmt.Printf("fault %d: the primary's WAL sender held for %v\n", k+1, f.Lag)
+				if !sleepCtx(ctx, f.Lag) {
+					_ = syscall.Kill(sender, syscall.SIGCONT)
+					return ctx.Err()
+				}
+			}
+			if f.Lag > 0 {
+				fmt.Printf("  %s\n", primary.behind(ctx))
+			}
 			fr := &faultReport{at: time.Now()}
 			faults = append(faults, fr)
 			fmt.Printf("fault %d: the primary (%s) stopped hard, the standby (%s) promoted\n", k+1, primary.name, standby.name)
-			if err := primary.stop("immediate"); err != nil {
+			if err := primary.crash(sender); err != nil {
 				return err
 			}
 			if err := standby.promote(); err != nil {
@@ -322,9 +345,6 @@ func (r *failoverRun) drive(ctx context.Context, c int) {
 			stream := x >= 3
 			code, body := r.post(ctx, base, thread, turnBody(title, stream))
 			ok, what = code == 200 && !stream, fmt.Sprintf("turn %d", code)
-			if code != 200 && os.Getenv("FAILOVER_DEBUG") != "" {
-				fmt.Printf("%s %s: %d %.300s\n", time.Now().Format("15:04:05.000"), base, code, body)
-			}
 			if stream && code == 200 {
 				ok = strings.HasSuffix(body, "data: [DONE]\n\n") && !strings.Contains(body, `data: {"error"`)
 				what = "stream's error event"
@@ -502,14 +522,17 @@ func (r *failoverRun) report(faults []*faultReport) error {
 	if err != nil {
 		return err
 	}
-	// which fault a write acknowledged at t may be lost in: the first one after t.
+	// The fault a write acknowledged at t was lost in: the nearest (its commit may precede the
+	// fault and its acknowledgement follow it); none past faultReach.
+	const faultReach = 5 * time.Second
 	faultOf := func(t time.Time) int {
-		for k, fr := range faults {
-			if t.Before(fr.at) {
-				return k
+		k, best := -1, faultReach
+		for j, fr := range faults {
+			if d := max(t.Sub(fr.at), fr.at.Sub(t)); d <= best {
+				k, best = j, d
 			}
 		}
-		return -1
+		return k
 	}
 	var unattributed int
 	for title, at := range r.up.acked {
@@ -628,7 +651,11 @@ func (r *failoverRun) report(faults []*faultReport) error {
 	if r.f.Synchronous {
 		mode = "synchronous"
 	}
-	fmt.Printf("failover, %s replication: %d clients on 2 instances, %d requests (turns with a tool round, streamed and not; the user's edits), %d faults\n",
+	mode += " replication"
+	if r.f.Lag > 0 {
+		mode += fmt.Sprintf(", the WAL sender held %v before each fault", r.f.Lag)
+	}
+	fmt.Printf("failover, %s: %d clients on 2 instances, %d requests (turns with a tool round, streamed and not; the user's edits), %d faults\n",
 		mode, r.f.Clients, len(r.outcomes), len(faults))
 	fmt.Printf("  before the first fault: %d good, %d failed %v\n", before.ok, before.failed, before.failures)
 	for k, fr := range faults {
@@ -637,7 +664,7 @@ func (r *failoverRun) report(faults []*faultReport) error {
 			k+1, fr.promoted.Round(time.Millisecond), fr.failed, fr.total, fr.failures, fr.firstGood.Round(time.Millisecond), fr.missingCalls, fr.missingUs,
 			fr.eventDelay.Round(time.Millisecond))
 	}
-	fmt.Printf("  acknowledged tool calls: %d, user edits: %d; written twice: %d; acknowledged after the last fault and missing: %d\n",
+	fmt.Printf("  acknowledged tool calls: %d, user edits: %d; written twice: %d; missing and acknowledged more than 5s from a fault: %d\n",
 		len(r.up.acked), len(r.userAck), duplicated, unattributed)
 	fmt.Printf("  event streams: %d events of the watched thread, %v reconnections with Last-Event-ID per instance; ", len(events), r.resumes)
 	if len(gaps) == 0 {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -195,4 +196,59 @@ func (c *pgCluster) waitStandby(ctx context.Context, sync bool) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// walSender is the process id of the primary's WAL sender (of its one standby).
+func (c *pgCluster) walSender(ctx context.Context) (int, error) {
+	conn, err := pgx.Connect(ctx, c.url())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pid FROM pg_stat_replication LIMIT 1").Scan(&pid); err != nil {
+		return 0, fmt.Errorf("the WAL sender of %s: %w", c.name, err)
+	}
+	return pid, nil
+}
+
+// crash stops the cluster hard (pg_ctl stop -m immediate). A WAL sender held (sender, stopped
+// with SIGSTOP) is let go only once the stop is under way, so that it dies of it before it sends
+// what it held back.
+func (c *pgCluster) crash(sender int) error {
+	if sender == 0 {
+		return c.stop("immediate")
+	}
+	if err := c.env.run("pg_ctl", "-D", c.data(), "-m", "immediate", "-W", "stop"); err != nil {
+		_ = syscall.Kill(sender, syscall.SIGCONT)
+		return err
+	}
+	// The postmaster has sent its children SIGQUIT; the held sender takes it when let go.
+	for syscall.Kill(sender, 0) == nil {
+		_ = syscall.Kill(sender, syscall.SIGCONT)
+		time.Sleep(10 * time.Millisecond)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for c.running() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still running a minute after its immediate stop", c.name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// behind says how far the standby is behind the primary's WAL.
+func (c *pgCluster) behind(ctx context.Context) string {
+	conn, err := pgx.Connect(ctx, c.url())
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var sent, flushed, current int64
+	err = conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - sent_lsn, pg_current_wal_lsn() - flush_lsn, pg_current_wal_lsn() - '0/0' FROM pg_stat_replication LIMIT 1`).Scan(&sent, &flushed, &current)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("the standby is %d bytes of WAL behind what was sent, %d behind what it flushed", sent, flushed)
 }
