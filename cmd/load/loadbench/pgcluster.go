@@ -213,20 +213,17 @@ func (c *pgCluster) walSender(ctx context.Context) (int, error) {
 }
 
 // crash stops the cluster hard (pg_ctl stop -m immediate). A WAL sender held (sender, stopped
-// with SIGSTOP) is let go only once the stop is under way, so that it dies of it before it sends
-// what it held back.
+// with SIGSTOP) is killed once the stop is under way, never let go: let go, it would send what
+// it held back before the postmaster's SIGQUIT reached it. So the standby is as far behind as a
+// standby whose primary's host died.
 func (c *pgCluster) crash(sender int) error {
 	if sender == 0 {
 		return c.stop("immediate")
 	}
-	if err := c.env.run("pg_ctl", "-D", c.data(), "-m", "immediate", "-W", "stop"); err != nil {
-		_ = syscall.Kill(sender, syscall.SIGCONT)
+	err := c.env.run("pg_ctl", "-D", c.data(), "-m", "immediate", "-W", "stop")
+	_ = syscall.Kill(sender, syscall.SIGKILL)
+	if err != nil {
 		return err
-	}
-	// The postmaster has sent its children SIGQUIT; the held sender takes it when let go.
-	for syscall.Kill(sender, 0) == nil {
-		_ = syscall.Kill(sender, syscall.SIGCONT)
-		time.Sleep(10 * time.Millisecond)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for c.running() {
