@@ -676,6 +676,14 @@ func (r *failoverRun) report(faults []*faultReport) error {
 	if duplicated > 0 || unattributed > 0 {
 		problems = append(problems, "writes stored twice or lost outside a fault")
 	}
+	for _, fr := range faults {
+		// Woken by LISTEN, a stream has an event within milliseconds; without it, at the
+		// stream's heartbeat (15 s).
+		if fr.eventDelay > 5*time.Second {
+			problems = append(problems, fmt.Sprintf("an event took %v to reach the streams after a fault: the LISTEN connection did not follow the promotion", fr.eventDelay.Round(time.Millisecond)))
+			break
+		}
+	}
 	if r.f.Synchronous {
 		for _, fr := range faults {
 			if fr.missingCalls+fr.missingUs > 0 {
