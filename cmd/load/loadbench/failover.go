@@ -679,7 +679,7 @@ func (r *failoverRun) report(faults []*faultReport) error {
 	for _, fr := range faults {
 		// Woken by LISTEN, a stream has an event within milliseconds; without it, at the
 		// stream's heartbeat (15 s).
-		if fr.eventDelay > 5*time.Second {
+		if fr.eventDelay > 10*time.Second {
 			problems = append(problems, fmt.Sprintf("an event took %v to reach the streams after a fault: the LISTEN connection did not follow the promotion", fr.eventDelay.Round(time.Millisecond)))
 			break
 		}
