@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak
+.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak failover
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line, wsproxy_build_info):
 ## the VERSION file's (CHANGELOG.md says what each version changed).
@@ -113,6 +113,21 @@ bench-cache: build
 soak: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load soak -wsproxy bin/wsproxy $(SOAK_FLAGS)'
+
+## failover: Postgres failing over under load, twice a run: two local clusters with streaming
+## replication (the installed server binaries, loopback only, in a temporary folder), two wsproxy
+## instances whose DATABASE_URL names both hosts with target_session_attrs=read-write, mixed
+## traffic and event streams; the primary stopped hard and the standby promoted, the old primary
+## rebuilt as a standby in between. One synchronous run, then one asynchronous; before each fault
+## the primary's WAL sender is held for a second (a standby behind: FAILOVER_FLAGS="-lag 0" for
+## none). Prints per fault what failed, for how long, and what acknowledged was lost; fails on a
+## write stored twice, or with synchronous replication on an acknowledged write missing or a
+## stream's gap.
+FAILOVER_FLAGS ?= -lag 1s
+failover: build
+	$(GO) build -o bin/load ./cmd/load
+	bin/load failover -wsproxy bin/wsproxy -sync $(FAILOVER_FLAGS)
+	bin/load failover -wsproxy bin/wsproxy $(FAILOVER_FLAGS)
 
 ## chromium: the panel's browser tests need Chromium (or CHROMIUM_PATH); as root on Debian or
 ## Ubuntu it is installed when missing, saying so; elsewhere the tests fail and say what to install.

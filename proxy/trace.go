@@ -63,7 +63,9 @@ func (s *Server) observed(next http.Handler) http.Handler {
 		ctx, end := s.tracing.serverSpan(r)
 		info := &requestInfo{id: requestID(r)}
 		ctx = apierr.WithRequestID(withRequestInfo(ctx, info), info.id)
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("wsproxy.request_id", info.id))
+		if s.tracing.on {
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("wsproxy.request_id", info.id))
+		}
 		w.Header().Set(requestIDHeader, info.id)
 		s.opts.Metrics.requestStarted()
 		sw := &statusWriter{ResponseWriter: w}

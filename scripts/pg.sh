@@ -10,6 +10,13 @@
 #                               inside `pg.sh exec`: run CMD with TEST_PGBOUNCER_URL set to a
 #                               PgBouncer in transaction mode in front of the throwaway cluster
 #                               (Debian's pgbouncer, installed when missing as root)
+#   scripts/pg.sh bouncer-start DIR
+#                               inside `pg.sh exec`: start a PgBouncer like bouncer's in DIR (its
+#                               socket, config and log) and print its URL; started again in the
+#                               same DIR, it listens at the same place (a restart)
+#   scripts/pg.sh bouncer-stop DIR [immediate|safe]
+#                               stop the PgBouncer of DIR: at once (every connection closed), or
+#                               after the transactions in flight
 #   scripts/pg.sh running DIR   exit 0 when the cluster of DIR is running
 #   scripts/pg.sh stop DIR [MODE]
 #                               stop the cluster of DIR (pg_ctl's mode: fast, or immediate for a
@@ -109,6 +116,61 @@ datadir() {
   echo "$dir/pg"
 }
 
+# bouncer_url DIR: the URL of the PgBouncer of DIR (no named prepared statements: Debian 12's
+# PgBouncer, before 1.21, does not keep them across transactions).
+bouncer_url() { echo "postgres://postgres@/postgres?host=$1&port=6432&sslmode=disable&default_query_exec_mode=cache_describe"; }
+
+# start_bouncer DIR: start a PgBouncer in transaction mode in DIR (its socket, its log), in front
+# of the cluster of TEST_DATABASE_URL (on a Unix socket), writing DIR/pgbouncer.ini when missing;
+# it prints its URL once it listens. Started again in the same DIR, it listens where it did.
+start_bouncer() {
+  local dir=$1 sock port bouncer u
+  sock=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]host=\([^&]*\).*/\1/p')
+  port=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]port=\([0-9]*\).*/\1/p')
+  [ -n "$sock" ] || die "pg.sh bouncer needs a cluster on a Unix socket (pg.sh exec)"
+  if ! command -v pgbouncer >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "pg.sh: pgbouncer is missing; installing it (apt-get install pgbouncer)" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; } >&2 || die "apt-get install pgbouncer failed"
+  fi
+  bouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
+  [ -x "$bouncer" ] || die "pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer)"
+  mkdir -p "$dir"; chmod 755 "$dir"
+  u=$(owner)
+  [ "$(id -u)" = 0 ] && chown "$u" "$dir"
+  [ -f "$dir/pgbouncer.ini" ] || cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=$sock port=${port:-5432} user=postgres
+[pgbouncer]
+listen_addr =
+unix_socket_dir = $dir
+listen_port = 6432
+auth_type = any
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+ignore_startup_parameters = statement_timeout,search_path,extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+  as "$u" "$bouncer" -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
+  for _ in $(seq 100); do [ -S "$dir/.s.PGSQL.6432" ] && break; sleep 0.1; done
+  [ -S "$dir/.s.PGSQL.6432" ] || { cat "$dir/pgbouncer.log" >&2; die "pgbouncer does not listen"; }
+  bouncer_url "$dir"
+}
+
+# stop_bouncer DIR SIGNAL: stop the PgBouncer of DIR and wait for it to exit. Before 1.23, TERM
+# is its immediate shutdown (every connection closed at once) and INT its safe one (after the
+# transactions in flight); from 1.23 QUIT is the immediate one.
+stop_bouncer() {
+  local dir=$1 sig=$2 pid v
+  pid=$(cat "$dir/pgbouncer.pid" 2>/dev/null) || return 0
+  v=$(pgbouncer --version 2>/dev/null | sed -n '1s/^PgBouncer \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+  if [ "$sig" = TERM ] && [ -n "$v" ] && [ "${v% *}" -ge 1 ] && { [ "${v% *}" -gt 1 ] || [ "${v#* }" -ge 23 ]; }; then sig=QUIT; fi
+  kill -"$sig" "$pid" 2>/dev/null || return 0
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  die "pgbouncer $pid did not stop"
+}
+
 cmd=${1:-}; shift || true
 case "$cmd" in
   exec)
@@ -148,43 +210,24 @@ case "$cmd" in
     ;;
   bouncer)
     [ $# -gt 0 ] && [ -n "${TEST_DATABASE_URL:-}" ] || die "usage: pg.sh exec scripts/pg.sh bouncer CMD..."
-    sock=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]host=\([^&]*\).*/\1/p')
-    port=$(printf '%s' "$TEST_DATABASE_URL" | sed -n 's/.*[?&]port=\([0-9]*\).*/\1/p')
-    [ -n "$sock" ] || die "pg.sh bouncer needs the cluster of pg.sh exec (on a Unix socket)"
-    if ! command -v pgbouncer >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      echo "pg.sh: pgbouncer is missing; installing it (apt-get install pgbouncer)" >&2
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; } >&2 || die "apt-get install pgbouncer failed"
-    fi
-    bouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
-    [ -x "$bouncer" ] || die "pgbouncer is not installed (Debian/Ubuntu: apt-get install pgbouncer)"
     dir=$(mktemp -d /tmp/wsproxy-bouncer.XXXXXX)
-    chmod 755 "$dir"
-    u=$(owner)
-    [ "$(id -u)" = 0 ] && chown "$u" "$dir"
-    cat >"$dir/pgbouncer.ini" <<INI
-[databases]
-* = host=$sock port=${port:-5432} user=postgres
-[pgbouncer]
-listen_addr =
-unix_socket_dir = $dir
-listen_port = 6432
-auth_type = any
-pool_mode = transaction
-max_client_conn = 1000
-default_pool_size = 20
-ignore_startup_parameters = statement_timeout,search_path,extra_float_digits
-logfile = $dir/pgbouncer.log
-pidfile = $dir/pgbouncer.pid
-INI
-    as "$u" "$bouncer" -d "$dir/pgbouncer.ini" || { cat "$dir/pgbouncer.log" >&2; die "pgbouncer did not start"; }
-    trap 'kill "$(cat "$dir/pgbouncer.pid" 2>/dev/null)" 2>/dev/null; rm -rf "$dir"' EXIT
-    for _ in $(seq 50); do [ -S "$dir/.s.PGSQL.6432" ] && break; sleep 0.1; done
+    trap 'stop_bouncer "$dir" TERM; rm -rf "$dir"' EXIT
+    start_bouncer "$dir" >/dev/null
     echo "pg.sh: PgBouncer (transaction pooling) in $dir" >&2
-    TEST_PGBOUNCER_URL="postgres://postgres@/postgres?host=$dir&port=6432&sslmode=disable&default_query_exec_mode=cache_describe" "$@"
+    TEST_PGBOUNCER_URL=$(bouncer_url "$dir") "$@"
+    ;;
+  bouncer-start)
+    [ $# -eq 1 ] && [ -n "${TEST_DATABASE_URL:-}" ] || die "usage: pg.sh exec scripts/pg.sh bouncer-start DIR"
+    start_bouncer "$1"
+    ;;
+  bouncer-stop)
+    [ $# -ge 1 ] || die "usage: pg.sh bouncer-stop DIR [immediate|safe]"
+    [ "${2:-immediate}" = safe ] && sig=INT || sig=TERM
+    stop_bouncer "$1" "$sig"
     ;;
   stop)
     [ $# -ge 1 ] || die "usage: pg.sh stop DIR [fast|immediate]"
     stop_cluster "$(datadir "$1")" "${2:-fast}"
     ;;
-  *) die "usage: pg.sh exec CMD... | bouncer CMD... | start DIR | running DIR | stop DIR [fast|immediate]" ;;
+  *) die "usage: pg.sh exec CMD... | bouncer CMD... | bouncer-start DIR | bouncer-stop DIR [immediate|safe] | start DIR | running DIR | stop DIR [fast|immediate]" ;;
 esac

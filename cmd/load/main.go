@@ -28,6 +28,10 @@
 //	load soak -wsproxy BIN [-d 10m] [-c 16] [-instances 2]
 //	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
 //	    of memory and of goroutines (needs DATABASE_URL; make soak).
+//	load failover -wsproxy BIN [-sync] [-lag 1s] [-c 8] [-faults 2] [-between 10s]
+//	    two local clusters with streaming replication, two wsproxy instances naming both hosts,
+//	    mixed traffic, and the primary stopped hard and the standby promoted, -faults times;
+//	    prints per fault what failed, for how long, and what acknowledged was lost (make failover).
 //
 // The harness starts the fake model and the bare proxy as processes of their own (this program
 // again, with upstream, model or bareproxy), so that each one's CPU time is its own.
@@ -75,6 +79,7 @@ const usage = `usage: load SUBCOMMAND [flags]   (load SUBCOMMAND -h for its flag
   latency    the latency table (make bench-latency)
   cache      the prompt-cache measurement (make bench-cache)
   soak       the soak (make soak)
+  failover   the primary stopped hard and its standby promoted, under load (make failover)
 `
 
 // command is a subcommand.
@@ -106,6 +111,8 @@ func run(ctx context.Context, args []string) error {
 		cmd = &CacheCommand{}
 	case "soak":
 		cmd = &SoakCommand{}
+	case "failover":
+		cmd = &FailoverCommand{}
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stderr, usage)
 		return flag.ErrHelp
@@ -318,4 +325,32 @@ DATABASE_URL.`)
 		return errors.New("DATABASE_URL is required (make soak provides one)")
 	}
 	return s.Run(ctx)
+}
+
+// FailoverCommand is load failover.
+type FailoverCommand struct{}
+
+func (*FailoverCommand) Run(ctx context.Context, args []string) error {
+	fs := flags("failover", `failover [flags]
+
+Two local PostgreSQL clusters (the installed server binaries, loopback only) with streaming
+replication, synchronous with -sync; two wsproxy instances whose DATABASE_URL names both hosts
+with target_session_attrs=read-write; mixed traffic; and -faults times the primary stopped hard
+(pg_ctl stop -m immediate) and the standby promoted, the old primary rebuilt as a standby of
+the new one in between (make failover). Prints per fault the requests failed, the longest time
+to a client's first good request, the acknowledged writes missing, the writes stored twice and
+whether the event streams resumed without a gap; fails on a duplicate, on an acknowledged write
+missing with -sync, or on a stream's gap with -sync.`)
+	f := loadbench.Failover{}
+	fs.StringVar(&f.Wsproxy, "wsproxy", "bin/wsproxy", "the wsproxy binary")
+	fs.BoolVar(&f.Synchronous, "sync", false, "synchronous replication (synchronous_standby_names = '*')")
+	fs.IntVar(&f.Clients, "c", 8, "concurrent clients")
+	fs.IntVar(&f.Faults, "faults", 2, "failovers in the run")
+	fs.DurationVar(&f.Between, "between", 10*time.Second, "traffic before the first fault and after each one's recovery")
+	fs.DurationVar(&f.Lag, "lag", 0, "hold the standby's WAL receiver this long before each fault (a standby behind)")
+	fs.StringVar(&f.Dir, "dir", "", "work folder of the clusters (default: a temporary one, removed after)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return f.Run(ctx)
 }

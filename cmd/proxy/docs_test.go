@@ -93,8 +93,10 @@ func TestDocsSnippets(t *testing.T) {
 	modules := nodeModules(t)
 	var env []string
 	for _, kv := range os.Environ() {
-		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "OPENAI_") && !strings.HasPrefix(k, "ANTHROPIC_") {
-			env = append(env, kv) // the examples meet the demo, never a real provider
+		// The examples meet the demo, never a real provider, nor a wsproxy of the environment's:
+		// a page defines WSPROXY (its base URL) itself, with localhost:8080 mapped to the test's.
+		if k, _, _ := strings.Cut(kv, "="); !strings.HasPrefix(k, "OPENAI_") && !strings.HasPrefix(k, "ANTHROPIC_") && !strings.HasPrefix(k, "WSPROXY") {
+			env = append(env, kv)
 		}
 	}
 	env = append(env, "PATH="+filepath.Join(modules, ".bin")+":"+os.Getenv("PATH"),

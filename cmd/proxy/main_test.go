@@ -329,16 +329,6 @@ func TestConfig(t *testing.T) {
 	require.Contains(t, usage.String(), "UPSTREAM_API_KEY")
 }
 
-func TestRunRefusesAnUnreachableDatabase(t *testing.T) {
-	t.Parallel()
-	m := NewMain()
-	m.Config.DatabaseURL = "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"
-	m.Config.ListenAddr = "127.0.0.1:0"
-	m.LogOutput = io.Discard
-	err := m.Run(context.Background())
-	require.ErrorContains(t, err, "migrate database")
-}
-
 // TestPlacementSetting: WORKSPACE_PLACEMENT reaches the proxy (tail by default, said at start).
 func TestPlacementSetting(t *testing.T) {
 	t.Parallel()

@@ -230,10 +230,10 @@ func TestMakeRunFailedStart(t *testing.T) {
 	t.Parallel()
 	dir := repoCopy(t)
 	t.Run("BadDatabaseURL", func(t *testing.T) {
-		r := startMakeRun(t, dir, freeAddr(t), "DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+		r := startMakeRun(t, dir, freeAddr(t), "DATABASE_URL=postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "DATABASE_WAIT=1s")
 		err := r.wait()
 		require.Error(t, err, "make run fails:\n%s", r.out.String())
-		require.Contains(t, r.out.String(), "wsproxy: migrate database:")
+		require.Contains(t, r.out.String(), "wsproxy: DATABASE_URL: Postgres did not answer within DATABASE_WAIT (1s):")
 		require.NotContains(t, r.out.String(), "Try it:")
 	})
 	t.Run("BusyPort", func(t *testing.T) {
