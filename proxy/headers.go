@@ -73,8 +73,8 @@ func clientCredential(name string) bool {
 // X-Request-Id becomes X-Upstream-Request-Id (the client's X-Request-Id is wsproxy's); with
 // client keys, the headers that name the operator's account and the upstream's cookies go
 // (identity); the operator's keys, should a header value or the body — an error's, an answer's, a
-// stream's — quote one, are redacted (keys: UPSTREAM_API_KEY and ANTHROPIC_UPSTREAM_API_KEY, those
-// that are set; without them nothing is scanned).
+// stream's — quote one, are redacted (keys: every upstream's that is set, UPSTREAM_API_KEY and
+// the other APIs'; without them nothing is scanned).
 type fromUpstream struct {
 	identity bool
 	keys     [][]byte

@@ -111,7 +111,10 @@ func TestClientKeysScopeUpstreamObjects(t *testing.T) {
 		resp, _ := e2.do("GET", path, alice, "")
 		require.Equal(t, want, resp.StatusCode, path)
 	}
-	for _, bad := range []string{"get /v1/x", "GET v1/x", "GET /v2/x", "GET /v1/*/x", "GET"} {
+	gemini, err := ParseAllowedRoutes("GET /v1beta/models/*")
+	require.NoError(t, err, "the Gemini API's routes may be named")
+	require.True(t, gemini.Allows("GET", "/v1beta/models/gemini-3"))
+	for _, bad := range []string{"get /v1/x", "GET v1/x", "GET /v2/x", "GET /v1/*/x", "GET", "GET /v1betax/y"} {
 		_, err := ParseAllowedRoutes(bad)
 		require.Error(t, err, bad)
 	}

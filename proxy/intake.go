@@ -48,7 +48,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 }
 
 var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>, or where the API's clients send their key (x-api-key on /v1/messages)"}
+	Message: "a valid wsproxy client key is required: Authorization: Bearer <key>, or where the API's clients send their key (x-api-key on /v1/messages; x-goog-api-key or ?key= on /v1beta)"}
 
 // clientOf authenticates a request of the wire APIs (clientKey) and returns its client (""
 // when client keys are off). A wrong key counts as a failed authentication of the client's

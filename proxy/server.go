@@ -64,11 +64,11 @@ type Options struct {
 	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
 	// otherwise the client's is forwarded.
 	UpstreamAPIKey string
-	// Upstreams are the upstreams of the other wire APIs, by the API's name: "anthropic", the
-	// Messages API's (docs/spec.md §14; its base URL without /v1, e.g. https://api.anthropic.com;
-	// its key goes in x-api-key in place of the client's x-api-key and Authorization). One
-	// missing, or without a URL, is the provider's own API (DefaultAnthropicUpstreamURL); one
-	// without a key forwards the client's credentials.
+	// Upstreams are the upstreams of the other wire APIs, by the API's name (its descriptor's,
+	// proxy/api.go): "anthropic", the Messages API's (docs/spec.md §14; its base URL without /v1,
+	// e.g. https://api.anthropic.com; its key goes in x-api-key), "gemini", the Gemini API's
+	// (§18; its key goes in x-goog-api-key). One missing, or without a URL, is the provider's own
+	// API; one without a key forwards the client's credentials.
 	Upstreams map[string]Upstream
 	// ThreadHeader, when set, names a header that names the thread of a request that names none
 	// by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route.
