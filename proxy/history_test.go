@@ -107,7 +107,7 @@ func TestAdminApplyProposal(t *testing.T) {
 // twoReplicas is two proxies on one database whose event streams only Postgres's
 // notifications wake (no heartbeat).
 func twoReplicas(t *testing.T) (*env, *env) {
-	noHeartbeat := func(o *Options) { o.EventHeartbeat = time.Hour }
+	noHeartbeat := func(o *Options) { o.StreamKeepalive = time.Hour }
 	e := setup(t, noHeartbeat)
 	return e, setupWithPool(t, e.pool, noHeartbeat)
 }

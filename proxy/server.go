@@ -135,8 +135,6 @@ type Options struct {
 	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
 	// read at each heartbeat.
 	ListenURL string
-	// EventHeartbeat is admin.Options.Heartbeat: how often an idle event stream reads unwoken.
-	EventHeartbeat time.Duration
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
 	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
@@ -151,8 +149,9 @@ type Options struct {
 	// DefaultWorkspaceBudget.
 	WorkspaceBudget time.Duration
 	// StreamKeepalive is the longest a streamed turn's client waits without a byte once the
-	// stream has started or a round it cannot see has begun: past it, a keepalive comment.
-	// Zero means DefaultStreamKeepalive.
+	// stream has started or a round it cannot see has begun: past it, a keepalive comment; also
+	// the admin event streams' heartbeat (admin.Options.Heartbeat). Zero means
+	// DefaultStreamKeepalive.
 	StreamKeepalive time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -228,7 +227,7 @@ func NewServer(opts Options) *Server {
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
-		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.EventHeartbeat, Logger: opts.Logger})
+		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.StreamKeepalive, Logger: opts.Logger})
 	if !opts.DisableMCP {
 		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
 			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),

@@ -163,7 +163,7 @@ func (c *Config) settings() []setting {
 		{"UI", "ui", "the workspace panel at /ui/: on or off", (*stringValue)(&c.UI)},
 		{"MCP", "mcp", "the workspace over MCP at /mcp: on or off", (*stringValue)(&c.MCP)},
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
-		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment (a ping event on /v1/messages)", (*durationValue)(&c.StreamKeepalive)},
+		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment (a ping event on /v1/messages); also the admin event streams' heartbeat", (*durationValue)(&c.StreamKeepalive)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
 		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},

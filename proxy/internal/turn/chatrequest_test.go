@@ -182,7 +182,7 @@ func TestInjectWorkspace(t *testing.T) {
 			c, err := ParseChatRequest([]byte(`{"model":"m","messages":` + tt.messages + `}`))
 			require.NoError(t, err)
 			c.InjectWorkspace(ws, tt.placement)
-			got := decode(t, c.Body(false).Bytes())["messages"]
+			got := decode(t, c.Body(false).joined())["messages"]
 			var want any
 			require.NoError(t, json.Unmarshal([]byte(tt.want), &want))
 			require.Equal(t, want, got)
@@ -200,7 +200,7 @@ func TestTailKeepsEveryEarlierByte(t *testing.T) {
 	c, err := ParseChatRequest([]byte(head + `}],"tools":[]}`))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceTail)
-	body := string(c.Body(true).Bytes())
+	body := string(c.Body(true).joined())
 	earlier := strings.TrimSpace(head[strings.Index(head, "[")+1 : strings.LastIndex(head, `"two"}`)+len(`"two"}`)])
 	require.True(t, strings.HasPrefix(body, `{"model":"m","messages":[`+earlier+`,{"content":"three\n\nW","role":"user"}]`), body)
 
@@ -208,7 +208,7 @@ func TestTailKeepsEveryEarlierByte(t *testing.T) {
 	c, err = ParseChatRequest([]byte(`{"messages":[{ "content" : "caf\u00e9 \/ x" , "role":"user", "name":"n" }]}`))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceTail)
-	require.Equal(t, `{"messages":[{ "content" : "caf\u00e9 \/ x\n\nW" , "role":"user", "name":"n" }]}`, string(c.Body(false).Bytes()))
+	require.Equal(t, `{"messages":[{ "content" : "caf\u00e9 \/ x\n\nW" , "role":"user", "name":"n" }]}`, string(c.Body(false).joined()))
 }
 
 func jsonEsc(s string) string {
@@ -228,7 +228,7 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	c, err := ParseChatRequest([]byte(in))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceSystem)
-	out, err := rawjson.Parse(c.Body(true).Bytes())
+	out, err := rawjson.Parse(c.Body(true).joined())
 	require.NoError(t, err)
 	orig, err := rawjson.Parse([]byte(in))
 	require.NoError(t, err)
@@ -254,7 +254,7 @@ func TestBodyKeepsEveryOtherField(t *testing.T) {
 	require.False(t, c.IsClientTool("set_objective"))
 
 	// Without the proxy's tools the client's stay, and so does tool_choice.
-	out, err = rawjson.Parse(c.Body(false).Bytes())
+	out, err = rawjson.Parse(c.Body(false).joined())
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]`, string(out.Get("tools")))
 	require.Equal(t, `"auto"`, string(out.Get("tool_choice")))
@@ -264,17 +264,17 @@ func TestBodyWithoutAnyTools(t *testing.T) {
 	t.Parallel()
 	c, err := ParseChatRequest([]byte(`{"messages":[],"tools":[],"tool_choice":"auto","parallel_tool_calls":false}`))
 	require.NoError(t, err)
-	m := decode(t, c.Body(true).Bytes())
+	m := decode(t, c.Body(true).joined())
 	require.Len(t, m["tools"], 5)
 	require.Equal(t, "auto", m["tool_choice"])
-	m = decode(t, c.Body(false).Bytes())
+	m = decode(t, c.Body(false).joined())
 	require.NotContains(t, m, "tools")
 	require.NotContains(t, m, "tool_choice")
 	require.NotContains(t, m, "parallel_tool_calls")
 
 	c, err = ParseChatRequest([]byte(`{"messages":[]}`))
 	require.NoError(t, err)
-	require.NotContains(t, decode(t, c.Body(false).Bytes()), "tools")
+	require.NotContains(t, decode(t, c.Body(false).joined()), "tools")
 }
 
 func TestHostileBodies(t *testing.T) {
@@ -289,7 +289,7 @@ func TestHostileBodies(t *testing.T) {
 	c, err := ParseChatRequest([]byte("{\"messages\":[{\"role\":\"system\",\"content\":\"bad \xff\"}]}"))
 	require.NoError(t, err)
 	c.InjectWorkspace("W", PlaceSystem)
-	body := c.Body(false).Bytes()
+	body := c.Body(false).joined()
 	require.True(t, json.Valid(body))
 	require.Equal(t, "bad \uFFFD\n\nW", decode(t, body)["messages"].([]any)[0].(map[string]any)["content"])
 }
@@ -313,8 +313,8 @@ func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 		req, err := ParseChatRequest([]byte(body))
 		require.NoError(t, err)
 		req.InjectWorkspace(tools.SystemInstructions+"\n\n"+block, PlaceSystem)
-		out = append(append(out, req.Body(true).Bytes()...), '\n')
-		out = append(append(out, req.Body(false).Bytes()...), '\n')
+		out = append(append(out, req.Body(true).joined()...), '\n')
+		out = append(append(out, req.Body(false).joined()...), '\n')
 	}
 	want, err := os.ReadFile("testdata/system_placement.golden")
 	require.NoError(t, err)

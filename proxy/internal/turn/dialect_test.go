@@ -33,7 +33,7 @@ type scripted struct {
 func (s *script) Post(_ context.Context, body Payload) (*UpstreamResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sent = append(s.sent, body.Bytes())
+	s.sent = append(s.sent, body.joined())
 	next := s.replies[0]
 	s.replies = s.replies[1:]
 	if next.err != nil {

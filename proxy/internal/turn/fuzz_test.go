@@ -53,7 +53,7 @@ func FuzzRewrite(f *testing.F) {
 		}
 		req.InjectWorkspace("INSTR\n\n<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", placement)
 		for _, with := range []bool{true, false} {
-			out := req.Body(with).Bytes()
+			out := req.Body(with).joined()
 			if !json.Valid(out) {
 				t.Fatalf("rewritten body is not JSON: %q", out)
 			}

@@ -32,7 +32,7 @@ func TestMessagesSystemPlacementNeutralizesToolResults(t *testing.T) {
 			var body struct {
 				Messages json.RawMessage `json:"messages"`
 			}
-			require.NoError(t, json.Unmarshal(req.Body(true).Bytes(), &body))
+			require.NoError(t, json.Unmarshal(req.Body(true).joined(), &body))
 			var msgs []struct{ Content json.RawMessage }
 			require.NoError(t, json.Unmarshal(body.Messages, &msgs))
 			var results []struct{ Content json.RawMessage }
@@ -56,7 +56,7 @@ func TestMessagesToolResultIsError(t *testing.T) {
 	calls := []toolCall{{ID: "a", Name: tools.ListPreferences}, {ID: "b", Name: tools.ListPreferences}}
 	req.appendRound(nil, calls, []tools.Result{{Content: ` {"ok":false,"error":"refused"}`}, {OK: true, Content: `{"ok":true,"result":"{\"ok\":false"}`}})
 	var body struct{ Messages []json.RawMessage }
-	require.NoError(t, json.Unmarshal(req.Body(true).Bytes(), &body))
+	require.NoError(t, json.Unmarshal(req.Body(true).joined(), &body))
 	results := string(body.Messages[2])
 	require.Equal(t, 1, strings.Count(results, `"is_error":true`), results)
 	require.Contains(t, results, `refused\"}","is_error":true`)
@@ -252,7 +252,7 @@ func TestInvalidUTF8ForwardedAsItCame(t *testing.T) {
 				req, err := c.parse([]byte(strings.Replace(c.body, "S", s, 1)))
 				require.NoError(t, err)
 				req.Prepare("INSTR\n\n<workspace>the block</workspace>", c.placement, "")
-				return req.(interface{ Body(bool) Payload }).Body(true).Bytes()
+				return req.(interface{ Body(bool) Payload }).Body(true).joined()
 			}
 			got, valid := sent(invalid), sent(strings.Repeat("x", len(invalid)))
 			require.LessOrEqual(t, len(got), len(valid), "the invalid bytes cost no more than valid ones")

@@ -96,8 +96,8 @@ func (p Payload) Reader() io.Reader {
 	return &b
 }
 
-// Bytes is the body joined into one buffer (for tests).
-func (p Payload) Bytes() []byte { return bytes.Join(p, nil) }
+// joined is the body joined into one buffer (for tests).
+func (p Payload) joined() []byte { return bytes.Join(p, nil) }
 
 // payloadWriter builds a Payload: small values are copied into a shared buffer, large ones
 // (the client's messages and tools) go in as pieces of their own.
