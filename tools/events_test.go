@@ -302,7 +302,7 @@ func TestRevertThrough(t *testing.T) {
 
 	// The objective: back to none through two later changes.
 	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"}) // 15
-	_, err = f.ws.SetObjective(ctx, "Porto")                 // 16
+	_, err = f.ws.SetObjective(ctx, "Porto")                // 16
 	require.NoError(t, err)
 	_, err = f.ws.SetObjective(ctx, "Faro") // 17
 	require.NoError(t, err)
