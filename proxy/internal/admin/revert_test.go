@@ -45,7 +45,7 @@ func TestRevertThroughLatest(t *testing.T) {
 	require.Equal(t, 409, code, body)
 	require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "changed_since")["message"], "latest: event 3")
 	for _, bad := range []string{"", "0", "first", "-1"} {
-		code, body = call("/admin/v1/threads/trip/events/1/revert?through="+bad)
+		code, body = call("/admin/v1/threads/trip/events/1/revert?through=" + bad)
 		require.Equal(t, 400, code, body)
 		require.Equal(t, "through", requireErrorBody(t, body, "invalid_request_error", "invalid_value")["param"])
 	}
