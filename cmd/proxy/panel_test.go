@@ -144,7 +144,7 @@ func signIn(t *testing.T, ctx context.Context, base, token string) {
 		chromedp.Navigate(base+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), token+kb.Enter),
-		waitFor(`document.querySelector("#who").textContent.includes("signed in")`),
+		waitFor(`document.querySelector("#who").textContent.startsWith("Signed in")`),
 	)
 }
 
@@ -245,7 +245,7 @@ func TestPanelInBrowser(t *testing.T) {
 	within(t, ctx,
 		click(eventItem("preference_added", "likes gardens")+`.querySelector("button.revert")`),
 		waitFor(`!`+eventItem("preference_added", "likes gardens")+`.querySelector(".error").hidden`))
-	require.Regexp(t, `^This changed again since: Changed #2: “Gardens” → “Botanical gardens” \(a user, .+\)\. Revert that change first\.$`,
+	require.Regexp(t, `^This changed again since\. The latest change: Changed #2: “Gardens” → “Botanical gardens” \(a user, .+\)\. Revert that change first, or undo back to this one in one step\.$`,
 		eval[string](t, ctx, eventItem("preference_added", "likes gardens")+`.querySelector(".error").textContent`))
 
 	// Values written from chat text render as text, never as markup.
