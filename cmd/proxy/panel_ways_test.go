@@ -76,7 +76,11 @@ func clientTurn(t *testing.T, m *Main, key, thread, text string) {
 func TestPanelFindsItsWay(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.New(t)
-	m, _ := MustRunMain(t, func(c *Config) { c.UpstreamBaseURL = up.URL; c.UpstreamAPIKey = "sk-upstream"; c.ClientKeys = "alice=" + aliceKey })
+	m, _ := MustRunMain(t, func(c *Config) {
+		c.UpstreamBaseURL = up.URL
+		c.UpstreamAPIKey = "sk-upstream"
+		c.ClientKeys = "alice=" + aliceKey
+	})
 	user := newBrowser(t)
 
 	// alice's thread: the assistant adds "Gardens" in a turn (two rounds: their usage adds up);
