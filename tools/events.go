@@ -465,7 +465,6 @@ const MaxRevertThrough = 1000
 
 // Errors of RevertThrough.
 var (
-	errMoveInTheWay = invalid("", "the preference was moved to another thread since this change: move it back first (a move is not reverted)")
 	errThroughOther = invalid("through", `through must be "latest" or the id of the latest change of this event's target`)
 	errTooManyLater = invalid("", "more than %d later changes of this target: revert the latest ones first", MaxRevertThrough)
 )
@@ -478,8 +477,8 @@ var (
 // a change the caller has not seen is never undone unawares. With no later change it is
 // RevertEvent's one revert. It returns the revert events in id order (event id's last).
 // ErrNotFound, *ConflictError, *ValidationError and *DuplicateError as RevertEvent's — a
-// restored title taken, or a limit passed, at any step refuses the whole; a *ValidationError too
-// for a later move of the preference to another thread (move it back instead).
+// restored title taken, or a limit passed, at any step refuses the whole. A later move of the
+// preference reverts as RevertEvent reverts it (docs/spec.md §17: as a removal, on this side).
 func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []Event, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
@@ -514,11 +513,7 @@ func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []E
 		}
 		steps := make([]Event, 0, len(rows)+1)
 		for i := len(rows) - 1; i >= 0; i-- {
-			e := fromEvent(rows[i])
-			if e.Kind == PreferenceMoved {
-				return nil, errMoveInTheWay
-			}
-			steps = append(steps, e)
+			steps = append(steps, fromEvent(rows[i]))
 		}
 		changes := make([]change, 0, len(steps)+1)
 		for _, e := range append(steps, ev) {
