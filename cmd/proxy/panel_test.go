@@ -313,14 +313,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 // threadTurn runs a thread turn through the program.
 func threadTurn(t *testing.T, m *Main, thread, text string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", m.URL+"/threads/"+thread+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":`+jsString(text)+`}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
+	clientTurn(t, m, "", thread, text)
 }
 
 // TestPanelExplainsItself: the panel in the words of its user. A wrong token's sign-in shows the

@@ -2,8 +2,6 @@ package admin
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,16 +22,7 @@ func TestRevertThroughLatest(t *testing.T) {
 	e.admin("PATCH", pref, map[string]any{"title": "Botanical gardens"}, 200, nil) // 2
 	e.admin("PATCH", pref, map[string]any{"locked": true}, 200, nil)               // 3
 
-	call := func(path string) (int, string) {
-		req, err := http.NewRequest("POST", e.srv.URL+path, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	call := func(path string) (int, string) { return e.call("POST", path, nil) }
 	code, body := call("/admin/v1/threads/trip/events/1/revert")
 	require.Equal(t, 409, code)
 	eb := requireErrorBody(t, body, "invalid_request_error", "changed_since")
