@@ -98,6 +98,7 @@ func TestPanelFindsItsWay(t *testing.T) {
 	require.Equal(t, 200, adminCall(t, m, "PATCH", pref, `{"title":"Botanical gardens"}`, nil))
 	require.Equal(t, 200, adminCall(t, m, "PATCH", pref, `{"locked":true}`, nil))
 	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/"+thread+"/preferences", `{"title":"Small hotels","subtitle":"Family-run","kind":"hard","locked":true}`, nil))
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/"+thread+"/preferences", `{"title":"Tram 28"}`, nil))
 	require.Equal(t, 200, adminCall(t, m, "PUT", "/admin/v1/threads/"+thread+"/objective", `{"text":"A slow week in Lisbon"}`, nil))
 	// The turn's usage is written in the background: the page shows it once it is.
 	var usage struct {
@@ -125,6 +126,9 @@ func TestPanelFindsItsWay(t *testing.T) {
 	}
 	require.Equal(t, []any{"soft", "locked"}, badges("Botanical gardens"))
 	require.Equal(t, []any{"hard", "locked"}, badges("Small hotels"))
+	require.Equal(t, []any{"soft"}, badges("Tram 28"))
+	require.True(t, eval[bool](t, ctx, `[...document.querySelectorAll("li.pref")].every(li => [...li.childNodes].every(n => n.nodeType === Node.ELEMENT_NODE))`),
+		"no stray text beside an item's badges")
 
 	// The edit fields have labels: their accessible names say which field of which item.
 	within(t, ctx, click(`document.querySelector('button[aria-label="Edit #1 Botanical gardens"]')`),

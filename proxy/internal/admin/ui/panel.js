@@ -612,7 +612,8 @@ function renderPreference(thread, p, proposal, age, error, report, parents) {
 
 // badges are a preference's kind, and "locked" beside it when it is.
 function badges(p) {
-  return [el("span", { class: "badge kind", text: p.kind }), p.locked ? el("span", { class: "badge locked", text: "locked" }) : null];
+  const kind = el("span", { class: "badge kind", text: p.kind });
+  return p.locked ? [kind, el("span", { class: "badge locked", text: "locked" })] : [kind];
 }
 
 // renderUsage shows the thread's token counts (tools.Usage; a thread without turns has none).
