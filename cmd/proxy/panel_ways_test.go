@@ -221,8 +221,8 @@ func TestPanelFindsItsWay(t *testing.T) {
 	require.True(t, eval[bool](t, visitor, `document.querySelector("#back") === null && document.querySelector("#delete-thread") === null`))
 }
 
-// TestPanelAtTheRoot: GET / sends a browser to the panel while it is on, and is the edge's JSON
-// 404 with UI=off; other paths are the edge's either way.
+// TestPanelAtTheRoot: GET / sends a browser to the panel while it is on (another method is the
+// JSON 405), and is the edge's JSON 404 with UI=off; other paths are the edge's either way.
 func TestPanelAtTheRoot(t *testing.T) {
 	t.Parallel()
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -237,6 +237,12 @@ func TestPanelAtTheRoot(t *testing.T) {
 	resp, _ := get(on, "/")
 	require.Equal(t, http.StatusFound, resp.StatusCode)
 	require.Equal(t, "/ui/", resp.Header.Get("Location"))
+	// Another method on / meets the route: the JSON 405 with its Allow.
+	post, err := http.Post(on.URL+"/", "application/json", strings.NewReader("{}"))
+	require.NoError(t, err)
+	post.Body.Close()
+	require.Equal(t, http.StatusMethodNotAllowed, post.StatusCode)
+	require.Equal(t, "GET, HEAD", post.Header.Get("Allow"))
 	resp, body := get(on, "/nothing-here")
 	require.Equal(t, 404, resp.StatusCode)
 	require.Contains(t, body, `"not_found"`)
