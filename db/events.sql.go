@@ -33,6 +33,68 @@ func (q *Queries) EventAnswer(ctx context.Context, db DBTX, arg EventAnswerParam
 	return i, err
 }
 
+const eventChangesOnTarget = `-- name: EventChangesOnTarget :many
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events
+WHERE thread_id = $1 AND id > $2 AND target_type = $3::text
+  AND coalesce(target_id, 0) = $4::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
+ORDER BY id
+LIMIT $5
+`
+
+type EventChangesOnTargetParams struct {
+	ThreadID   string
+	ID         int64
+	TargetType string
+	TargetID   int64
+	MaxRows    int32
+}
+
+// The events after id that changed the same target, oldest first (a revert back through them).
+func (q *Queries) EventChangesOnTarget(ctx context.Context, db DBTX, arg EventChangesOnTargetParams) ([]Event, error) {
+	rows, err := db.Query(ctx, eventChangesOnTarget,
+		arg.ThreadID,
+		arg.ID,
+		arg.TargetType,
+		arg.TargetID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Event{}
+	for rows.Next() {
+		var i Event
+		if err := rows.Scan(
+			&i.ThreadID,
+			&i.ID,
+			&i.At,
+			&i.Actor,
+			&i.Turn,
+			&i.Round,
+			&i.ToolCallID,
+			&i.Reason,
+			&i.Kind,
+			&i.TargetType,
+			&i.TargetID,
+			&i.Before,
+			&i.After,
+			&i.Reverts,
+			&i.Proposed,
+			&i.Via,
+			&i.Answers,
+			&i.Moved,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const eventCompactionInsert = `-- name: EventCompactionInsert :one
 SELECT c::bigint AS id FROM thread_compacted($1::text) c
 `
@@ -172,6 +234,40 @@ func (q *Queries) EventLastID(ctx context.Context, db DBTX, threadID string) (in
 	return last_id, err
 }
 
+const eventLaterOnTarget = `-- name: EventLaterOnTarget :one
+SELECT coalesce(min(id), 0)::bigint AS first_id, coalesce(max(id), 0)::bigint AS latest_id, count(*)::bigint AS changes
+FROM events
+WHERE thread_id = $1 AND id > $2 AND target_type = $3::text
+  AND coalesce(target_id, 0) = $4::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
+`
+
+type EventLaterOnTargetParams struct {
+	ThreadID   string
+	ID         int64
+	TargetType string
+	TargetID   int64
+}
+
+type EventLaterOnTargetRow struct {
+	FirstID  int64
+	LatestID int64
+	Changes  int64
+}
+
+// The events after id that changed the same target (a locked_skip, a proposal and a dismissal
+// changed nothing): the first's id, the latest's, and how many (0 and 0 for none).
+func (q *Queries) EventLaterOnTarget(ctx context.Context, db DBTX, arg EventLaterOnTargetParams) (EventLaterOnTargetRow, error) {
+	row := db.QueryRow(ctx, eventLaterOnTarget,
+		arg.ThreadID,
+		arg.ID,
+		arg.TargetType,
+		arg.TargetID,
+	)
+	var i EventLaterOnTargetRow
+	err := row.Scan(&i.FirstID, &i.LatestID, &i.Changes)
+	return i, err
+}
+
 const eventList = `-- name: EventList :many
 SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events
 WHERE thread_id = $1
@@ -236,35 +332,6 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 		return nil, err
 	}
 	return items, nil
-}
-
-const eventNextOnTarget = `-- name: EventNextOnTarget :one
-SELECT id FROM events
-WHERE thread_id = $1 AND id > $2 AND target_type = $3::text
-  AND coalesce(target_id, 0) = $4::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
-ORDER BY id
-LIMIT 1
-`
-
-type EventNextOnTargetParams struct {
-	ThreadID   string
-	ID         int64
-	TargetType string
-	TargetID   int64
-}
-
-// The first event after id that changed the same target (a locked_skip, a proposal and a
-// dismissal changed nothing).
-func (q *Queries) EventNextOnTarget(ctx context.Context, db DBTX, arg EventNextOnTargetParams) (int64, error) {
-	row := db.QueryRow(ctx, eventNextOnTarget,
-		arg.ThreadID,
-		arg.ID,
-		arg.TargetType,
-		arg.TargetID,
-	)
-	var id int64
-	err := row.Scan(&id)
-	return id, err
 }
 
 const eventPendingProposals = `-- name: EventPendingProposals :many

@@ -40,14 +40,21 @@ WHERE thread_id = @thread_id
 ORDER BY CASE WHEN @descending::boolean THEN -id ELSE id END
 LIMIT @max_rows;
 
--- name: EventNextOnTarget :one
--- The first event after id that changed the same target (a locked_skip, a proposal and a
--- dismissal changed nothing).
-SELECT id FROM events
+-- name: EventLaterOnTarget :one
+-- The events after id that changed the same target (a locked_skip, a proposal and a dismissal
+-- changed nothing): the first's id, the latest's, and how many (0 and 0 for none).
+SELECT coalesce(min(id), 0)::bigint AS first_id, coalesce(max(id), 0)::bigint AS latest_id, count(*)::bigint AS changes
+FROM events
+WHERE thread_id = @thread_id AND id > @id AND target_type = @target_type::text
+  AND coalesce(target_id, 0) = @target_id::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed');
+
+-- name: EventChangesOnTarget :many
+-- The events after id that changed the same target, oldest first (a revert back through them).
+SELECT * FROM events
 WHERE thread_id = @thread_id AND id > @id AND target_type = @target_type::text
   AND coalesce(target_id, 0) = @target_id::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
 ORDER BY id
-LIMIT 1;
+LIMIT @max_rows;
 
 -- name: EventLastID :one
 -- The thread's last event id (0 for none).

@@ -3,15 +3,14 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -400,7 +399,8 @@ func (w *Workspace) NoteCompaction(ctx context.Context) (err error) {
 // ConflictError: a revert of a change whose target changed again since, or a proposal applied
 // to an item that changed since it was made.
 type ConflictError struct {
-	Later    int64 // the later event on the target
+	Later    int64 // the first later event on the target
+	Latest   int64 // the latest later event on the target (Later when there is one)
 	Proposal bool  // an apply's, not a revert's
 }
 
@@ -408,7 +408,9 @@ func (e *ConflictError) Error() string {
 	if e.Proposal {
 		return fmt.Sprintf("the preference changed after this proposal (event %d); it no longer applies", e.Later)
 	}
-	return fmt.Sprintf("the target changed again after this change (event %d); revert that one first", e.Later)
+	// The latest is the one that can be reverted now; ?through=latest reverts them all.
+	return fmt.Sprintf("the target changed again after this change (latest: event %d); revert that one first, "+
+		"or revert back to this change in one step with ?through=latest", e.Latest)
 }
 
 // Errors of RevertEvent: the event changed nothing (a locked_skip, a proposal or its
@@ -425,23 +427,146 @@ var (
 // state past the limits; a *DuplicateError when a restored title is taken.
 func (w *Workspace) RevertEvent(ctx context.Context, id int64) (Event, error) {
 	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
-		switch {
-		case ev.Kind == LockedSkip || ev.Kind == Proposed || ev.Kind == ProposalDismissed || ev.Kind == Compaction:
-			return change{}, errNothingToRevert
-		case ev.Target.Type == TargetThread:
-			return change{}, errRevertSetting
+		if err := revertable(ev); err != nil {
+			return change{}, err
 		}
 		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
 			return change{}, err
 		}
-		if ev.Target.Type == TargetObjective {
-			c, err = w.revertObjective(ctx, tx, ev)
-		} else {
-			c, err = w.revertPreference(ctx, tx, ev, nextID, list)
-		}
-		c.kind, c.reverts = Revert, id
-		return c, err
+		return w.revertOne(ctx, tx, ev, nextID, list)
 	})
+}
+
+// revertable is nil for an event a revert can undo.
+func revertable(ev Event) error {
+	switch {
+	case ev.Kind == LockedSkip || ev.Kind == Proposed || ev.Kind == ProposalDismissed || ev.Kind == Compaction:
+		return errNothingToRevert
+	case ev.Target.Type == TargetThread:
+		return errRevertSetting
+	}
+	return nil
+}
+
+// revertOne restores the before state of ev's change over the target as it is now (list, the
+// thread's preferences, in the transaction tx): the revert's change.
+func (w *Workspace) revertOne(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
+	if ev.Target.Type == TargetObjective {
+		c, err = w.revertObjective(ctx, tx, ev)
+	} else {
+		c, err = w.revertPreference(ctx, tx, ev, nextID, list)
+	}
+	c.kind, c.reverts = Revert, ev.ID
+	return c, err
+}
+
+// MaxRevertThrough is how many later changes of its target one RevertThrough undoes at most.
+const MaxRevertThrough = 1000
+
+// Errors of RevertThrough.
+var (
+	errThroughOther = invalid("through", `through must be "latest" or the id of the latest change of this event's target`)
+	errTooManyLater = invalid("", "more than %d later changes of this target: revert the latest ones first", MaxRevertThrough)
+)
+
+// RevertThrough reverts the change event id made back to the state before it, in one step: each
+// later change of its target first, newest first, then event id's own — each a revert event
+// (docs/spec.md §13), all in one transaction under the thread's lock, so either all are made or
+// none. through is the target's latest change as the caller saw it (its event id; 0: whatever
+// is latest now): when the latest is another, a *ConflictError names it and nothing changes, so
+// a change the caller has not seen is never undone unawares. With no later change it is
+// RevertEvent's one revert. It returns the revert events in id order (event id's last).
+// ErrNotFound, *ConflictError, *ValidationError and *DuplicateError as RevertEvent's — a
+// restored title taken, or a limit passed, at any step refuses the whole. A later move of the
+// preference reverts as RevertEvent reverts it (docs/spec.md §17: as a removal, on this side).
+func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []Event, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	var n int
+	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
+		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		ev := fromEvent(r)
+		if err := revertable(ev); err != nil {
+			return nil, err
+		}
+		rows, err := w.store.q.EventChangesOnTarget(ctx, tx, db.EventChangesOnTargetParams{ThreadID: w.threadID, ID: id,
+			TargetType: ev.Target.Type, TargetID: ev.Target.ID, MaxRows: MaxRevertThrough + 1})
+		if err != nil {
+			return nil, fmt.Errorf("read later events: %w", err)
+		}
+		if len(rows) > MaxRevertThrough {
+			return nil, errTooManyLater
+		}
+		latest := id
+		if len(rows) > 0 {
+			latest = rows[len(rows)-1].ID
+		}
+		switch {
+		case through == 0 || through == latest:
+		case len(rows) > 0:
+			return nil, &ConflictError{Later: rows[0].ID, Latest: latest}
+		default:
+			return nil, errThroughOther
+		}
+		steps := make([]Event, 0, len(rows)+1)
+		for i := len(rows) - 1; i >= 0; i-- {
+			steps = append(steps, fromEvent(rows[i]))
+		}
+		changes := make([]change, 0, len(steps)+1)
+		for _, e := range append(steps, ev) {
+			c, err := w.revertOne(ctx, tx, e, nextID, list)
+			if err != nil {
+				return nil, err
+			}
+			list = listAfter(list, c)
+			changes = append(changes, c)
+		}
+		n = len(changes)
+		return changes, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := w.store.q.EventList(ctx, w.store.pool, db.EventListParams{ThreadID: w.threadID, AfterID: first - 1, MaxRows: int32(n)})
+	if err != nil {
+		return nil, fmt.Errorf("read the reverts' events: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromEvent(r)
+	}
+	return out, nil
+}
+
+// listAfter is list (in id order) once the preference change c is made: a later step of a
+// RevertThrough checks its limits and titles against it.
+func listAfter(list []Preference, c change) []Preference {
+	if c.target.Type != TargetPreference {
+		return list
+	}
+	out := make([]Preference, 0, len(list)+1)
+	for _, p := range list {
+		if p.ID != c.target.ID {
+			out = append(out, p)
+		}
+	}
+	if c.after != nil {
+		var p Preference
+		_ = json.Unmarshal(c.after, &p)
+		p.ID = c.target.ID
+		i := 0
+		for i < len(out) && out[i].ID < p.ID {
+			i++
+		}
+		out = slices.Insert(out, i, p)
+	}
+	for i := range out {
+		out[i].Index = i + 1
+	}
+	return out
 }
 
 // changeOnEvent makes the user change fn derives from event id (ErrNotFound for an unknown one),
@@ -470,15 +595,16 @@ func (w *Workspace) changeOnEvent(ctx context.Context, id int64, fn func(tx db.D
 	return fromEvent(r), nil
 }
 
-// laterChange is the first event after id that changed target (a *ConflictError), or nil.
+// laterChange is a *ConflictError naming the first and the latest events after id that changed
+// target, or nil when none did.
 func (w *Workspace) laterChange(ctx context.Context, tx db.DBTX, id int64, target Target, proposal bool) error {
-	later, err := w.store.q.EventNextOnTarget(ctx, tx, db.EventNextOnTargetParams{ThreadID: w.threadID, ID: id,
+	later, err := w.store.q.EventLaterOnTarget(ctx, tx, db.EventLaterOnTargetParams{ThreadID: w.threadID, ID: id,
 		TargetType: target.Type, TargetID: target.ID})
-	switch {
-	case err == nil:
-		return &ConflictError{Later: later, Proposal: proposal}
-	case !errors.Is(err, pgx.ErrNoRows):
+	if err != nil {
 		return fmt.Errorf("read later events: %w", err)
+	}
+	if later.Changes > 0 {
+		return &ConflictError{Later: later.FirstID, Latest: later.LatestID, Proposal: proposal}
 	}
 	return nil
 }

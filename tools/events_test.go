@@ -181,7 +181,8 @@ func TestRevert(t *testing.T) {
 	var ce *ConflictError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, int64(5), ce.Later)
-	require.Contains(t, err.Error(), "event 5")
+	require.Equal(t, int64(6), ce.Latest)
+	require.Contains(t, err.Error(), "latest: event 6", "the latest change, the one that can be reverted now")
 
 	// A lock, then its revert; a locked_skip reverts nothing; an unknown event is not found.
 	f.lock(t, 2)
@@ -219,6 +220,110 @@ func TestRevert(t *testing.T) {
 	_, err = f.ws.RevertEvent(ctx, renamed)
 	var de *DuplicateError
 	require.ErrorAs(t, err, &de)
+}
+
+// TestRevertThrough: a revert back to before a change, in one step: each later change of its
+// target reverted newest first, then that change, each a revert event by the user, in one
+// transaction — refused whole (nothing written) when a step cannot be made, or when the target's
+// latest change is not the one the caller saw.
+func TestRevertThrough(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	f.ok(t, AddPreferences, add(item{Title: "Gardens"}, item{Title: "Museums"}))                                           // 1, 2
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Botanical gardens"}}}) // 3
+	f.lock(t, 1)                                                                                                           // 4
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})                                                        // 5: locked_skip
+	gardens := f.list(t)[0].ID
+	_, err := f.ws.UpdatePreference(ctx, gardens, PreferencePatch{Subtitle: strPtr("Kew")}) // 6
+	require.NoError(t, err)
+	lastID := func() int64 {
+		id, err := f.ws.LastEventID(ctx)
+		require.NoError(t, err)
+		return id
+	}
+	require.Equal(t, int64(6), lastID())
+
+	// The plain revert names the latest change in its way (the locked_skip changed nothing).
+	_, err = f.ws.RevertEvent(ctx, 1)
+	var ce *ConflictError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, int64(3), ce.Later)
+	require.Equal(t, int64(6), ce.Latest)
+
+	// A caller who saw event 3 as the latest: refused, naming 6; nothing written.
+	_, err = f.ws.RevertThrough(ctx, 1, 3)
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, int64(6), ce.Latest)
+	require.Equal(t, int64(6), lastID())
+	var ve *ValidationError
+	_, err = f.ws.RevertThrough(ctx, 2, 5) // no later change of "Museums": 5 is no latest of its
+	require.ErrorAs(t, err, &ve)
+
+	// Through the latest: 6, 4, 3, then 1, each its revert, in id order.
+	evs, err := f.ws.RevertThrough(ctx, 1, 6)
+	require.NoError(t, err)
+	require.Equal(t, []int64{7, 8, 9, 10}, ids(evs))
+	var undid []int64
+	for _, e := range evs {
+		require.Equal(t, Revert, e.Kind)
+		require.Equal(t, ByUser, e.Actor)
+		require.Equal(t, ViaAdmin, e.Via)
+		undid = append(undid, *e.Reverts)
+	}
+	require.Equal(t, []int64{6, 4, 3, 1}, undid)
+	require.Equal(t, []string{
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"Kew","kind":"soft","locked":true} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true}`,
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false}`,
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false} → {"title":"Gardens","subtitle":"","kind":"soft","locked":false}`,
+		`revert user preference:1 {"title":"Gardens","subtitle":"","kind":"soft","locked":false} → null`,
+	}, lines(evs))
+	require.Equal(t, []string{"Museums"}, f.titles(t))
+	require.Equal(t, evs, f.events(t)[6:], "as listed")
+
+	// Nothing later: the one revert (through=latest is 0).
+	evs, err = f.ws.RevertThrough(ctx, 2, 0)
+	require.NoError(t, err)
+	require.Equal(t, []int64{11}, ids(evs))
+	require.Empty(t, f.titles(t))
+
+	// All or nothing: a step whose restored title is taken refuses the whole.
+	f.ok(t, AddPreferences, add(item{Title: "Parks"})) // 12
+	parks := f.list(t)[0].ID
+	_, err = f.ws.UpdatePreference(ctx, parks, PreferencePatch{Title: strPtr("City parks")}) // 13
+	require.NoError(t, err)
+	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Parks"}) // 14
+	require.NoError(t, err)
+	_, err = f.ws.RevertThrough(ctx, 12, 0)
+	var de *DuplicateError
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, int64(14), lastID())
+	require.Equal(t, []string{"City parks", "Parks"}, f.titles(t))
+
+	// The objective: back to none through two later changes.
+	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"}) // 15
+	_, err = f.ws.SetObjective(ctx, "Porto")                // 16
+	require.NoError(t, err)
+	_, err = f.ws.SetObjective(ctx, "Faro") // 17
+	require.NoError(t, err)
+	evs, err = f.ws.RevertThrough(ctx, 15, 0)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		`revert user objective {"text":"Faro"} → {"text":"Porto"}`,
+		`revert user objective {"text":"Porto"} → {"text":"Lisbon"}`,
+		`revert user objective {"text":"Lisbon"} → null`,
+	}, lines(evs))
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Nil(t, d.Objective)
+
+	// What a revert cannot undo, through cannot either.
+	f.lock(t, 1)
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+	_, err = f.ws.RevertThrough(ctx, lastID(), 0)
+	require.ErrorAs(t, err, &ve)
+	_, err = f.ws.RevertThrough(ctx, 999, 0)
+	require.ErrorIs(t, err, ErrNotFound)
 }
 
 // TestEventsUnderConcurrency: agents and users editing one thread at once write exactly one event

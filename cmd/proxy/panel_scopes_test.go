@@ -74,7 +74,7 @@ func TestPanelScopesAndReview(t *testing.T) {
 	)
 	require.Equal(t, []any{"From repo-x", "From alice"}, eval[[]any](t, ctx, `[...document.querySelectorAll("h3.scope")].map(h => h.textContent)`))
 	require.Equal(t, []any{"#/t/repo-x", "#/t/alice"}, eval[[]any](t, ctx, `[...document.querySelectorAll("h3.scope a")].map(a => a.getAttribute("href"))`))
-	require.Equal(t, []any{"Go 1.26, no cgo — Static binarieslocked"}, eval[[]any](t, ctx, `[...document.querySelectorAll('ul.inherited[data-scope="repo-x"] li')].map(li => li.textContent)`))
+	require.Equal(t, []any{"Go 1.26, no cgo — Static binarieshardlocked"}, eval[[]any](t, ctx, `[...document.querySelectorAll('ul.inherited[data-scope="repo-x"] li')].map(li => li.textContent)`))
 	// Read-only: no control on an inherited item.
 	require.True(t, eval[bool](t, ctx, `document.querySelector("ul.inherited button, ul.inherited input, ul.inherited select") === null`))
 	var d struct {

@@ -144,7 +144,7 @@ func signIn(t *testing.T, ctx context.Context, base, token string) {
 		chromedp.Navigate(base+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), token+kb.Enter),
-		waitFor(`document.querySelector("#who").textContent.includes("signed in")`),
+		waitFor(`document.querySelector("#who").textContent.startsWith("Signed in")`),
 	)
 }
 
@@ -245,7 +245,7 @@ func TestPanelInBrowser(t *testing.T) {
 	within(t, ctx,
 		click(eventItem("preference_added", "likes gardens")+`.querySelector("button.revert")`),
 		waitFor(`!`+eventItem("preference_added", "likes gardens")+`.querySelector(".error").hidden`))
-	require.Regexp(t, `^This changed again since: Changed #2: “Gardens” → “Botanical gardens” \(a user, .+\)\. Revert that change first\.$`,
+	require.Regexp(t, `^This changed again since\. The latest change: Changed #2: “Gardens” → “Botanical gardens” \(a user, .+\)\. Revert that change first, or undo back to this one in one step\.$`,
 		eval[string](t, ctx, eventItem("preference_added", "likes gardens")+`.querySelector(".error").textContent`))
 
 	// Values written from chat text render as text, never as markup.
@@ -313,14 +313,7 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 // threadTurn runs a thread turn through the program.
 func threadTurn(t *testing.T, m *Main, thread, text string) {
 	t.Helper()
-	req, err := http.NewRequest("POST", m.URL+"/threads/"+thread+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":`+jsString(text)+`}]}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
+	clientTurn(t, m, "", thread, text)
 }
 
 // TestPanelExplainsItself: the panel in the words of its user. A wrong token's sign-in shows the

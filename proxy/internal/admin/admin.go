@@ -491,8 +491,31 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
+// adminRevert reverts one change (docs/spec.md §13); with ?through=latest, or ?through=<the id
+// of its target's latest change>, back through every later change of its target first, in one
+// step: the answer is then the list of the revert events, in id order.
 func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
-	return s.eventAction(w, r, (*tools.Workspace).RevertEvent)
+	v, ok := r.URL.Query()["through"]
+	if !ok {
+		return s.eventAction(w, r, (*tools.Workspace).RevertEvent)
+	}
+	var through int64
+	if v[0] != "latest" {
+		n, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil || n < 1 {
+			return apierr.BadRequest("invalid_value", "through", `through must be "latest" or the id of the latest change of the event's target`)
+		}
+		through = n
+	}
+	ws, id, err := s.itemOf(r)
+	if err != nil {
+		return err
+	}
+	evs, err := ws.RevertThrough(r.Context(), id, through)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, page[tools.Event]{Data: evs})
 }
 
 // adminApply applies a locked_skip's proposal as a user change (docs/spec.md §13).

@@ -78,6 +78,16 @@ func readAll(_ http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
 // admin calls the admin REST and decodes the JSON answer into out (when not nil).
 func (e *env) admin(method, path string, body any, wantStatus int, out any) {
 	e.t.Helper()
+	status, b := e.call(method, path, body)
+	require.Equal(e.t, wantStatus, status, "%s %s: %s", method, path, b)
+	if out != nil {
+		require.NoError(e.t, json.Unmarshal([]byte(b), out), b)
+	}
+}
+
+// call calls the admin REST with the admin token: the answer's status and body.
+func (e *env) call(method, path string, body any) (int, string) {
+	e.t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -91,10 +101,7 @@ func (e *env) admin(method, path string, body any, wantStatus int, out any) {
 	require.NoError(e.t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	require.Equal(e.t, wantStatus, resp.StatusCode, "%s %s: %s", method, path, b)
-	if out != nil {
-		require.NoError(e.t, json.Unmarshal(b, out), string(b))
-	}
+	return resp.StatusCode, string(b)
 }
 
 // workspace reads a thread's workspace, named in its stored form (client~thread for a client's).

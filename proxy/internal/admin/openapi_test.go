@@ -37,3 +37,31 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	sort.Strings(served)
 	require.Equal(t, served, documented)
 }
+
+// TestOpenAPIRevertThrough: the document says what ?through of a revert is, and that its answer
+// is then a list of events.
+func TestOpenAPIRevertThrough(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(openAPIDocument, &doc))
+	var op struct {
+		Parameters []struct{ Name, In string }
+		Responses  map[string]struct {
+			Content map[string]struct {
+				Schema struct {
+					OneOf []map[string]any `json:"oneOf"`
+				}
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(doc.Paths["/admin/v1/threads/{thread}/events/{id}/revert"]["post"], &op))
+	require.Len(t, op.Parameters, 1)
+	require.Equal(t, "through", op.Parameters[0].Name)
+	require.Equal(t, "query", op.Parameters[0].In)
+	one := op.Responses["200"].Content["application/json"].Schema.OneOf
+	require.Len(t, one, 2)
+	require.Equal(t, "#/components/schemas/Event", one[0]["$ref"])
+	require.Contains(t, one[1]["properties"], "data")
+}

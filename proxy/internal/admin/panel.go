@@ -39,6 +39,10 @@ func (s *Server) panelRoutes(mux *http.ServeMux) {
 	}
 	handle("GET /ui/", func(w http.ResponseWriter, r *http.Request) { files.ServeHTTP(w, r) })
 	handle("GET /ui", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusMovedPermanently) })
+	// The server's root opens the panel while it is on: 302, not 301, so a browser does not keep
+	// it once the panel is off (UI=off, when / is the edge's JSON 404 again). Only / itself: every
+	// other path stays the edge's.
+	handle("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) })
 	handle("GET /ui/session", s.panelSession)
 	handle("POST /ui/session", s.panelSignIn)
 	handle("DELETE /ui/session", s.panelSignOut)

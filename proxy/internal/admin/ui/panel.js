@@ -4,7 +4,7 @@
 // as the model sees it; an event by what it changed, never by an id.
 "use strict";
 
-const state = { csrf: "", scope: "", stream: null, thread: null, target: null };
+const state = { csrf: "", scope: "", stream: null, thread: null, target: null, notice: "" };
 
 // FADE_MS is how long a live change stays highlighted (panel.css's fade animation lasts as long).
 const FADE_MS = 4000;
@@ -88,12 +88,24 @@ async function start() {
 
 function setMain(...children) {
   showIn(document.getElementById("error"), "");
-  document.getElementById("main").replaceChildren(...children);
+  document.getElementById("main").replaceChildren(...children.filter((c) => c != null));
 }
 
 function signedIn() {
-  document.getElementById("who").textContent = "signed in: " + state.scope;
+  document.getElementById("who").textContent = whoIsSignedIn(state.scope);
   document.getElementById("signout").hidden = false;
+}
+
+// whoIsSignedIn says the session's scope in words: the admin, a client, or one thread (a link's).
+function whoIsSignedIn(scope) {
+  if (scope === "admin") return "Signed in as the admin";
+  if (scope.startsWith("client:")) return "Signed in as client " + scope.slice("client:".length);
+  if (scope.startsWith("thread:")) {
+    const thread = scope.slice("thread:".length);
+    const i = thread.indexOf("~"); // a client's thread, in its stored form client~thread
+    return i > 0 ? "Signed in for thread " + thread.slice(i + 1) + " of client " + thread.slice(0, i) : "Signed in for thread " + thread;
+  }
+  return "Signed in";
 }
 
 function signInView(message) {
@@ -160,7 +172,10 @@ function threadsView() {
   const form = el("form", { role: "search", onsubmit: (ev) => { ev.preventDefault(); load(true); } },
     el("label", { for: "filter" }, "Filter by id", filter), el("button", { type: "submit" }, "Filter"));
   more.addEventListener("click", () => load(false));
-  setMain(el("h2", { text: "Threads" }), form, box, list, more);
+  // What the last action did, said once (a thread's deletion, from its page).
+  const notice = el("p", { class: "notice", id: "notice", role: "status", hidden: !state.notice, text: state.notice });
+  state.notice = "";
+  setMain(el("h2", { text: "Threads" }), notice, form, box, list, more);
   load(true);
 }
 
@@ -392,10 +407,38 @@ async function threadView(id) {
   // On a narrow screen the history comes after the workspace: one tap brings it up.
   const jump = el("button", { type: "button", class: "quiet jump", id: "to-history", onclick: () => historySection.scrollIntoView() }, "History ↓");
   const reviewBadge = el("span", { class: "badge review", id: "review-mode", hidden: true, text: "review mode" });
-  setMain(el("div", { class: "thread-head" }, el("h2", {}, "Thread " + id + " ", reviewBadge), jump), el("div", { class: "columns" },
+  // The way back to the list (a link's holder has no list: its one thread is its panel).
+  const back = linked ? null : el("nav", { class: "back", "aria-label": "Back" }, el("a", { href: "#/", id: "back" }, "← All threads"));
+  // Deleting the thread asks first, in the page: what goes, and that it cannot be undone.
+  const deleteBox = errorBox();
+  const deleteConfirm = el("div", { class: "confirm", id: "delete-confirm", role: "group", "aria-labelledby": "delete-question", hidden: true });
+  const deleteButton = linked ? null : el("button", { type: "button", class: "danger", id: "delete-thread", "aria-expanded": "false", "aria-controls": "delete-confirm",
+    onclick: () => {
+      const cancel = el("button", { type: "button", class: "quiet", id: "delete-cancel", onclick: () => {
+        deleteConfirm.hidden = true;
+        deleteButton.setAttribute("aria-expanded", "false");
+        deleteButton.focus();
+      } }, "Cancel");
+      deleteConfirm.replaceChildren(
+        el("p", { id: "delete-question", text: "Delete thread " + id + "? Its objective, its preferences and all its history are erased. This cannot be undone." }),
+        el("button", { type: "button", class: "danger", id: "delete-yes", onclick: () => act(async () => {
+          await api("DELETE", path);
+          state.notice = "Deleted thread " + id + ".";
+          location.hash = "#/";
+        }, (msg) => showIn(deleteBox, msg)) }, "Delete thread " + id),
+        cancel, deleteBox);
+      deleteConfirm.hidden = false;
+      deleteButton.setAttribute("aria-expanded", "true");
+      cancel.focus(); // the safe choice first
+    } }, "Delete thread…");
+  // The thread's token usage, summed over its turns as the upstream reported them.
+  const usage = el("dl", { class: "usage", id: "usage" });
+  setMain(back, el("div", { class: "thread-head" }, el("h2", {}, "Thread " + id + " ", reviewBadge), jump, deleteButton), deleteConfirm, el("div", { class: "columns" },
     el("div", {},
       proposalSection,
       el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm, objectiveBox),
+      el("section", { "aria-labelledby": "h-usage", id: "usage-section" }, el("h2", { id: "h-usage", text: "Token usage" }), usage,
+        el("p", { class: "help", text: "Summed over the thread's turns, as the upstream reported them. Cached and cache writes are parts of the prompt tokens." })),
       el("section", { "aria-labelledby": "h-prefs" }, el("h2", { id: "h-prefs", text: "Preferences" }), prefList,
         el("h2", { text: "Add a preference" }), addForm, addBox),
       scopeSection),
@@ -430,6 +473,7 @@ async function threadView(id) {
     proposalSection.hidden = !proposals.data.length;
     proposalList.replaceChildren(...proposals.data.map((e) => renderPending(e, pos, pending(e, h, pos, open), errors.get(e.id), report(e.id))));
     reviewBadge.hidden = detail.agent_writes !== "propose";
+    renderUsage(usage, detail.usage);
     renderScopes(id, detail, inheritedList, linked);
     if (document.activeElement !== parentsInput) parentsInput.value = (detail.parents || []).join(", ");
     writesSelect.replaceChildren(
@@ -523,7 +567,7 @@ function renderPreference(thread, p, proposal, age, error, report, parents) {
   const show = () => { li.classList.remove("editing"); li.replaceChildren(
     el("span", { class: "grow" }, el("span", { class: "title", text: "#" + p.index + " " + p.title }),
       p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
-    el("span", { class: "badge" + (p.locked ? " locked" : ""), text: p.locked ? "locked" : p.kind }),
+    ...badges(p),
     el("label", { class: "inline" }, "Kind", el("select", { "aria-label": "Kind of " + label, class: "kind", onchange: (ev) => patch({ kind: ev.target.value }) },
       el("option", { value: "soft", selected: p.kind === "soft" }, "soft"), el("option", { value: "hard", selected: p.kind === "hard" }, "hard"))),
     el("button", { type: "button", class: "quiet lock", "aria-label": (p.locked ? "Unlock " : "Lock ") + label, onclick: () => patch({ locked: !p.locked }) }, p.locked ? "Unlock" : "Lock"),
@@ -552,17 +596,31 @@ function renderPreference(thread, p, proposal, age, error, report, parents) {
   }
   function edit() {
     li.classList.add("editing");
-    const t = el("input", { type: "text", value: p.title, "aria-label": "Title of " + label, class: "edit-title" });
-    const s = el("input", { type: "text", value: p.subtitle, "aria-label": "Subtitle of " + label, class: "edit-subtitle" });
+    const t = el("input", { type: "text", value: p.title, id: "edit-title-" + p.id, class: "edit-title" });
+    const s = el("input", { type: "text", value: p.subtitle, id: "edit-subtitle-" + p.id, class: "edit-subtitle" });
     const editBox = errorBox();
     const save = () => act(async () => { await api("PATCH", path, { title: t.value, subtitle: s.value }); li.classList.remove("editing"); state.reload(); },
       (msg) => showIn(editBox, msg));
     li.replaceChildren(el("form", { onsubmit: (ev) => { ev.preventDefault(); save(); } },
-      t, s, el("button", { type: "submit" }, "Save"), el("button", { type: "button", class: "quiet", onclick: show }, "Cancel")), editBox);
+      el("label", { for: t.id }, "Title of #" + p.index, t), el("label", { for: s.id }, "Subtitle of #" + p.index, s),
+      el("button", { type: "submit" }, "Save"), el("button", { type: "button", class: "quiet", onclick: show }, "Cancel")), editBox);
     t.focus();
   }
   show();
   return li;
+}
+
+// badges are a preference's kind, and "locked" beside it when it is.
+function badges(p) {
+  const kind = el("span", { class: "badge kind", text: p.kind });
+  return p.locked ? [kind, el("span", { class: "badge locked", text: "locked" })] : [kind];
+}
+
+// renderUsage shows the thread's token counts (tools.Usage; a thread without turns has none).
+function renderUsage(box, u) {
+  u = u || {};
+  box.replaceChildren(...[["Prompt", u.prompt_tokens], ["Cached", u.cached_prompt_tokens], ["Completion", u.completion_tokens], ["Cache writes", u.cache_write_tokens]]
+    .map(([name, n]) => el("div", { class: "stat" }, el("dt", { text: name }), el("dd", { text: (n || 0).toLocaleString("en-US") }))));
 }
 
 // renderProposal is a locked preference's pending proposal: what the assistant wanted, and Apply.
@@ -582,7 +640,7 @@ function renderScopes(thread, d, box, linked) {
     items.push(el("h3", { class: "scope" }, "From ", linked ? el("span", { class: "scope-name", text: s.scope }) : el("a", { href: route, class: "scope-name", text: s.scope })),
       el("ul", { class: "prefs inherited", "data-scope": s.scope }, ...s.preferences.map((p) => el("li", { class: "inherited-pref" },
         el("span", { class: "grow" }, el("span", { class: "title", text: p.title }), p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
-        el("span", { class: "badge" + (p.locked ? " locked" : ""), text: p.locked ? "locked" : p.kind })))));
+        ...badges(p)))));
   }
   if (!items.length) {
     items.push(el("p", { class: "muted", text: (d.parents || []).length
@@ -623,14 +681,24 @@ function applyButton(thread, e, ariaLabel, report) {
 }
 
 // conflictText says which later change stands in the way of a revert or an apply (the server's
-// message names it by its id).
+// message names it by its id: a revert's the latest in its way, which can be reverted now).
 function conflictText(msg) {
-  const m = /\(event (\d+)\)/.exec(msg);
-  const later = m && state.describeEvent ? state.describeEvent(Number(m[1])) : "";
+  if (msg.startsWith("the preference changed after this proposal")) {
+    const m = /\(event (\d+)\)/.exec(msg);
+    const later = m && state.describeEvent ? state.describeEvent(Number(m[1])) : "";
+    return later ? "This preference changed since the assistant's proposal: " + later + "." : msg;
+  }
+  const id = conflictLatest(msg);
+  const later = id && state.describeEvent ? state.describeEvent(id) : "";
   if (!later) return msg;
-  return msg.startsWith("the preference changed after this proposal")
-    ? "This preference changed since the assistant's proposal: " + later + "."
-    : "This changed again since: " + later + ". Revert that change first.";
+  return "This changed again since. The latest change: " + later + ". Revert that change first, or undo back to this one in one step.";
+}
+
+// conflictLatest is the id of the latest change in a revert's way, from the server's 409
+// message; 0 for another message.
+function conflictLatest(msg) {
+  const m = /\(latest: event (\d+)\)/.exec(msg || "");
+  return m ? Number(m[1]) : 0;
 }
 
 function renderEvent(e, pos, known, h, open, age, error, report) {
@@ -650,11 +718,21 @@ function renderEvent(e, pos, known, h, open, age, error, report) {
     li.append(el("button", { type: "button", class: "quiet revert", "aria-label": "Revert: " + label, onclick: () => act(async () => {
       await api("POST", threadPath(e.thread) + "/events/" + e.id + "/revert");
       state.reload();
-    }, (msg) => report(msg && conflictText(msg))) }, "Revert"));
+    }, report) }, "Revert"));
   }
   const box = errorBox();
-  showIn(box, error);
+  showIn(box, error && conflictText(error));
   li.append(box);
+  // A revert in the way of later changes offers them all undone, newest first, then this one: in
+  // one step (the server's ?through, each step a revert event), through the latest change the
+  // message named, so one made since is never undone unseen.
+  const latest = !reverted && conflictLatest(error);
+  if (latest) {
+    li.append(el("button", { type: "button", class: "revert-through", "aria-label": "Undo back to: " + label, onclick: () => act(async () => {
+      await api("POST", threadPath(e.thread) + "/events/" + e.id + "/revert?through=" + latest);
+      state.reload();
+    }, report) }, "Undo back to this change"));
+  }
   return li;
 }
 
