@@ -236,20 +236,23 @@ func TestOpenAPIEventKinds(t *testing.T) {
 func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	for _, c := range []struct{ fixture, path, kind string }{
-		{"claude-code-compact", "/threads/cc/v1/messages?beta=true", turn.KindCompaction},
-		{"claude-code-title", "/threads/cc/v1/messages?beta=true", turn.KindSide},
-		{"codex-compaction-trigger", "/threads/cx/v1/responses", turn.KindCompaction},
-		{"codex-compact-local", "/threads/cx/v1/responses", turn.KindCompaction},
-		{"codex-turn", "/threads/cx/v1/responses/compact", turn.KindCompaction},
+	// Codex's remote compaction must come back as exactly one compaction item, or Codex aborts
+	// its turn: the upstream's answer reaches it as it came.
+	const oneCompaction = `{"id":"resp_c","object":"response","status":"completed","output":[{"type":"compaction","id":"cmp_1","encrypted_content":"gAAAA"}],"usage":{"input_tokens":900,"output_tokens":40}}`
+	for _, c := range []struct{ fixture, path, kind, answer string }{
+		{"claude-code-compact", "/threads/cc/v1/messages?beta=true", turn.KindCompaction, `{"left":"alone"}`},
+		{"claude-code-title", "/threads/cc/v1/messages?beta=true", turn.KindSide, `{"left":"alone"}`},
+		{"codex-compaction-trigger", "/threads/cx/v1/responses", turn.KindCompaction, oneCompaction},
+		{"codex-compact-local", "/threads/cx/v1/responses", turn.KindCompaction, `{"left":"alone"}`},
+		{"codex-turn", "/threads/cx/v1/responses/compact", turn.KindCompaction, `{"left":"alone"}`},
 	} {
 		body, err := os.ReadFile(filepath.Join("testdata", "agents", c.fixture+".body.json"))
 		require.NoError(t, err)
-		e.up.Script(upstreamtest.JSON(200, `{"left":"alone"}`))
+		e.up.Script(upstreamtest.JSON(200, c.answer))
 		n := len(e.up.Requests())
 		resp, got := e.do("POST", c.path, map[string]string{"Content-Type": "application/json"}, string(body))
 		require.Equal(t, 200, resp.StatusCode, "%s: %s", c.fixture, got)
-		require.JSONEq(t, `{"left":"alone"}`, got, c.fixture)
+		require.Equal(t, c.answer, got, "%s: the upstream's answer as it came", c.fixture)
 		reqs := e.up.Requests()
 		require.Len(t, reqs, n+1, c.fixture)
 		require.Equal(t, string(body), string(reqs[n].Body), "%s: forwarded as it came", c.fixture)

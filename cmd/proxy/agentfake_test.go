@@ -46,9 +46,9 @@ type capturedRequest struct {
 // redactedHeaders carry credentials; a fixture keeps that they were sent, not their values.
 var redactedHeaders = []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key", "Cookie", "Proxy-Authorization"}
 
-func newAgentFake(t *testing.T) *agentFake {
+func newAgentFake(t *testing.T, reply func(capturedRequest) string) *agentFake {
 	t.Helper()
-	f := &agentFake{}
+	f := &agentFake{Reply: reply} // before the server starts: the agents' requests come from another process
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	f.Server = &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(f.serve)}}

@@ -139,8 +139,7 @@ func TestAgentRequests(t *testing.T) {
 	t.Parallel()
 
 	t.Run("ClaudeCode", func(t *testing.T) {
-		f := newAgentFake(t)
-		f.Reply = agentReply
+		f := newAgentFake(t, agentReply)
 		home, work := t.TempDir(), t.TempDir()
 		env := claudeEnv(f.URL)
 		runAgent(t, home, work, env, "claude", "-p", "My goal is a tidy repository.")
@@ -170,8 +169,7 @@ func TestAgentRequests(t *testing.T) {
 	t.Run("ClaudeCodeInteractive", func(t *testing.T) {
 		// The interactive session (under script(1), for a terminal), with Claude Code's
 		// nonessential traffic on: its first prompt sends a title request beside the turn.
-		f := newAgentFake(t)
-		f.Reply = agentReply
+		f := newAgentFake(t, agentReply)
 		// Its home is removed once Claude Code's own children (a plugin marketplace's clone, which
 		// fails offline) are done with it.
 		home, err := os.MkdirTemp("", "claude-interactive-")
@@ -231,7 +229,7 @@ func TestAgentRequests(t *testing.T) {
 	})
 
 	t.Run("CodexCustomProvider", func(t *testing.T) {
-		f := newAgentFake(t)
+		f := newAgentFake(t, nil)
 		home, work := t.TempDir(), t.TempDir()
 		// A tiny auto-compaction limit (the fake reports 5,000 input tokens a turn): the resumed
 		// session compacts before its turn.
@@ -261,7 +259,7 @@ func TestAgentRequests(t *testing.T) {
 	t.Run("CodexOpenAIProvider", func(t *testing.T) {
 		// Codex's own OpenAI provider (openai_base_url at the fake): WebSockets first, and the
 		// remote compaction of a compaction_trigger item.
-		f := newAgentFake(t)
+		f := newAgentFake(t, nil)
 		home, work := t.TempDir(), t.TempDir()
 		args := []string{"exec", "--skip-git-repo-check", "-m", "gpt-5.1", "-c", "model_auto_compact_token_limit=1000", "-c", `openai_base_url="` + f.URL + `/v1"`}
 		env := []string{"CODEX_API_KEY=sk-capture"}
@@ -284,8 +282,7 @@ func TestAgentRequests(t *testing.T) {
 	})
 
 	t.Run("GeminiCLI", func(t *testing.T) {
-		f := newAgentFake(t)
-		f.Reply = agentReply
+		f := newAgentFake(t, agentReply)
 		home, work := geminiHome(t), t.TempDir()
 		runAgent(t, home, work, geminiEnv(f.URL), "gemini", "-p", "My goal is a tidy repository.")
 		runAgent(t, home, work, geminiEnv(f.URL), "gemini", "-p", "I prefer tabs.")
