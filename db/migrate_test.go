@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -738,4 +739,57 @@ func TestUpgradeToCompaction(t *testing.T) {
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "events_kind_check", pgErr.ConstraintName)
+}
+
+// TestUpgradeToTurnUndo: a database populated under schema 013 upgrades to the current one, and
+// gives back a turn that never reached its model (turn_undo): its number only while it is the
+// thread's latest, its snapshot, and the thread when the turn made it and nothing names it or was
+// written to it since.
+func TestUpgradeToTurnUndo(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, parents) VALUES
+		 ('pre-014', 2, 1, 1, '{}'), ('fresh', 1, 1, 1, '{}'), ('scope', 1, 1, 1, '{}'), ('child', 3, 1, 1, '{scope}')`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences) VALUES
+		 ('pre-014', 1, 1, NULL, '[]'), ('pre-014', 2, 1, 'Ship', '[]'), ('fresh', 1, 1, NULL, '[]')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+	q := db.New()
+	turns := func(thread string) (int, bool) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT turns FROM threads WHERE id = $1`, thread).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false
+		}
+		require.NoError(t, err)
+		return n, true
+	}
+	snapshots := func(thread string) int {
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM workspace_snapshots WHERE thread_id = $1`, thread).Scan(&n))
+		return n
+	}
+
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "pre-014", Turn: 1}))
+	n, _ := turns("pre-014")
+	require.Equal(t, 2, n, "a turn a later one followed keeps its number")
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "pre-014", Turn: 2}))
+	n, ok := turns("pre-014")
+	require.True(t, ok)
+	require.Equal(t, 1, n)
+	require.Equal(t, 1, snapshots("pre-014"), "its snapshot goes, the earlier one stays")
+
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "fresh", Turn: 1}))
+	_, ok = turns("fresh")
+	require.False(t, ok, "the thread its first turn made goes with it")
+	require.Zero(t, snapshots("fresh"))
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "scope", Turn: 1}))
+	n, ok = turns("scope")
+	require.True(t, ok, "a thread another names as its parent stays")
+	require.Zero(t, n)
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "gone", Turn: 1}), "no thread: nothing to give back")
 }

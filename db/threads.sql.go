@@ -474,3 +474,19 @@ func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStar
 	)
 	return i, err
 }
+
+const turnUndo = `-- name: TurnUndo :exec
+SELECT turn_undo($1::text, $2::integer)
+`
+
+type TurnUndoParams struct {
+	ThreadID string
+	Turn     int32
+}
+
+// Gives back a turn that never reached its model (turn_undo, migration 014): its number, its
+// snapshot, and the thread when the turn made it and nothing was written to it since.
+func (q *Queries) TurnUndo(ctx context.Context, db DBTX, arg TurnUndoParams) error {
+	_, err := db.Exec(ctx, turnUndo, arg.ThreadID, arg.Turn)
+	return err
+}

@@ -340,3 +340,51 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		require.Less(t, waited, time.Minute, "not for the store's timeout")
 	})
 }
+
+// TestFailedTurnsAreNotTurns: a thread turn whose first upstream round fails — the upstream
+// unreachable, or refusing the request (a previous_response_id it does not know) — takes no turn
+// number and leaves no empty thread; one that failed after a round reached the model counts as
+// the turn it was, its calls kept (docs/spec.md §2).
+func TestFailedTurnsAreNotTurns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	th := func(name string) map[string]string { return map[string]string{"X-Thread-Id": name} }
+	const body = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+	// Refused on its first round: nothing counted, no thread made.
+	e.up.Script(upstreamtest.JSON(400, `{"error":{"message":"Previous response with id 'resp_x' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}`))
+	resp := e.post("/v1/chat/completions", th("never"), body)
+	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	e.admin("GET", "/admin/v1/threads/never", nil, http.StatusNotFound, nil)
+
+	// An existing thread: its count stays where its good turns left it.
+	e.up.Script(reply(cmpl("ok")))
+	resp = e.post("/v1/chat/completions", th("kept"), body)
+	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	e.up.Script(upstreamtest.JSON(400, `{"error":{"message":"bad","type":"invalid_request_error"}}`))
+	resp = e.post("/v1/chat/completions", th("kept"), body)
+	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 1, e.turns("kept"))
+
+	// Failed after a round reached the model: the turn counts, its call stays.
+	e.up.Script(reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Tabs"}],"action_and_reasoning":"asked"}`})),
+		upstreamtest.JSON(400, `{"error":{"message":"bad","type":"invalid_request_error"}}`))
+	resp = e.post("/v1/chat/completions", th("kept"), body)
+	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 2, e.turns("kept"), "the turn reached its model")
+	require.Equal(t, []string{"Tabs"}, e.titles("kept"))
+
+	// A first round cut off before its client had a byte of it: a plain error, no turn.
+	e.up.Script(upstreamtest.StreamRaw([]string{"data: " + upstreamtest.Chunk("c1", "Hel", "") + "\n\n"}))
+	resp = e.post("/v1/chat/completions", th("kept"), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 2, e.turns("kept"))
+
+	// The upstream unreachable: nothing counted, no thread made.
+	e.up.Close()
+	resp = e.post("/v1/chat/completions", th("unreached"), body)
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, readBody(t, resp))
+	e.admin("GET", "/admin/v1/threads/unreached", nil, http.StatusNotFound, nil)
+	require.Equal(t, 2, e.turns("kept"))
+	require.Equal(t, 2.0, testutil.ToFloat64(e.opts().Metrics.turns.WithLabelValues("turn")), "the turns that reached their model")
+}

@@ -42,7 +42,6 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	noteKind(r.Context(), turn.KindTurn)
-	s.opts.Metrics.turn(turn.KindTurn)
 	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
 	if err != nil {
 		if !s.bypassed(w, r, in, err) {
@@ -138,13 +137,23 @@ func (s *Server) workspaceText(placement turn.Placement, block string) string {
 	return s.instructions(placement) + "\n\n" + block
 }
 
-// endTurn ends a turn startTurn began: it queues the turn's usage for its thread's totals,
-// written in the background (neither the answer nor the next request on the connection waits
-// for it; a failure to write it costs the count, not the answer).
+// endTurn ends a turn startTurn began. A turn that reached its model is counted, and its usage
+// queued for its thread's totals, written in the background (neither the answer nor the next
+// request on the connection waits for it; a failure to write it costs the count, not the
+// answer). One that never did — its first upstream round failed — is given back: no turn number
+// spent, no empty thread left (docs/spec.md §2).
 func (s *Server) endTurn(ctx context.Context, t *turn.Turn) {
+	defer s.turns.Done()
 	noteTurn(ctx, t.Model, t.Usage)
+	if !t.Reached() {
+		if err := t.Workspace.UndoTurn(context.WithoutCancel(ctx), t.Start.Number); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "a turn that never reached its model kept its number",
+				slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
+		}
+		return
+	}
+	s.opts.Metrics.turn(turn.KindTurn)
 	s.usage.add(t.Workspace.ThreadID(), t.Usage)
-	s.turns.Done()
 }
 
 // reply runs a non-streamed turn and answers with its body once it ended.

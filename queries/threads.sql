@@ -130,3 +130,8 @@ UPDATE threads SET agent_writes = sqlc.narg(agent_writes)::text, updated_at = no
 -- name: ThreadChildren :many
 -- The threads that name a thread among their parents, by id, after the cursor ('' none).
 SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::text ORDER BY id LIMIT @max_rows;
+
+-- name: TurnUndo :exec
+-- Gives back a turn that never reached its model (turn_undo, migration 014): its number, its
+-- snapshot, and the thread when the turn made it and nothing was written to it since.
+SELECT turn_undo(@thread_id::text, @turn::integer);

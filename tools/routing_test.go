@@ -14,9 +14,9 @@ import (
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
 // by its id, or the thread as the first argument of turn_start, turn_start_unless_held,
-// thread_revive or thread_compacted (functions Citus delegates by that argument) — so that it can
+// thread_revive, thread_compacted or turn_undo (functions Citus delegates by that argument) — so that it can
 // be routed to the one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive|thread_compacted)\(\$1[,):]`)
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive|thread_compacted)\(\$1[,):]|SELECT turn_undo\(\$1[,):]`)
 
 // TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
 // Responses turn's record and continuation — a client's compaction, and an MCP request (its
@@ -49,6 +49,10 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	_, err = ws.Continuation(ctx, "resp_1")
 	require.NoError(t, err)
 	require.NoError(t, ws.NoteCompaction(ctx))
+	undone := store.Workspace(ThreadID{Name: "undone"})
+	start, err := undone.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.NoError(t, undone.UndoTurn(ctx, start.Number))
 	require.NoError(t, store.Workspace(ThreadID{Name: "compacted-first"}).NoteCompaction(ctx))
 	link, err := ws.IssueLink(ctx, LinkMCP, time.Now().Add(time.Hour))
 	require.NoError(t, err)

@@ -419,3 +419,15 @@ func (w *Workspace) insert(ctx context.Context, tx db.DBTX, nextID int64, items 
 	}
 	return rows, nil
 }
+
+// UndoTurn gives back turn n, which never reached its model (its first upstream round failed):
+// its number, when no later turn took one, its snapshot, and the thread when the turn created it
+// and nothing was written to it since (docs/spec.md §2).
+func (w *Workspace) UndoTurn(ctx context.Context, n int) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if err := w.store.q.TurnUndo(ctx, w.store.pool, db.TurnUndoParams{ThreadID: w.threadID, Turn: int32(n)}); err != nil {
+		return fmt.Errorf("undo turn: %w", err)
+	}
+	return nil
+}

@@ -78,7 +78,13 @@ type Turn struct {
 	Usage tools.Usage
 	// calls counts the workspace calls run in the turn (MaxToolCallsPerTurn).
 	calls int
+	// reached: a round's reply came from the upstream, whole or in part (the model was reached).
+	reached bool
 }
+
+// Reached reports whether a round of the turn had its reply from the upstream: a turn that never
+// reached its model (its first round failed) is given back (docs/spec.md §2).
+func (t *Turn) Reached() bool { return t.reached }
 
 // metrics are r.Metrics, or none.
 func (r *Runner) metrics() Metrics {
@@ -132,8 +138,9 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 			return err
 		})
 		endRound(span, info, roundUsage.tokens, attempts-1, err)
-		if err != nil {
-			return n, err
+		var partial noRetry
+		if t.reached = t.reached || err == nil || errors.As(err, &partial); err != nil {
+			return n, err // partial: the client had part of the round, which the model answered
 		}
 		sum.add(roundUsage)
 		r.metrics().Tokens(t.Model, t.Workspace.ThreadID().Client, roundUsage.tokens)
