@@ -81,4 +81,3 @@ func passThroughPath(path string) bool {
 	}
 	return false
 }
-
