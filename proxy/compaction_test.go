@@ -229,13 +229,14 @@ func TestOpenAPIEventKinds(t *testing.T) {
 	require.Equal(t, stored, documented)
 }
 
-// TestAgentsOwnRequestsLeftAlone: the requests Claude Code and Codex really send for their own
-// compaction and titles (proxy/testdata/agents) reach the upstream byte for byte on their
+// TestAgentsOwnRequestsLeftAlone: the requests Claude Code, Codex and Gemini CLI really send for
+// their own compaction, titles and model routing (proxy/testdata/agents) reach the upstream byte for byte on their
 // thread's routes — no tools, no block — counted by kind, a compaction recorded in the thread's
 // history; the agents' ordinary turns stay turns (docs/spec.md §18).
 func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	// The Gemini API's upstream is the scripted upstream's root, as the Messages API's is.
+	e := setup(t, func(o *Options) { o.Upstreams["gemini"] = o.Upstreams["anthropic"] })
 	// Codex's remote compaction must come back as exactly one compaction item, or Codex aborts
 	// its turn: the upstream's answer reaches it as it came.
 	const oneCompaction = `{"id":"resp_c","object":"response","status":"completed","output":[{"type":"compaction","id":"cmp_1","encrypted_content":"gAAAA"}],"usage":{"input_tokens":900,"output_tokens":40}}`
@@ -245,6 +246,7 @@ func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
 		{"codex-compaction-trigger", "/threads/cx/v1/responses", turn.KindCompaction, oneCompaction},
 		{"codex-compact-local", "/threads/cx/v1/responses", turn.KindCompaction, `{"left":"alone"}`},
 		{"codex-turn", "/threads/cx/v1/responses/compact", turn.KindCompaction, `{"left":"alone"}`},
+		{"gemini-classifier", "/threads/gm/v1beta/models/gemini-3.5-flash-lite:generateContent", turn.KindSide, `{"left":"alone"}`},
 	} {
 		body, err := os.ReadFile(filepath.Join("testdata", "agents", c.fixture+".body.json"))
 		require.NoError(t, err)
@@ -259,7 +261,7 @@ func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
 	}
 	m := e.opts().Metrics
 	require.Equal(t, 4.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindCompaction)))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindSide)))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindSide)))
 	require.Equal(t, 0.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindTurn)))
 	require.NoError(t, e.proxy.Shutdown(context.Background())) // it waits for the records
 	for thread, want := range map[string]int{"cc": 1, "cx": 3} {
