@@ -31,8 +31,11 @@ const (
 
 // cacheScript is the model of the cache sessions, in both APIs.
 func cacheScript(req *fake.Request) fake.Answer {
-	if req.API == fake.Messages {
+	switch req.API {
+	case fake.Messages:
 		return messagesCacheScript(req)
+	case fake.Gemini:
+		return geminiCacheScript(req)
 	}
 	return chatCacheScript(req)
 }
@@ -258,9 +261,10 @@ func runSession(s session, way cacheWay, thread string) (cacheFigures, error) {
 }
 
 // Cache measures what each placement costs a conversation's prompt cache (make bench-cache):
-// scripted chat, agent and Messages agent sessions, each straight to the fake model with its
-// prompt cache (OpenAI's rule for chat completions, Anthropic's for the Messages API) and
-// through wsproxy with the system and the tail placement. Run fails when a tail target is missed.
+// scripted chat, agent, Messages and Gemini agent sessions, each straight to the fake model with
+// its prompt cache (OpenAI's rule for chat completions, Anthropic's for the Messages API, Gemini's
+// implicit caching for the Gemini API) and through wsproxy with the system and the tail
+// placement. Run fails when a tail target is missed.
 type Cache struct {
 	Wsproxy     string // the wsproxy binary
 	DatabaseURL string
@@ -273,7 +277,7 @@ func (c Cache) Run(ctx context.Context) error {
 	}
 	up := httptest.NewServer(fake.New(fake.Options{PromptCache: true, Script: cacheScript}))
 	defer up.Close()
-	addr, cmd, err := startWsproxy(c.Wsproxy, "DATABASE_URL="+c.DatabaseURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
+	addr, cmd, err := startWsproxy(c.Wsproxy, "DATABASE_URL="+c.DatabaseURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL, "GEMINI_UPSTREAM_BASE_URL="+up.URL,
 		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
 		return err
@@ -343,7 +347,11 @@ func measureCache(ctx context.Context, directBase, wsproxyBase string) (string, 
 	if err != nil {
 		return b.String(), false, err
 	}
-	return b.String(), ok && met, nil
+	gmet, err := measureGeminiCache(&b, directBase, wsproxyBase)
+	if err != nil {
+		return b.String(), false, err
+	}
+	return b.String(), ok && met && gmet, nil
 }
 
 func cacheCheck(b *strings.Builder, what string, ok bool, figures string) bool {
