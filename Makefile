@@ -100,9 +100,10 @@ bench-latency: build
 	TEST_DATABASE_URL= DATABASE_URL= PG_DURABLE=1 scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load latency -wsproxy bin/wsproxy $(LATENCY_FLAGS)'
 
 ## bench-cache: what each workspace placement costs a conversation's upstream prompt cache
-## (scripted chat and agent sessions under OpenAI's caching rule, and a Messages agent loop shaped
-## like Claude Code's under Anthropic's; direct and through wsproxy with each placement); fails
-## when a tail target is missed.
+## (scripted chat and agent sessions under OpenAI's caching rule, a Messages agent loop shaped
+## like Claude Code's under Anthropic's, and a Gemini agent loop shaped like Gemini CLI's under
+## Gemini's implicit caching; direct and through wsproxy with each placement); fails when a tail
+## target is missed.
 bench-cache: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load cache -wsproxy bin/wsproxy'

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
@@ -31,8 +32,11 @@ const (
 
 // cacheScript is the model of the cache sessions, in both APIs.
 func cacheScript(req *fake.Request) fake.Answer {
-	if req.API == fake.Messages {
+	switch req.API {
+	case fake.Messages:
 		return messagesCacheScript(req)
+	case fake.Gemini:
+		return geminiCacheScript(req)
 	}
 	return chatCacheScript(req)
 }
@@ -258,9 +262,10 @@ func runSession(s session, way cacheWay, thread string) (cacheFigures, error) {
 }
 
 // Cache measures what each placement costs a conversation's prompt cache (make bench-cache):
-// scripted chat, agent and Messages agent sessions, each straight to the fake model with its
-// prompt cache (OpenAI's rule for chat completions, Anthropic's for the Messages API) and
-// through wsproxy with the system and the tail placement. Run fails when a tail target is missed.
+// scripted chat, agent, Messages and Gemini agent sessions, each straight to the fake model with
+// its prompt cache (OpenAI's rule for chat completions, Anthropic's for the Messages API, Gemini's
+// implicit caching for the Gemini API) and through wsproxy with the system and the tail
+// placement. Run fails when a tail target is missed.
 type Cache struct {
 	Wsproxy     string // the wsproxy binary
 	DatabaseURL string
@@ -273,7 +278,7 @@ func (c Cache) Run(ctx context.Context) error {
 	}
 	up := httptest.NewServer(fake.New(fake.Options{PromptCache: true, Script: cacheScript}))
 	defer up.Close()
-	addr, cmd, err := startWsproxy(c.Wsproxy, "DATABASE_URL="+c.DatabaseURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL,
+	addr, cmd, err := startWsproxy(c.Wsproxy, "DATABASE_URL="+c.DatabaseURL, "UPSTREAM_BASE_URL="+up.URL+"/v1", "ANTHROPIC_UPSTREAM_BASE_URL="+up.URL, "GEMINI_UPSTREAM_BASE_URL="+up.URL,
 		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
 	if err != nil {
 		return err
@@ -296,6 +301,7 @@ func measureCache(ctx context.Context, directBase, wsproxyBase string) (string, 
 	direct, wsproxy := directBase+"/v1/chat/completions", wsproxyBase+"/v1/chat/completions"
 	var b strings.Builder
 	ok, n := true, 0
+	run := time.Now().UnixNano() // threads of their own on every run: a Postgres may be reused
 	fmt.Fprintf(&b, "Prompt cache model: OpenAI's rule (longest common prefix with an earlier request, in 128-token steps,\n"+
 		"nothing under 1,024), %d bytes a token, cached input at %.0f%% of the price; cost in uncached-token units.\n", fake.BytesPerToken, 100*cachedPriceRatio)
 	for _, s := range []struct {
@@ -313,7 +319,7 @@ func measureCache(ctx context.Context, directBase, wsproxyBase string) (string, 
 		ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", ""}, {"tail", wsproxy, "tail", ""}}
 		figs := map[string]cacheFigures{}
 		for _, way := range ways {
-			f, err := runSession(s.run, way, fmt.Sprintf("cache-%s-%d", way.name, n))
+			f, err := runSession(s.run, way, fmt.Sprintf("cache-%s-%d-%d", way.name, n, run))
 			if err != nil {
 				return b.String(), false, err
 			}
@@ -336,14 +342,18 @@ func measureCache(ctx context.Context, directBase, wsproxyBase string) (string, 
 				fmt.Sprintf("%.2fx", tail.cost()/d.cost())) && ok
 		}
 	}
-	if err := measureScopeCache(&b, direct, wsproxy, wsproxyBase, &ok); err != nil {
+	if err := measureScopeCache(&b, direct, wsproxy, wsproxyBase, run, &ok); err != nil {
 		return b.String(), false, err
 	}
 	met, err := measureMessagesCache(&b, directBase+"/v1/messages", wsproxyBase+"/v1/messages")
 	if err != nil {
 		return b.String(), false, err
 	}
-	return b.String(), ok && met, nil
+	gmet, err := measureGeminiCache(&b, directBase, wsproxyBase)
+	if err != nil {
+		return b.String(), false, err
+	}
+	return b.String(), ok && met && gmet, nil
 }
 
 func cacheCheck(b *strings.Builder, what string, ok bool, figures string) bool {
@@ -358,9 +368,10 @@ func cacheCheck(b *strings.Builder, what string, ok bool, figures string) bool {
 // measureScopeCache runs the chat session with a scope the user changes every third turn (a
 // preference added to it through the admin REST), and checks that it costs each child only its
 // block, as the thread's own changes do: tail's hit rate within 3 points of direct's.
-func measureScopeCache(b *strings.Builder, direct, wsproxy, wsproxyBase string, ok *bool) error {
+func measureScopeCache(b *strings.Builder, direct, wsproxy, wsproxyBase string, run int64, ok *bool) error {
 	figs := map[string]cacheFigures{}
-	ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", "cache-scope-system"}, {"tail", wsproxy, "tail", "cache-scope-tail"}}
+	ways := []cacheWay{{"direct", direct, "", ""}, {"system", wsproxy, "system", fmt.Sprintf("cache-scope-system-%d", run)},
+		{"tail", wsproxy, "tail", fmt.Sprintf("cache-scope-tail-%d", run)}}
 	for _, way := range ways {
 		edit := func(turn int) error {
 			if way.placement == "" {
@@ -379,7 +390,7 @@ func measureScopeCache(b *strings.Builder, direct, wsproxy, wsproxyBase string, 
 			}
 			return nil
 		}
-		f, err := runSession(scopedChatSession(edit), way, "cache-scoped-"+way.name)
+		f, err := runSession(scopedChatSession(edit), way, fmt.Sprintf("cache-scoped-%s-%d", way.name, run))
 		if err != nil {
 			return err
 		}

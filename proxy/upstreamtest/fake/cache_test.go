@@ -90,3 +90,28 @@ func TestAnthropicCacheRule(t *testing.T) {
 	require.Greater(t, read, 1900, "the system breakpoint's prefix")
 	require.Less(t, read, first, "not the prefix 26 blocks back from the last breakpoint")
 }
+
+// TestGeminiCacheRule: the Gemini API's model follows Google's implicit caching — the longest
+// common prefix with an earlier request to the same model, no step, nothing under 1,024 tokens
+// (Flash's minimum) — over the prompt as the model renders it (declarations, system, contents).
+func TestGeminiCacheRule(t *testing.T) {
+	t.Parallel()
+	c := newGeminiCache()
+	req := func(model, system, last string) *Request {
+		return &Request{API: Gemini, Model: model, SystemInstruction: json.RawMessage(`{"parts":[{"text":"` + system + `"}]}`),
+			Messages: []Message{{Role: "user", Parts: json.RawMessage(`[{"text":"` + last + `"}]`)}}}
+	}
+	long := strings.Repeat("x", 8000) // 2,000 tokens
+	p, cached := c.usage(req("m", long, "a"))
+	require.Zero(t, cached, "nothing seen yet")
+	require.Equal(t, len(renderGeminiPrompt(req("m", long, "a")))/bytesPerToken, p)
+	_, cached = c.usage(req("m", long, "b"))
+	require.Equal(t, commonPrefix(renderGeminiPrompt(req("m", long, "a")), renderGeminiPrompt(req("m", long, "b")))/bytesPerToken, cached)
+	require.Greater(t, cached, 2000, "the whole shared prefix, no step")
+	_, cached = c.usage(req("other", long, "b"))
+	require.Zero(t, cached, "another model has a cache of its own")
+	short := strings.Repeat("y", 4*GeminiMinTokens-100)
+	c.usage(req("m", short, "a"))
+	_, cached = c.usage(req("m", short, "b"))
+	require.Zero(t, cached, "under the minimum")
+}

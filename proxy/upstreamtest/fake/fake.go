@@ -1,5 +1,5 @@
 // Package fake is a configurable fake model server: one http.Handler that speaks chat
-// completions and Anthropic's Messages API, JSON and server-sent events, for load runs,
+// completions, Anthropic's Messages API and Google's Gemini API, JSON and server-sent events, for load runs,
 // benchmarks and tests that need a model rather than a script of replies (for those,
 // upstreamtest).
 //
@@ -12,8 +12,10 @@
 //   - ToolRound: every turn's first round is a workspace call (ToolRoundHeader asks the same of
 //     one request);
 //   - PromptCache: usage by the provider's prompt-cache rule (OpenAI's for chat completions,
-//     Anthropic's for the Messages API) instead of fixed figures;
-//   - API: the wire API of every path, or by path (…/messages is the Messages API);
+//     Anthropic's for the Messages API, Gemini's implicit caching for the Gemini API) instead of
+//     fixed figures;
+//   - API: the wire API of every path, or by path (…/messages is the Messages API,
+//     …/models/{model}:generateContent and :streamGenerateContent the Gemini API);
 //   - Faults: shares of requests answered with a 503, a closed connection, a stall or a body cut
 //     short.
 //
@@ -62,6 +64,8 @@ const (
 	Chat API = "chat"
 	// Messages is Anthropic's Messages API.
 	Messages API = "messages"
+	// Gemini is Google's Gemini API (generateContent, streamGenerateContent).
+	Gemini API = "gemini"
 )
 
 // Faults are the shares of requests (0 to 1, summed at most 1) the fake answers wrongly.
@@ -94,11 +98,12 @@ type Options struct {
 	// Script decides the other answers; nil is DefaultScript.
 	Script Script
 	// PromptCache answers usage by the provider's prompt-cache rule (a cache per Model):
-	// OpenAI's for chat completions, Anthropic's for the Messages API. Without it, usage is fixed:
-	// 300 tokens in, 40 out.
+	// OpenAI's for chat completions, Anthropic's for the Messages API, Gemini's implicit caching
+	// for the Gemini API. Without it, usage is fixed: 300 tokens in, 40 out.
 	PromptCache bool
 	// API is the wire API of every request; "" chooses by path: a path ending in /messages is
-	// the Messages API, any other chat completions.
+	// the Messages API, one ending in :generateContent or :streamGenerateContent the Gemini API
+	// (the model and whether it streams read from the path), any other chat completions.
 	API    API
 	Faults Faults
 }
@@ -180,23 +185,34 @@ type Request struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	PromptCacheKey string            `json:"prompt_cache_key"`
-	BigStream      bool              `json:"big_stream"`
-	System         json.RawMessage   `json:"system"` // Messages
-	Tools          []json.RawMessage `json:"tools"`
-	Messages       []Message         `json:"messages"`
+	PromptCacheKey string          `json:"prompt_cache_key"`
+	BigStream      bool            `json:"big_stream"`
+	System         json.RawMessage `json:"system"` // Messages
+	// Tools are the tools offered: a Gemini request's functionDeclarations, each a tool.
+	Tools    []json.RawMessage `json:"tools"`
+	Messages []Message         `json:"messages"` // a Gemini request's contents
+	// Gemini
+	Contents          []Message       `json:"contents"`
+	SystemInstruction json.RawMessage `json:"systemInstruction"`
 }
 
-// Message is a message of a request. In the Messages API, Content is a string or blocks.
+// Message is a message of a request. In the Messages API, Content is a string or blocks; in the
+// Gemini API, a content's role is user or model and its parts are Parts.
 type Message struct {
 	Role       string          `json:"role"`
 	Content    json.RawMessage `json:"content"`
+	Parts      json.RawMessage `json:"parts"`
 	ToolCalls  json.RawMessage `json:"tool_calls"`
 	ToolCallID string          `json:"tool_call_id"`
 }
 
 // Text is the message's content as text: the string, or its parts' texts.
-func (m Message) Text() string { return demo.ContentText(m.Content) }
+func (m Message) Text() string {
+	if m.Content == nil {
+		return demo.ContentText(m.Parts)
+	}
+	return demo.ContentText(m.Content)
+}
 
 // Blocks are a Messages message's content blocks (none for a string).
 func (m Message) Blocks() []Block {
@@ -220,7 +236,7 @@ func (r *Request) ToolNames() map[string]bool {
 			Function struct{ Name string } `json:"function"` // chat completions
 		}
 		_ = json.Unmarshal(t, &d)
-		if r.API == Messages {
+		if r.API != Chat {
 			out[d.Name] = true
 		} else {
 			out[d.Function.Name] = true
@@ -230,12 +246,21 @@ func (r *Request) ToolNames() map[string]bool {
 }
 
 // AfterToolResult reports whether the request's last message is a tool's result: a tool message
-// (chat), or a user message with a tool_result block (Messages).
+// (chat), a user message with a tool_result block (Messages), a content with a functionResponse
+// part (Gemini).
 func (r *Request) AfterToolResult() bool {
 	if len(r.Messages) == 0 {
 		return false
 	}
 	last := r.Messages[len(r.Messages)-1]
+	if r.API == Gemini {
+		for _, p := range last.GeminiParts() {
+			if p.FunctionResponse != nil {
+				return true
+			}
+		}
+		return false
+	}
 	if r.API == Messages {
 		for _, b := range last.Blocks() {
 			if b.Type == "tool_result" {
@@ -255,6 +280,7 @@ type Model struct {
 	memo      sync.Map
 	openai    *openAICache
 	anthropic *anthropicCache
+	google    *geminiCache
 
 	mu       sync.Mutex
 	injected map[string]int
@@ -267,7 +293,7 @@ func New(opts Options) *Model {
 		m.script, m.constant = DefaultScript(opts.Timing), !opts.PromptCache
 	}
 	if opts.PromptCache {
-		m.openai, m.anthropic = newOpenAICache(), newAnthropicCache()
+		m.openai, m.anthropic, m.google = newOpenAICache(), newAnthropicCache(), newGeminiCache()
 	}
 	return m
 }
@@ -290,6 +316,9 @@ func (m *Model) api(r *http.Request) API {
 	if strings.HasSuffix(r.URL.Path, "/messages") {
 		return Messages
 	}
+	if geminiMethod(r.URL.Path) != "" {
+		return Gemini
+	}
 	return Chat
 }
 
@@ -297,7 +326,11 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	req := &Request{API: m.api(r), Header: r.Header}
 	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, req); err != nil || len(req.Messages) == 0 {
+	err := json.Unmarshal(body, req)
+	if req.API == Gemini {
+		req.fromGemini(r.URL.Path)
+	}
+	if err != nil || len(req.Messages) == 0 {
 		writeError(w, req.API, http.StatusBadRequest, "invalid_request_error", "bad request")
 		return
 	}
@@ -305,8 +338,12 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tool := (m.opts.ToolRound || r.Header.Get(ToolRoundHeader) != "") && !req.AfterToolResult()
-	if req.API == Messages {
+	switch req.API {
+	case Messages:
 		m.messages(w, r, req, tool, start)
+		return
+	case Gemini:
+		m.gemini(w, r, req, tool, start)
 		return
 	}
 	m.chat(w, r, req, tool, start)
@@ -355,6 +392,10 @@ func (m *Model) fault(w http.ResponseWriter, r *http.Request, api API) bool {
 
 // writeError answers an error in the API's shape.
 func writeError(w http.ResponseWriter, api API, status int, typ, msg string) {
+	if api == Gemini {
+		writeGeminiError(w, status, msg)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	if api == Messages {
