@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wsproxy/wsproxy/proxy/demo"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
@@ -45,45 +44,6 @@ type Failover struct {
 	Lag time.Duration
 }
 
-// failoverModel is the fake model of the run: the soak's script (a turn records the user's
-// message as a preference; the round after reads the tool's result), recording when each
-// acknowledged title's result reached it.
-type failoverModel struct {
-	*fake.Model
-	mu    sync.Mutex
-	acked map[string]time.Time
-}
-
-func newFailoverModel() *failoverModel {
-	m := &failoverModel{acked: map[string]time.Time{}}
-	m.Model = fake.New(fake.Options{Script: m.script})
-	return m
-}
-
-func (m *failoverModel) script(req *fake.Request) fake.Answer {
-	last := req.Messages[len(req.Messages)-1]
-	if last.Role != "tool" {
-		a, _ := json.Marshal(map[string]any{"items": []map[string]string{{"title": demo.ClientText(last.Text())}}, "action_and_reasoning": "failover"})
-		return fake.Answer{Calls: []fake.Call{{ID: "call_failover", Name: "add_preferences", Arguments: string(a)}}}
-	}
-	var env struct {
-		OK     bool   `json:"ok"`
-		Result string `json:"result"`
-	}
-	_ = json.Unmarshal([]byte(last.Text()), &env)
-	if env.OK && strings.HasPrefix(env.Result, "recorded 1 preference") {
-		for i := len(req.Messages) - 1; i >= 0; i-- {
-			if req.Messages[i].Role == "user" {
-				m.mu.Lock()
-				m.acked[demo.ClientText(req.Messages[i].Text())] = time.Now()
-				m.mu.Unlock()
-				break
-			}
-		}
-	}
-	return fake.Answer{Text: "Noted: " + env.Result}
-}
-
 // outcome is one request of the run.
 type outcome struct {
 	client     int
@@ -102,12 +62,11 @@ type streamEvent struct {
 // failoverRun is one run: its clusters, instances, clients, what they saw.
 type failoverRun struct {
 	f        Failover
-	up       *failoverModel
+	up       *soakModel
 	bases    []string
 	client   *http.Client
 	mu       sync.Mutex
 	outcomes []outcome
-	failures map[string]int       // what the failed requests got
 	userAck  map[string]time.Time // titles the user's POST got 201 for
 	threads  map[string]bool
 	streams  [][]streamEvent // per instance
@@ -177,7 +136,7 @@ func (f Failover) Run(ctx context.Context) error {
 		return err
 	}
 
-	r := &failoverRun{f: f, up: newFailoverModel(), client: &http.Client{Timeout: 30 * time.Second},
+	r := &failoverRun{f: f, up: newSoakModel(fake.Faults{}), client: &http.Client{Timeout: 30 * time.Second},
 		userAck: map[string]time.Time{}, threads: map[string]bool{watchedThread: true}}
 	upAddr, err := freeAddr()
 	if err != nil {
@@ -535,7 +494,7 @@ func (r *failoverRun) report(faults []*faultReport) error {
 		return k
 	}
 	var unattributed int
-	for title, at := range r.up.acked {
+	for title, at := range r.up.reportedTitles() {
 		if stored[title] == 0 {
 			if k := faultOf(at); k >= 0 {
 				faults[k].missingCalls++
@@ -665,7 +624,7 @@ func (r *failoverRun) report(faults []*faultReport) error {
 			fr.eventDelay.Round(time.Millisecond))
 	}
 	fmt.Printf("  acknowledged tool calls: %d, user edits: %d; written twice: %d; missing and acknowledged more than 5s from a fault: %d\n",
-		len(r.up.acked), len(r.userAck), duplicated, unattributed)
+		len(r.up.reportedTitles()), len(r.userAck), duplicated, unattributed)
 	fmt.Printf("  event streams: %d events of the watched thread, %v reconnections with Last-Event-ID per instance; ", len(events), r.resumes)
 	if len(gaps) == 0 {
 		fmt.Println("resumed without a gap")

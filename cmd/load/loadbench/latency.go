@@ -638,7 +638,6 @@ type latencySample struct {
 	pgAcquired float64 // wsproxy's pooled connections in use
 	pgOpen     float64 // and open
 	pgMax      float64
-	upOpen     int64   // connections open at the model upstream
 	stack      float64 // the proxy's goroutine stacks and heap in use (wsproxy: its metrics)
 	heap       float64
 	acquires   float64 // wsproxy's acquires of a pooled connection so far

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -22,18 +23,18 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
 
-// soakModel is the soak's upstream: the fake model (proxy/upstreamtest/fake) with faults
-// injected, whose script records the user's message as a preference on a turn's first call,
-// and on the call after the tools reads the tool's result and notes every title the proxy
-// reported as recorded.
+// soakModel is the upstream of the soak and of the failover run: the fake model
+// (proxy/upstreamtest/fake), with faults injected, whose script records the user's message as a
+// preference on a turn's first call, and on the call after the tools reads the tool's result and
+// notes when each title the proxy reported as recorded reached it (acknowledged to the model).
 type soakModel struct {
 	*fake.Model
-	mu       sync.Mutex
-	reported map[string]bool // titles the proxy reported recorded
+	mu    sync.Mutex
+	acked map[string]time.Time // titles the proxy reported recorded, and when
 }
 
 func newSoakModel(f fake.Faults) *soakModel {
-	m := &soakModel{reported: map[string]bool{}}
+	m := &soakModel{acked: map[string]time.Time{}}
 	m.Model = fake.New(fake.Options{Faults: f, Script: m.script})
 	return m
 }
@@ -54,7 +55,7 @@ func (m *soakModel) script(req *fake.Request) fake.Answer {
 		for i := len(req.Messages) - 1; i >= 0; i-- {
 			if req.Messages[i].Role == "user" {
 				m.mu.Lock()
-				m.reported[demo.ClientText(req.Messages[i].Text())] = true
+				m.acked[demo.ClientText(req.Messages[i].Text())] = time.Now()
 				m.mu.Unlock()
 				break
 			}
@@ -63,15 +64,12 @@ func (m *soakModel) script(req *fake.Request) fake.Answer {
 	return fake.Answer{Text: "Noted: " + env.Result}
 }
 
-// reportedTitles are the titles the proxy reported recorded so far.
-func (m *soakModel) reportedTitles() map[string]bool {
+// reportedTitles are the titles the proxy reported recorded so far, and when each reached the
+// model.
+func (m *soakModel) reportedTitles() map[string]time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]bool, len(m.reported))
-	for k := range m.reported {
-		out[k] = true
-	}
-	return out
+	return maps.Clone(m.acked)
 }
 
 // soakTarget is the wsproxy under soak: one instance, or several on one Postgres that the soak's
