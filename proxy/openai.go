@@ -54,7 +54,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws := s.opts.Store.Workspace(in.thread)
-	if req.ClientPrevious != "" {
+	if req.ClientPrevious != "" && req.Kind() == turn.KindTurn { // a request left alone goes as it came
 		cont, err := ws.Continuation(r.Context(), req.ClientPrevious)
 		switch {
 		case err == nil:
