@@ -437,9 +437,28 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 }
 
 const turnStartUnlessHeld = `-- name: TurnStartUnlessHeld :one
-SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
-       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
-FROM turn_start_unless_held($1, $2::text[], $3::boolean)
+WITH free AS (
+    SELECT t.id FROM threads t
+    WHERE t.id = $1 AND set_config('synchronous_commit', 'off', true) = 'off'
+    FOR NO KEY UPDATE SKIP LOCKED
+), fast AS (
+    UPDATE threads th SET turns = th.turns + 1,
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
+    FROM (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
+          FROM workspace_snapshots s WHERE s.thread_id = $1 ORDER BY s.turn DESC LIMIT 1) s
+    WHERE th.id = $1 AND EXISTS (SELECT FROM free) AND cardinality(th.parents) = 0
+      AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
+      AND ($2::text[] IS NULL OR $3::boolean OR cardinality($2::text[]) = 0)
+    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes
+)
+SELECT f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
+       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused
+FROM fast f
+UNION ALL
+SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
+       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text
+FROM turn_start_unless_held($1, $2::text[], $3::boolean) u
+WHERE NOT EXISTS (SELECT FROM fast)
 `
 
 type TurnStartUnlessHeldParams struct {
@@ -460,6 +479,12 @@ type TurnStartUnlessHeldRow struct {
 
 // TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
 // migrations 011 and 012): then turn 0, at once, and nothing begun (turns count from 1).
+// A turn of a thread that has a snapshot of its workspace as it stands, and no ancestors, is
+// begun by this statement itself ("fast": the thread's row locked unless held, its turn counted,
+// the snapshot read): what turn_start would do and return, without its PL/pgSQL statements;
+// turn_start_unless_held runs only when it did not (a new thread, parents to store, a changed
+// workspace, ancestors, a held row). Either way the commit does not wait for the disk
+// (synchronous_commit, set when the row is found).
 func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStartUnlessHeldParams) (TurnStartUnlessHeldRow, error) {
 	row := db.QueryRow(ctx, turnStartUnlessHeld, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
 	var i TurnStartUnlessHeldRow

@@ -261,3 +261,83 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 	require.Len(t, threads, 1, "only the start that stayed began a turn (and created its thread)")
 	require.Equal(t, stays.args.ThreadID, threads[0].ID)
 }
+
+// TestTurnStartFastPathAgreesWithTurnStart: the statement that begins a turn itself when the
+// thread's last snapshot holds its workspace as it stands (TurnStartUnlessHeld's "fast" part)
+// returns what turn_start returns, in every state a thread can be in; it runs turn_start only
+// when it must: a new thread, a changed workspace, ancestors, parents to store. Each state is
+// tried twice, in a transaction rolled back each time: once through turn_start, once through
+// the statement, which counts the calls of turn_start_unless_held (track_functions).
+func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t, nil)
+	store := NewStore(pool, Options{})
+	ws, scope := store.Workspace(ThreadID{Name: "d"}), store.Workspace(ThreadID{Name: "d-scope"})
+	compare := func(name string, args db.TurnStartParams, fast bool) {
+		t.Helper()
+		rolledBack := func(fn func(tx pgx.Tx)) {
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+			fn(tx)
+		}
+		var want db.TurnStartRow
+		rolledBack(func(tx pgx.Tx) {
+			var err error
+			want, err = db.New().TurnStart(ctx, tx, args)
+			require.NoError(t, err, name)
+		})
+		rolledBack(func(tx pgx.Tx) {
+			// The session's counts not yet reported are counted too: the call is the difference.
+			calls := func() (n int64) {
+				require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'turn_start_unless_held'`).Scan(&n))
+				return n
+			}
+			_, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`)
+			require.NoError(t, err)
+			before := calls()
+			got, err := db.New().TurnStartUnlessHeld(ctx, tx, db.TurnStartUnlessHeldParams(args))
+			require.NoError(t, err, name)
+			require.Equal(t, fast, calls() == before, "%s: the fast path taken", name)
+			if want.Turn == 1 {
+				got.CreatedAt = want.CreatedAt // a thread each transaction created: now() of each
+			}
+			require.Equal(t, want, db.TurnStartRow(got), name)
+		})
+	}
+	begin := func(opts TurnOptions) {
+		t.Helper()
+		_, err := ws.StartTurn(ctx, opts)
+		require.NoError(t, err)
+	}
+	args := db.TurnStartParams{ThreadID: "d"}
+	compare("a new thread", args, false)
+	begin(TurnOptions{})
+	compare("an empty workspace, unchanged", args, true)
+	_, err := ws.SetObjective(ctx, "Plan a trip")
+	require.NoError(t, err)
+	_, err = ws.AddPreference(ctx, PreferenceInput{Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true})
+	require.NoError(t, err)
+	compare("a changed workspace", args, false)
+	begin(TurnOptions{})
+	compare("a workspace unchanged since its snapshot", args, true)
+	compare("parents given for a thread that has none", db.TurnStartParams{ThreadID: "d", Parents: []string{"d-scope"}}, false)
+	compare("parents given only for a new thread", db.TurnStartParams{ThreadID: "d", Parents: []string{"d-scope"}, ParentsIfNew: true}, true)
+	compare("no parents given", db.TurnStartParams{ThreadID: "d", Parents: []string{}}, true)
+	_, err = scope.AddPreference(ctx, PreferenceInput{Title: "Window seat"})
+	require.NoError(t, err)
+	require.NoError(t, ws.SetParents(ctx, []ThreadID{{Name: "d-scope"}}))
+	compare("a thread with a parent", args, false)
+	begin(TurnOptions{})
+	compare("a thread with a parent, unchanged", args, false)
+	require.NoError(t, ws.SetParents(ctx, nil))
+	compare("its parent gone", args, false)
+	begin(TurnOptions{})
+	compare("no parent since the snapshot", args, true)
+	tx, _ := holdThread(ctx, t, pool, "d")
+	row, err := db.New().TurnStartUnlessHeld(ctx, pool, db.TurnStartUnlessHeldParams(args))
+	require.NoError(t, err)
+	require.Zero(t, row.Turn, "a held row: no turn begun")
+	require.NoError(t, tx.Rollback(ctx))
+}

@@ -41,6 +41,7 @@ type Config struct {
 	// ThreadHeader starts with (docs/spec.md §17, §18).
 	ThreadParents string
 	ListenAddr    string
+	PprofAddr     string // Go's runtime profiles' listener; off when empty
 	AdminToken    string
 	ClientKeys    string // name=key pairs, or @file
 	// PassThroughRoutes are the routes forwarded as they are for clients with keys.
@@ -165,6 +166,7 @@ func (c *Config) settings() []setting {
 		{"UPSTREAM_TIMEOUT", "upstream-timeout", "longest wait for upstream response headers, and longest silence in a body", (*durationValue)(&c.UpstreamTimeout)},
 		{"STREAM_KEEPALIVE", "stream-keepalive", "longest a streamed turn's client goes without a byte once its stream started or a round it cannot see began: past it, a keepalive comment (a ping event on /v1/messages); also the admin event streams' heartbeat", (*durationValue)(&c.StreamKeepalive)},
 		{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long in-flight requests may take to finish at shutdown", (*durationValue)(&c.ShutdownTimeout)},
+		{"PPROF_ADDR", "pprof-addr", "an address (127.0.0.1:6060) serving Go's runtime profiles at /debug/pprof/ (CPU, heap, goroutines), on a listener of its own; default off", (*stringValue)(&c.PprofAddr)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
 		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},
 	}

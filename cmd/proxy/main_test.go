@@ -392,6 +392,30 @@ func TestStartAndShutdownLines(t *testing.T) {
 	require.Contains(t, lineOf(t, logs.String(), `msg="wsproxy stopped"`), "level=INFO")
 }
 
+// TestPprofListener: PPROF_ADDR serves the runtime profiles on a listener of its own; the
+// proxy's address serves none, and the listener closes with the proxy.
+func TestPprofListener(t *testing.T) {
+	t.Parallel()
+	m, logs := MustRunMain(t, func(c *Config) { c.LogLevel = "info"; c.PprofAddr = "127.0.0.1:0" })
+	require.Contains(t, lineOf(t, logs.String(), `msg="profiles served"`), "url="+m.PprofURL)
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	status, body := get(m.PprofURL + "goroutine?debug=1")
+	require.Equal(t, 200, status)
+	require.Contains(t, body, "goroutine profile:")
+	status, _ = get(m.URL + "/debug/pprof/goroutine?debug=1")
+	require.Equal(t, 404, status, "the proxy's address serves no profile")
+	require.NoError(t, m.Close())
+	_, err := http.Get(m.PprofURL)
+	require.Error(t, err, "the listener closed with the proxy")
+}
+
 // lineOf is the first line of logs that holds s.
 func lineOf(t *testing.T, logs, s string) string {
 	t.Helper()
