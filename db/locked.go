@@ -134,14 +134,18 @@ func (t *LockedTx) LockAlso(ctx context.Context, lock ThreadLock, threadID strin
 // queueDeadline queues, when ctx has a deadline, the bound of the transaction's waits for a lock
 // and of each of its statements by the time left (SET LOCAL lock_timeout and statement_timeout):
 // Postgres gives up at the deadline itself, also when the client is gone or the connection sets
-// no statement_timeout (PgBouncer drops startup parameters).
+// no statement_timeout (PgBouncer drops startup parameters). One statement whose text never
+// changes, the time its parameter: a SET with the time in its text was a statement of its own
+// for each call, prepared in a round trip of its own and crowding the connection's cache of
+// prepared statements.
 func queueDeadline(ctx context.Context, b *pgx.Batch) {
 	if deadline, ok := ctx.Deadline(); ok {
 		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
-		b.Queue("SET LOCAL lock_timeout = " + ms)
-		b.Queue("SET LOCAL statement_timeout = " + ms)
+		b.Queue(setDeadline, ms)
 	}
 }
+
+const setDeadline = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $1, true)`
 
 // Conn is the transaction's connection, for the queries in between.
 func (t *LockedTx) Conn() DBTX { return t.conn }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -396,12 +397,18 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestToolCallRoundTrips: a tool call makes at most three round trips (begin+lock+list, the
-// tool's statement, record+commit); list_preferences and a refused call two.
+// tool's statement, record+commit); list_preferences and a refused call two. Once warm, it
+// prepares no statement: each one's text is the same every time (its time bound a parameter),
+// so none takes a round trip of its own to be prepared, or crowds the connection's cache.
 func TestToolCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 1})
-	f := setupOn(t, pool, Limits{})
+	store := NewStore(pool, Options{Timeout: time.Minute}) // each operation bounded, as DATABASE_TIMEOUT bounds it
+	f := &fixture{pool: pool, store: store, ws: store.Workspace(ThreadID{Name: "t1"})}
+	var err error
+	f.turn, err = f.ws.StartTurn(context.Background(), TurnOptions{})
+	require.NoError(t, err)
 	calls := []struct {
 		tool, args string
 		want       int64
@@ -418,11 +425,21 @@ func TestToolCallRoundTrips(t *testing.T) {
 		f.call(t, c.tool, c.args)
 	}
 	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1, 2, 3}})
-	for _, c := range calls {
+	prepared := func() (n int) { // on the pool's one connection
+		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_statements`).Scan(&n))
+		return n
+	}
+	warm := prepared()
+	for i, c := range calls {
+		// Each call with a time bound of its own: another lock_timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(30+i)*time.Second)
 		before := tracer.n.Load()
-		f.call(t, c.tool, c.args)
+		_, err := f.ws.Run(ctx, Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args})
+		cancel()
+		require.NoError(t, err)
 		require.Equal(t, c.want, tracer.n.Load()-before, "%s %s", c.tool, c.args)
 	}
+	require.Equal(t, warm, prepared(), "statements prepared by warm tool calls")
 }
 
 // TestTurnStartIsOneRoundTrip: a turn costs one round trip, its start; its usage, once the client
