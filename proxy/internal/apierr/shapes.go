@@ -1,7 +1,7 @@
 package apierr
 
 // The error shapes of the wire APIs whose errors are not OpenAI's: what the proxy answers on
-// their routes (WithShape).
+// their routes (WithShape), and what the demo model answers as their provider would.
 
 import (
 	"net/http"
