@@ -94,11 +94,25 @@ func TestRequestLog(t *testing.T) {
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "addr": "127.0.0.1", "method": "POST", "route": "POST /v1/chat/completions",
 		"status": 401.0}, fields(t, lines[2]))
 
+	// A route PASSTHROUGH_ROUTES does not allow, with a valid key: refused, and the line names
+	// the client.
+	req, err = http.NewRequest("DELETE", e.srv.URL+"/v1/files/file-1", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", alice["Authorization"])
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, 403, resp.StatusCode)
+	require.Contains(t, readBody(t, resp), "route_not_allowed")
+	resp.Body.Close()
+	lines = waitRequestLines(t, logs, 4)
+	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "addr": "127.0.0.1", "method": "DELETE", "route": "/v1/",
+		"status": 403.0, "client": "alice"}, fields(t, lines[3]))
+
 	// The admin REST: the thread its path names.
 	e.admin("GET", "/admin/v1/threads/alice~trip-7", nil, 200, nil)
-	lines = waitRequestLines(t, logs, 4)
+	lines = waitRequestLines(t, logs, 5)
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "addr": "127.0.0.1", "method": "GET", "route": "GET /admin/v1/threads/{thread}",
-		"status": 200.0, "thread": "alice~trip-7"}, fields(t, lines[3]))
+		"status": 200.0, "thread": "alice~trip-7"}, fields(t, lines[4]))
 
 	// Probes and scrapes: Debug.
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -110,10 +124,10 @@ func TestRequestLog(t *testing.T) {
 	resp, err = http.Get(e.srv.URL + "/nowhere")
 	require.NoError(t, err)
 	resp.Body.Close()
-	lines = waitRequestLines(t, logs, 5)
-	require.Len(t, lines, 5)
-	require.Equal(t, "/", lines[4]["route"])
-	require.Equal(t, 404.0, lines[4]["status"])
+	lines = waitRequestLines(t, logs, 6)
+	require.Len(t, lines, 6)
+	require.Equal(t, "/", lines[5]["route"])
+	require.Equal(t, 404.0, lines[5]["status"])
 
 	for _, secret := range []string{"Secret", "secret", "sk-"} {
 		require.NotContains(t, logs.String(), secret)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 )
 
@@ -35,7 +36,7 @@ var geminiAPI = wireAPI{
 		return r.URL.Query().Get("key")
 	},
 	query: geminiQuery,
-	shape: turn.GeminiError,
+	shape: apierr.GeminiShape,
 }
 
 // geminiQuery is the query that goes upstream: the client's (alt=sse among it), less its key

@@ -34,6 +34,9 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 	if err != nil {
 		return in, err
 	}
+	// The client goes on the request's log line now, so that a request refused below (a route
+	// not allowed, a bad thread id) names it too.
+	noteCaller(r.Context(), tools.ThreadID{Client: client}, false)
 	if check != nil {
 		if err := check(r); err != nil {
 			return in, err

@@ -92,6 +92,28 @@ done
 if kill -0 "$pid" 2>/dev/null; then
   case "$host" in 127.0.0.1) shown=localhost ;; *:*) shown="[$host]" ;; *) shown=$host ;; esac
   base="http://${shown}:${port}"
+  # With CLIENT_KEYS every /v1 request needs a client's key, and a client's threads are stored
+  # under its name (alice~demo): the examples name the first client and take its key from KEY,
+  # never printing a key.
+  note=""
+  key=""
+  thread=demo
+  if [ -n "${CLIENT_KEYS:-}" ]; then
+    keys=$CLIENT_KEYS
+    case "$keys" in @*) keys=$(cat "${keys#@}" 2>/dev/null || true) ;; esac
+    client=$(printf '%s\n' "$keys" | awk '{
+      n = split($0, entry, ",")
+      for (i = 1; i <= n; i++) {
+        e = entry[i]; sub(/^[ \t\r]+/, "", e)
+        if (name == "" && e !~ /^#/ && index(e, "=") > 1) { name = substr(e, 1, index(e, "=") - 1); sub(/[ \t]+$/, "", name) }
+      }
+    } END { print name }') || client=""
+    client=${client:-client}
+    note="
+    # CLIENT_KEYS is set: each /v1 request needs a client's key. First: KEY=<${client}'s key>"
+    key="-H \"Authorization: Bearer \$KEY\" "
+    thread="${client}~demo"
+  fi
   cat <<MSG
 
   wsproxy on ${base}   (upstream: ${UPSTREAM_BASE_URL})
@@ -99,10 +121,10 @@ if kill -0 "$pid" 2>/dev/null; then
   workspace panel:               ${base}/ui/   (sign in with the admin token)
   admin token:                   ${ADMIN_TOKEN}   (kept in .data/admin-token)
 
-  Try it:
-    curl -s ${base}/v1/chat/completions -H 'X-Thread-Id: demo' -H 'Content-Type: application/json' \\
+  Try it:${note}
+    curl -s ${base}/v1/chat/completions ${key}-H 'X-Thread-Id: demo' -H 'Content-Type: application/json' \\
       -d '{"model":"wsproxy-demo","messages":[{"role":"user","content":"My goal is to plan a trip to Lisbon. It must be by train. I prefer small hotels."}]}'
-    curl -s ${base}/admin/v1/threads/demo -H "Authorization: Bearer ${ADMIN_TOKEN}"
+    curl -s ${base}/admin/v1/threads/${thread} -H "Authorization: Bearer ${ADMIN_TOKEN}"
 
 MSG
 fi

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -214,7 +215,7 @@ func (m *Main) awaitDatabase(ctx context.Context) error {
 	defer cancel()
 	wait, logged := 100*time.Millisecond, time.Time{}
 	for {
-		err := m.pool.Ping(ctx)
+		err := onceEach(m.pool.Ping(ctx))
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -230,6 +231,41 @@ func (m *Main) awaitDatabase(ctx context.Context) error {
 		wait = min(2*wait, 2*time.Second)
 	}
 }
+
+// onceEach is err with each of its message's lines once (nil for nil). pgconn names every attempt
+// of a failed connection on a line of its own, and with sslmode=prefer (the default) it tries
+// each address twice, with TLS and without: a server that does not answer fails both alike. When
+// one line is left it joins the first, as pgconn writes a single attempt.
+func onceEach(err error) error {
+	if err == nil {
+		return nil
+	}
+	lines := strings.Split(err.Error(), "\n")
+	kept, seen := lines[:1], map[string]bool{}
+	for _, l := range lines[1:] {
+		if !seen[l] {
+			seen[l] = true
+			kept = append(kept, l)
+		}
+	}
+	if len(kept) == len(lines) {
+		return err
+	}
+	msg := strings.Join(kept, "\n")
+	if len(kept) == 2 && strings.HasSuffix(kept[0], ":") && strings.HasPrefix(kept[1], "\t") {
+		msg = kept[0] + " " + strings.TrimPrefix(kept[1], "\t")
+	}
+	return &messageError{msg: msg, err: err}
+}
+
+// messageError is err with another message.
+type messageError struct {
+	msg string
+	err error
+}
+
+func (e *messageError) Error() string { return e.msg }
+func (e *messageError) Unwrap() error { return e.err }
 
 // upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's, ANTHROPIC_UPSTREAM_BASE_URL's
 // (Anthropic's API when unset) and GEMINI_UPSTREAM_BASE_URL's (Google's API when unset), or the

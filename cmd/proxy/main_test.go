@@ -427,3 +427,38 @@ func lineOf(t *testing.T, logs, s string) string {
 	require.Fail(t, "no log line with "+s, logs)
 	return ""
 }
+
+// TestDemoWrongMethod: a wrong method on a model route goes through wsproxy to the demo model as
+// it came, and the demo answers as the provider it imitates would: 405 with Allow, and the
+// provider's JSON error.
+func TestDemoWrongMethod(t *testing.T) {
+	t.Parallel()
+	m, _ := MustRunMain(t, nil)
+	for _, tt := range []struct {
+		method, path, want string
+	}{
+		{"GET", "/v1/chat/completions",
+			`{"error":{"message":"GET is not allowed on /v1/chat/completions (allowed: POST)","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`},
+		{"DELETE", "/threads/demo/v1/chat/completions",
+			`{"error":{"message":"DELETE is not allowed on /v1/chat/completions (allowed: POST)","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`},
+		{"GET", "/v1/responses",
+			`{"error":{"message":"GET is not allowed on /v1/responses (allowed: POST)","type":"invalid_request_error","param":null,"code":"method_not_allowed"}}`},
+		{"GET", "/v1/messages",
+			`{"type":"error","error":{"type":"invalid_request_error","message":"GET is not allowed on /v1/messages (allowed: POST)"}}`},
+		{"GET", "/threads/demo/v1beta/models/wsproxy-demo:generateContent",
+			`{"error":{"code":405,"message":"GET is not allowed on /v1beta/models/wsproxy-demo:generateContent (allowed: POST)","status":"INVALID_ARGUMENT"}}`},
+	} {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, m.URL+tt.path, nil)
+			require.NoError(t, err)
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, string(body))
+			require.Equal(t, "POST", resp.Header.Get("Allow"))
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			require.JSONEq(t, tt.want, string(body))
+		})
+	}
+}

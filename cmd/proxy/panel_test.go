@@ -425,6 +425,10 @@ func TestPanelExplainsItself(t *testing.T) {
 		upstreamtest.Call{ID: "c6", Name: "update_preferences", Arguments: `{"updates":[{"index":1,"subtitle":"Train, or a plane under €80"}],"action_and_reasoning":"The user gave a price for flights."}`})
 	within(t, ctx, waitFor(prefItem("Cheapest transport")+`.querySelector(".proposal") !== null`), waitFor(`document.querySelectorAll(".fresh").length === 0`))
 	saveScreenshot(t, ctx, "panel-thread", "a thread at 1280 px")
+	// At 1280 px a preference's badges and buttons hold on one line, under its title.
+	require.True(t, eval[bool](t, ctx, `[...document.querySelectorAll("li.pref")].every(li => {
+		const rs = [...li.children].filter(e => e.matches("button, label, .badge")).map(e => e.getBoundingClientRect());
+		return rs.length >= 7 && rs.every(r => r.top < rs[0].bottom && r.bottom > rs[0].top); })`), "a preference's buttons on one line")
 	if path := os.Getenv("WSPROXY_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		require.NoError(t, err)

@@ -224,6 +224,31 @@ func TestMakeRunTwiceInOneFolder(t *testing.T) {
 	third.interrupt()
 }
 
+// TestMakeRunWithClientKeys: with CLIENT_KEYS set, the banner's examples carry a client's key
+// (from KEY, named by its client, never printed) and read that client's thread; run as printed,
+// with KEY set, they work.
+func TestMakeRunWithClientKeys(t *testing.T) {
+	t.Parallel()
+	const key = "sk-alice-0123456789abcdef0123456789"
+	r := startMakeRun(t, repoCopy(t), freeAddr(t), "DATABASE_URL="+dbtest.SchemaURL(t), "CLIENT_KEYS=alice="+key+",bob=sk-bob-0123456789abcdef0123456789")
+	r.waitReady()
+	out := r.out.String()
+	require.NotContains(t, out, key, "the banner never prints a client's key")
+	_, examples, _ := strings.Cut(out, "Try it:\n")
+	examples, _, _ = strings.Cut(examples, "\n\n")
+	require.Contains(t, examples, "# CLIENT_KEYS is set: each /v1 request needs a client's key. First: KEY=<alice's key>\n")
+	require.Contains(t, examples, `-H "Authorization: Bearer $KEY"`)
+	require.Contains(t, examples, "/admin/v1/threads/alice~demo ")
+
+	run := exec.Command("bash", "-c", "set -e\n"+strings.ReplaceAll(examples, "curl -s", "curl -s --fail-with-body"))
+	run.Env = append(os.Environ(), "KEY="+key)
+	got, err := run.CombinedOutput()
+	require.NoError(t, err, "the examples as printed:\n%s\nprint:\n%s", examples, got)
+	require.Contains(t, string(got), "objective set: Plan a trip to Lisbon")
+	require.Contains(t, string(got), `"id":"alice~demo"`)
+	r.interrupt()
+}
+
 // TestMakeRunFailedStart: when the proxy cannot start, make run fails, says why, and shows no
 // banner.
 func TestMakeRunFailedStart(t *testing.T) {

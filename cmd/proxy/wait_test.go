@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +78,23 @@ func TestDatabaseWait(t *testing.T) {
 		m.LogOutput = &syncBuffer{}
 		err := m.Run(context.Background())
 		require.ErrorContains(t, err, "Postgres did not answer within DATABASE_WAIT (500ms)")
+	})
+	// An address where nothing listens, with sslmode=prefer (the default): pgconn tries it with
+	// TLS and without, and both fail alike; the error says so once, on one line.
+	t.Run("GivesUpSayingWhyOnce", func(t *testing.T) {
+		t.Parallel()
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		m := NewMain()
+		m.Config.DatabaseURL, m.Config.ListenAddr, m.Config.UpstreamBaseURL = "postgres://nobody@"+addr+"/none", "127.0.0.1:0", "demo"
+		m.Config.DatabaseWait = 500 * time.Millisecond
+		m.LogOutput = &syncBuffer{}
+		err = m.Run(context.Background())
+		require.Error(t, err)
+		require.Regexp(t, `^DATABASE_URL: Postgres did not answer within DATABASE_WAIT \(500ms\): failed to connect to `+
+			"`user=nobody database=none`: "+regexp.QuoteMeta(addr)+` \(127\.0\.0\.1\): dial error: dial tcp `+regexp.QuoteMeta(addr)+`: connect: connection refused$`, err.Error())
+		require.Equal(t, 1, strings.Count(err.Error(), "dial error"), "the dial error once: %q", err)
 	})
 }

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
 // Prefix starts every answer.
@@ -32,7 +34,8 @@ const ModelName = "wsproxy-demo"
 
 // Handler serves /v1/chat/completions, /v1/responses, /v1/messages (and its count_tokens),
 // the Gemini API's /v1beta/models/{model}:generateContent, :streamGenerateContent and
-// :countTokens, and /v1/models.
+// :countTokens, and /v1/models. Any other method or path gets the error its provider answers
+// with, in that provider's shape: 405 with Allow for a wrong method, else 404.
 func Handler() http.Handler {
 	d := &model{}
 	mux := http.NewServeMux()
@@ -45,7 +48,24 @@ func Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":0,"owned_by":"wsproxy"}]}`, ModelName)
 	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		e := apierr.NoRoute(mux, r, "the demo model has no route for "+r.Method+" "+r.URL.Path)
+		apierr.CopyHeader(w.Header(), e.Header)
+		apierr.WriteJSON(w, e.Status, errorBody(r.URL.Path, e))
+	})
 	return mux
+}
+
+// errorBody is e in the shape of the provider whose API path is: Anthropic's for the Messages
+// API, Google's for the Gemini API, else OpenAI's: the shapes of wsproxy's own errors (apierr).
+func errorBody(path string, e *apierr.Error) []byte {
+	switch {
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return apierr.MessagesShape(e)
+	case strings.HasPrefix(path, "/v1beta/"):
+		return apierr.GeminiShape(e)
+	}
+	return e.Body()
 }
 
 type model struct{ n atomic.Int64 }
