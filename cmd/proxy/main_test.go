@@ -409,6 +409,8 @@ func TestPprofListener(t *testing.T) {
 	status, body := get(m.PprofURL + "goroutine?debug=1")
 	require.Equal(t, 200, status)
 	require.Contains(t, body, "goroutine profile:")
+	status, _ = get(m.PprofURL + "cmdline")
+	require.Equal(t, 404, status, "the command line, which may hold a secret flag, is not served")
 	status, _ = get(m.URL + "/debug/pprof/goroutine?debug=1")
 	require.Equal(t, 404, status, "the proxy's address serves no profile")
 	require.NoError(t, m.Close())

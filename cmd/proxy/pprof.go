@@ -9,10 +9,11 @@ import (
 	"time"
 )
 
-// servePprof serves Go's runtime profiles (/debug/pprof/: CPU, heap, goroutines, …) on a
-// listener of their own at PPROF_ADDR, never on the proxy's: a profile shows what the process
-// does, not what it holds, but a CPU profile costs a few percent while it runs, so it is an
-// operator's tool, kept off the clients' address.
+// servePprof serves Go's runtime profiles (/debug/pprof/: CPU, heap, allocations, goroutines,
+// an execution trace) on a listener of their own at PPROF_ADDR, never on the proxy's: they are an
+// operator's tool (a CPU profile costs a few percent while it runs, and the profiles name the
+// code's functions). The command line is not served: a flag may carry a secret
+// (-admin-token).
 func (m *Main) servePprof() error {
 	ln, err := net.Listen("tcp", m.Config.PprofAddr)
 	if err != nil {
@@ -20,7 +21,6 @@ func (m *Main) servePprof() error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

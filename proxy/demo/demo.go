@@ -22,8 +22,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 )
 
 // Prefix starts every answer.
@@ -48,24 +46,44 @@ func Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","created":0,"owned_by":"wsproxy"}]}`, ModelName)
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		e := apierr.NoRoute(mux, r, "the demo model has no route for "+r.Method+" "+r.URL.Path)
-		apierr.CopyHeader(w.Header(), e.Header)
-		apierr.WriteJSON(w, e.Status, errorBody(r.URL.Path, e))
-	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { notServed(mux, w, r) })
 	return mux
 }
 
-// errorBody is e in the shape of the provider whose API path is: Anthropic's for the Messages
-// API, Google's for the Gemini API, else OpenAI's: the shapes of wsproxy's own errors (apierr).
-func errorBody(path string, e *apierr.Error) []byte {
-	switch {
-	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
-		return apierr.MessagesShape(e)
-	case strings.HasPrefix(path, "/v1beta/"):
-		return apierr.GeminiShape(e)
+// notServed answers a request the demo has no route for as the provider whose API the path is
+// answers it: 405 with Allow when the path takes another method, else 404, in that provider's
+// JSON shape (Anthropic's on the Messages API, Google's on the Gemini API, else OpenAI's). The
+// demo imitates the providers as any upstream does, knowing nothing of wsproxy's insides.
+func notServed(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
+	status, code, message := http.StatusNotFound, "not_found", "the demo model has no route for "+r.Method+" "+r.URL.Path
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); m != r.Method && strings.HasPrefix(pattern, m+" ") {
+			status, code, message = http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on "+r.URL.Path+" (allowed: "+m+")"
+			w.Header().Set("Allow", m)
+		}
 	}
-	return e.Body()
+	var body any
+	switch path := r.URL.Path; {
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		kind := "invalid_request_error"
+		if status == http.StatusNotFound {
+			kind = "not_found_error"
+		}
+		body = map[string]any{"type": "error", "error": map[string]any{"type": kind, "message": message}}
+	case strings.HasPrefix(path, "/v1beta/"):
+		googleStatus := "INVALID_ARGUMENT"
+		if status == http.StatusNotFound {
+			googleStatus = "NOT_FOUND"
+		}
+		body = map[string]any{"error": map[string]any{"code": status, "message": message, "status": googleStatus}}
+	default:
+		body = map[string]any{"error": map[string]any{"message": message, "type": "invalid_request_error", "param": nil, "code": code}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 type model struct{ n atomic.Int64 }
