@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 )
 
@@ -36,7 +35,7 @@ var geminiAPI = wireAPI{
 		return r.URL.Query().Get("key")
 	},
 	query: geminiQuery,
-	shape: apierr.GeminiShape,
+	shape: turn.GeminiError,
 }
 
 // geminiQuery is the query that goes upstream: the client's (alt=sse among it), less its key

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 
-	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 )
 
@@ -35,7 +34,7 @@ var messagesAPI = wireAPI{
 	},
 	clientKey: func(r *http.Request) string { return r.Header.Get("X-Api-Key") },
 	query:     func(r *http.Request, _ bool) string { return r.URL.RawQuery },
-	shape:     apierr.MessagesShape,
+	shape:     turn.MessagesError,
 }
 
 // messages serves POST /v1/messages and its thread-path form (docs/spec.md §14): a thread turn

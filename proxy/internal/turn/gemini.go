@@ -3,6 +3,7 @@ package turn
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -575,6 +576,53 @@ func geminiTokens(raw json.RawMessage) usage {
 		CompletionTokens:   tools.AddTokens(tokenCount(o, "candidatesTokenCount"), tokenCount(o, "thoughtsTokenCount")),
 	}
 	return u
+}
+
+// GeminiError is the Gemini API's error body for an Error of the proxy (docs/spec.md §18):
+// {"error":{"code","message","status"}}, Google's status name by the HTTP status.
+func GeminiError(e *apierr.Error) []byte {
+	var b struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+			Status  string `json:"status"`
+		} `json:"error"`
+	}
+	b.Error.Code = e.Status
+	if b.Error.Code == 0 {
+		b.Error.Code = http.StatusInternalServerError
+	}
+	b.Error.Message = e.Message
+	b.Error.Status = geminiStatus(b.Error.Code)
+	out, _ := rawjson.Marshal(b)
+	return out
+}
+
+// geminiStatus is Google's status name (google.rpc.Code) of an HTTP status.
+func geminiStatus(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "UNAUTHENTICATED"
+	case status == http.StatusForbidden:
+		return "PERMISSION_DENIED"
+	case status == http.StatusNotFound:
+		return "NOT_FOUND"
+	case status == http.StatusConflict:
+		return "ABORTED"
+	case status == http.StatusTooManyRequests:
+		return "RESOURCE_EXHAUSTED"
+	case status == apierr.StatusClientClosedRequest:
+		return "CANCELLED"
+	case status == http.StatusNotImplemented:
+		return "UNIMPLEMENTED"
+	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable:
+		return "UNAVAILABLE"
+	case status == http.StatusGatewayTimeout:
+		return "DEADLINE_EXCEEDED"
+	case status >= 500:
+		return "INTERNAL"
+	}
+	return "INVALID_ARGUMENT"
 }
 
 // isGeminiError reports whether body is an error in Google's shape.

@@ -128,7 +128,7 @@ func TestGeminiRequestChecks(t *testing.T) {
 	var e *apierr.Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, "reserved_tool_name", e.Code)
-	require.Contains(t, string(apierr.GeminiShape(e)), `"status":"INVALID_ARGUMENT"`)
+	require.Contains(t, string(GeminiError(e)), `"status":"INVALID_ARGUMENT"`)
 
 	_, err = ParseGeminiRequest([]byte(`{"tools":[]}`), "m", false)
 	require.ErrorAs(t, err, &e)
@@ -422,4 +422,14 @@ func keys(m map[string]json.RawMessage) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestGeminiError: Google's shape, its status named by the HTTP status.
+func TestGeminiError(t *testing.T) {
+	t.Parallel()
+	for status, name := range map[int]string{400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+		429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"} {
+		require.JSONEq(t, `{"error":{"code":`+strings.TrimSpace(string(rawjson.Int(status)))+`,"message":"m","status":"`+name+`"}}`,
+			string(GeminiError(&apierr.Error{Status: status, Message: "m"})))
+	}
 }

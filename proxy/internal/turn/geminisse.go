@@ -228,7 +228,7 @@ func (d *geminiSSE) Failure(err error) (string, []byte) {
 	if errors.As(err, &ue) && isGeminiError(ue.Body) {
 		return "", compactJSON(ue.Body)
 	}
-	return "", apierr.GeminiShape(apierr.StreamFailure(err))
+	return "", GeminiError(apierr.StreamFailure(err))
 }
 
 // End is what follows the last chunk: nothing (the Gemini API sends no [DONE]).

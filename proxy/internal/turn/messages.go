@@ -3,6 +3,7 @@ package turn
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -237,6 +238,43 @@ func messagesTokens(raw json.RawMessage) usage {
 	u.tokens = tools.Usage{PromptTokens: tools.AddTokens(tools.AddTokens(tokenCount(o, "input_tokens"), read), written),
 		CachedPromptTokens: read, CacheWriteTokens: written, CompletionTokens: tokenCount(o, "output_tokens")}
 	return u
+}
+
+// MessagesError is the Messages API's error body for an Error of the proxy (docs/spec.md §14):
+// {"type":"error","error":{"type","message"}}, its type by the status, what Anthropic's SDKs
+// branch on.
+func MessagesError(e *apierr.Error) []byte {
+	var b struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	b.Type = "error"
+	b.Error.Type = messagesErrorType(e.Status)
+	b.Error.Message = e.Message
+	out, _ := rawjson.Marshal(b)
+	return out
+}
+
+// messagesErrorType is the Messages API's error type of a status.
+func messagesErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable:
+		return "overloaded_error"
+	case status >= 500 || status == 0:
+		return "api_error"
+	}
+	return "invalid_request_error"
 }
 
 // isMessagesError reports whether body is an error in the Messages API's shape.

@@ -405,7 +405,7 @@ func (d *messagesSSE) Failure(err error) (string, []byte) {
 	if errors.As(err, &ue) && isMessagesError(ue.Body) {
 		return "error", compactJSON(ue.Body)
 	}
-	return "error", apierr.MessagesShape(apierr.StreamFailure(err))
+	return "error", MessagesError(apierr.StreamFailure(err))
 }
 
 // compactJSON is a JSON text on one line (an event's data), or b as it is.
