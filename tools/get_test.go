@@ -36,7 +36,7 @@ func TestGetReadsOneSnapshot(t *testing.T) {
 	t.Parallel()
 	hook := &hookTracer{match: "FROM preferences WHERE thread_id"}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: hook})
-	f := setupOn(t, pool, Limits{})
+	f := setupOn(t, pool, Options{})
 	ctx := context.Background()
 	_, err := f.ws.SetObjective(ctx, "Old goal")
 	require.NoError(t, err)

@@ -42,7 +42,7 @@ func TestAPartitionedReplicaFreesItsThread(t *testing.T) {
 	pool, fault := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 	tracer.fault = fault
 	t.Cleanup(fault.Cut) // before the pool closes: its connections lost bytes
-	cutOff := setupOn(t, pool, Limits{})
+	cutOff := setupOn(t, pool, Options{})
 	cutOff.ok(t, AddPreferences, add(item{Title: "A"}))
 	cutOff.store.timeout = 5 * time.Second
 	other := NewStore(dbtest.Bypass(t, pool), Options{Timeout: 30 * time.Second}).Workspace(cutOff.ws.ThreadID())

@@ -38,7 +38,7 @@ func TestPruneNeverDeadlocksADelete(t *testing.T) {
 	}
 	pool := poolAs("holder", nil)
 	require.NoError(t, db.Migrate(ctx, pool))
-	f := setupOn(t, pool, Limits{})
+	f := setupOn(t, pool, Options{})
 	// Two old events whose physical order is the reverse of their ids'.
 	_, err := pool.Exec(ctx, `INSERT INTO events (thread_id, id, at, actor, via, kind, target_type)
 		VALUES ('t1', 2, now() - interval '2 days', 'user', 'admin', 'objective_set', 'objective'),
@@ -89,7 +89,7 @@ func TestPruneWaitsForNoHeldRow(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	require.NoError(t, db.Migrate(ctx, pool))
-	setupOn(t, pool, Limits{})
+	setupOn(t, pool, Options{})
 	_, err = pool.Exec(ctx, `INSERT INTO response_turns (thread_id, response_id, turn, last_response_id, created_at)
 		VALUES ('t1', 'resp_held', 1, 'resp_held', now() - interval '2 days'), ('t1', 'resp_free', 1, 'resp_free', now() - interval '2 days')`)
 	require.NoError(t, err)

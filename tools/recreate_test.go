@@ -108,7 +108,7 @@ func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			require.NoError(t, db.Migrate(ctx, pool))
-			f := setupOn(t, pool, Limits{})
+			f := setupOn(t, pool, Options{})
 			f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 
 			deleting, err := pool.Begin(ctx)

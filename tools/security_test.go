@@ -38,7 +38,7 @@ func TestLoneSurrogates(t *testing.T) {
 // a bounded prefix of the arguments of any refused call; calls within them run as before.
 func TestToolCallBounds(t *testing.T) {
 	t.Parallel()
-	f := setupOn(t, dbtest.NewPool(t, nil), Limits{ItemsMax: 10, ArgumentBytesMax: 4096})
+	f := setupOn(t, dbtest.NewPool(t, nil), Options{Limits: Limits{ItemsMax: 10, ArgumentBytesMax: 4096}})
 	items := func(n int) string {
 		parts := make([]string, n)
 		for i := range parts {

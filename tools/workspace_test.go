@@ -30,12 +30,12 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t, nil)
-	return setupOn(t, pool, Limits{})
+	return setupOn(t, pool, Options{})
 }
 
-func setupOn(t *testing.T, pool *pgxpool.Pool, limits Limits) *fixture {
+func setupOn(t *testing.T, pool *pgxpool.Pool, opts Options) *fixture {
 	t.Helper()
-	store := NewStore(pool, Options{Limits: limits})
+	store := NewStore(pool, opts)
 	ws := store.Workspace(ThreadID{Name: "t1"})
 	turn, err := ws.StartTurn(context.Background(), TurnOptions{})
 	require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestErrorEnvelopesWriteNothing(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	t.Parallel()
-	f := setupOn(t, dbtest.NewPool(t, nil), Limits{PreferencesMax: 3})
+	f := setupOn(t, dbtest.NewPool(t, nil), Options{Limits: Limits{PreferencesMax: 3}})
 	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 	// A batch over the limit writes nothing of the batch…
 	msg := f.fails(t, AddPreferences, add(item{Title: "C"}, item{Title: "D"}))
@@ -404,11 +404,7 @@ func TestToolCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 1})
-	store := NewStore(pool, Options{Timeout: time.Minute}) // each operation bounded, as DATABASE_TIMEOUT bounds it
-	f := &fixture{pool: pool, store: store, ws: store.Workspace(ThreadID{Name: "t1"})}
-	var err error
-	f.turn, err = f.ws.StartTurn(context.Background(), TurnOptions{})
-	require.NoError(t, err)
+	f := setupOn(t, pool, Options{Timeout: time.Minute}) // each operation bounded, as DATABASE_TIMEOUT bounds it
 	calls := []struct {
 		tool, args string
 		want       int64
@@ -449,7 +445,7 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
-	f := setupOn(t, pool, Limits{})
+	f := setupOn(t, pool, Options{})
 	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 	f.ok(t, SetObjective, map[string]any{"text": "x"})
 	require.NoError(t, pool.Ping(context.Background())) // warm: the pool has a connection

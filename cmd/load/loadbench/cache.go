@@ -77,16 +77,7 @@ func chatCacheScript(req *fake.Request) fake.Answer {
 	}
 	scoped := strings.Contains(req.Messages[0].Text(), scopedMark) // the user changes a scope instead
 	if offered["add_preferences"] && !afterWorkspace && users%3 == 0 && !scoped {
-		var ws fake.Call
-		switch users / 3 % 3 {
-		case 1:
-			ws = workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})
-		case 2:
-			ws = workspaceCall("update_preferences", map[string]any{"updates": []map[string]any{{"index": 1, "subtitle": fmt.Sprintf("as of turn %d", users)}}})
-		default:
-			ws = workspaceCall("remove_preferences", map[string]any{"indices": []int{1}})
-		}
-		return fake.Answer{Calls: []fake.Call{ws}}
+		return fake.Answer{Calls: []fake.Call{rotatingWorkspaceCall(users)}}
 	}
 	return fake.Answer{Text: answer(fmt.Sprintf("Answer to turn %d.", users), 2000)}
 }
@@ -103,6 +94,19 @@ func toolCall(id, name string, args map[string]any) fake.Call {
 func workspaceCall(name string, args map[string]any) fake.Call {
 	args["action_and_reasoning"] = "The user stated it."
 	return toolCall("call_ws", name, args)
+}
+
+// rotatingWorkspaceCall is the workspace call a session's user asks for every third turn, in
+// turn: an added preference, the first one updated, the first one removed.
+func rotatingWorkspaceCall(users int) fake.Call {
+	switch users / 3 % 3 {
+	case 1:
+		return workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})
+	case 2:
+		return workspaceCall("update_preferences", map[string]any{"updates": []map[string]any{{"index": 1, "subtitle": fmt.Sprintf("as of turn %d", users)}}})
+	default:
+		return workspaceCall("remove_preferences", map[string]any{"indices": []int{1}})
+	}
 }
 
 // cacheWay is one way of running a session: straight to the model, or through wsproxy with a

@@ -59,15 +59,7 @@ func geminiCacheScript(req *fake.Request) fake.Answer {
 	if !offered["add_preferences"] || users%3 != 0 || steps != 0 {
 		return fake.Answer{Calls: []fake.Call{step}}
 	}
-	var ws fake.Call
-	switch users / 3 % 3 {
-	case 1:
-		ws = workspaceCall("add_preferences", map[string]any{"items": []map[string]any{{"title": fmt.Sprintf("Preference %d", users)}}})
-	case 2:
-		ws = workspaceCall("update_preferences", map[string]any{"updates": []map[string]any{{"index": 1, "subtitle": fmt.Sprintf("as of turn %d", users)}}})
-	default:
-		ws = workspaceCall("remove_preferences", map[string]any{"indices": []int{1}})
-	}
+	ws := rotatingWorkspaceCall(users)
 	ws.ID = fmt.Sprintf("gemini_ws_%d", users)
 	return fake.Answer{Calls: []fake.Call{ws, step}}
 }

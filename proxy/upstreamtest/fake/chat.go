@@ -43,17 +43,20 @@ func (m *Model) chat(w http.ResponseWriter, r *http.Request, req *Request, tool 
 		}
 		return [][]byte{chatJSON(req, a, u)}
 	}
+	m.reply(w, r, req, start, memoKey{api: Chat, stream: req.Stream, usage: req.StreamOptions.IncludeUsage, tool: tool, big: req.BigStream, model: req.Model}, encode)
+}
+
+// reply writes an answer encode gives: its events at the model's pace, or its JSON body once the
+// whole answer's time has passed. A constant model encodes each kind of answer (key) once.
+func (m *Model) reply(w http.ResponseWriter, r *http.Request, req *Request, start time.Time, key memoKey, encode func() [][]byte) {
 	var out [][]byte
-	if m.constant {
-		key := memoKey{api: Chat, stream: req.Stream, usage: req.StreamOptions.IncludeUsage, tool: tool, big: req.BigStream, model: req.Model}
-		if v, ok := m.memo.Load(key); ok {
-			out = v.([][]byte)
-		} else {
-			out = encode()
-			m.memo.Store(key, out)
-		}
+	if !m.constant {
+		out = encode()
+	} else if v, ok := m.memo.Load(key); ok {
+		out = v.([][]byte)
 	} else {
 		out = encode()
+		m.memo.Store(key, out)
 	}
 	if req.Stream {
 		m.writeEvents(w, r, start, out)

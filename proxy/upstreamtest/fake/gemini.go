@@ -86,27 +86,7 @@ func (m *Model) gemini(w http.ResponseWriter, r *http.Request, req *Request, too
 		}
 		return [][]byte{geminiJSON(req, geminiParts(a.text(), a.Calls, len(a.Calls) == 0), true, u)}
 	}
-	var out [][]byte
-	if m.constant {
-		key := memoKey{api: Gemini, stream: req.Stream, tool: tool, big: req.BigStream, model: req.Model}
-		if v, ok := m.memo.Load(key); ok {
-			out = v.([][]byte)
-		} else {
-			out = encode()
-			m.memo.Store(key, out)
-		}
-	} else {
-		out = encode()
-	}
-	if req.Stream {
-		m.writeEvents(w, r, start, out)
-		return
-	}
-	if !sleepUntil(r, start.Add(m.opts.Timing.Total())) {
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out[0])
+	m.reply(w, r, req, start, memoKey{api: Gemini, stream: req.Stream, tool: tool, big: req.BigStream, model: req.Model}, encode)
 }
 
 // geminiParts are the parts of text (when not empty, or when always) and of calls.
