@@ -368,12 +368,12 @@ func (s *soakRun) checkWrites() error {
 				Index int    `json:"index"`
 			} `json:"preferences"`
 		}
-		code, body := s.adminGet("/admin/v1/threads/" + k.(string))
+		code, body := s.adminRead("/admin/v1/threads/" + k.(string))
 		if code == 404 {
 			return true
 		}
 		if code != 200 || json.Unmarshal(body, &d) != nil {
-			lastErr = fmt.Errorf("read thread %s: %d", k, code)
+			lastErr = fmt.Errorf("read thread %s: %d %s", k, code, body)
 			return false
 		}
 		for i, p := range d.Preferences {
@@ -416,6 +416,20 @@ func (s *soakRun) admin(method, path, body string) int {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// adminRead is adminGet retried as a client retries a read: a 503 (Postgres unavailable: the
+// first statement on a pooled connection that a cut closed fails, on a busy machine also just
+// after the cuts stop) or no answer is tried again, for up to 30 s.
+func (s *soakRun) adminRead(path string) (int, []byte) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := s.adminGet(path)
+		if (code != 0 && code != http.StatusServiceUnavailable) || time.Now().After(deadline) {
+			return code, body
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (s *soakRun) adminGet(path string) (int, []byte) {
