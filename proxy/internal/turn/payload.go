@@ -90,13 +90,24 @@ func (p Payload) Len() int {
 	return n
 }
 
-// Reader reads the body from its start; each call gives a reader of its own.
+// inMemoryBody is the size up to which Reader joins a body into one buffer.
+const inMemoryBody = 64 << 10
+
+// Reader reads the body from its start; each call gives a reader of its own. A body of up to
+// inMemoryBody bytes is joined into one buffer first: net/http writes a *bytes.Reader's body
+// with the request's head in one write, where for any other reader it flushes the head in a
+// write of its own and copies the body through a buffer it allocates per request (the
+// exception of golang/go#22088 for in-memory readers). A larger body is read from its pieces,
+// never copied whole.
 func (p Payload) Reader() io.Reader {
+	if p.Len() <= inMemoryBody {
+		return bytes.NewReader(p.joined())
+	}
 	b := net.Buffers(append([][]byte(nil), p...))
 	return &b
 }
 
-// joined is the body joined into one buffer (for tests).
+// joined is the body joined into one buffer.
 func (p Payload) joined() []byte { return bytes.Join(p, nil) }
 
 // payloadWriter builds a Payload: small values are copied into a shared buffer, large ones
