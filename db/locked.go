@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -98,15 +99,21 @@ type LockedThread struct {
 	// CreatedAt is when the thread was created: it tells one life of a thread id (deleted, then
 	// created again) from the next.
 	CreatedAt time.Time
+	// Version is the thread's workspace version (its next_event_id), as the lock found it.
+	Version int64
+	// Objective is the thread's objective ("" none).
+	Objective string
 	// Preferences is the thread's list in creation order.
 	Preferences []Preference
 }
 
 // queueLock queues the lock of threadID's row (as lock says) and the reads of t.
 func queueLock(b *pgx.Batch, t *LockedThread, lock ThreadLock, threadID string) {
-	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.CreatedAt) })
+	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&t.NextPreferenceID, &t.CreatedAt, &t.Version, &t.Objective)
+	})
 	if lock == LockThreadUpsert {
-		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID) })
+		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.Version) })
 	}
 	b.Queue(preferenceListByThread, threadID).Query(func(rows pgx.Rows) (err error) {
 		t.Preferences, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Preference])
@@ -164,6 +171,59 @@ func (t *LockedTx) Commit(ctx context.Context, queue func(b *pgx.Batch)) error {
 	}
 	t.release()
 	return nil
+}
+
+// ErrWorkspaceMoved: the workspace a call was planned on is no longer the thread's (ToolCallGuard,
+// migration 015); the call's pipeline wrote nothing.
+var ErrWorkspaceMoved = errors.New("the workspace changed since the call was planned")
+
+// SendGuarded sends, in one round trip and one transaction that waits for the disk, ToolCallGuard
+// with arg and then the statements queue queues: they run only when the thread's row, once
+// locked, is still the one of arg.CreatedAt at arg.Version. Else nothing is written and the error
+// is ErrWorkspaceMoved. The time left before ctx's deadline bounds the wait for the lock and the
+// statements after it, as queueDeadline does; arg.Timeout is set from it.
+func SendGuarded(ctx context.Context, pool *pgxpool.Pool, arg ToolCallGuardParams, queue func(b *pgx.Batch)) error {
+	if deadline, ok := ctx.Deadline(); ok {
+		arg.Timeout = strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+	}
+	b := &pgx.Batch{}
+	b.Queue(toolCallGuard, arg.ThreadID, arg.CreatedAt, arg.Timeout, arg.Version)
+	queue(b)
+	err := pool.SendBatch(ctx, b).Close()
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "WS409" {
+		return ErrWorkspaceMoved
+	}
+	return err
+}
+
+// QueuePreferenceInsertBatch queues PreferenceInsertBatch (its rows unread).
+func QueuePreferenceInsertBatch(b *pgx.Batch, arg PreferenceInsertBatchParams) {
+	b.Queue(preferenceInsertBatch, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds, arg.Locks, arg.NextPreferenceID)
+}
+
+// QueuePreferenceUpdateUnlocked queues PreferenceUpdateUnlocked; done gets the ids it updated.
+func QueuePreferenceUpdateUnlocked(b *pgx.Batch, arg PreferenceUpdateUnlockedParams, done func(ids []int64) error) {
+	b.Queue(preferenceUpdateUnlocked, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds).Query(collectIDs(done))
+}
+
+// QueuePreferenceDeleteUnlocked queues PreferenceDeleteUnlocked; done gets the ids it deleted.
+func QueuePreferenceDeleteUnlocked(b *pgx.Batch, arg PreferenceDeleteUnlockedParams, done func(ids []int64) error) {
+	b.Queue(preferenceDeleteUnlocked, arg.ThreadID, arg.Ids).Query(collectIDs(done))
+}
+
+func collectIDs(done func(ids []int64) error) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		return done(ids)
+	}
+}
+
+// QueueObjectiveUpsert queues ObjectiveUpsert (its row unread).
+func QueueObjectiveUpsert(b *pgx.Batch, arg ObjectiveUpsertParams) {
+	b.Queue(objectiveUpsert, arg.ThreadID, arg.Text, arg.UpdatedBy)
 }
 
 // QueueToolCallInsert queues ToolCallInsert, for Commit.

@@ -274,9 +274,9 @@ func TestUpgradeToBatchesAndTombstones(t *testing.T) {
 	for range 2 {
 		require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "old", WriterID: "w", Batch: 1, PromptTokens: 2}}))
 	}
-	th, err = q.ThreadGet(ctx, pool, "old")
+	u, err := q.ThreadUsageGet(ctx, pool, "old")
 	require.NoError(t, err)
-	require.Equal(t, int64(42), th.PromptTokens, "a batch sent twice counts once")
+	require.Equal(t, int64(42), u.PromptTokens, "a batch sent twice counts once")
 
 	n, err := q.ThreadDelete(ctx, pool, "old")
 	require.NoError(t, err)
@@ -440,9 +440,9 @@ func TestUpgradeToCacheWrites(t *testing.T) {
 		require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "old", WriterID: "w", Batch: 2,
 			PromptTokens: 100, CachedPromptTokens: 60, CompletionTokens: 5, CacheWriteTokens: 30}}))
 	}
-	th, err = q.ThreadGet(ctx, pool, "old")
+	u, err := q.ThreadUsageGet(ctx, pool, "old")
 	require.NoError(t, err)
-	require.Equal(t, []int64{140, 90, 12, 30}, []int64{th.PromptTokens, th.CachedPromptTokens, th.CompletionTokens, th.CacheWriteTokens},
+	require.Equal(t, []int64{140, 90, 12, 30}, []int64{u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens, u.CacheWriteTokens},
 		"a batch counts once, its cache writes too")
 	_, err = q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
@@ -792,4 +792,106 @@ func TestUpgradeToTurnUndo(t *testing.T) {
 	require.True(t, ok, "a thread another names as its parent stays")
 	require.Zero(t, n)
 	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "gone", Turn: 1}), "no thread: nothing to give back")
+}
+
+// TestUpgradeToToolCallInOneRoundTrip: a database populated under schema 014 upgrades to the
+// current one (migration 015). A turn's start then also says the workspace's version and the
+// thread's next preference id, on the fast path and through turn_start alike; a call guarded by
+// that version writes, and one guarded by a version the workspace moved past writes nothing
+// (ErrWorkspaceMoved). A replica of the previous version, whose connection prepared its turn start
+// before the upgrade, still starts turns.
+func TestUpgradeToToolCallInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('unchanged', 2, 3, 5), ('changed', 1, 2, 4)`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('unchanged', 2, 'Formal', 'hard'), ('changed', 1, 'Brief', 'soft')`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences) VALUES
+		 ('unchanged', 2, 5, NULL, '[{"id":2,"title":"Formal","subtitle":"","kind":"hard","locked":false}]'),
+		 ('changed', 1, 3, NULL, '[]')`,
+	)
+	old, err := pool.Acquire(ctx) // a replica of the previous version: its statement prepared before the upgrade
+	require.NoError(t, err)
+	defer old.Release()
+	const oldStart = `SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at, inherited, agent_writes, refused
+		FROM turn_start_unless_held($1, NULL::text[], false)`
+	var turn int32
+	skip := []any{&turn, new(any), new(any), new(any), new(any), new(any), new(any)}
+	require.NoError(t, old.QueryRow(ctx, oldStart, "old-replica").Scan(skip...))
+	require.Equal(t, int32(1), turn)
+	require.NoError(t, db.Migrate(ctx, pool))
+	require.NoError(t, old.QueryRow(ctx, oldStart, "old-replica").Scan(skip...), "the previous version's prepared turn start")
+	require.Equal(t, int32(2), turn)
+
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	rows, err := db.TurnStarts(ctx, conn, []db.TurnStartParams{{ThreadID: "unchanged"}, {ThreadID: "changed"}, {ThreadID: "new"}})
+	require.NoError(t, err)
+	for i, want := range []struct {
+		turn            int32
+		version, nextID int64
+	}{{3, 5, 3}, {2, 4, 2}, {1, 1, 1}} {
+		require.Equal(t, want.turn, rows[i].Turn, i)
+		require.Equal(t, want.version, rows[i].Version, "version %d", i)
+		require.Equal(t, want.nextID, rows[i].NextPreferenceID, "next preference id %d", i)
+	}
+	row, err := db.New().TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "changed"})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), row.Version)
+	require.Equal(t, int64(2), row.NextPreferenceID)
+
+	guarded := func(version int64) error {
+		return db.SendGuarded(ctx, pool, db.ToolCallGuardParams{ThreadID: "unchanged", CreatedAt: rows[0].CreatedAt, Version: version},
+			func(b *pgx.Batch) {
+				db.QueuePreferenceDeleteUnlocked(b, db.PreferenceDeleteUnlockedParams{ThreadID: "unchanged", Ids: []int64{2}},
+					func([]int64) error { return nil })
+			})
+	}
+	count := func() (n int) {
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM preferences WHERE thread_id = 'unchanged'`).Scan(&n))
+		return n
+	}
+	require.ErrorIs(t, guarded(4), db.ErrWorkspaceMoved)
+	require.Equal(t, 1, count(), "a call planned on an older version writes nothing")
+	require.NoError(t, guarded(5))
+	require.Zero(t, count())
+}
+
+// TestUpgradeToUsagePerWriter: a database populated under schema 015 upgrades to the current one
+// (migration 016). A thread's usage is what its row counted before, plus what each writer counts
+// since in its own row, once per batch; a replica of the previous version, which still counts
+// into the thread's row (and its marks), adds to the same total.
+func TestUpgradeToUsagePerWriter(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip"},
+		`INSERT INTO threads (id, prompt_tokens, cached_prompt_tokens, completion_tokens, cache_write_tokens) VALUES ('old', 40, 30, 7, 2)`,
+		`INSERT INTO usage_batches (thread_id, writer_id, batch) VALUES ('old', 'w', 1)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+	q := db.New()
+	usage := func() []int64 {
+		u, err := q.ThreadUsageGet(ctx, pool, "old")
+		require.NoError(t, err)
+		return []int64{u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens, u.CacheWriteTokens}
+	}
+	require.Equal(t, []int64{40, 30, 7, 2}, usage(), "what the thread's row counted")
+	for range 2 {
+		require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "old", WriterID: "w", Batch: 1,
+			PromptTokens: 100, CachedPromptTokens: 60, CompletionTokens: 5, CacheWriteTokens: 30}}))
+	}
+	require.Equal(t, []int64{140, 90, 12, 32}, usage(), "a batch counts once")
+	// The previous version's usage statement, in essence: the thread's row and its mark.
+	_, err := pool.Exec(ctx, `UPDATE threads SET prompt_tokens = prompt_tokens + 1 WHERE id = 'old'`)
+	require.NoError(t, err)
+	require.Equal(t, []int64{141, 90, 12, 32}, usage())
+	require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "gone", WriterID: "w", Batch: 2, PromptTokens: 1}}),
+		"a thread that does not exist is skipped")
 }

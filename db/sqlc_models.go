@@ -91,6 +91,17 @@ type ThreadTombstone struct {
 	NextPreferenceID int64
 }
 
+type ThreadUsage struct {
+	ThreadID           string
+	WriterID           string
+	Batch              int64
+	At                 pgtype.Timestamptz
+	PromptTokens       int64
+	CachedPromptTokens int64
+	CompletionTokens   int64
+	CacheWriteTokens   int64
+}
+
 type ToolCall struct {
 	ThreadID           string
 	ID                 int64

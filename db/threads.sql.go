@@ -173,51 +173,78 @@ func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams)
 }
 
 const threadLock = `-- name: ThreadLock :one
-SELECT next_preference_id, created_at FROM threads WHERE id = $1 FOR UPDATE
+SELECT t.next_preference_id, t.created_at, t.next_event_id,
+       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
+FROM threads t WHERE t.id = $1 FOR NO KEY UPDATE OF t
 `
 
 type ThreadLockRow struct {
 	NextPreferenceID int64
 	CreatedAt        pgtype.Timestamptz
+	NextEventID      int64
+	Objective        string
 }
 
 // Locks an existing thread's row for the rest of the transaction. Every write to a thread's
-// workspace takes this lock first, so agent and user edits of one thread never interleave.
+// workspace takes this lock first, so agent and user edits of one thread never interleave. The
+// lock is the one an update of the row takes (FOR NO KEY UPDATE): it waits for another writer,
+// a turn's start and the thread's deletion, not for a foreign key's check of a row that names
+// the thread (a batch of usage). Returns its counters, its workspace's version (next_event_id)
+// and its objective (” none).
 func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLockRow, error) {
 	row := db.QueryRow(ctx, threadLock, id)
 	var i ThreadLockRow
-	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	err := row.Scan(
+		&i.NextPreferenceID,
+		&i.CreatedAt,
+		&i.NextEventID,
+		&i.Objective,
+	)
 	return i, err
 }
 
 const threadLockTouch = `-- name: ThreadLockTouch :one
-UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING next_preference_id, created_at
+UPDATE threads t SET updated_at = now() WHERE t.id = $1
+RETURNING t.next_preference_id, t.created_at, t.next_event_id,
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
 `
 
 type ThreadLockTouchRow struct {
 	NextPreferenceID int64
 	CreatedAt        pgtype.Timestamptz
+	NextEventID      int64
+	Objective        string
 }
 
-// Locks an existing thread's row and marks it updated (a user edit).
+// Locks an existing thread's row and marks it updated (a user edit); returns what ThreadLock does.
 func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (ThreadLockTouchRow, error) {
 	row := db.QueryRow(ctx, threadLockTouch, id)
 	var i ThreadLockTouchRow
-	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	err := row.Scan(
+		&i.NextPreferenceID,
+		&i.CreatedAt,
+		&i.NextEventID,
+		&i.Objective,
+	)
 	return i, err
 }
 
 const threadRevive = `-- name: ThreadRevive :one
-SELECT next_preference_id FROM thread_revive($1)
+SELECT next_preference_id, next_event_id FROM thread_revive($1)
 `
 
+type ThreadReviveRow struct {
+	NextPreferenceID pgtype.Int8
+	NextEventID      pgtype.Int8
+}
+
 // Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
-// and returns its next preference id.
-func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (pgtype.Int8, error) {
+// and returns them.
+func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (ThreadReviveRow, error) {
 	row := db.QueryRow(ctx, threadRevive, id)
-	var next_preference_id pgtype.Int8
-	err := row.Scan(&next_preference_id)
-	return next_preference_id, err
+	var i ThreadReviveRow
+	err := row.Scan(&i.NextPreferenceID, &i.NextEventID)
+	return i, err
 }
 
 const threadScopeGet = `-- name: ThreadScopeGet :one
@@ -326,76 +353,160 @@ func (q *Queries) ThreadSummary(ctx context.Context, db DBTX, id string) (Thread
 const threadUpsertTouch = `-- name: ThreadUpsertTouch :one
 INSERT INTO threads AS th (id) VALUES ($1)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-RETURNING th.next_preference_id, th.created_at
+RETURNING th.next_preference_id, th.created_at, th.next_event_id,
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective
 `
 
 type ThreadUpsertTouchRow struct {
 	NextPreferenceID int64
 	CreatedAt        pgtype.Timestamptz
+	NextEventID      int64
+	Objective        string
 }
 
 // Creates the thread when new, else marks it updated; either way the row stays locked. A thread
 // it creates takes its counters past a tombstone of its id by the statement after it
-// (ThreadRevive).
+// (ThreadRevive). Returns what ThreadLock does.
 func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (ThreadUpsertTouchRow, error) {
 	row := db.QueryRow(ctx, threadUpsertTouch, id)
 	var i ThreadUpsertTouchRow
-	err := row.Scan(&i.NextPreferenceID, &i.CreatedAt)
+	err := row.Scan(
+		&i.NextPreferenceID,
+		&i.CreatedAt,
+		&i.NextEventID,
+		&i.Objective,
+	)
 	return i, err
 }
 
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
-WITH mark AS (
-    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
-    SELECT t.id, $6::text, $7::bigint FROM threads t WHERE t.id = $5
-    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
-    WHERE m.batch < excluded.batch
-    RETURNING 1
-), stale AS (
-    DELETE FROM usage_batches s
-    WHERE s.thread_id = $5 AND s.writer_id <> $6::text AND s.at < now() - interval '7 days'
+WITH stale AS (
+    DELETE FROM thread_usage s
+    WHERE s.thread_id = $7 AND s.writer_id <> $1::text AND s.at < now() - interval '7 days'
+    RETURNING s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens, s.cache_write_tokens
+), folded AS (
+    UPDATE threads t
+    SET prompt_tokens = LEAST(GREATEST(t.prompt_tokens::numeric + f.prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        cached_prompt_tokens = LEAST(GREATEST(t.cached_prompt_tokens::numeric + f.cached_prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        completion_tokens = LEAST(GREATEST(t.completion_tokens::numeric + f.completion_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        cache_write_tokens = LEAST(GREATEST(t.cache_write_tokens::numeric + f.cache_write_tokens, -9223372036854775808), 9223372036854775807)::bigint
+    FROM (SELECT sum(prompt_tokens) AS prompt_tokens, sum(cached_prompt_tokens) AS cached_prompt_tokens,
+                 sum(completion_tokens) AS completion_tokens, sum(cache_write_tokens) AS cache_write_tokens
+          FROM stale HAVING count(*) > 0) f
+    WHERE t.id = $7
 )
-UPDATE threads
-SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + $1::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + $2::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + $3::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    cache_write_tokens = LEAST(GREATEST(cache_write_tokens::numeric + $4::bigint, -9223372036854775808), 9223372036854775807)::bigint
-FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE threads.id = $5 AND EXISTS (SELECT FROM mark)
+INSERT INTO thread_usage AS u (thread_id, writer_id, batch, prompt_tokens, cached_prompt_tokens, completion_tokens, cache_write_tokens)
+SELECT t.id, $1::text, $2::bigint, $3::bigint, $4::bigint,
+       $5::bigint, $6::bigint
+FROM threads t, (SELECT set_config('synchronous_commit', 'off', true)) async
+WHERE t.id = $7
+ON CONFLICT (thread_id, writer_id) DO UPDATE
+SET batch = excluded.batch, at = now(),
+    prompt_tokens = LEAST(GREATEST(u.prompt_tokens::numeric + excluded.prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    cached_prompt_tokens = LEAST(GREATEST(u.cached_prompt_tokens::numeric + excluded.cached_prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    completion_tokens = LEAST(GREATEST(u.completion_tokens::numeric + excluded.completion_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    cache_write_tokens = LEAST(GREATEST(u.cache_write_tokens::numeric + excluded.cache_write_tokens, -9223372036854775808), 9223372036854775807)::bigint
+WHERE u.batch < excluded.batch
 `
 
 type ThreadUsageAddParams struct {
+	WriterID           string
+	Batch              int64
 	PromptTokens       int64
 	CachedPromptTokens int64
 	CompletionTokens   int64
 	CacheWriteTokens   int64
 	ID                 string
-	WriterID           string
-	Batch              int64
 }
 
-// Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
-// writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
-// adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
-// (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
-// thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as the
-// sums of tools.AddTokens do.
+// Adds a batch of turns' usage to its writer's totals of the thread once: only when the batch
+// moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
+// again after a lost answer adds nothing; other writers' rows unmoved for a week are folded into
+// the thread's row first (the only time it touches that row). Commits without waiting for the
+// disk (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
+// per thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as
+// the sums of tools.AddTokens do.
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
+		arg.WriterID,
+		arg.Batch,
 		arg.PromptTokens,
 		arg.CachedPromptTokens,
 		arg.CompletionTokens,
 		arg.CacheWriteTokens,
 		arg.ID,
-		arg.WriterID,
-		arg.Batch,
 	)
 	return err
 }
 
+const threadUsageGet = `-- name: ThreadUsageGet :one
+SELECT LEAST(GREATEST(t.prompt_tokens::numeric + coalesce(sum(u.prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS prompt_tokens,
+       LEAST(GREATEST(t.cached_prompt_tokens::numeric + coalesce(sum(u.cached_prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS cached_prompt_tokens,
+       LEAST(GREATEST(t.completion_tokens::numeric + coalesce(sum(u.completion_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS completion_tokens,
+       LEAST(GREATEST(t.cache_write_tokens::numeric + coalesce(sum(u.cache_write_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS cache_write_tokens
+FROM threads t LEFT JOIN thread_usage u ON u.thread_id = t.id
+WHERE t.id = $1
+GROUP BY t.id
+`
+
+type ThreadUsageGetRow struct {
+	PromptTokens       int64
+	CachedPromptTokens int64
+	CompletionTokens   int64
+	CacheWriteTokens   int64
+}
+
+// A thread's usage: its row's totals and its writers' (migration 016), saturating at bigint's
+// bounds as tools.AddTokens does.
+func (q *Queries) ThreadUsageGet(ctx context.Context, db DBTX, id string) (ThreadUsageGetRow, error) {
+	row := db.QueryRow(ctx, threadUsageGet, id)
+	var i ThreadUsageGetRow
+	err := row.Scan(
+		&i.PromptTokens,
+		&i.CachedPromptTokens,
+		&i.CompletionTokens,
+		&i.CacheWriteTokens,
+	)
+	return i, err
+}
+
+const toolCallGuard = `-- name: ToolCallGuard :one
+SELECT CASE WHEN (SELECT t.next_event_id FROM threads t
+                  WHERE t.id = $1::text AND t.created_at = $2::timestamptz
+                    AND set_config('lock_timeout', $3::text, true) IS NOT NULL
+                    AND set_config('statement_timeout', $3::text, true) IS NOT NULL
+                  FOR NO KEY UPDATE) = $4::bigint
+            THEN true ELSE workspace_moved($1::text) END::boolean AS current
+`
+
+type ToolCallGuardParams struct {
+	ThreadID  string
+	CreatedAt pgtype.Timestamptz
+	Timeout   string
+	Version   int64
+}
+
+// The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
+// the transaction's wait for a lock and each of its later statements by timeout (ms), locks the
+// thread's row as ThreadLock does, and goes on only when the thread is the one the turn began on (created_at) and
+// its workspace is still at version: else workspace_moved ends the transaction (SQLSTATE WS409)
+// before the call's statements write anything.
+func (q *Queries) ToolCallGuard(ctx context.Context, db DBTX, arg ToolCallGuardParams) (bool, error) {
+	row := db.QueryRow(ctx, toolCallGuard,
+		arg.ThreadID,
+		arg.CreatedAt,
+		arg.Timeout,
+		arg.Version,
+	)
+	var current bool
+	err := row.Scan(&current)
+	return current, err
+}
+
 const turnStart = `-- name: TurnStart :one
 SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
-       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused,
+       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id
 FROM turn_start($1, $2::text[], $3::boolean)
 `
 
@@ -406,13 +517,15 @@ type TurnStartParams struct {
 }
 
 type TurnStartRow struct {
-	Turn        int32
-	Objective   pgtype.Text
-	Preferences []byte
-	CreatedAt   pgtype.Timestamptz
-	Inherited   []byte
-	AgentWrites string
-	Refused     string
+	Turn             int32
+	Objective        pgtype.Text
+	Preferences      []byte
+	CreatedAt        pgtype.Timestamptz
+	Inherited        []byte
+	AgentWrites      string
+	Refused          string
+	Version          int64
+	NextPreferenceID int64
 }
 
 // Begins a turn of a thread (turn_start, migrations 005, 006 and 012): the thread created on its
@@ -420,7 +533,9 @@ type TurnStartRow struct {
 // snapshotted under that number when it changed since the last snapshot; when the thread was
 // created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 // only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
-// Commits without waiting for the disk.
+// Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
+// as it was read) and next_preference_id the thread's, which the turn's first call is planned on
+// (migration 015; 0 with no turn).
 func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (TurnStartRow, error) {
 	row := db.QueryRow(ctx, turnStart, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
 	var i TurnStartRow
@@ -432,6 +547,8 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 		&i.Inherited,
 		&i.AgentWrites,
 		&i.Refused,
+		&i.Version,
+		&i.NextPreferenceID,
 	)
 	return i, err
 }
@@ -449,14 +566,16 @@ WITH free AS (
     WHERE th.id = $1 AND EXISTS (SELECT FROM free) AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
       AND ($2::text[] IS NULL OR $3::boolean OR cardinality($2::text[]) = 0)
-    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes
+    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
 )
 SELECT f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
-       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused
+       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
 FROM fast f
 UNION ALL
 SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
-       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text
+       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
 FROM turn_start_unless_held($1, $2::text[], $3::boolean) u
 WHERE NOT EXISTS (SELECT FROM fast)
 `
@@ -468,13 +587,15 @@ type TurnStartUnlessHeldParams struct {
 }
 
 type TurnStartUnlessHeldRow struct {
-	Turn        int32
-	Objective   pgtype.Text
-	Preferences []byte
-	CreatedAt   pgtype.Timestamptz
-	Inherited   []byte
-	AgentWrites string
-	Refused     string
+	Turn             int32
+	Objective        pgtype.Text
+	Preferences      []byte
+	CreatedAt        pgtype.Timestamptz
+	Inherited        []byte
+	AgentWrites      string
+	Refused          string
+	Version          int64
+	NextPreferenceID int64
 }
 
 // TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
@@ -496,6 +617,8 @@ func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStar
 		&i.Inherited,
 		&i.AgentWrites,
 		&i.Refused,
+		&i.Version,
+		&i.NextPreferenceID,
 	)
 	return i, err
 }

@@ -71,6 +71,7 @@ func TurnStartWaiting(ctx context.Context, pool *pgxpool.Pool, arg TurnStartPara
 // scanTurnStart scans a turn start's row into r.
 func scanTurnStart(r *TurnStartRow) func(pgx.Row) error {
 	return func(row pgx.Row) error {
-		return row.Scan(&r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites, &r.Refused)
+		return row.Scan(&r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites, &r.Refused,
+			&r.Version, &r.NextPreferenceID)
 	}
 }

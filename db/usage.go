@@ -18,7 +18,7 @@ func AddUsage(ctx context.Context, pool *pgxpool.Pool, usage []ThreadUsageAddPar
 	slices.SortFunc(usage, func(a, b ThreadUsageAddParams) int { return strings.Compare(a.ID, b.ID) })
 	b := &pgx.Batch{}
 	for _, u := range usage {
-		b.Queue(threadUsageAdd, u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens, u.CacheWriteTokens, u.ID, u.WriterID, u.Batch)
+		b.Queue(threadUsageAdd, u.WriterID, u.Batch, u.PromptTokens, u.CachedPromptTokens, u.CompletionTokens, u.CacheWriteTokens, u.ID)
 	}
 	return pool.SendBatch(ctx, b).Close()
 }

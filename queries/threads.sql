@@ -4,9 +4,12 @@
 -- snapshotted under that number when it changed since the last snapshot; when the thread was
 -- created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 -- only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
--- Commits without waiting for the disk.
+-- Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
+-- as it was read) and next_preference_id the thread's, which the turn's first call is planned on
+-- (migration 015; 0 with no turn).
 SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
-       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused
+       inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused,
+       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id
 FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean);
 
 -- name: TurnStartUnlessHeld :one
@@ -30,38 +33,62 @@ WITH free AS (
     WHERE th.id = @thread_id AND EXISTS (SELECT FROM free) AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
       AND (sqlc.narg(parents)::text[] IS NULL OR @parents_if_new::boolean OR cardinality(sqlc.narg(parents)::text[]) = 0)
-    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes
+    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
 )
 SELECT f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
-       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused
+       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
 FROM fast f
 UNION ALL
 SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
-       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text
+       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
 FROM turn_start_unless_held(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean) u
 WHERE NOT EXISTS (SELECT FROM fast);
 
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
--- workspace takes this lock first, so agent and user edits of one thread never interleave.
-SELECT next_preference_id, created_at FROM threads WHERE id = @id FOR UPDATE;
+-- workspace takes this lock first, so agent and user edits of one thread never interleave. The
+-- lock is the one an update of the row takes (FOR NO KEY UPDATE): it waits for another writer,
+-- a turn's start and the thread's deletion, not for a foreign key's check of a row that names
+-- the thread (a batch of usage). Returns its counters, its workspace's version (next_event_id)
+-- and its objective ('' none).
+SELECT t.next_preference_id, t.created_at, t.next_event_id,
+       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
+FROM threads t WHERE t.id = @id FOR NO KEY UPDATE OF t;
 
 -- name: ThreadLockTouch :one
--- Locks an existing thread's row and marks it updated (a user edit).
-UPDATE threads SET updated_at = now() WHERE id = @id RETURNING next_preference_id, created_at;
+-- Locks an existing thread's row and marks it updated (a user edit); returns what ThreadLock does.
+UPDATE threads t SET updated_at = now() WHERE t.id = @id
+RETURNING t.next_preference_id, t.created_at, t.next_event_id,
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective;
 
 -- name: ThreadUpsertTouch :one
 -- Creates the thread when new, else marks it updated; either way the row stays locked. A thread
 -- it creates takes its counters past a tombstone of its id by the statement after it
--- (ThreadRevive).
+-- (ThreadRevive). Returns what ThreadLock does.
 INSERT INTO threads AS th (id) VALUES (@id)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
-RETURNING th.next_preference_id, th.created_at;
+RETURNING th.next_preference_id, th.created_at, th.next_event_id,
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective;
 
 -- name: ThreadRevive :one
 -- Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
--- and returns its next preference id.
-SELECT next_preference_id FROM thread_revive(@id);
+-- and returns them.
+SELECT next_preference_id, next_event_id FROM thread_revive(@id);
+
+-- name: ToolCallGuard :one
+-- The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
+-- the transaction's wait for a lock and each of its later statements by timeout (ms), locks the
+-- thread's row as ThreadLock does, and goes on only when the thread is the one the turn began on (created_at) and
+-- its workspace is still at version: else workspace_moved ends the transaction (SQLSTATE WS409)
+-- before the call's statements write anything.
+SELECT CASE WHEN (SELECT t.next_event_id FROM threads t
+                  WHERE t.id = @thread_id::text AND t.created_at = @created_at::timestamptz
+                    AND set_config('lock_timeout', @timeout::text, true) IS NOT NULL
+                    AND set_config('statement_timeout', @timeout::text, true) IS NOT NULL
+                  FOR NO KEY UPDATE) = @version::bigint
+            THEN true ELSE workspace_moved(@thread_id::text) END::boolean AS current;
 
 -- name: ThreadGet :one
 SELECT * FROM threads WHERE id = @id;
@@ -102,29 +129,51 @@ SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
     next_preference_id = greatest(d.next_preference_id, excluded.next_preference_id);
 
 -- name: ThreadUsageAdd :exec
--- Adds a batch of turns' usage to its thread's totals once: only when the batch moves its
--- writer's mark on the thread (usage_batches), so that the batch sent again after a lost answer
--- adds nothing; other writers' marks unmoved for a week go. Commits without waiting for the disk
--- (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one per
--- thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as the
--- sums of tools.AddTokens do.
-WITH mark AS (
-    INSERT INTO usage_batches AS m (thread_id, writer_id, batch)
-    SELECT t.id, @writer_id::text, @batch::bigint FROM threads t WHERE t.id = @id
-    ON CONFLICT (thread_id, writer_id) DO UPDATE SET batch = excluded.batch, at = now()
-    WHERE m.batch < excluded.batch
-    RETURNING 1
-), stale AS (
-    DELETE FROM usage_batches s
+-- Adds a batch of turns' usage to its writer's totals of the thread once: only when the batch
+-- moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
+-- again after a lost answer adds nothing; other writers' rows unmoved for a week are folded into
+-- the thread's row first (the only time it touches that row). Commits without waiting for the
+-- disk (synchronous_commit off, for this statement's transaction alone; db.AddUsage pipelines one
+-- per thread). A thread that does not exist is skipped. The totals saturate at bigint's bounds, as
+-- the sums of tools.AddTokens do.
+WITH stale AS (
+    DELETE FROM thread_usage s
     WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days'
+    RETURNING s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens, s.cache_write_tokens
+), folded AS (
+    UPDATE threads t
+    SET prompt_tokens = LEAST(GREATEST(t.prompt_tokens::numeric + f.prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        cached_prompt_tokens = LEAST(GREATEST(t.cached_prompt_tokens::numeric + f.cached_prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        completion_tokens = LEAST(GREATEST(t.completion_tokens::numeric + f.completion_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+        cache_write_tokens = LEAST(GREATEST(t.cache_write_tokens::numeric + f.cache_write_tokens, -9223372036854775808), 9223372036854775807)::bigint
+    FROM (SELECT sum(prompt_tokens) AS prompt_tokens, sum(cached_prompt_tokens) AS cached_prompt_tokens,
+                 sum(completion_tokens) AS completion_tokens, sum(cache_write_tokens) AS cache_write_tokens
+          FROM stale HAVING count(*) > 0) f
+    WHERE t.id = @id
 )
-UPDATE threads
-SET prompt_tokens = LEAST(GREATEST(prompt_tokens::numeric + @prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    cached_prompt_tokens = LEAST(GREATEST(cached_prompt_tokens::numeric + @cached_prompt_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    completion_tokens = LEAST(GREATEST(completion_tokens::numeric + @completion_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint,
-    cache_write_tokens = LEAST(GREATEST(cache_write_tokens::numeric + @cache_write_tokens::bigint, -9223372036854775808), 9223372036854775807)::bigint
-FROM (SELECT set_config('synchronous_commit', 'off', true)) async
-WHERE threads.id = @id AND EXISTS (SELECT FROM mark);
+INSERT INTO thread_usage AS u (thread_id, writer_id, batch, prompt_tokens, cached_prompt_tokens, completion_tokens, cache_write_tokens)
+SELECT t.id, @writer_id::text, @batch::bigint, @prompt_tokens::bigint, @cached_prompt_tokens::bigint,
+       @completion_tokens::bigint, @cache_write_tokens::bigint
+FROM threads t, (SELECT set_config('synchronous_commit', 'off', true)) async
+WHERE t.id = @id
+ON CONFLICT (thread_id, writer_id) DO UPDATE
+SET batch = excluded.batch, at = now(),
+    prompt_tokens = LEAST(GREATEST(u.prompt_tokens::numeric + excluded.prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    cached_prompt_tokens = LEAST(GREATEST(u.cached_prompt_tokens::numeric + excluded.cached_prompt_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    completion_tokens = LEAST(GREATEST(u.completion_tokens::numeric + excluded.completion_tokens, -9223372036854775808), 9223372036854775807)::bigint,
+    cache_write_tokens = LEAST(GREATEST(u.cache_write_tokens::numeric + excluded.cache_write_tokens, -9223372036854775808), 9223372036854775807)::bigint
+WHERE u.batch < excluded.batch;
+
+-- name: ThreadUsageGet :one
+-- A thread's usage: its row's totals and its writers' (migration 016), saturating at bigint's
+-- bounds as tools.AddTokens does.
+SELECT LEAST(GREATEST(t.prompt_tokens::numeric + coalesce(sum(u.prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS prompt_tokens,
+       LEAST(GREATEST(t.cached_prompt_tokens::numeric + coalesce(sum(u.cached_prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS cached_prompt_tokens,
+       LEAST(GREATEST(t.completion_tokens::numeric + coalesce(sum(u.completion_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS completion_tokens,
+       LEAST(GREATEST(t.cache_write_tokens::numeric + coalesce(sum(u.cache_write_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS cache_write_tokens
+FROM threads t LEFT JOIN thread_usage u ON u.thread_id = t.id
+WHERE t.id = @id
+GROUP BY t.id;
 
 -- name: ThreadScopeGet :one
 -- A thread's parents, its own review setting, and its place among its scopes: its ancestors

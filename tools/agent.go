@@ -1,25 +1,26 @@
 package tools
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/wsproxy/wsproxy/db"
 )
 
-// The five tools: each plans its call on the list as it stands and the view its indices name
-// (pure, in plan.go and view.go), then runs a few lines of SQL inside the call's transaction
-// (call.go), and says what it added, changed and removed.
+// The five tools: each plans its call on the workspace as the call finds it and the view its
+// indices name (pure, here and in plan.go and view.go): its result, its events, what it added,
+// changed and removed, and the statement that writes it, which the call sends with its record
+// and events in one round trip (call.go).
 
-func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
-	fresh, dups, fromScopes, err := w.store.planAdd(args, nextID, list, view.inherited)
+func (w *Workspace) addPreferences(args json.RawMessage, st state, view *View) (toolOutput, error) {
+	fresh, dups, fromScopes, err := w.store.planAdd(args, st.nextID, st.list, view.inherited)
 	if err != nil {
 		return toolOutput{}, err
 	}
 	var changes []change
-	var added []Preference
 	if view.propose {
 		var adds []string
 		for _, p := range fresh {
@@ -32,24 +33,28 @@ func (w *Workspace) addPreferences(ctx context.Context, tx db.DBTX, args json.Ra
 		}
 		return toolOutput{text: proposedText(len(fresh) > 0, parts), changes: changes}, nil
 	}
+	out := toolOutput{kept: fresh}
 	if len(fresh) > 0 {
-		rows, err := w.insert(ctx, tx, nextID, fresh)
-		if err != nil {
-			return toolOutput{}, err
-		}
-		for i, r := range rows {
-			p := fromRow(len(list)+i+1, r)
-			c, _ := prefChange(nil, &p)
+		p := db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: st.nextID + int64(len(fresh))}
+		for _, it := range fresh {
+			c, _ := prefChange(nil, &it)
 			changes = append(changes, c)
-			added = append(added, p)
+			p.Ids = append(p.Ids, it.ID)
+			p.Titles = append(p.Titles, it.Title)
+			p.Subtitles = append(p.Subtitles, it.Subtitle)
+			p.Kinds = append(p.Kinds, it.Kind)
+			p.Locks = append(p.Locks, it.Locked)
 		}
+		out.write = func(b *pgx.Batch) { db.QueuePreferenceInsertBatch(b, p) }
+		out.nextID = p.NextPreferenceID
 	}
 	parts := []string{"recorded " + plural(len(fresh), "preference")}
 	if len(dups) > 0 {
 		parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 	}
 	parts = append(parts, fromScopes.parts()...)
-	return toolOutput{text: strings.Join(parts, "; "), changes: changes, kept: added}, nil
+	out.text, out.changes = strings.Join(parts, "; "), changes
+	return out, nil
 }
 
 // Review mode (docs/spec.md §17): a tool's change becomes a proposal event, nothing changes.
@@ -89,14 +94,15 @@ func proposeEdits(t targets, updated bool) toolOutput {
 	return toolOutput{text: proposedText(len(t.open) > 0, []string{t.summary(verb)}), lockedSkips: len(t.locked), changes: changes}
 }
 
-func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
-	t, err := w.store.planUpdate(args, view, list)
+func (w *Workspace) updatePreferences(args json.RawMessage, st state, view *View) (toolOutput, error) {
+	t, err := w.store.planUpdate(args, view, st.list)
 	if err != nil {
 		return toolOutput{}, err
 	}
 	if view.propose {
 		return proposeEdits(t, true), nil
 	}
+	out := toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true), kept: t.open}
 	if len(t.open) > 0 {
 		p := db.PreferenceUpdateUnlockedParams{ThreadID: w.threadID}
 		for _, u := range t.open {
@@ -105,17 +111,12 @@ func (w *Workspace) updatePreferences(ctx context.Context, tx db.DBTX, args json
 			p.Subtitles = append(p.Subtitles, u.Subtitle)
 			p.Kinds = append(p.Kinds, u.Kind)
 		}
-		done, err := w.store.q.PreferenceUpdateUnlocked(ctx, tx, p)
-		if err != nil {
-			return toolOutput{}, fmt.Errorf("update preferences: %w", err)
-		}
-		t.applied(done)
+		out.write = func(b *pgx.Batch) { db.QueuePreferenceUpdateUnlocked(b, p, wrote(p.Ids)) }
 	}
-	return toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true),
-		kept: t.open}, nil
+	return out, nil
 }
 
-func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View, list []Preference) (toolOutput, error) {
+func (w *Workspace) removePreferences(args json.RawMessage, st state, view *View) (toolOutput, error) {
 	var a struct {
 		Indices *[]index `json:"indices"`
 	}
@@ -135,19 +136,42 @@ func (w *Workspace) removePreferences(ctx context.Context, tx db.DBTX, args json
 	for i, n := range *a.Indices {
 		indices[i] = int(n)
 	}
-	t := view.resolve(list, indices)
+	t := view.resolve(st.list, indices)
 	if view.propose {
 		return proposeEdits(t, false), nil
 	}
+	out := toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false), removed: idsOf(t.open)}
 	if len(t.open) > 0 {
-		deleted, err := w.store.q.PreferenceDeleteUnlocked(ctx, tx, db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: idsOf(t.open)})
-		if err != nil {
-			return toolOutput{}, fmt.Errorf("remove preferences: %w", err)
-		}
-		t.applied(deleted)
+		p := db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: out.removed}
+		out.write = func(b *pgx.Batch) { db.QueuePreferenceDeleteUnlocked(b, p, wrote(p.Ids)) }
 	}
-	return toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false),
-		removed: idsOf(t.open)}, nil
+	return out, nil
+}
+
+// errPlanDisagreed: a statement of a planned call changed other preferences than the plan said,
+// which the thread's row lock, held from the read the plan was made on (or from the check of its
+// version), rules out.
+var errPlanDisagreed = errors.New("the workspace changed under the thread's lock")
+
+// wrote checks that an agent-path statement changed exactly the preferences of ids: those the
+// plan found unlocked under the thread's lock. The statement's own "AND NOT locked" leaves a
+// locked one alone whatever the plan said; a disagreement is an error of the call.
+func wrote(ids []int64) func(done []int64) error {
+	return func(done []int64) error {
+		if len(done) != len(ids) {
+			return errPlanDisagreed
+		}
+		want := make(map[int64]bool, len(ids))
+		for _, id := range ids {
+			want[id] = true
+		}
+		for _, id := range done {
+			if !want[id] {
+				return errPlanDisagreed
+			}
+		}
+		return nil
+	}
 }
 
 // idsOf are the stable ids of prefs.
@@ -159,7 +183,7 @@ func idsOf(prefs []Preference) []int64 {
 	return out
 }
 
-func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawMessage, view *View) (toolOutput, error) {
+func (w *Workspace) setObjective(args json.RawMessage, st state, view *View) (toolOutput, error) {
 	var a struct {
 		Text *string `json:"text"`
 	}
@@ -174,21 +198,12 @@ func (w *Workspace) setObjective(ctx context.Context, tx db.DBTX, args json.RawM
 		return toolOutput{}, err
 	}
 	if view.propose {
-		var before []byte
-		if o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID); err == nil {
-			before = objectiveState(o.Text)
-		} else if err = db.NotFound(err); err != db.ErrNotFound {
-			return toolOutput{}, fmt.Errorf("get objective: %w", err)
-		}
-		c := proposal(Target{Type: TargetObjective}, before, objectiveState(text))
+		c := proposal(Target{Type: TargetObjective}, objectiveState(st.objective), objectiveState(text))
 		return toolOutput{text: proposedText(true, []string{"objective: " + text}), changes: []change{c}}, nil
 	}
-	r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent})
-	if err != nil {
-		return toolOutput{}, fmt.Errorf("set objective: %w", err)
-	}
-	out := toolOutput{text: "objective set: " + text}
-	if c, ok := objectiveChange(r.Previous, text); ok {
+	p := db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent}
+	out := toolOutput{text: "objective set: " + text, objective: &text, write: func(b *pgx.Batch) { db.QueueObjectiveUpsert(b, p) }}
+	if c, ok := objectiveChange(st.objective, text); ok {
 		out.changes = []change{c}
 	}
 	return out, nil

@@ -25,20 +25,11 @@ func AsOfChange(text string, lastEvent int64) string {
 	return text + "\nas of change " + strconv.FormatInt(lastEvent, 10)
 }
 
-// lastEvent is the thread's latest event id, read inside the call's transaction (whose thread
-// lock no event gets past).
-func (w *Workspace) lastEvent(ctx context.Context, q db.DBTX) (int64, error) {
-	n, err := w.store.q.EventLastID(ctx, q, w.threadID)
-	if err != nil {
-		return 0, fmt.Errorf("read the last event: %w", err)
-	}
-	return n, nil
-}
-
 // viewAsOf is the view of an MCP call's indices: the list as it stood after the event its as_of
-// names, or the list as it stands (list) when the call gives none. A *ValidationError for an
-// as_of that names no change of the thread, or one whose later history was pruned.
-func (w *Workspace) viewAsOf(ctx context.Context, q db.DBTX, args json.RawMessage, list []Preference) (*View, error) {
+// names, or the list as it stands (list, as of the thread's latest event, last) when the call
+// gives none. A *ValidationError for an as_of that names no change of the thread, or one whose
+// later history was pruned.
+func (w *Workspace) viewAsOf(ctx context.Context, q db.DBTX, args json.RawMessage, list []Preference, last int64) (*View, error) {
 	var a struct {
 		AsOf *int64 `json:"as_of"`
 	}
@@ -49,10 +40,7 @@ func (w *Workspace) viewAsOf(ctx context.Context, q db.DBTX, args json.RawMessag
 		return viewOf(list), nil
 	}
 	n := *a.AsOf
-	last, err := w.lastEvent(ctx, q)
 	switch {
-	case err != nil:
-		return nil, err
 	case n < 0 || n > last:
 		return nil, invalid("as_of", "must be a change of this thread, 0 to %d (got %d); call list_preferences", last, n)
 	case n == last:

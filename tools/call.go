@@ -85,19 +85,30 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 // refuses (arguments that are not JSON, break the schema or a limit; an unknown tool) gives an
 // error envelope and writes nothing but its record; the returned error is only for failures of
 // the store itself (Postgres unavailable, the context cancelled).
+//
+// A call is planned on the workspace as it will find it (pure: its result, events and statement),
+// then sent with its record and events in one round trip, one transaction that waits for the
+// disk. A call of a turn whose view knows the workspace as the turn's start or last call left it
+// is planned on that, and its round trip begins by locking the thread's row and checking that
+// the workspace is still at that version (db.SendGuarded): one round trip in all. Otherwise, or
+// when the workspace moved on meanwhile (a user's edit, another turn's call), the call first
+// locks the row and reads the workspace (db.BeginLocked): two round trips.
 func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	if n, max := max(len(c.Arguments), c.Length), w.store.limits.ArgumentBytesMax; n > max {
-		return w.refuse(ctx, w.store.pool, c, "", invalid("arguments", "at most %d bytes (got %d); nothing was written", max, n), nil)
+		return w.refuse(ctx, c, "", invalid("arguments", "at most %d bytes (got %d); nothing was written", max, n))
 	}
 	args, reasoning, err := parseArguments(c.Arguments)
 	if err != nil {
-		return w.refuse(ctx, w.store.pool, c, reasoning, err, nil)
+		return w.refuse(ctx, c, reasoning, err)
 	}
-	// One round trip to begin, lock the thread and read its list (and, for a call outside a turn,
-	// its scopes); one for the tool's statement
-	// (none for list_preferences); one to record the call and commit.
+	if st := c.View.known(); st != nil {
+		res, err := w.runPlanned(ctx, c, args, reasoning, *st, c.View, nil)
+		if !errors.Is(err, db.ErrWorkspaceMoved) {
+			return res, err
+		}
+	}
 	lock := db.LockThread
 	if c.via() == ViaMCP && !c.Existing {
 		lock = db.LockThreadUpsert
@@ -110,41 +121,50 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	defer tx.Rollback(ctx)
-	view, list := c.View, fromRows(tx.Preferences)
-	if view == nil && c.via() == ViaMCP && (c.Name == UpdatePreferences || c.Name == RemovePreferences) {
-		if view, err = w.viewAsOf(ctx, tx.Conn(), args, list); err != nil {
-			return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+	st := state{created: tx.CreatedAt, version: tx.Version, nextID: tx.NextPreferenceID, objective: tx.Objective,
+		list: fromRows(tx.Preferences)}
+	view := c.View
+	switch {
+	case view != nil && !view.created.IsZero() && !view.created.Equal(tx.CreatedAt):
+		// The thread was deleted and created again under its id: not the one the model was shown.
+		return errorResult(errThreadGone), nil
+	case view == nil && c.via() == ViaMCP && (c.Name == UpdatePreferences || c.Name == RemovePreferences):
+		if view, err = w.viewAsOf(ctx, tx.Conn(), args, st.list, st.version-1); err != nil {
+			return w.record(ctx, c, reasoning, err, tx, st)
 		}
-	} else if view == nil {
-		view = viewOf(list)
+	case view == nil:
+		view = viewOf(st.list)
 	}
 	if c.View == nil {
 		// A call outside a turn (over MCP) sees the thread's scopes as they stand.
-		scope, err := scopeFrom(tx.Scope, list)
+		scope, err := scopeFrom(tx.Scope, st.list)
 		if err != nil {
 			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 		}
 		view.inherited, view.propose = scope.Inherited, scope.AgentWrites == AgentWritesPropose
-	} else if !view.created.IsZero() && !view.created.Equal(tx.CreatedAt) {
-		// The thread was deleted and created again under its id: not the one the model was shown.
-		return errorResult(errThreadGone), nil
 	}
-	out, err := w.dispatch(ctx, tx.Conn(), c.Name, args, tx.NextPreferenceID, view, list)
+	return w.runPlanned(ctx, c, args, reasoning, st, view, tx)
+}
+
+// runPlanned plans the call on st, the workspace as the call finds it, and sends its statement,
+// record and events: in tx, which holds the thread's row lock since st was read, committing it;
+// or, without tx, after ToolCallGuard, which locks the row and checks that the workspace is still
+// st (db.ErrWorkspaceMoved, nothing written, when it is not). view is the list the call's indices
+// name; a turn's view moves on with the call.
+func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage, reasoning string, st state, view *View, tx *db.LockedTx) (Result, error) {
+	out, err := w.plan(c.Name, args, st, view)
 	if err != nil {
-		// A refused call has written nothing (every check runs before the tool's statement): the
-		// view stays as it was.
-		return w.refuse(ctx, tx.Conn(), c, reasoning, err, tx)
+		return w.record(ctx, c, reasoning, err, tx, st)
 	}
 	if c.via() == ViaMCP && c.Name == ListPreferences {
-		last, err := w.lastEvent(ctx, tx.Conn())
-		if err != nil {
-			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
-		}
-		out.text = AsOfChange(out.text, last)
+		out.text = AsOfChange(out.text, st.version-1)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
-	err = tx.Commit(ctx, func(b *pgx.Batch) {
-		db.QueueToolCallInsert(b, w.record(c, reasoning, res))
+	err = w.send(ctx, tx, st, func(b *pgx.Batch) {
+		if out.write != nil {
+			out.write(b)
+		}
+		db.QueueToolCallInsert(b, w.recordOf(c, reasoning, res))
 		if len(out.changes) > 0 {
 			db.QueueEventInsert(b, w.agentEvents(c, reasoning, out.changes), nil)
 		}
@@ -152,33 +172,36 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
+	if out.shown != nil {
+		view.show(out.shown)
+	}
 	view.ran(out.kept, out.removed)
+	if c.View != nil {
+		next := st.after(out)
+		view.knows = &next
+	}
 	return res, nil
+}
+
+// send sends a planned call's statements (queue): in tx, committing it, or guarded by st's
+// version (db.SendGuarded).
+func (w *Workspace) send(ctx context.Context, tx *db.LockedTx, st state, queue func(b *pgx.Batch)) error {
+	if tx != nil {
+		return tx.Commit(ctx, queue)
+	}
+	return db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
+		CreatedAt: pgtype.Timestamptz{Time: st.created, Valid: true}, Version: st.version}, queue)
 }
 
 // maxRefusedArguments bounds the arguments kept of a refused call: longer ones are recorded as
 // a JSON string of their first bytes, ending in "…".
 const maxRefusedArguments = 4 << 10
 
-// refuse answers a call the tool refused with an error envelope and records it (committing tx
-// when the call ran in one), with at most maxRefusedArguments of its arguments. An error that is
-// not a refusal (the store failed) is returned.
-func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning string, err error, tx *db.LockedTx) (Result, error) {
-	var ve *ValidationError
-	var de *DuplicateError
-	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
-		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
-	}
+// refuse answers a call refused before it was planned (its arguments too long, or not JSON)
+// with an error envelope, and records it, in a statement of its own.
+func (w *Workspace) refuse(ctx context.Context, c Call, reasoning string, err error) (Result, error) {
 	res := errorResult(err)
-	arg := w.record(c, reasoning, res)
-	if len(c.Arguments) > maxRefusedArguments {
-		arg.Arguments, _ = json.Marshal(storableText(Truncate(c.Arguments, maxRefusedArguments)))
-	}
-	if tx != nil {
-		err = tx.Commit(ctx, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) })
-	} else {
-		err = w.store.q.ToolCallInsert(ctx, q, arg)
-	}
+	err = w.store.q.ToolCallInsert(ctx, w.store.pool, w.refusedRecord(c, reasoning, res))
 	if isForeignKeyViolation(err) {
 		return errorResult(errThreadGone), nil
 	}
@@ -188,40 +211,74 @@ func (w *Workspace) refuse(ctx context.Context, q db.DBTX, c Call, reasoning str
 	return res, nil
 }
 
+// record answers a call its plan refused (err: a *ValidationError, a *DuplicateError, an
+// unknown tool) with an error envelope, and records it as the call's statements are sent (in
+// tx, or guarded by st's version: a refusal depends on the workspace it was planned on). An
+// error that is not a refusal (the store failed) is returned.
+func (w *Workspace) record(ctx context.Context, c Call, reasoning string, err error, tx *db.LockedTx, st state) (Result, error) {
+	var ve *ValidationError
+	var de *DuplicateError
+	if !errors.As(err, &ve) && !errors.As(err, &de) && !errors.Is(err, errUnknownTool) {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	res := errorResult(err)
+	arg := w.refusedRecord(c, reasoning, res)
+	if err := w.send(ctx, tx, st, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) }); err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	return res, nil
+}
+
+// refusedRecord is the record of a refused call, with at most maxRefusedArguments of its
+// arguments.
+func (w *Workspace) refusedRecord(c Call, reasoning string, res Result) db.ToolCallInsertParams {
+	arg := w.recordOf(c, reasoning, res)
+	if len(c.Arguments) > maxRefusedArguments {
+		arg.Arguments, _ = json.Marshal(storableText(Truncate(c.Arguments, maxRefusedArguments)))
+	}
+	return arg
+}
+
 // errorResult is the result of a call refused with err.
 func errorResult(err error) Result {
 	return Result{Content: Envelope{Error: err.Error()}.encode(), Text: err.Error()}
 }
 
+// toolOutput is a call's plan: its result text, its events, what it leaves of the workspace, and
+// the statement that writes it.
 type toolOutput struct {
 	text        string
 	lockedSkips int
 	changes     []change     // the events of the call
 	kept        []Preference // the preferences the call added or changed, as it left them
 	removed     []int64      // the preferences the call removed
+	shown       []Preference // the list a list_preferences call showed
+	objective   *string      // the objective the call set
+	nextID      int64        // the thread's next preference id after the call's additions (0: unchanged)
+	write       func(b *pgx.Batch)
 }
 
 var errUnknownTool = errors.New("unknown tool")
 
-func (w *Workspace) dispatch(ctx context.Context, tx db.DBTX, name string, args json.RawMessage, nextID int64, view *View, list []Preference) (toolOutput, error) {
+// plan plans a call of the tool name on st, its indices naming view.
+func (w *Workspace) plan(name string, args json.RawMessage, st state, view *View) (toolOutput, error) {
 	switch name {
 	case AddPreferences:
-		return w.addPreferences(ctx, tx, args, nextID, view, list)
+		return w.addPreferences(args, st, view)
 	case ListPreferences:
-		view.show(list)
-		return toolOutput{text: listText(list)}, nil
+		return toolOutput{text: listText(st.list), shown: st.list}, nil
 	case UpdatePreferences:
-		return w.updatePreferences(ctx, tx, args, view, list)
+		return w.updatePreferences(args, st, view)
 	case RemovePreferences:
-		return w.removePreferences(ctx, tx, args, view, list)
+		return w.removePreferences(args, st, view)
 	case SetObjective:
-		return w.setObjective(ctx, tx, args, view)
+		return w.setObjective(args, st, view)
 	}
 	return toolOutput{}, fmt.Errorf("%w %q: the tools are %s", errUnknownTool, name, strings.Join(Names, ", "))
 }
 
-// record is the record of a call and the result it returned.
-func (w *Workspace) record(c Call, reasoning string, res Result) db.ToolCallInsertParams {
+// recordOf is the record of a call and the result it returned.
+func (w *Workspace) recordOf(c Call, reasoning string, res Result) db.ToolCallInsertParams {
 	turn, round := c.turn()
 	return db.ToolCallInsertParams{
 		ThreadID:           w.threadID,

@@ -31,8 +31,21 @@ func (p *partitionTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pg
 }
 func (p *partitionTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// A batch whose statements include match partitions as it goes out.
+func (p *partitionTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	for _, q := range d.Batch.QueuedQueries {
+		if strings.Contains(q.SQL, p.match) && p.done.CompareAndSwap(false, true) {
+			p.fault.Partition()
+		}
+	}
+	return ctx
+}
+func (p *partitionTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (p *partitionTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
 // TestAPartitionedReplicaFreesItsThread: a replica cut off from Postgres in the middle of a tool
-// call (its transaction open, the thread's row locked, and Postgres never told) does not wedge
+// call (its transaction open, the thread's row locked, and Postgres never told: the partition
+// comes as the call's statement and commit go out, after its lock and read) does not wedge
 // the thread: Postgres ends the idle transaction within seconds, and another replica's turn of
 // the thread goes on.
 func TestAPartitionedReplicaFreesItsThread(t *testing.T) {

@@ -36,25 +36,6 @@ type targets struct {
 	proposed   map[int64]Preference
 }
 
-// applied moves the open targets the statement did not touch (the SQL found them locked) to the
-// locked ones: the statement, not the check before it, has the last word.
-func (t *targets) applied(ids []int64) {
-	done := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		done[id] = true
-	}
-	open := t.open[:0]
-	for _, p := range t.open {
-		if done[p.ID] {
-			open = append(open, p)
-		} else {
-			p.Locked = true
-			t.locked = append(t.locked, p)
-		}
-	}
-	t.open = open
-}
-
 // changes are the events of an update (the open targets carry their new values) or a removal
 // (updated false): one per preference changed, one locked_skip per locked one, as they stood
 // before the call, with what the call asked of it.

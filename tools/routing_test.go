@@ -16,9 +16,9 @@ import (
 // by its id, or the thread as the first argument of turn_start, turn_start_unless_held,
 // thread_revive, thread_compacted or turn_undo (functions Citus delegates by that argument) — so that it can
 // be routed to the one shard (Citus) or database holding it.
-var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive|thread_compacted)\(\$1[,):]|SELECT turn_undo\(\$1[,):]`)
+var keyedByThread = regexp.MustCompile(`thread_id\s*=|WHERE\s+(threads\.|t\.)?id\s*=|INTO threads AS th \(id|thread_id[,)]|FROM (turn_start|turn_start_unless_held|thread_revive|thread_compacted)\(\$1[,):]|SELECT turn_undo\(\$1[,):]`)
 
-// TestTurnStatementsAreRoutableByThread runs a turn — its start, every tool, its usage, a
+// TestTurnStatementsAreRoutableByThread runs a turn — its start, a call of the turn, every tool, its usage, a
 // Responses turn's record and continuation — a client's compaction, and an MCP request (its
 // thread token's check, a call that may create its thread), and fails when one of their
 // statements does not name its thread (docs/scaling.md).
@@ -30,7 +30,10 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	ws := store.Workspace(ThreadID{Name: "routed"})
 	ctx := context.Background()
 	tracer.Reset() // not the migration
-	_, err := ws.StartTurn(ctx, TurnOptions{})
+	start, err := ws.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	// A turn's call, planned on its start's workspace: one guarded round trip.
+	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"In a turn"}`, View: NewView(start)})
 	require.NoError(t, err)
 	for _, c := range []Call{
 		{Name: AddPreferences, Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},
@@ -50,7 +53,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ws.NoteCompaction(ctx))
 	undone := store.Workspace(ThreadID{Name: "undone"})
-	start, err := undone.StartTurn(ctx, TurnOptions{})
+	start, err = undone.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.NoError(t, undone.UndoTurn(ctx, start.Number))
 	require.NoError(t, store.Workspace(ThreadID{Name: "compacted-first"}).NoteCompaction(ctx))

@@ -15,7 +15,7 @@ import (
 // own, and how many turn starts one carries at most (Postgres runs them one after the other, in
 // a few milliseconds for 64; their threads stay locked until the batch commits).
 const (
-	maxTurnStartBatches = 2
+	maxTurnStartBatches = 1
 	maxTurnStartBatch   = 64
 )
 
@@ -61,10 +61,11 @@ type startResult struct {
 }
 
 // start begins a turn of thread. The caller that starts a batch sends it itself, so that a turn
-// starting alone costs no hand-over (but for a caller whose deadline comes before the batch's
-// time bound); the batches that follow go from a goroutine of their own. A
-// start of a thread whose row was held waits for it outside the batches.
-func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.TurnStartRow, error) {
+// starting alone costs no hand-over (but for a bounded caller, whose own deadline comes before
+// the batch's time bound: it waits for the batch only until then); the batches that follow go
+// from a goroutine of their own. A start of a thread whose row was held waits for it outside the
+// batches.
+func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams, bounded bool) (db.TurnStartRow, error) {
 	p := &pendingStart{ctx: ctx, args: args, done: make(chan startResult, 1)}
 	thread := args.ThreadID
 	s.mu.Lock()
@@ -81,9 +82,9 @@ func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams) (db.Tu
 		}
 	}
 	s.mu.Unlock()
-	switch deadline, ok := ctx.Deadline(); {
+	switch {
 	case batch == nil:
-	case ok && time.Until(deadline) < s.timeout:
+	case bounded:
 		// A caller with less time than the batch may take (a turn that would rather go on
 		// without its workspace, WORKSPACE_BUDGET) leaves at its deadline, not the batch's.
 		go s.sendAll(batch)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 // TestUsageBatchCountedOnce: each writer's batch adds to a thread once, however often it is sent
-// and whatever other writers (replicas) sent in between; a writer's mark that no one moved for a
-// week goes with the thread's next usage.
+// and whatever other writers (replicas) sent in between; a writer's totals that no one moved for
+// a week are folded into the thread's row by the thread's next usage, and still count. A batch
+// never updates the thread's row otherwise: a turn starting meanwhile finds the row free.
 func TestUsageBatchCountedOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -36,16 +38,31 @@ func TestUsageBatchCountedOnce(t *testing.T) {
 	send("a", 1, 5) // an older batch of a: counted already
 	require.Equal(t, int64(15), prompt())
 
-	marks := func() (n int) {
-		require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM usage_batches WHERE thread_id = 't1'`).Scan(&n))
+	writers := func() (n int) {
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM thread_usage WHERE thread_id = 't1'`).Scan(&n))
 		return n
 	}
-	require.Equal(t, 2, marks())
-	_, err := f.pool.Exec(ctx, `UPDATE usage_batches SET at = at - interval '8 days' WHERE writer_id = 'a'`)
+	require.Equal(t, 2, writers())
+	_, err := f.pool.Exec(ctx, `UPDATE thread_usage SET at = at - interval '8 days' WHERE writer_id = 'a'`)
 	require.NoError(t, err)
 	send("b", 3, 1)
-	require.Equal(t, 1, marks(), "a's week-old mark is gone")
+	require.Equal(t, 1, writers(), "a's week-old totals are folded into the thread's row")
 	require.Equal(t, int64(16), prompt())
+	send("a", 3, 4) // a again, after a week: a row of its own anew
+	require.Equal(t, int64(20), prompt())
+
+	// A batch while another transaction holds the thread's row as a tool call, an edit or a
+	// turn's start does: it does not wait for the row (nor a turn's start for the batch).
+	tx, err := f.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT FROM threads WHERE id = 't1' FOR NO KEY UPDATE`)
+	require.NoError(t, err)
+	held, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	require.NoError(t, f.store.AddUsage(held, UsageBatch{Writer: "b", Number: 4, Usage: map[ThreadID]Usage{f.ws.ThreadID(): {PromptTokens: 1}}}))
+	require.NoError(t, tx.Rollback(ctx))
+	require.Equal(t, int64(21), prompt())
 }
 
 // TestUsageSaturates: a thread's totals stop at the largest bigint instead of failing the batch,

@@ -197,8 +197,11 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 			return db.NotFound(err)
 		}
 		d.LastEventID = th.NextEventID - 1
-		d.Usage = Usage{PromptTokens: th.PromptTokens, CachedPromptTokens: th.CachedPromptTokens, CompletionTokens: th.CompletionTokens,
-			CacheWriteTokens: th.CacheWriteTokens}
+		u, err := w.store.q.ThreadUsageGet(ctx, tx, w.threadID)
+		if err != nil {
+			return fmt.Errorf("get usage: %w", err)
+		}
+		d.Usage = Usage(u)
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
 		switch err = db.NotFound(err); err {
 		case nil:

@@ -28,12 +28,53 @@ type View struct {
 	// §17); propose is review mode: every change a tool would make is a proposal.
 	inherited []Scope
 	propose   bool
+	// knows is the workspace as the turn's start or its last call left it, on which its next
+	// call is planned (the call checks that it still stands); nil: not known, the call reads it.
+	knows *state
 }
 
 // NewView is the view of a turn's first round: the list its start showed the model.
 func NewView(start TurnStart) *View {
-	return &View{created: start.Created, shown: start.Preferences, next: start.Preferences,
+	v := &View{created: start.Created, shown: start.Preferences, next: start.Preferences,
 		inherited: start.Inherited, propose: start.AgentWrites == AgentWritesPropose}
+	if start.Version > 0 {
+		v.knows = &state{created: start.Created, version: start.Version, nextID: start.NextPreferenceID,
+			objective: start.Objective, list: start.Preferences}
+	}
+	return v
+}
+
+// known is the workspace the view's next call is planned on; nil for none (or no view).
+func (v *View) known() *state {
+	if v == nil {
+		return nil
+	}
+	return v.knows
+}
+
+// state is a thread's workspace as a call plans on it: the thread (its creation), the
+// workspace's version (the thread's next_event_id: every change of the workspace appends its
+// events, which move it on), the thread's next preference id, its objective ("" none) and its
+// list in creation order.
+type state struct {
+	created   time.Time
+	version   int64
+	nextID    int64
+	objective string
+	list      []Preference
+}
+
+// after is the workspace as a call planned on s (out) leaves it, once its statements committed.
+func (s state) after(out toolOutput) state {
+	s.version += int64(len(out.changes))
+	if out.nextID != 0 {
+		s.nextID = out.nextID
+	}
+	if out.objective != nil {
+		s.objective = *out.objective
+	}
+	s.list = applied(s.list, out.kept, out.removed)
+	return s
 }
 
 // NextRound moves the view on to the next round: the round's view with its calls applied.
@@ -58,12 +99,23 @@ func (v *View) ran(kept []Preference, removed []int64) {
 	if v.own == nil {
 		v.own = make(map[int64]*Preference, len(kept)+len(removed))
 	}
-	next := without(v.next, removed) // a copy: shown stays as it was
 	for _, id := range removed {
 		v.own[id] = nil
 	}
 	for _, p := range kept {
 		v.own[p.ID] = &p
+	}
+	v.next = applied(v.next, kept, removed)
+}
+
+// applied is a copy of list (which stays as it was) without the preferences of removed, and with
+// those of kept in place of theirs (by id) or, new, at its end; indexed anew.
+func applied(list, kept []Preference, removed []int64) []Preference {
+	if len(kept) == 0 && len(removed) == 0 {
+		return list
+	}
+	next := without(list, removed)
+	for _, p := range kept {
 		if i := indexOf(next, p.ID); i >= 0 {
 			p.Index = i + 1
 			next[i] = p
@@ -72,7 +124,7 @@ func (v *View) ran(kept []Preference, removed []int64) {
 			next = append(next, p)
 		}
 	}
-	v.next = next
+	return next
 }
 
 // resolve sorts a call's indices (in the order given, each once) into the preferences of current

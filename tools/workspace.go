@@ -217,6 +217,10 @@ type TurnStart struct {
 	// Created is when the thread was created: the thread the turn's calls may run against (a
 	// thread deleted and created again under its id is another).
 	Created time.Time
+	// Version is the workspace's version as the turn began (the thread's next_event_id), and
+	// NextPreferenceID the thread's next preference id then: the workspace the turn's first call
+	// is planned on (View).
+	Version, NextPreferenceID int64
 }
 
 // Block renders the turn's workspace block.
@@ -243,6 +247,10 @@ type TurnOptions struct {
 // refer to a lost turn. A *ParentsError for parents that cannot be stored (no turn begins);
 // ErrNotFound for parents of another client.
 func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStart, err error) {
+	// A caller whose own bound is shorter than an operation's (WORKSPACE_BUDGET) must be able to
+	// leave at it, while the batch its start goes in runs on for the others.
+	deadline, bounded := ctx.Deadline()
+	bounded = bounded && time.Until(deadline) < w.store.timeout
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	args := db.TurnStartParams{ThreadID: w.threadID, ParentsIfNew: opts.ParentsIfNew}
@@ -251,7 +259,7 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 			return TurnStart{}, err
 		}
 	}
-	row, err := w.store.starter.start(ctx, args)
+	row, err := w.store.starter.start(ctx, args, bounded)
 	if err != nil {
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}
@@ -267,7 +275,8 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 		return TurnStart{}, err
 	}
 	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs,
-		Inherited: inherited, AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time}, nil
+		Inherited: inherited, AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time, Version: row.Version,
+		NextPreferenceID: row.NextPreferenceID}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,

@@ -396,10 +396,11 @@ func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx
 func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// TestToolCallRoundTrips: a tool call makes at most three round trips (begin+lock+list, the
-// tool's statement, record+commit); list_preferences and a refused call two. Once warm, it
-// prepares no statement: each one's text is the same every time (its time bound a parameter),
-// so none takes a round trip of its own to be prepared, or crowds the connection's cache.
+// TestToolCallRoundTrips: a tool call outside a turn makes two round trips (begin+lock+read;
+// the tool's statement+record+events+commit), one refused before it is planned one. Once warm,
+// it prepares no statement: each one's text is the same every time (its time bound a
+// parameter), so none takes a round trip of its own to be prepared, or crowds the connection's
+// cache. A turn's calls make one round trip each (TestTurnToolCallsInOneRoundTrip).
 func TestToolCallRoundTrips(t *testing.T) {
 	t.Parallel()
 	tracer := &countingTracer{}
@@ -409,11 +410,11 @@ func TestToolCallRoundTrips(t *testing.T) {
 		tool, args string
 		want       int64
 	}{
-		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 3},
+		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 2},
 		{ListPreferences, `{}`, 2},
-		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 3},
-		{SetObjective, `{"text":"x"}`, 3},
-		{RemovePreferences, `{"indices":[2]}`, 3},
+		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 2},
+		{SetObjective, `{"text":"x"}`, 2},
+		{RemovePreferences, `{"indices":[2]}`, 2},
 		{AddPreferences, `{"items":[]}`, 2},
 		{AddPreferences, `not json`, 1},
 	}
@@ -436,6 +437,60 @@ func TestToolCallRoundTrips(t *testing.T) {
 		require.Equal(t, c.want, tracer.n.Load()-before, "%s %s", c.tool, c.args)
 	}
 	require.Equal(t, warm, prepared(), "statements prepared by warm tool calls")
+}
+
+// TestTurnToolCallsInOneRoundTrip: a turn's tool calls, planned on the workspace its start or
+// its last call left, make one round trip each, a refused one too; a call that finds the
+// workspace changed meanwhile (a user's edit) writes nothing in that round trip, reads the
+// workspace under the lock and runs on it (two more), and the calls after it are back to one.
+// What each call did is what the same calls do outside a turn.
+func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tracer := &countingTracer{}
+	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 1})
+	f := setupOn(t, pool, Options{Timeout: time.Minute})
+	f.ok(t, AddPreferences, add(item{Title: "Warm"})) // the connection prepares its statements
+	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+	f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 1, "kind": "hard"}}})
+	start, err := f.ws.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	view := NewView(start)
+	run := func(tool, args string) (Result, int64) {
+		before := tracer.n.Load()
+		res, err := f.ws.Run(ctx, Call{Turn: start.Number, Round: 1, Name: tool, Arguments: args, View: view})
+		require.NoError(t, err)
+		view.NextRound() // a call a round: each call's indices name what the calls before it left
+		return res, tracer.n.Load() - before
+	}
+	for _, c := range []struct {
+		tool, args string
+		want       string
+	}{
+		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`, `recorded 3 preferences`},
+		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, `updated #1 "A"`},
+		{SetObjective, `{"text":"x"}`, `objective set: x`},
+		{RemovePreferences, `{"indices":[2]}`, `removed #2 "B"`},
+		{AddPreferences, `{"items":[{"title":"a"}]}`, `recorded 0 preferences; already recorded: #1 "A"`},
+		{ListPreferences, `{}`, "#1 [hard] A\n#2 [soft] C"},
+		{AddPreferences, `{"items":[]}`, ``},
+	} {
+		res, n := run(c.tool, c.args)
+		require.Equal(t, int64(1), n, "%s %s", c.tool, c.args)
+		require.Contains(t, res.Text, c.want)
+	}
+	f.lock(t, 2) // the user's edit: the workspace moves on
+	res, n := run(UpdatePreferences, `{"updates":[{"index":2,"title":"D"},{"index":1,"title":"E"}]}`)
+	require.Equal(t, int64(3), n, "planned on the list before the edit, then on the list under the lock")
+	require.Equal(t, `updated #1 "E"; locked, ask the user to unlock first: #2 "C"`, res.Text)
+	res, n = run(AddPreferences, `{"items":[{"title":"F"}]}`)
+	require.Equal(t, int64(1), n)
+	require.Equal(t, "recorded 1 preference", res.Text)
+	require.Equal(t, []string{"E", "C", "F"}, f.titles(t))
+	d, err := f.ws.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "x", d.Objective.Text)
+	require.True(t, d.Preferences[1].Locked)
 }
 
 // TestTurnStartIsOneRoundTrip: a turn costs one round trip, its start; its usage, once the client
