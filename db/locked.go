@@ -173,25 +173,27 @@ func (t *LockedTx) Commit(ctx context.Context, queue func(b *pgx.Batch)) error {
 	return nil
 }
 
-// ErrWorkspaceMoved: the workspace a call was planned on is no longer the thread's (ToolCallGuard,
-// migration 015); the call's pipeline wrote nothing.
-var ErrWorkspaceMoved = errors.New("the workspace changed since the call was planned")
+// ErrGuardRefused: ToolCallGuard let a call's pipeline write nothing: the workspace the call was
+// planned on is no longer the thread's (migration 015), or another transaction holds a row the
+// call would lock.
+var ErrGuardRefused = errors.New("the workspace changed since the call was planned, or its row is held")
 
 // SendGuarded sends, in one round trip and one transaction that waits for the disk, ToolCallGuard
-// with arg and then the statements queue queues: they run only when the thread's row, once
-// locked, is still the one of arg.CreatedAt at arg.Version. Else nothing is written and the error
-// is ErrWorkspaceMoved. The time left before ctx's deadline bounds the wait for the lock and the
-// statements after it, as queueDeadline does; arg.Timeout is set from it.
+// with arg and then the statements queue queues: they run only when the thread's row, locked
+// with the rows the call rewrites (arg.Rows, arg.Objective) without waiting for any of them, is
+// still the one of arg.CreatedAt at arg.Version. Else nothing is written and the error is
+// ErrGuardRefused. The time left before ctx's deadline bounds the statements after the guard, as
+// queueDeadline does; arg.Timeout is set from it.
 func SendGuarded(ctx context.Context, pool *pgxpool.Pool, arg ToolCallGuardParams, queue func(b *pgx.Batch)) error {
 	if deadline, ok := ctx.Deadline(); ok {
 		arg.Timeout = strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
 	}
 	b := &pgx.Batch{}
-	b.Queue(toolCallGuard, arg.ThreadID, arg.CreatedAt, arg.Timeout, arg.Version)
+	b.Queue(toolCallGuard, arg.ThreadID, arg.CreatedAt, arg.Timeout, arg.Version, arg.Rows, arg.Objective)
 	queue(b)
 	err := pool.SendBatch(ctx, b).Close()
-	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "WS409" {
-		return ErrWorkspaceMoved
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && (pgErr.Code == "WS409" || pgErr.Code == "55P03") {
+		return ErrGuardRefused
 	}
 	return err
 }

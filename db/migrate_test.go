@@ -798,7 +798,7 @@ func TestUpgradeToTurnUndo(t *testing.T) {
 // current one (migration 015). A turn's start then also says the workspace's version and the
 // thread's next preference id, on the fast path and through turn_start alike; a call guarded by
 // that version writes, and one guarded by a version the workspace moved past writes nothing
-// (ErrWorkspaceMoved). A replica of the previous version, whose connection prepared its turn start
+// (ErrGuardRefused). A replica of the previous version, whose connection prepared its turn start
 // before the upgrade, still starts turns.
 func TestUpgradeToToolCallInOneRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -855,7 +855,7 @@ func TestUpgradeToToolCallInOneRoundTrip(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM preferences WHERE thread_id = 'unchanged'`).Scan(&n))
 		return n
 	}
-	require.ErrorIs(t, guarded(4), db.ErrWorkspaceMoved)
+	require.ErrorIs(t, guarded(4), db.ErrGuardRefused)
 	require.Equal(t, 1, count(), "a call planned on an older version writes nothing")
 	require.NoError(t, guarded(5))
 	require.Zero(t, count())

@@ -11,6 +11,29 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const callRowsLock = `-- name: CallRowsLock :exec
+SELECT (SELECT count(*) FROM (SELECT FROM preferences p WHERE p.thread_id = $1::text
+                              AND p.id = ANY($2::bigint[]) FOR UPDATE) l) AS preferences,
+       (SELECT count(*) FROM (SELECT FROM objectives o WHERE o.thread_id = $1::text
+                              AND $3::boolean FOR UPDATE) m) AS objectives
+`
+
+type CallRowsLockParams struct {
+	ThreadID  string
+	Rows      []int64
+	Objective bool
+}
+
+// Locks, in a tool call's transaction that holds the thread's row, the rows the call rewrites:
+// the preferences of ids rows, and the thread's objective when objective. It runs in a round trip
+// of its own, before the one that sends the call's statements with its commit: whatever lock it
+// waits for (only a session that does not lock the thread's row first can hold one), the commit
+// has not gone out, and a call whose replica dies meanwhile writes nothing.
+func (q *Queries) CallRowsLock(ctx context.Context, db DBTX, arg CallRowsLockParams) error {
+	_, err := db.Exec(ctx, callRowsLock, arg.ThreadID, arg.Rows, arg.Objective)
+	return err
+}
+
 const threadAncestorVersions = `-- name: ThreadAncestorVersions :one
 SELECT s.ancestors::text[] AS ancestors, s.versions::bigint[] AS versions
 FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
@@ -475,7 +498,11 @@ SELECT CASE WHEN (SELECT t.next_event_id FROM threads t
                   WHERE t.id = $1::text AND t.created_at = $2::timestamptz
                     AND set_config('lock_timeout', $3::text, true) IS NOT NULL
                     AND set_config('statement_timeout', $3::text, true) IS NOT NULL
-                  FOR NO KEY UPDATE) = $4::bigint
+                  FOR NO KEY UPDATE NOWAIT) = $4::bigint
+             AND (SELECT count(*) FROM (SELECT FROM preferences p WHERE p.thread_id = $1::text
+                                        AND p.id = ANY($5::bigint[]) FOR UPDATE NOWAIT) l) >= 0
+             AND (SELECT count(*) FROM (SELECT FROM objectives o WHERE o.thread_id = $1::text
+                                        AND $6::boolean FOR UPDATE NOWAIT) m) >= 0
             THEN true ELSE workspace_moved($1::text) END::boolean AS current
 `
 
@@ -484,19 +511,26 @@ type ToolCallGuardParams struct {
 	CreatedAt pgtype.Timestamptz
 	Timeout   string
 	Version   int64
+	Rows      []int64
+	Objective bool
 }
 
 // The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
-// the transaction's wait for a lock and each of its later statements by timeout (ms), locks the
-// thread's row as ThreadLock does, and goes on only when the thread is the one the turn began on (created_at) and
-// its workspace is still at version: else workspace_moved ends the transaction (SQLSTATE WS409)
-// before the call's statements write anything.
+// each of the transaction's later statements and waits by timeout (ms), locks the thread's row as
+// ThreadLock does and the rows the call rewrites (as CallRowsLock), and goes on only when the
+// thread is the one the turn began on (created_at) and its workspace is still at version: else
+// workspace_moved ends the transaction (SQLSTATE WS409) before the call's statements write
+// anything. It waits for none of those locks (NOWAIT: SQLSTATE 55P03, nothing written): the
+// call's commit goes out with it, so a call that waited would still commit once the lock came,
+// even after its replica had died.
 func (q *Queries) ToolCallGuard(ctx context.Context, db DBTX, arg ToolCallGuardParams) (bool, error) {
 	row := db.QueryRow(ctx, toolCallGuard,
 		arg.ThreadID,
 		arg.CreatedAt,
 		arg.Timeout,
 		arg.Version,
+		arg.Rows,
+		arg.Objective,
 	)
 	var current bool
 	err := row.Scan(&current)

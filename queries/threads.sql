@@ -79,16 +79,34 @@ SELECT next_preference_id, next_event_id FROM thread_revive(@id);
 
 -- name: ToolCallGuard :one
 -- The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
--- the transaction's wait for a lock and each of its later statements by timeout (ms), locks the
--- thread's row as ThreadLock does, and goes on only when the thread is the one the turn began on (created_at) and
--- its workspace is still at version: else workspace_moved ends the transaction (SQLSTATE WS409)
--- before the call's statements write anything.
+-- each of the transaction's later statements and waits by timeout (ms), locks the thread's row as
+-- ThreadLock does and the rows the call rewrites (as CallRowsLock), and goes on only when the
+-- thread is the one the turn began on (created_at) and its workspace is still at version: else
+-- workspace_moved ends the transaction (SQLSTATE WS409) before the call's statements write
+-- anything. It waits for none of those locks (NOWAIT: SQLSTATE 55P03, nothing written): the
+-- call's commit goes out with it, so a call that waited would still commit once the lock came,
+-- even after its replica had died.
 SELECT CASE WHEN (SELECT t.next_event_id FROM threads t
                   WHERE t.id = @thread_id::text AND t.created_at = @created_at::timestamptz
                     AND set_config('lock_timeout', @timeout::text, true) IS NOT NULL
                     AND set_config('statement_timeout', @timeout::text, true) IS NOT NULL
-                  FOR NO KEY UPDATE) = @version::bigint
+                  FOR NO KEY UPDATE NOWAIT) = @version::bigint
+             AND (SELECT count(*) FROM (SELECT FROM preferences p WHERE p.thread_id = @thread_id::text
+                                        AND p.id = ANY(@rows::bigint[]) FOR UPDATE NOWAIT) l) >= 0
+             AND (SELECT count(*) FROM (SELECT FROM objectives o WHERE o.thread_id = @thread_id::text
+                                        AND @objective::boolean FOR UPDATE NOWAIT) m) >= 0
             THEN true ELSE workspace_moved(@thread_id::text) END::boolean AS current;
+
+-- name: CallRowsLock :exec
+-- Locks, in a tool call's transaction that holds the thread's row, the rows the call rewrites:
+-- the preferences of ids rows, and the thread's objective when objective. It runs in a round trip
+-- of its own, before the one that sends the call's statements with its commit: whatever lock it
+-- waits for (only a session that does not lock the thread's row first can hold one), the commit
+-- has not gone out, and a call whose replica dies meanwhile writes nothing.
+SELECT (SELECT count(*) FROM (SELECT FROM preferences p WHERE p.thread_id = @thread_id::text
+                              AND p.id = ANY(@rows::bigint[]) FOR UPDATE) l) AS preferences,
+       (SELECT count(*) FROM (SELECT FROM objectives o WHERE o.thread_id = @thread_id::text
+                              AND @objective::boolean FOR UPDATE) m) AS objectives;
 
 -- name: ThreadGet :one
 SELECT * FROM threads WHERE id = @id;

@@ -111,7 +111,7 @@ func (w *Workspace) updatePreferences(args json.RawMessage, st state, view *View
 			p.Subtitles = append(p.Subtitles, u.Subtitle)
 			p.Kinds = append(p.Kinds, u.Kind)
 		}
-		out.write = func(b *pgx.Batch) { db.QueuePreferenceUpdateUnlocked(b, p, wrote(p.Ids)) }
+		out.rows, out.write = p.Ids, func(b *pgx.Batch) { db.QueuePreferenceUpdateUnlocked(b, p, wrote(p.Ids)) }
 	}
 	return out, nil
 }
@@ -143,7 +143,7 @@ func (w *Workspace) removePreferences(args json.RawMessage, st state, view *View
 	out := toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false), removed: idsOf(t.open)}
 	if len(t.open) > 0 {
 		p := db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: out.removed}
-		out.write = func(b *pgx.Batch) { db.QueuePreferenceDeleteUnlocked(b, p, wrote(p.Ids)) }
+		out.rows, out.write = p.Ids, func(b *pgx.Batch) { db.QueuePreferenceDeleteUnlocked(b, p, wrote(p.Ids)) }
 	}
 	return out, nil
 }

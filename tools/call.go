@@ -105,7 +105,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	if st := c.View.known(); st != nil {
 		res, err := w.runPlanned(ctx, c, args, reasoning, *st, c.View, nil)
-		if !errors.Is(err, db.ErrWorkspaceMoved) {
+		if !errors.Is(err, db.ErrGuardRefused) {
 			return res, err
 		}
 	}
@@ -149,7 +149,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 // runPlanned plans the call on st, the workspace as the call finds it, and sends its statement,
 // record and events: in tx, which holds the thread's row lock since st was read, committing it;
 // or, without tx, after ToolCallGuard, which locks the row and checks that the workspace is still
-// st (db.ErrWorkspaceMoved, nothing written, when it is not). view is the list the call's indices
+// st (db.ErrGuardRefused, nothing written, when it is not or a row is held). view is the list the call's indices
 // name; a turn's view moves on with the call.
 func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage, reasoning string, st state, view *View, tx *db.LockedTx) (Result, error) {
 	out, err := w.plan(c.Name, args, st, view)
@@ -160,7 +160,7 @@ func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage
 		out.text = AsOfChange(out.text, st.version-1)
 	}
 	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
-	err = w.send(ctx, tx, st, func(b *pgx.Batch) {
+	err = w.send(ctx, tx, st, out, func(b *pgx.Batch) {
 		if out.write != nil {
 			out.write(b)
 		}
@@ -184,13 +184,23 @@ func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage
 }
 
 // send sends a planned call's statements (queue): in tx, committing it, or guarded by st's
-// version (db.SendGuarded).
-func (w *Workspace) send(ctx context.Context, tx *db.LockedTx, st state, queue func(b *pgx.Batch)) error {
-	if tx != nil {
-		return tx.Commit(ctx, queue)
+// version (db.SendGuarded). Its commit goes out with them, so nothing that can wait for a lock
+// may: the guard waits for none (a row held: db.ErrGuardRefused, nothing written), and in tx the
+// rows out rewrites are locked first, in a round trip of their own. A call whose replica dies
+// while it waits for a lock thus writes nothing.
+func (w *Workspace) send(ctx context.Context, tx *db.LockedTx, st state, out toolOutput, queue func(b *pgx.Batch)) error {
+	if tx == nil {
+		return db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
+			CreatedAt: pgtype.Timestamptz{Time: st.created, Valid: true}, Version: st.version,
+			Rows: out.rows, Objective: out.objective != nil}, queue)
 	}
-	return db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
-		CreatedAt: pgtype.Timestamptz{Time: st.created, Valid: true}, Version: st.version}, queue)
+	if len(out.rows) > 0 || out.objective != nil {
+		err := w.store.q.CallRowsLock(ctx, tx.Conn(), db.CallRowsLockParams{ThreadID: w.threadID, Rows: out.rows, Objective: out.objective != nil})
+		if err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx, queue)
 }
 
 // maxRefusedArguments bounds the arguments kept of a refused call: longer ones are recorded as
@@ -223,7 +233,7 @@ func (w *Workspace) record(ctx context.Context, c Call, reasoning string, err er
 	}
 	res := errorResult(err)
 	arg := w.refusedRecord(c, reasoning, res)
-	if err := w.send(ctx, tx, st, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) }); err != nil {
+	if err := w.send(ctx, tx, st, toolOutput{}, func(b *pgx.Batch) { db.QueueToolCallInsert(b, arg) }); err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	return res, nil
@@ -255,6 +265,7 @@ type toolOutput struct {
 	shown       []Preference // the list a list_preferences call showed
 	objective   *string      // the objective the call set
 	nextID      int64        // the thread's next preference id after the call's additions (0: unchanged)
+	rows        []int64      // the preferences write updates or deletes
 	write       func(b *pgx.Batch)
 }
 

@@ -397,7 +397,9 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestToolCallRoundTrips: a tool call outside a turn makes two round trips (begin+lock+read;
-// the tool's statement+record+events+commit), one refused before it is planned one. Once warm,
+// the tool's statement+record+events+commit), three when it rewrites rows (their locks, taken
+// before the commit goes out: TestCallCutOffWhileWaitingWritesNothing), one refused before it
+// is planned one. Once warm,
 // it prepares no statement: each one's text is the same every time (its time bound a
 // parameter), so none takes a round trip of its own to be prepared, or crowds the connection's
 // cache. A turn's calls make one round trip each (TestTurnToolCallsInOneRoundTrip).
@@ -412,9 +414,9 @@ func TestToolCallRoundTrips(t *testing.T) {
 	}{
 		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 2},
 		{ListPreferences, `{}`, 2},
-		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 2},
-		{SetObjective, `{"text":"x"}`, 2},
-		{RemovePreferences, `{"indices":[2]}`, 2},
+		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 3},
+		{SetObjective, `{"text":"x"}`, 3},
+		{RemovePreferences, `{"indices":[2]}`, 3},
 		{AddPreferences, `{"items":[]}`, 2},
 		{AddPreferences, `not json`, 1},
 	}
@@ -442,7 +444,8 @@ func TestToolCallRoundTrips(t *testing.T) {
 // TestTurnToolCallsInOneRoundTrip: a turn's tool calls, planned on the workspace its start or
 // its last call left, make one round trip each, a refused one too; a call that finds the
 // workspace changed meanwhile (a user's edit) writes nothing in that round trip, reads the
-// workspace under the lock and runs on it (two more), and the calls after it are back to one.
+// workspace under the lock and runs on it (two more, and one for the locks of the rows it
+// rewrites), and the calls after it are back to one.
 // What each call did is what the same calls do outside a turn.
 func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -481,7 +484,7 @@ func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 	}
 	f.lock(t, 2) // the user's edit: the workspace moves on
 	res, n := run(UpdatePreferences, `{"updates":[{"index":2,"title":"D"},{"index":1,"title":"E"}]}`)
-	require.Equal(t, int64(3), n, "planned on the list before the edit, then on the list under the lock")
+	require.Equal(t, int64(4), n, "planned on the list before the edit, then on the list under the lock")
 	require.Equal(t, `updated #1 "E"; locked, ask the user to unlock first: #2 "C"`, res.Text)
 	res, n = run(AddPreferences, `{"items":[{"title":"F"}]}`)
 	require.Equal(t, int64(1), n)
@@ -857,4 +860,101 @@ func TestCallOverMCP(t *testing.T) {
 	require.Nil(t, calls[0].Turn)
 	require.Nil(t, calls[1].Round, "a refused call over MCP has no turn either")
 	require.Equal(t, 1, *calls[2].Turn)
+}
+
+// connsTracer keeps every connection the pool ran a statement or a batch on.
+type connsTracer struct{ conns sync.Map }
+
+func (c *connsTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.conns.Store(conn, true)
+	return ctx
+}
+func (c *connsTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *connsTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.conns.Store(conn, true)
+	return ctx
+}
+func (c *connsTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (c *connsTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// cut closes, as its process's death does, the socket of the connection whose backend is pid:
+// no cancel, no Terminate; Postgres reads what was sent before the close, then the end.
+func (c *connsTracer) cut(t *testing.T, pid uint32) {
+	t.Helper()
+	cut := false
+	c.conns.Range(func(k, _ any) bool {
+		if conn := k.(*pgx.Conn); conn.PgConn().PID() == pid {
+			require.NoError(t, conn.PgConn().Conn().Close())
+			cut = true
+		}
+		return !cut
+	})
+	require.True(t, cut, "no connection of the pool has backend %d", pid)
+}
+
+// TestCallCutOffWhileWaitingWritesNothing: a call whose replica dies (its connection closed,
+// nothing cancelled) while the call waits for a lock writes nothing, whichever row it waits for:
+// a call's commit goes out only once every statement of it that can wait for a lock has run. A
+// turn's call, whose statements and commit go in one round trip (ToolCallGuard), therefore
+// waits for no lock: when the thread's row, or a preference row the call writes, is held, that
+// round trip writes nothing and the call waits on the locked path.
+func TestCallCutOffWhileWaitingWritesNothing(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, hold string
+		turn       bool
+	}{
+		{"turn, thread's row", `SELECT pg_backend_pid() FROM threads WHERE id = $1 FOR NO KEY UPDATE`, true},
+		{"turn, preference's row", `SELECT pg_backend_pid() FROM preferences WHERE thread_id = $1 AND id = 1 FOR UPDATE`, true},
+		{"outside a turn, thread's row", `SELECT pg_backend_pid() FROM threads WHERE id = $1 FOR NO KEY UPDATE`, false},
+		{"outside a turn, preference's row", `SELECT pg_backend_pid() FROM preferences WHERE thread_id = $1 AND id = 1 FOR UPDATE`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			tracer := &connsTracer{}
+			pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
+			f := setupOn(t, pool, Options{Timeout: time.Minute})
+			f.ok(t, AddPreferences, add(item{Title: "A"}))
+			call := Call{Turn: f.turn.Number, Round: 1, Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"B"}]}`}
+			if c.turn {
+				start, err := f.ws.StartTurn(ctx, TurnOptions{})
+				require.NoError(t, err)
+				call.Turn, call.View = start.Number, NewView(start)
+			}
+			calls := func() (n int) {
+				require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tool_calls WHERE thread_id = $1`, f.ws.threadID).Scan(&n))
+				return n
+			}
+			before := calls()
+			holder, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = holder.Rollback(context.Background()) }()
+			var pid int32
+			require.NoError(t, holder.QueryRow(ctx, c.hold, f.ws.threadID).Scan(&pid))
+
+			ran := make(chan error, 1)
+			go func() {
+				_, err := f.ws.Run(ctx, call)
+				ran <- err
+			}()
+			var waiting uint32
+			require.Eventually(t, func() bool {
+				err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, pid).Scan(&waiting)
+				return err == nil
+			}, time.Minute, 5*time.Millisecond, "the call waits for the held row")
+			tracer.cut(t, waiting)
+			require.NoError(t, holder.Rollback(ctx)) // the row is free: the cut-off call's statements could run now
+			require.Error(t, <-ran)
+
+			require.Eventually(t, func() bool { // its backend has gone
+				var n int
+				err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, waiting).Scan(&n)
+				return err == nil && n == 0
+			}, time.Minute, 5*time.Millisecond)
+			require.Equal(t, []string{"A"}, f.titles(t), "the cut-off update changed nothing")
+			require.Equal(t, before, calls(), "the cut-off call left no record")
+		})
+	}
 }
