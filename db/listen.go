@@ -10,17 +10,15 @@ import (
 
 // Listen receives the notifications of channel on a connection of its own — LISTEN needs a
 // session, which a transaction-pooling PgBouncer does not keep, so connString should reach
-// Postgres directly — and calls notify with each payload, until ctx ends. After a failure it
-// connects again (waits doubling up to 10 s), and calls resync once it listens again: what was
-// notified in between was lost.
+// Postgres directly — and calls notify with each payload, until ctx ends. It calls resync each
+// time it begins to listen: what was notified before, at the start or while it reconnected
+// after a failure (waits doubling up to 10 s), reached no one.
 func Listen(ctx context.Context, connString, channel string, notify func(payload string), resync func(), log *slog.Logger) {
 	wait := 100 * time.Millisecond
-	for first := true; ctx.Err() == nil; first = false {
+	for ctx.Err() == nil {
 		err := listenOnce(ctx, connString, channel, notify, func() {
 			wait = 100 * time.Millisecond
-			if !first {
-				resync()
-			}
+			resync()
 		})
 		if ctx.Err() != nil {
 			return

@@ -56,7 +56,8 @@ const eventsChannel = "wsproxy_events"
 
 // ListenEvents calls changed with the thread (stored form) of every change committed by any
 // replica, until ctx ends; connString must reach Postgres directly (LISTEN needs a session). When
-// notifications may have been lost (the connection was lost and is back), it calls resync.
+// notifications may have been lost (before it first listened, or while its connection was lost),
+// it calls resync, once it listens.
 func ListenEvents(ctx context.Context, connString string, changed func(thread string), resync func(), log *slog.Logger) {
 	db.Listen(ctx, connString, eventsChannel, func(payload string) {
 		if thread, _, ok := strings.Cut(payload, ","); ok {

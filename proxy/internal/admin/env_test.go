@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -217,9 +218,12 @@ func (e *env) openStream(thread, lastID, after string) *sseReader {
 	return &sseReader{t: e.t, resp: resp, rd: bufio.NewReader(resp.Body)}
 }
 
-// next reads the next event: its id and data.
+// next reads the next event: its id and data. An event that has not come within a minute (at
+// once; a minute on a busy machine) fails the test: the stream is closed.
 func (s *sseReader) next() (string, tools.Event) {
 	s.t.Helper()
+	late := time.AfterFunc(time.Minute, func() { s.resp.Body.Close() })
+	defer late.Stop()
 	var id string
 	for {
 		line, err := s.rd.ReadString('\n')
