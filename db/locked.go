@@ -146,10 +146,19 @@ func (t *LockedTx) LockAlso(ctx context.Context, lock ThreadLock, threadID strin
 // for each call, prepared in a round trip of its own and crowding the connection's cache of
 // prepared statements.
 func queueDeadline(ctx context.Context, b *pgx.Batch) {
-	if deadline, ok := ctx.Deadline(); ok {
-		ms := strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+	if ms := timeLeft(ctx); ms != "" {
 		b.Queue(setDeadline, ms)
 	}
+}
+
+// timeLeft is the time left before ctx's deadline in milliseconds (at least 1), as lock_timeout
+// and statement_timeout take it; "" when ctx has no deadline.
+func timeLeft(ctx context.Context) string {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return ""
+	}
+	return strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
 }
 
 const setDeadline = `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $1, true)`
@@ -182,11 +191,11 @@ var ErrGuardRefused = errors.New("the workspace changed since the call was plann
 // with arg and then the statements queue queues: they run only when the thread's row, locked
 // with the rows the call rewrites (arg.Rows, arg.Objective) without waiting for any of them, is
 // still the one of arg.CreatedAt at arg.Version. Else nothing is written and the error is
-// ErrGuardRefused. The time left before ctx's deadline bounds the statements after the guard, as
-// queueDeadline does; arg.Timeout is set from it.
+// ErrGuardRefused. The time left before ctx's deadline (timeLeft) bounds the statements after
+// the guard, as queueDeadline does; arg.Timeout is set from it.
 func SendGuarded(ctx context.Context, pool *pgxpool.Pool, arg ToolCallGuardParams, queue func(b *pgx.Batch)) error {
-	if deadline, ok := ctx.Deadline(); ok {
-		arg.Timeout = strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10)
+	if ms := timeLeft(ctx); ms != "" {
+		arg.Timeout = ms
 	}
 	b := &pgx.Batch{}
 	b.Queue(toolCallGuard, arg.ThreadID, arg.CreatedAt, arg.Timeout, arg.Version, arg.Rows, arg.Objective)
