@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -252,13 +253,37 @@ func removeHopHeaders(h http.Header) {
 }
 
 // responseHeader is what the client gets of an upstream response's header when the proxy writes
-// the body itself.
+// the body itself: copyResponseHeader into a header of its own.
 func responseHeader(in http.Header) http.Header {
-	h := in.Clone()
-	removeHopHeaders(h)
-	h.Del("Content-Length")
-	h.Del("Content-Encoding")
+	h := make(http.Header, len(in))
+	copyResponseHeader(h, in)
 	return h
+}
+
+// copyResponseHeader copies into dst what the client gets of an upstream response's header
+// when the proxy writes the body itself: all but the hop-by-hop headers (those named in
+// Connection too) and those that described the upstream's body (Content-Length,
+// Content-Encoding). Each value slice is dst's own.
+func copyResponseHeader(dst, src http.Header) {
+	named := src.Values("Connection")
+	for k, vs := range src {
+		if k == "Content-Length" || k == "Content-Encoding" || slices.Contains(hopHeaders, k) || namedIn(named, k) {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
+}
+
+// namedIn reports whether a header named in Connection values is k (RFC 9110 §7.6.1).
+func namedIn(connection []string, k string) bool {
+	for _, v := range connection {
+		for name := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // redactingLog is log with the operator's keys redacted from its records' attribute values: the

@@ -166,7 +166,7 @@ func (s *Server) reply(w http.ResponseWriter, r *http.Request, t *turn.Turn, d t
 	}
 	body, header := d.Answer()
 	h := w.Header()
-	apierr.CopyHeader(h, responseHeader(header))
+	copyResponseHeader(h, header)
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set(threadHeader, t.Workspace.ThreadID().Name)
@@ -235,7 +235,7 @@ func countTokens[R turn.Counted](s *Server, w http.ResponseWriter, r *http.Reque
 	}
 	defer resp.Body.Close()
 	h := w.Header()
-	apierr.CopyHeader(h, responseHeader(resp.Header))
+	copyResponseHeader(h, resp.Header)
 	h.Set(threadHeader, in.thread.Name)
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.Copy(w, resp.Body)

@@ -40,7 +40,6 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 	req.ContentLength = int64(body.Len())
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
 	req.Header = u.header.Clone()
-	req.Header.Set("Content-Type", "application/json")
 	u.tracing.inject(ctx, req.Header)
 	resp, err := u.client.Do(req)
 	if err != nil {
