@@ -654,8 +654,7 @@ func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
 		return s
 	}
 	s.rss, _ = currentRSS(pid)
-	st, _ := readProcStat(pid)
-	s.cpu = st.cpu
+	s.cpu = procCPU(pid)
 	switch t.kind {
 	case targetBare:
 		var ls loadStats
@@ -672,7 +671,7 @@ func (h *latencyHarness) sample(t target, o *openLoop) latencySample {
 		s.poolWait = histogramOf(m, "wsproxy_db_pool_acquire_duration_seconds")
 		s.acquires = m["wsproxy_db_pool_acquire_duration_seconds_count"]
 		s.stack, s.heap = m["go_memstats_stack_inuse_bytes"], m["go_memstats_heap_inuse_bytes"]
-		s.pgCPU = h.postgresCPU()
+		s.pgCPU = postgresCPU(h.postmaster)
 	}
 	return s
 }

@@ -14,10 +14,11 @@ import (
 // cpuTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
 const cpuTick = 10 * time.Millisecond
 
-// procStat is what /proc/PID/stat says of a process: its parent, and its CPU time so far.
+// procStat is what /proc/PID/stat says of a process: its parent, its CPU time so far, and that
+// of its children it has waited for (those that ended).
 type procStat struct {
-	ppid int
-	cpu  time.Duration
+	ppid          int
+	cpu, children time.Duration
 }
 
 func readProcStat(pid int) (procStat, bool) {
@@ -27,13 +28,15 @@ func readProcStat(pid int) (procStat, bool) {
 	}
 	// Fields after the command name, which is in parentheses and may hold spaces.
 	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) < 13 {
+	if len(fields) < 15 {
 		return procStat{}, false
 	}
 	ppid, _ := strconv.Atoi(fields[1])
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return procStat{ppid: ppid, cpu: time.Duration(utime+stime) * cpuTick}, true
+	cutime, _ := strconv.ParseInt(fields[13], 10, 64)
+	cstime, _ := strconv.ParseInt(fields[14], 10, 64)
+	return procStat{ppid: ppid, cpu: time.Duration(utime+stime) * cpuTick, children: time.Duration(cutime+cstime) * cpuTick}, true
 }
 
 // currentRSS is a process's resident set size (VmRSS), in bytes.
@@ -56,12 +59,26 @@ func procStatus(pid int, field string) (int64, error) {
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
-// postgresCPU is the CPU time of the Postgres server and of every process it started (backends,
-// WAL writer, checkpointer, …), so far.
-func (h *latencyHarness) postgresCPU() time.Duration {
+// procCPU is a process's CPU time so far (utime+stime of /proc, in ticks of 10 ms); 0 for pid 0.
+func procCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	st, _ := readProcStat(pid)
+	return st.cpu
+}
+
+// postgresCPU is the CPU time so far of the Postgres server whose postmaster is pid and of every
+// process it started (backends, WAL writer, checkpointer, autovacuum workers, …), those that
+// ended too: a backend or an autovacuum worker that ends between two samples counts in its
+// postmaster's children's time. 0 for pid 0 (no server).
+func postgresCPU(postmaster int) time.Duration {
+	if postmaster == 0 {
+		return 0
+	}
 	total := time.Duration(0)
-	if st, ok := readProcStat(h.postmaster); ok {
-		total += st.cpu
+	if st, ok := readProcStat(postmaster); ok {
+		total += st.cpu + st.children
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -69,7 +86,7 @@ func (h *latencyHarness) postgresCPU() time.Duration {
 		if err != nil {
 			continue
 		}
-		if st, ok := readProcStat(pid); ok && st.ppid == h.postmaster {
+		if st, ok := readProcStat(pid); ok && st.ppid == postmaster {
 			total += st.cpu
 		}
 	}
@@ -79,7 +96,7 @@ func (h *latencyHarness) postgresCPU() time.Duration {
 // ourCPU is the CPU time so far of every process of a row: this one (the clients), the model
 // upstream, the row's proxy and Postgres.
 func (h *latencyHarness) ourCPU(t target) time.Duration {
-	total := h.postgresCPU()
+	total := postgresCPU(h.postmaster)
 	for _, pid := range []int{os.Getpid(), h.modelCmd.Process.Pid, t.pid()} {
 		if st, ok := readProcStat(pid); ok && pid != 0 {
 			total += st.cpu

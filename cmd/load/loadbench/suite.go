@@ -42,7 +42,7 @@ func (s Suite) Run(ctx context.Context) error {
 	if s.DatabaseURL == "" || s.NofsyncDatabaseURL == "" {
 		return errors.New("the suite needs a durable Postgres and one with fsync off")
 	}
-	st := &suiteRun{bin: s.Wsproxy, dbURL: s.DatabaseURL, pids: map[string]int{}}
+	st := &suiteRun{bin: s.Wsproxy, dbURL: s.DatabaseURL, pids: map[string]int{}, postmasters: map[string]int{}}
 	defer st.stop()
 	scenarios, err := st.start(s.NofsyncDatabaseURL)
 	if err != nil {
@@ -64,7 +64,10 @@ type suiteRun struct {
 	bin, dbURL string
 	procs      []*exec.Cmd
 	pids       map[string]int // a proxy's address -> its pid, for CPU accounting
-	up         string         // the fast fake upstream
+	// postmasters: a wsproxy's address -> the postmaster's pid of its Postgres (the durable
+	// cluster or the one with fsync off), whose CPU its scenarios are charged with.
+	postmasters map[string]int
+	up          string // the fast fake upstream
 }
 
 func (st *suiteRun) stop() {
@@ -92,6 +95,9 @@ func (st *suiteRun) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
 	}
 	st.procs = append(st.procs, cmd)
 	st.pids[addr] = cmd.Process.Pid
+	if st.postmasters[addr], err = postmasterPID(dbURL); err != nil {
+		return "", nil, err
+	}
 	return addr, cmd, nil
 }
 
@@ -157,8 +163,17 @@ var suiteConcurrency = []int{1, 32}
 func resultKey(s scenario, c int) string { return s.name + "@" + strconv.Itoa(c) }
 
 // pid is the pid of a scenario's proxy (0 for the direct upstream).
-func (st *suiteRun) pid(s scenario) int {
-	return st.pids[strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chatPath)]
+func (st *suiteRun) pid(s scenario) int { return st.pids[s.addr()] }
+
+// sample is the CPU time so far of a scenario's proxy and of its Postgres (none for the direct
+// upstream and the bare proxy).
+func (st *suiteRun) sample(s scenario) cpuSample {
+	return cpuSample{proxy: procCPU(st.pid(s)), postgres: postgresCPU(st.postmasters[s.addr()])}
+}
+
+// addr is the address of the scenario's server.
+func (s scenario) addr() string {
+	return strings.TrimSuffix(strings.TrimPrefix(s.url, "http://"), chatPath)
 }
 
 // run runs every scenario at every concurrency, interleaved over rounds (the thread turns on the
@@ -178,11 +193,11 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 				if err := ctx.Err(); err != nil {
 					return nil, nil, err
 				}
-				before := sampleCPU(st.pid(s))
+				before := st.sample(s)
 				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: RequestBody(size, s.stream)}.Run(ctx)
 				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
 				if c == 32 && res.Requests > 0 {
-					cpu[s.name] = append(cpu[s.name], sampleCPU(st.pid(s)).since(before, res.Requests))
+					cpu[s.name] = append(cpu[s.name], st.sample(s).since(before, res.Requests))
 				}
 				fmt.Printf("round %d  %-32s c=%-2d %s\n", r, s.name, c, res)
 			}
@@ -409,7 +424,7 @@ func oneRequest(l Load) (int64, error) {
 // peakRSS is a process's peak resident set size (VmHWM), in bytes.
 func peakRSS(pid int) (int64, error) { return procStatus(pid, "VmHWM:") }
 
-// cpuSample is the CPU time used so far by one wsproxy process and by every postgres process.
+// cpuSample is the CPU time used so far by a scenario's proxy and by its Postgres.
 type cpuSample struct{ proxy, postgres time.Duration }
 
 // cpuCost is CPU time per request.
@@ -428,30 +443,6 @@ func medianCPU(cs []cpuCost) cpuCost {
 	slices.Sort(p)
 	slices.Sort(g)
 	return cpuCost{p[len(p)/2], g[len(g)/2]}
-}
-
-// sampleCPU reads utime+stime from /proc (clock ticks of 10 ms on Linux).
-func sampleCPU(pid int) cpuSample {
-	var s cpuSample
-	if pid != 0 {
-		s.proxy = procCPU(strconv.Itoa(pid))
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "postgres" {
-			s.postgres += procCPU(e.Name())
-		}
-	}
-	return s
-}
-
-func procCPU(pid string) time.Duration {
-	n, _ := strconv.Atoi(pid)
-	st, _ := readProcStat(n)
-	return st.cpu
 }
 
 // startWsproxy starts the wsproxy binary on a free loopback port, with env added to this
