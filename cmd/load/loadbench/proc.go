@@ -98,9 +98,7 @@ func postgresCPU(postmaster int) time.Duration {
 func (h *latencyHarness) ourCPU(t target) time.Duration {
 	total := postgresCPU(h.postmaster)
 	for _, pid := range []int{os.Getpid(), h.modelCmd.Process.Pid, t.pid()} {
-		if st, ok := readProcStat(pid); ok && pid != 0 {
-			total += st.cpu
-		}
+		total += procCPU(pid)
 	}
 	return total
 }
