@@ -216,9 +216,12 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 	// The stream holds the subscription once a change is announced on it. A change may come
 	// before the subscription is watched (then it is the state the watch starts from): each try
 	// makes another, and waits past the heartbeat (eventhub.Heartbeat), which wakes a watch
-	// whose notification a busy machine delayed.
-	announced := func(text string) bool {
-		e.setObjective("tok", text)
+	// whose notification a busy machine delayed. Each try's text is new: setting the objective
+	// to the text it has is no change, and announces nothing.
+	tries := 0
+	announced := func() bool {
+		tries++
+		e.setObjective("tok", fmt.Sprintf("Changed (%d)", tries))
 		timeout := time.After(eventhub.Heartbeat + 5*time.Second)
 		for {
 			select {
@@ -234,7 +237,7 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 			}
 		}
 	}
-	require.Eventually(t, func() bool { return announced("Changed") }, 2*time.Minute, 10*time.Millisecond)
+	require.Eventually(t, announced, 2*time.Minute, 10*time.Millisecond)
 
 	require.NoError(t, e.ws("tok").RevokeLink(context.Background(), id))
 	e.setObjective("tok", "After the revocation")
