@@ -238,18 +238,30 @@ func (f fromUpstream) keyStart(b []byte) int {
 	return hold
 }
 
+// removeHopHeaders removes h's hop-by-hop headers (hopByHop).
 func removeHopHeaders(h http.Header) {
-	// Headers named in Connection are hop-by-hop too (RFC 9110 §7.6.1).
-	for _, v := range h.Values("Connection") {
-		for _, name := range strings.Split(v, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
+	connection := h.Values("Connection")
+	for k := range h {
+		if hopByHop(connection, k) {
+			delete(h, k)
+		}
+	}
+}
+
+// hopByHop reports whether k is a hop-by-hop header of a message whose Connection values are
+// connection: one of hopHeaders, or one those values name (RFC 9110 §7.6.1).
+func hopByHop(connection []string, k string) bool {
+	if slices.Contains(hopHeaders, k) {
+		return true
+	}
+	for _, v := range connection {
+		for name := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
+				return true
 			}
 		}
 	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
+	return false
 }
 
 // responseHeader is what the client gets of an upstream response's header when the proxy writes
@@ -265,25 +277,13 @@ func responseHeader(in http.Header) http.Header {
 // Connection too) and those that described the upstream's body (Content-Length,
 // Content-Encoding). Each value slice is dst's own.
 func copyResponseHeader(dst, src http.Header) {
-	named := src.Values("Connection")
+	connection := src.Values("Connection")
 	for k, vs := range src {
-		if k == "Content-Length" || k == "Content-Encoding" || slices.Contains(hopHeaders, k) || namedIn(named, k) {
+		if k == "Content-Length" || k == "Content-Encoding" || hopByHop(connection, k) {
 			continue
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
 	}
-}
-
-// namedIn reports whether a header named in Connection values is k (RFC 9110 §7.6.1).
-func namedIn(connection []string, k string) bool {
-	for _, v := range connection {
-		for name := range strings.SplitSeq(v, ",") {
-			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // redactingLog is log with the operator's keys redacted from its records' attribute values: the

@@ -189,13 +189,14 @@ func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage
 // rows out rewrites are locked first, in a round trip of their own. A call whose replica dies
 // while it waits for a lock thus writes nothing.
 func (w *Workspace) send(ctx context.Context, tx *db.LockedTx, st state, out toolOutput, queue func(b *pgx.Batch)) error {
+	objective := out.objective != nil
 	if tx == nil {
 		return db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
 			CreatedAt: pgtype.Timestamptz{Time: st.created, Valid: true}, Version: st.version,
-			Rows: out.rows, Objective: out.objective != nil}, queue)
+			Rows: out.rows, Objective: objective}, queue)
 	}
-	if len(out.rows) > 0 || out.objective != nil {
-		err := w.store.q.CallRowsLock(ctx, tx.Conn(), db.CallRowsLockParams{ThreadID: w.threadID, Rows: out.rows, Objective: out.objective != nil})
+	if len(out.rows) > 0 || objective {
+		err := w.store.q.CallRowsLock(ctx, tx.Conn(), db.CallRowsLockParams{ThreadID: w.threadID, Rows: out.rows, Objective: objective})
 		if err != nil {
 			return err
 		}

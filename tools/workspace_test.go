@@ -379,22 +379,41 @@ func TestTurns(t *testing.T) {
 	require.Equal(t, 1, threads[0].PreferenceCount)
 }
 
-// countingTracer counts the queries a pool sends: each is one round trip.
-type countingTracer struct{ n atomic.Int64 }
+// countingTracer counts the queries a pool sends (each is one round trip; a batch goes out as
+// one pipeline: one round trip), and keeps every connection it sent them on.
+type countingTracer struct {
+	n     atomic.Int64
+	conns sync.Map
+}
 
-func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (c *countingTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.conns.Store(conn, true)
 	return ctx
 }
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// A batch goes out as one pipeline: one round trip.
-func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (c *countingTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	c.n.Add(1)
+	c.conns.Store(conn, true)
 	return ctx
 }
 func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// cut closes, as its process's death does, the socket of the connection whose backend is pid:
+// no cancel, no Terminate; Postgres reads what was sent before the close, then the end.
+func (c *countingTracer) cut(t *testing.T, pid uint32) {
+	t.Helper()
+	cut := false
+	c.conns.Range(func(k, _ any) bool {
+		if conn := k.(*pgx.Conn); conn.PgConn().PID() == pid {
+			require.NoError(t, conn.PgConn().Conn().Close())
+			cut = true
+		}
+		return !cut
+	})
+	require.True(t, cut, "no connection of the pool has backend %d", pid)
+}
 
 // TestToolCallRoundTrips: a tool call outside a turn makes two round trips (begin+lock+read;
 // the tool's statement+record+events+commit), three when it rewrites rows (their locks, taken
@@ -862,36 +881,6 @@ func TestCallOverMCP(t *testing.T) {
 	require.Equal(t, 1, *calls[2].Turn)
 }
 
-// connsTracer keeps every connection the pool ran a statement or a batch on.
-type connsTracer struct{ conns sync.Map }
-
-func (c *connsTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.conns.Store(conn, true)
-	return ctx
-}
-func (c *connsTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *connsTracer) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.conns.Store(conn, true)
-	return ctx
-}
-func (c *connsTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *connsTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-// cut closes, as its process's death does, the socket of the connection whose backend is pid:
-// no cancel, no Terminate; Postgres reads what was sent before the close, then the end.
-func (c *connsTracer) cut(t *testing.T, pid uint32) {
-	t.Helper()
-	cut := false
-	c.conns.Range(func(k, _ any) bool {
-		if conn := k.(*pgx.Conn); conn.PgConn().PID() == pid {
-			require.NoError(t, conn.PgConn().Conn().Close())
-			cut = true
-		}
-		return !cut
-	})
-	require.True(t, cut, "no connection of the pool has backend %d", pid)
-}
-
 // TestCallCutOffWhileWaitingWritesNothing: a call whose replica dies (its connection closed,
 // nothing cancelled) while the call waits for a lock writes nothing, whichever row it waits for:
 // a call's commit goes out only once every statement of it that can wait for a lock has run. A
@@ -913,7 +902,7 @@ func TestCallCutOffWhileWaitingWritesNothing(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			tracer := &connsTracer{}
+			tracer := &countingTracer{}
 			pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
 			f := setupOn(t, pool, Options{Timeout: time.Minute})
 			f.ok(t, AddPreferences, add(item{Title: "A"}))
