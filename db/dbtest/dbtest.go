@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"os"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -93,7 +95,15 @@ func Schema(t testing.TB) (string, *pgxpool.Config) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := a.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		// A session of the test's that is still ending (a killed process's backend, which has
+		// not yet noticed) may hold locks on the schema's objects as the drop takes them: the
+		// deadlock aborts the drop, which goes again once that session has ended.
+		_, err := a.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		for pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "40P01" && ctx.Err() == nil; {
+			time.Sleep(100 * time.Millisecond)
+			_, err = a.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		}
+		if err != nil {
 			t.Errorf("drop schema: %v", err)
 		}
 	})
