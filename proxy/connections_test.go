@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +124,52 @@ func TestManyUpstreamConnectionsKeptIdle(t *testing.T) {
 	}
 	require.Len(t, e.up.Requests(), 2*burst)
 	require.Equal(t, burst, len(conns), "upstream connections of two bursts of %d", burst)
+}
+
+// writeCounter counts the writes to the connections it wraps.
+type writeCounter struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestUpstreamRequestInOneWrite: a request goes to the upstream in one write, its head and its
+// body together, whether it passes through (the chat route without a thread, any other route)
+// or is a thread turn's round (the client's body, the workspace block and the tools: 5 KiB and
+// more). A write costs the proxy a system call and the upstream a wake-up; net/http flushes the
+// head in a write of its own unless the body is one it knows to be in memory.
+func TestUpstreamRequestInOneWrite(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tr := e.proxy.client.Transport.(*timeoutTransport).Base.(*http.Transport)
+	var writes atomic.Int64
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{Conn: c, writes: &writes}, nil
+	}
+	long := strings.Repeat("many words ", 200) // a 2 KiB message
+	for _, c := range []struct{ name, path, thread, body string }{
+		{"chat pass-through", "/v1/chat/completions", "", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`},
+		{"other route", "/v1/embeddings", "", `{"model":"e","input":"` + long + `"}`},
+		{"thread turn", "/v1/chat/completions", "one-write", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`},
+	} {
+		e.up.Script(upstreamtest.JSON(200, upstreamtest.Completion("ok")))
+		writes.Store(0)
+		header := map[string]string{}
+		if c.thread != "" {
+			header["X-Thread-Id"] = c.thread
+		}
+		resp := e.post(c.path, header, c.body)
+		require.Equal(t, 200, resp.StatusCode, c.name)
+		readBody(t, resp)
+		assert.Equal(t, int64(1), writes.Load(), "%s: writes of one upstream request", c.name)
+	}
 }

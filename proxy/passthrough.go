@@ -48,6 +48,13 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	u, up := s.upstreamRequest(apiOf(pr.In), pr.In, pr.Out.Header, true)
 	pr.Out.URL = u
 	pr.Out.Host = ""
+	if pr.Out.Body != nil {
+		// ReverseProxy wraps the body it passes on so that the transport's Close cannot reach
+		// the client's; net/http then flushes the request's head in a write of its own. forward
+		// gave the request its body in memory (an io.NopCloser of a *bytes.Reader), which needs
+		// no such guard: passed on as it is, it goes in one write with the head.
+		pr.Out.Body = pr.In.Body
+	}
 	if up.APIKey != "" {
 		// An error body is read for the key (fromUpstream): gzip is the one encoding it reads.
 		if strings.Contains(strings.ToLower(pr.In.Header.Get("Accept-Encoding")), "gzip") {
