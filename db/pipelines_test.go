@@ -70,5 +70,5 @@ func TestPipelinesFollowTheQueries(t *testing.T) {
 			}
 		}
 	}
-	require.GreaterOrEqual(t, compared, 8, "the pipelines of EventInsert, ToolCallInsert, TurnStart, TurnStartUnlessHeld, ThreadUsageAdd, ResponseTurnRecord, ClientResponseRecord, …")
+	require.GreaterOrEqual(t, compared, 8, "the pipelines of EventInsert, ToolCallInsert, TurnStart, TurnStartUnlessHeld, TurnStartsUnlessHeld, ThreadUsageAdd, ResponseTurnRecord, ClientResponseRecord, …")
 }

@@ -2,6 +2,8 @@ package db
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -10,36 +12,85 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// TurnStarts begins a turn of each of starts (TurnStartUnlessHeld) on conn in one round trip:
-// one call of turn_start_unless_held per start, pipelined in one implicit transaction that does
-// not wait for the disk. It returns the rows in the order of starts (a thread given twice begins
-// two turns of it); a thread whose row another transaction holds gets turn 0, and no turn
-// begins, so that no start of the batch waits for another transaction. The threads are locked
-// in id order: two batches that create the same new threads never deadlock. A failure fails
-// every turn start of the batch.
-func TurnStarts(ctx context.Context, conn *pgxpool.Conn, starts []TurnStartParams) ([]TurnStartRow, error) {
-	if len(starts) == 1 { // a turn starting alone: one statement, as a batch would send it
-		row, err := New().TurnStartUnlessHeld(ctx, conn, TurnStartUnlessHeldParams(starts[0]))
-		if err != nil {
-			return nil, err
-		}
-		return []TurnStartRow{TurnStartRow(row)}, nil
-	}
+// TurnStarts begins a turn of each of starts on conn in one round trip and one implicit
+// transaction that does not wait for the disk: one statement for the first start of each
+// thread, one more for the second start of each thread given twice, and so on (a thread given
+// twice begins two turns of it); a statement for one thread is TurnStartUnlessHeld, for more
+// TurnStartsUnlessHeld. It returns the rows in the order of starts; a thread whose
+// row another transaction holds gets turn 0, and no turn begins, so that no start of the batch
+// waits for another transaction. The threads are locked in id order: two batches that create the
+// same new threads never deadlock. A failure fails every turn start of the batch.
+func TurnStarts(ctx context.Context, conn interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, starts []TurnStartParams) ([]TurnStartRow, error) {
 	order := make([]int, len(starts))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(starts[a].ThreadID, starts[b].ThreadID) })
+	var rounds [][]int // indices in starts: each thread's first start, second start, …
+	n := 0             // the starts of order[k]'s thread before it
+	for k, i := range order {
+		if n++; k == 0 || starts[order[k-1]].ThreadID != starts[i].ThreadID {
+			n = 0
+		}
+		if n == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[n] = append(rounds[n], i)
+	}
 	rows := make([]TurnStartRow, len(starts))
 	b := &pgx.Batch{}
-	for _, i := range order {
-		s := starts[i]
-		b.Queue(turnStartUnlessHeld, s.ThreadID, s.Parents, s.ParentsIfNew).QueryRow(scanTurnStart(&rows[i]))
+	for _, round := range rounds {
+		if len(round) == 1 {
+			st := starts[round[0]]
+			b.Queue(turnStartUnlessHeld, st.ThreadID, st.Parents, st.ParentsIfNew).QueryRow(scanTurnStart(&rows[round[0]]))
+			continue
+		}
+		batch := make([]turnStartJSON, len(round))
+		for k, i := range round {
+			batch[k] = turnStartJSON(starts[i])
+		}
+		arg, err := json.Marshal(batch)
+		if err != nil {
+			return nil, fmt.Errorf("turn starts: %w", err)
+		}
+		b.Queue(turnStartsUnlessHeld, arg).Query(func(rs pgx.Rows) error {
+			n := 0
+			for rs.Next() {
+				var r TurnStartsUnlessHeldRow
+				if err := rs.Scan(&r.Ord, &r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites,
+					&r.Refused, &r.Version, &r.NextPreferenceID); err != nil {
+					return err
+				}
+				if r.Ord < 1 || int(r.Ord) > len(round) {
+					return fmt.Errorf("turn starts: a row for thread %d of %d", r.Ord, len(round))
+				}
+				rows[round[r.Ord-1]] = TurnStartRow{Turn: r.Turn, Objective: r.Objective, Preferences: r.Preferences,
+					CreatedAt: r.CreatedAt, Inherited: r.Inherited, AgentWrites: r.AgentWrites, Refused: r.Refused,
+					Version: r.Version, NextPreferenceID: r.NextPreferenceID}
+				n++
+			}
+			if err := rs.Err(); err != nil {
+				return err
+			}
+			if n != len(round) {
+				return fmt.Errorf("turn starts: %d rows for %d threads", n, len(round))
+			}
+			return nil
+		})
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	return rows, nil
+}
+
+// turnStartJSON is a turn start as TurnStartsUnlessHeld reads it (Parents nil: null, none given).
+type turnStartJSON struct {
+	ThreadID     string   `json:"id"`
+	Parents      []string `json:"parents"`
+	ParentsIfNew bool     `json:"parents_if_new"`
 }
 
 // heldAnswerGrace is how long TurnStartWaiting waits for Postgres's answer past its deadline

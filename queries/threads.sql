@@ -46,6 +46,49 @@ SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.crea
 FROM turn_start_unless_held(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean) u
 WHERE NOT EXISTS (SELECT FROM fast);
 
+-- name: TurnStartsUnlessHeld :many
+-- TurnStartUnlessHeld for each thread of a batch (db.TurnStarts), in one statement: the same fast
+-- part, for all of them at once, and turn_start_unless_held for each of the others, in id order.
+-- starts is a JSON array of one object a thread, distinct and in id order: its id, its parents
+-- (null, or an array of ids) and parents_if_new; one row a thread, ord its place in starts (from
+-- 1). The rows of the threads that exist are locked in id order, those held skipped. The batch
+-- is one JSON value, not arrays, so that the plan Postgres keeps for the statement serves every
+-- batch: it plans an array's statement anew for each batch shorter than its estimate for an
+-- array (a third of a millisecond each, here). For one thread, TurnStartUnlessHeld costs
+-- Postgres less (57 against 82 µs).
+WITH req AS (
+    SELECT e.ord, e.value->>'id' AS id, coalesce((e.value->>'parents_if_new')::boolean, false) AS parents_if_new,
+           CASE WHEN jsonb_typeof(e.value->'parents') = 'array'
+                THEN ARRAY(SELECT jsonb_array_elements_text(e.value->'parents')) END AS parents
+    FROM jsonb_array_elements(@starts::jsonb) WITH ORDINALITY AS e(value, ord)
+), free AS (
+    SELECT t.id FROM threads t
+    WHERE t.id IN (SELECT q.id FROM req q) AND set_config('synchronous_commit', 'off', true) = 'off'
+    ORDER BY t.id
+    FOR NO KEY UPDATE SKIP LOCKED
+), fast AS (
+    UPDATE threads th SET turns = th.turns + 1,
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
+    FROM free f
+    JOIN req r ON r.id = f.id
+    CROSS JOIN LATERAL (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
+          FROM workspace_snapshots s WHERE s.thread_id = f.id ORDER BY s.turn DESC LIMIT 1) s
+    WHERE th.id = f.id AND cardinality(th.parents) = 0
+      AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
+      AND (r.parents IS NULL OR r.parents_if_new OR cardinality(r.parents) = 0)
+    RETURNING th.id, th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
+)
+SELECT r.ord::integer AS ord, f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
+       f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
+FROM req r JOIN fast f ON f.id = r.id
+UNION ALL
+SELECT r.ord::integer, coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
+       u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
+FROM req r CROSS JOIN LATERAL turn_start_unless_held(r.id, r.parents, r.parents_if_new) u
+WHERE r.id NOT IN (SELECT f.id FROM fast f);
+
 -- name: ThreadLock :one
 -- Locks an existing thread's row for the rest of the transaction. Every write to a thread's
 -- workspace takes this lock first, so agent and user edits of one thread never interleave. The

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -114,9 +115,17 @@ func (c *threadTracer) add(args []any) {
 	if c.n == nil {
 		c.n = map[any]int{}
 	}
-	for _, a := range args {
-		if s, ok := a.(string); ok { // the thread ids (not the parents, a slice)
-			c.n[s]++
+	for _, a := range args { // the thread ids: one (a held thread's start), or a batch's (JSON)
+		switch a := a.(type) {
+		case string:
+			c.n[a]++
+		case []byte:
+			var batch []struct{ ID string }
+			if json.Unmarshal(a, &batch) == nil {
+				for _, s := range batch {
+					c.n[s.ID]++
+				}
+			}
 		}
 	}
 }
@@ -262,12 +271,16 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 	require.Equal(t, stays.args.ThreadID, threads[0].ID)
 }
 
-// TestTurnStartFastPathAgreesWithTurnStart: the statement that begins a turn itself when the
-// thread's last snapshot holds its workspace as it stands (TurnStartUnlessHeld's "fast" part)
-// returns what turn_start returns, in every state a thread can be in; it runs turn_start only
-// when it must: a new thread, a changed workspace, ancestors, parents to store. Each state is
-// tried twice, in a transaction rolled back each time: once through turn_start, once through
-// the statement, which counts the calls of turn_start_unless_held (track_functions).
+// TestTurnStartFastPathAgreesWithTurnStart: the statements that begin turns (db.TurnStarts:
+// TurnStartUnlessHeld for one thread, TurnStartsUnlessHeld for several), which begin a thread's
+// turn themselves when its last snapshot holds its workspace as it stands (their "fast" part),
+// return what turn_start returns,
+// in every state a thread can be in; it runs turn_start only when it must: a new thread, a
+// changed workspace, ancestors, parents to store. Each state is tried in transactions rolled
+// back each time, counting the calls of turn_start_unless_held (track_functions): through
+// turn_start; the thread's turn starting alone (TurnStartUnlessHeld); the thread's start in a
+// batch, between those of two new threads (TurnStartsUnlessHeld); and the thread twice in a
+// batch with another thread twice, which begins the next two turns of each.
 func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -288,22 +301,46 @@ func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
 			want, err = db.New().TurnStart(ctx, tx, args)
 			require.NoError(t, err, name)
 		})
-		rolledBack(func(tx pgx.Tx) {
-			// The session's counts not yet reported are counted too: the call is the difference.
-			calls := func() (n int64) {
-				require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'turn_start_unless_held'`).Scan(&n))
-				return n
-			}
+		// The session's counts not yet reported are counted too: a call is the difference.
+		calls := func(tx pgx.Tx) (n int64) {
+			require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions WHERE funcname = 'turn_start_unless_held'`).Scan(&n))
+			return n
+		}
+		tracked := func(tx pgx.Tx) {
 			_, err := tx.Exec(ctx, `SET LOCAL track_functions = 'pl'`)
 			require.NoError(t, err)
-			before := calls()
-			got, err := db.New().TurnStartUnlessHeld(ctx, tx, db.TurnStartUnlessHeldParams(args))
+		}
+		rolledBack(func(tx pgx.Tx) {
+			tracked(tx)
+			before := calls(tx)
+			got, err := db.TurnStarts(ctx, tx, []db.TurnStartParams{args})
 			require.NoError(t, err, name)
-			require.Equal(t, fast, calls() == before, "%s: the fast path taken", name)
+			require.Equal(t, fast, calls(tx) == before, "%s: the fast path taken", name)
 			if want.Turn == 1 {
-				got.CreatedAt = want.CreatedAt // a thread each transaction created: now() of each
+				got[0].CreatedAt = want.CreatedAt // a thread each transaction created: now() of each
 			}
-			require.Equal(t, want, db.TurnStartRow(got), name)
+			require.Equal(t, want, got[0], name)
+		})
+		rolledBack(func(tx pgx.Tx) {
+			tracked(tx)
+			before := calls(tx)
+			// "d-0" and "d-1" are new threads (before and after "d" in id order): a call each.
+			got, err := db.TurnStarts(ctx, tx, []db.TurnStartParams{{ThreadID: "d-1"}, args, {ThreadID: "d-0"}})
+			require.NoError(t, err, name)
+			slow := int64(2)
+			if !fast {
+				slow++
+			}
+			require.Equal(t, slow, calls(tx)-before, "%s in a batch: the calls of turn_start_unless_held", name)
+			if want.Turn == 1 {
+				got[1].CreatedAt = want.CreatedAt
+			}
+			require.Equal(t, want, got[1], "%s in a batch", name)
+			require.Equal(t, []int32{1, 1}, []int32{got[0].Turn, got[2].Turn}, "%s in a batch: the new threads' turns", name)
+			again, err := db.TurnStarts(ctx, tx, []db.TurnStartParams{args, {ThreadID: "d-0"}, args, {ThreadID: "d-0"}})
+			require.NoError(t, err, name)
+			require.Equal(t, []int32{want.Turn + 1, 2, want.Turn + 2, 3}, []int32{again[0].Turn, again[1].Turn, again[2].Turn, again[3].Turn},
+				"%s twice in a batch", name)
 		})
 	}
 	begin := func(opts TurnOptions) {
@@ -336,8 +373,15 @@ func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
 	begin(TurnOptions{})
 	compare("no parent since the snapshot", args, true)
 	tx, _ := holdThread(ctx, t, pool, "d")
-	row, err := db.New().TurnStartUnlessHeld(ctx, pool, db.TurnStartUnlessHeldParams(args))
+	conn, err := pool.Acquire(ctx)
 	require.NoError(t, err)
-	require.Zero(t, row.Turn, "a held row: no turn begun")
+	defer conn.Release()
+	rows, err := db.TurnStarts(ctx, conn, []db.TurnStartParams{args})
+	require.NoError(t, err)
+	require.Zero(t, rows[0].Turn, "a held row: no turn begun")
+	rows, err = db.TurnStarts(ctx, conn, []db.TurnStartParams{args, {ThreadID: "d-scope"}, args})
+	require.NoError(t, err)
+	require.Equal(t, []int32{0, 0}, []int32{rows[0].Turn, rows[2].Turn}, "a held row in a batch: no turn begun")
+	require.NotZero(t, rows[1].Turn, "another thread of the batch begins its turn")
 	require.NoError(t, tx.Rollback(ctx))
 }
