@@ -39,8 +39,11 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 	}
 	req.ContentLength = int64(body.Len())
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(body.Reader()), nil }
-	req.Header = u.header.Clone()
-	u.tracing.inject(ctx, req.Header)
+	req.Header = u.header // read, never written, by the transport: every round may share it
+	if u.tracing.on {
+		req.Header = u.header.Clone() // a round's own span: a traceparent of its own
+		u.tracing.inject(ctx, req.Header)
+	}
 	resp, err := u.client.Do(req)
 	if err != nil {
 		return nil, apierr.Transport(ctx, err)

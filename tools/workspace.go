@@ -282,6 +282,9 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,
 // kind, locked, in list order).
 func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
+	if string(b) == "[]" { // an empty list (no allocation, as json.Unmarshal's would make)
+		return []Preference{}, nil
+	}
 	var prefs []Preference
 	if err := json.Unmarshal(b, &prefs); err != nil {
 		return nil, fmt.Errorf("decode snapshot preferences: %w", err)
