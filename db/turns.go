@@ -16,10 +16,10 @@ import (
 // transaction that does not wait for the disk: one statement for the first start of each
 // thread, one more for the second start of each thread given twice, and so on (a thread given
 // twice begins two turns of it); a statement for one thread is TurnStartUnlessHeld, for more
-// TurnStartsUnlessHeld. It returns the rows in the order of starts; a thread whose
-// row another transaction holds gets turn 0, and no turn begins, so that no start of the batch
-// waits for another transaction. The threads are locked in id order: two batches that create the
-// same new threads never deadlock. A failure fails every turn start of the batch.
+// TurnStartsUnlessHeld. It returns the rows in the order of starts; a thread whose row another
+// transaction holds gets turn 0, and no turn begins, so that no start of the batch waits for
+// another transaction. The threads are locked in id order: two batches that create the same new
+// threads never deadlock. A failure fails every turn start of the batch.
 func TurnStarts(ctx context.Context, conn interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }, starts []TurnStartParams) ([]TurnStartRow, error) {
@@ -58,17 +58,16 @@ func TurnStarts(ctx context.Context, conn interface {
 		b.Queue(turnStartsUnlessHeld, arg).Query(func(rs pgx.Rows) error {
 			n := 0
 			for rs.Next() {
-				var r TurnStartsUnlessHeldRow
-				if err := rs.Scan(&r.Ord, &r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites,
+				var ord int32
+				var r TurnStartRow
+				if err := rs.Scan(&ord, &r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites,
 					&r.Refused, &r.Version, &r.NextPreferenceID); err != nil {
 					return err
 				}
-				if r.Ord < 1 || int(r.Ord) > len(round) {
-					return fmt.Errorf("turn starts: a row for thread %d of %d", r.Ord, len(round))
+				if ord < 1 || int(ord) > len(round) {
+					return fmt.Errorf("turn starts: a row for thread %d of %d", ord, len(round))
 				}
-				rows[round[r.Ord-1]] = TurnStartRow{Turn: r.Turn, Objective: r.Objective, Preferences: r.Preferences,
-					CreatedAt: r.CreatedAt, Inherited: r.Inherited, AgentWrites: r.AgentWrites, Refused: r.Refused,
-					Version: r.Version, NextPreferenceID: r.NextPreferenceID}
+				rows[round[ord-1]] = r
 				n++
 			}
 			if err := rs.Err(); err != nil {

@@ -274,13 +274,12 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 // TestTurnStartFastPathAgreesWithTurnStart: the statements that begin turns (db.TurnStarts:
 // TurnStartUnlessHeld for one thread, TurnStartsUnlessHeld for several), which begin a thread's
 // turn themselves when its last snapshot holds its workspace as it stands (their "fast" part),
-// return what turn_start returns,
-// in every state a thread can be in; it runs turn_start only when it must: a new thread, a
-// changed workspace, ancestors, parents to store. Each state is tried in transactions rolled
-// back each time, counting the calls of turn_start_unless_held (track_functions): through
-// turn_start; the thread's turn starting alone (TurnStartUnlessHeld); the thread's start in a
-// batch, between those of two new threads (TurnStartsUnlessHeld); and the thread twice in a
-// batch with another thread twice, which begins the next two turns of each.
+// return what turn_start returns, in every state a thread can be in; they run turn_start only
+// when they must: a new thread, a changed workspace, ancestors, parents to store. Each state is
+// tried in transactions rolled back each time, counting the calls of turn_start_unless_held
+// (track_functions): through turn_start; the thread's turn starting alone (TurnStartUnlessHeld);
+// the thread's start in a batch, between those of two new threads (TurnStartsUnlessHeld); and
+// the thread twice in a batch with another thread twice, which begins the next two turns of each.
 func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
