@@ -160,7 +160,7 @@ func (s *Server) turnUpstream(r *http.Request) *clientUpstream {
 	a, h := apiOf(r), rewrittenHeader(r.Header)
 	u, up := s.upstreamRequest(a, r, h, false)
 	h.Set("Content-Type", "application/json") // every round's body is JSON
-	c := &clientUpstream{client: s.client, url: u.String(), header: h, tracing: s.tracing, back: s.fromUpstream(),
+	c := &clientUpstream{transport: s.transport, url: u.String(), header: h, tracing: s.tracing, back: s.fromUpstream(),
 		provider: a.providerOf(up.URL)}
 	if s.opts.ClientKeys != nil && up.APIKey == "" {
 		c.keyless = a.keySetting

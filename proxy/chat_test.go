@@ -418,6 +418,29 @@ func TestUpstreamErrors(t *testing.T) {
 		}
 	})
 
+	// A redirect is the upstream's answer, as it is to a pass-through: the turn does not follow
+	// it (the request would go on, with the client's credentials, where the operator never
+	// pointed wsproxy).
+	t.Run("RedirectNotFollowed", func(t *testing.T) {
+		t.Parallel()
+		e := setup(t)
+		body := `{"error":{"message":"moved"}}`
+		e.up.Script(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", e.up.URL+"/elsewhere")
+			upstreamtest.JSON(http.StatusTemporaryRedirect, body)(w, r)
+		}, reply(cmpl("followed")))
+		req, err := http.NewRequest(http.MethodPost, e.srv.URL+"/v1/chat/completions", strings.NewReader(`{"messages":[]}`))
+		require.NoError(t, err)
+		req.Header.Set("X-Thread-Id", "t")
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
+		require.Equal(t, body, readBody(t, resp))
+		require.Len(t, e.up.Requests(), 1, "the upstream's redirect was followed")
+	})
+
 	t.Run("NotOpenAI", func(t *testing.T) {
 		t.Parallel()
 		e := setup(t)

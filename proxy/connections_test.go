@@ -145,7 +145,7 @@ func (c writeCounter) Write(p []byte) (int, error) {
 func TestUpstreamRequestInOneWrite(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	tr := e.proxy.client.Transport.(*timeoutTransport).Base.(*http.Transport)
+	tr := e.proxy.transport.(*timeoutTransport).Base.(*http.Transport)
 	var writes atomic.Int64
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -166,7 +166,7 @@ type Server struct {
 	opts         Options
 	log          *slog.Logger
 	runner       *turn.Runner
-	client       *http.Client // thread turns' upstream calls
+	transport    http.RoundTripper // thread turns' upstream calls
 	reverse      *httputil.ReverseProxy
 	handler      http.Handler
 	tracing      tracing
@@ -217,9 +217,9 @@ func NewServer(opts Options) *Server {
 		runner: &turn.Runner{MaxToolRounds: opts.MaxToolRounds, MaxToolCallsPerRound: opts.MaxToolCallsPerRound, MaxToolCallsPerTurn: opts.MaxToolCallsPerTurn,
 			Metrics: opts.Metrics,
 			Retries: opts.Retries, RetryBackoff: opts.RetryBackoff, Tracing: turn.NewTracing(opts.TracerProvider, opts.TraceContent)},
-		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		maxBytes: opts.MaxRequestBytes,
-		usage:    newUsageWriter(opts.Store, opts.Logger),
+		transport: transport,
+		maxBytes:  opts.MaxRequestBytes,
+		usage:     newUsageWriter(opts.Store, opts.Logger),
 	}
 	for _, a := range wireAPIs {
 		if k := s.upstream(a).APIKey; k != "" {

@@ -19,11 +19,14 @@ const maxErrorBody = 1 << 20
 // headers (less hop-by-hop ones and those the proxy owns) with the configured key, and gives
 // back the upstream's as fromUpstream leaves them.
 type clientUpstream struct {
-	client  *http.Client
-	url     string // …/chat/completions, …/responses, …/v1/messages(/count_tokens), …
-	header  http.Header
-	tracing tracing // the round's trace context goes upstream (traceparent)
-	back    fromUpstream
+	// transport takes the round's request as it is, with no http.Client around it: no redirect
+	// is followed (an upstream's 3xx is its answer, as for a pass-through), and nothing is
+	// copied for one.
+	transport http.RoundTripper
+	url       string // …/chat/completions, …/responses, …/v1/messages(/count_tokens), …
+	header    http.Header
+	tracing   tracing // the round's trace context goes upstream (traceparent)
+	back      fromUpstream
 	// provider is the upstream's gen_ai.provider.name (Turn.Provider).
 	provider string
 	// keyless names the setting of the operator's key when its requests go with no credential
@@ -44,7 +47,7 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 		req.Header = u.header.Clone() // a round's own span: a traceparent of its own
 		u.tracing.inject(ctx, req.Header)
 	}
-	resp, err := u.client.Do(req)
+	resp, err := u.transport.RoundTrip(req)
 	if err != nil {
 		return nil, apierr.Transport(ctx, err)
 	}
