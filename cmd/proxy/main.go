@@ -41,6 +41,7 @@ func main() {
 		fmt.Println("wsproxy", version())
 		return
 	}
+	keepHeapFloor()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m := NewMain()
