@@ -17,10 +17,10 @@ const heapFloor = 16 << 20
 
 // keepHeapFloor holds the heap's goal at heapFloor at the least, for the life of the process:
 // after every collection it sets the GOGC that puts the goal there for the live heap it found.
-// An operator's GOGC (the environment variable) is left alone, and GOMEMLIMIT still caps the
-// goal as Go documents.
+// An operator's GOGC (the environment variable, when not empty: Go reads an empty one as its
+// default) is left alone, and GOMEMLIMIT still caps the goal as Go documents.
 func keepHeapFloor() {
-	if _, set := os.LookupEnv("GOGC"); set {
+	if os.Getenv("GOGC") != "" {
 		return
 	}
 	tuneGC(heapFloor)

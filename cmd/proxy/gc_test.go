@@ -44,7 +44,7 @@ func TestTuneGCFollowsTheLiveHeap(t *testing.T) {
 	if os.Getenv("WSPROXY_TUNE_GC_CHILD") == "" {
 		t.Parallel()
 		cmd := exec.Command(os.Args[0], "-test.run=^TestTuneGCFollowsTheLiveHeap$", "-test.v")
-		cmd.Env = append(os.Environ(), "WSPROXY_TUNE_GC_CHILD=1")
+		cmd.Env = append(os.Environ(), "WSPROXY_TUNE_GC_CHILD=1", "GOGC=100") // Go's default, whatever the tests run with
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "--- PASS: TestTuneGCFollowsTheLiveHeap")
@@ -95,7 +95,7 @@ func TestHeapFloorInTheBinary(t *testing.T) {
 		env         []string
 		gogc        int
 		goalAtLeast float64
-	}{{nil, 400, heapFloor}, {[]string{"GOGC=100"}, 100, 0}} {
+	}{{[]string{"GOGC="}, 400, heapFloor}, {[]string{"GOGC=100"}, 100, 0}} { // "GOGC=": unset, whatever the tests run with
 		r := startReplica(t, bin, append([]string{"DATABASE_URL=" + dbtest.SchemaURL(t), "UPSTREAM_BASE_URL=http://127.0.0.1:1/v1"}, c.env...)...)
 		resp, err := http.Get("http://" + r.addr + "/metrics")
 		require.NoError(t, err)
