@@ -56,7 +56,7 @@ func TurnStarts(ctx context.Context, conn interface {
 			return nil, fmt.Errorf("turn starts: %w", err)
 		}
 		b.Queue(turnStartsUnlessHeld, arg).Query(func(rs pgx.Rows) error {
-			n := 0
+			got := 0
 			for rs.Next() {
 				var ord int32
 				var r TurnStartRow
@@ -68,13 +68,13 @@ func TurnStarts(ctx context.Context, conn interface {
 					return fmt.Errorf("turn starts: a row for thread %d of %d", ord, len(round))
 				}
 				rows[round[ord-1]] = r
-				n++
+				got++
 			}
 			if err := rs.Err(); err != nil {
 				return err
 			}
-			if n != len(round) {
-				return fmt.Errorf("turn starts: %d rows for %d threads", n, len(round))
+			if got != len(round) {
+				return fmt.Errorf("turn starts: %d rows for %d threads", got, len(round))
 			}
 			return nil
 		})

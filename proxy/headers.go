@@ -240,28 +240,31 @@ func (f fromUpstream) keyStart(b []byte) int {
 
 // removeHopHeaders removes h's hop-by-hop headers (hopByHop).
 func removeHopHeaders(h http.Header) {
-	connection := h.Values("Connection")
+	named := connectionNamed(h)
 	for k := range h {
-		if hopByHop(connection, k) {
+		if hopByHop(named, k) {
 			delete(h, k)
 		}
 	}
 }
 
-// hopByHop reports whether k is a hop-by-hop header of a message whose Connection values are
-// connection: one of hopHeaders, or one those values name (RFC 9110 §7.6.1).
-func hopByHop(connection []string, k string) bool {
-	if slices.Contains(hopHeaders, k) {
-		return true
-	}
-	for _, v := range connection {
+// connectionNamed is the headers h's Connection values name, in canonical form.
+func connectionNamed(h http.Header) []string {
+	var named []string
+	for _, v := range h.Values("Connection") {
 		for name := range strings.SplitSeq(v, ",") {
-			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
-				return true
+			if name = strings.TrimSpace(name); name != "" {
+				named = append(named, http.CanonicalHeaderKey(name))
 			}
 		}
 	}
-	return false
+	return named
+}
+
+// hopByHop reports whether k is a hop-by-hop header of a message whose Connection values name
+// named (connectionNamed): one of hopHeaders, or one of named (RFC 9110 §7.6.1).
+func hopByHop(named []string, k string) bool {
+	return slices.Contains(hopHeaders, k) || slices.Contains(named, k)
 }
 
 // responseHeader is what the client gets of an upstream response's header when the proxy writes
@@ -277,9 +280,9 @@ func responseHeader(in http.Header) http.Header {
 // Connection too) and those that described the upstream's body (Content-Length,
 // Content-Encoding). Each value slice is dst's own.
 func copyResponseHeader(dst, src http.Header) {
-	connection := src.Values("Connection")
+	named := connectionNamed(src)
 	for k, vs := range src {
-		if k == "Content-Length" || k == "Content-Encoding" || hopByHop(connection, k) {
+		if k == "Content-Length" || k == "Content-Encoding" || hopByHop(named, k) {
 			continue
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
