@@ -281,7 +281,9 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "te
 		URL       string    `json:"url"`
 		ExpiresAt time.Time `json:"expires_at"`
 	}
-	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/trip/links", `{"ttl_seconds":4}`, &l))
+	// Its life is long enough for a busy machine's browser to open it twice (4 s was not: the
+	// link expired before the first page showed its thread), then the test waits it out.
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/trip/links", `{"ttl_seconds":20}`, &l))
 	visitor := user()
 	within(t, visitor,
 		chromedp.Navigate(l.URL),
