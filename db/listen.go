@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Listen receives the notifications of channel on a connection of its own — LISTEN needs a
 // session, which a transaction-pooling PgBouncer does not keep, so connString should reach
 // Postgres directly — and calls notify with each payload, until ctx ends. It calls resync each
 // time it begins to listen: what was notified before, at the start or while it reconnected
-// after a failure (waits doubling up to 10 s), reached no one.
+// after a failure (waits doubling up to 10 s), reached no one. connString may be the pool's own
+// URL (DATABASE_LISTEN_URL defaults to DATABASE_URL): its pool_* parameters size the pool and
+// are not sent to Postgres.
 func Listen(ctx context.Context, connString, channel string, notify func(payload string), resync func(), log *slog.Logger) {
 	wait := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -34,10 +37,11 @@ func Listen(ctx context.Context, connString, channel string, notify func(payload
 }
 
 func listenOnce(ctx context.Context, connString, channel string, notify func(string), listening func()) error {
-	cfg, err := pgx.ParseConfig(connString)
+	pcfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return err
 	}
+	cfg := pcfg.ConnConfig
 	cfg.DialFunc = dial
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
