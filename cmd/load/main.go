@@ -14,6 +14,10 @@
 //	    X-Load-Tool-Round gets a workspace call first, streamed at the same pace.
 //	load bareproxy [-addr ADDR] -target URL
 //	    a bare httputil.ReverseProxy, the baseline a proxy is compared with.
+//	load floor [-addr ADDR] -target URL [-tool-round]
+//	    the least a Go proxy can do for a thread turn (one statement, one upstream exchange) or a
+//	    tool round (and a durable write, a second exchange): the floor under wsproxy's turns
+//	    (needs DATABASE_URL; BENCHMARKS.md).
 //	load suite -wsproxy BIN [-d 5s] [-rounds 3] [-size 1024]
 //	    all of the above against each other, interleaved over rounds (needs DATABASE_URL and
 //	    NOFSYNC_DATABASE_URL; make bench-load).
@@ -50,6 +54,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/wsproxy/wsproxy/cmd/load/loadbench"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
 )
@@ -75,6 +81,7 @@ const usage = `usage: load SUBCOMMAND [flags]   (load SUBCOMMAND -h for its flag
   upstream   the fake model, as fast as it can
   model      the fake model, at a hosted model's pace
   bareproxy  a bare httputil.ReverseProxy
+  floor      the least a Go proxy can do for a thread turn or a tool round
   suite      the load comparison (make bench-load)
   latency    the latency table (make bench-latency)
   cache      the prompt-cache measurement (make bench-cache)
@@ -103,6 +110,8 @@ func run(ctx context.Context, args []string) error {
 		cmd = &ModelCommand{}
 	case "bareproxy":
 		cmd = &BareProxyCommand{}
+	case "floor":
+		cmd = &FloorCommand{}
 	case "suite":
 		cmd = &SuiteCommand{}
 	case "latency":
@@ -220,6 +229,43 @@ address it listens on.`)
 		return fmt.Errorf("-target: %q is not a URL", *target)
 	}
 	return loadbench.ServeCounted(ctx, *addr, loadbench.BareProxy(u))
+}
+
+// FloorCommand is load floor.
+type FloorCommand struct{}
+
+func (*FloorCommand) Run(ctx context.Context, args []string) error {
+	fs := flags("floor", `floor -target URL [flags]
+
+The least a Go proxy in front of Postgres (DATABASE_URL) can do for a thread turn: one statement
+that counts the turn on its thread's row (X-Thread-Id) without waiting for the disk, then the
+request's body posted to URL (a chat completions endpoint) as it came. With -tool-round, a tool
+round's least on top: a one-row write that waits for the disk, and the body posted again. The
+floor under wsproxy's figures, as the bare proxy is under a pass-through's. It prints the
+address it listens on.`)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	target := fs.String("target", "", "upstream chat completions URL")
+	toolRound := fs.Bool("tool-round", false, "a durable write and a second upstream exchange per request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	u, err := url.Parse(*target)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("-target: %q is not a URL", *target)
+	}
+	dbURL := os.Getenv("DATABASE_URL")
+	if dbURL == "" {
+		return errors.New("DATABASE_URL is required")
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	defer pool.Close()
+	if err := loadbench.FloorSchema(ctx, pool); err != nil {
+		return err
+	}
+	return loadbench.ServeCounted(ctx, *addr, loadbench.Floor(u, pool, *toolRound))
 }
 
 // SuiteCommand is load suite.

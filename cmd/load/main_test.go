@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // an unknown name is an error.
 func TestSubcommands(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"run", "upstream", "model", "bareproxy", "suite", "latency", "cache", "soak"} {
+	for _, name := range []string{"run", "upstream", "model", "bareproxy", "floor", "suite", "latency", "cache", "soak"} {
 		require.ErrorIs(t, run(context.Background(), []string{name, "-h"}), flag.ErrHelp, name)
 	}
 	require.ErrorContains(t, run(context.Background(), []string{"nonesuch"}), `unknown subcommand "nonesuch"`)
