@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -17,9 +18,10 @@ import (
 // per request, one statement that counts the turn on the thread's row (X-Thread-Id) with
 // synchronous_commit off, as a turn's start commits, then the request's body posted to target
 // as it came and the answer returned. With toolRound, a tool round's least on top: a durable
-// one-row write (the call) and the same body posted again, whose answer is returned. Nothing is
-// parsed, rewritten, planned or recorded, and turn starts are not batched. Its tables
-// (FloorSchema) are in the first schema of pool's search path.
+// one-row write (the call, with the body's first bytes as its arguments) and the same body
+// posted again, whose answer is returned. Nothing is parsed, rewritten, planned or recorded,
+// and turn starts are not batched. Its tables (FloorSchema) are in the first schema of pool's
+// search path.
 func Floor(target *url.URL, pool *pgxpool.Pool, toolRound bool) http.Handler {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, math.MaxInt // as wsproxy's transport
@@ -50,7 +52,7 @@ func Floor(target *url.URL, pool *pgxpool.Pool, toolRound bool) http.Handler {
 		}
 		resp, out, err := post(r, body)
 		if err == nil && toolRound {
-			if _, err = pool.Exec(r.Context(), floorToolCall, thread, string(body[:min(len(body), 64)])); err != nil {
+			if _, err = pool.Exec(r.Context(), floorToolCall, thread, strings.ToValidUTF8(string(body[:min(len(body), 64)]), "")); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

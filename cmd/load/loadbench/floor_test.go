@@ -35,6 +35,9 @@ func TestFloor(t *testing.T) {
 	target, err := url.Parse(up.URL + "/v1/chat/completions")
 	require.NoError(t, err)
 
+	// The call's arguments are the body's first 64 bytes: here they end inside an "é".
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 12) + `é"}]}`
+	require.Equal(t, "\xc3", body[63:64])
 	for _, tt := range []struct {
 		name      string
 		toolRound bool
@@ -49,16 +52,16 @@ func TestFloor(t *testing.T) {
 			thread := "floor-" + tt.name
 			before := upstreamRequests.Load()
 			for range 2 {
-				req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+				req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
 				require.NoError(t, err)
 				req.Header.Set("X-Thread-Id", thread)
 				resp, err := http.DefaultClient.Do(req)
 				require.NoError(t, err)
-				body, err := io.ReadAll(resp.Body)
+				answer, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				require.NoError(t, err)
-				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
-				require.Contains(t, string(body), `"chat.completion"`)
+				require.Equal(t, http.StatusOK, resp.StatusCode, "%s", answer)
+				require.Contains(t, string(answer), `"chat.completion"`)
 				require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 			}
 			require.Equal(t, 2*tt.exchanges, upstreamRequests.Load()-before)
