@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -61,13 +63,22 @@ func repoCopy(t *testing.T) string {
 	return dir
 }
 
-// freeAddr is a loopback address with a free port.
+// freeAddr is a loopback address with a free port, for a process that binds it seconds later
+// (make run builds and starts Postgres first). The port is below Linux's ephemeral range
+// (32768–60999 by default): a port from that range, as 127.0.0.1:0 gives, could meanwhile become
+// the source port of any outgoing connection of the parallel tests ("address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	for range 100 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue // taken: another
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	t.Fatal("no free port in 20000–31999 after 100 tries")
+	return ""
 }
 
 // makeRun is one `make run` a test started.
