@@ -2,7 +2,7 @@
 // a Run method that owns its flags and usage text (load SUBCOMMAND -h); the measuring is in
 // package loadbench, the fake model in proxy/upstreamtest/fake.
 //
-//	load run -url URL [-c 32] [-d 10s] [-stream] [-thread PREFIX] [-size 1024]
+//	load run -url URL [-c 32] [-d 10s] [-stream] [-thread PREFIX [-threads N]] [-size 1024]
 //	    N concurrent clients for D against URL (an OpenAI /chat/completions endpoint): prints
 //	    requests/s, p50/p90/p99 latency and p50 time to first byte.
 //	load upstream [-addr ADDR] [-tool-round] [-chunks 20]
@@ -162,6 +162,7 @@ requests/s, p50/p90/p99 latency and p50 time to first byte.`)
 	d := fs.Duration("d", 10*time.Second, "duration")
 	stream := fs.Bool("stream", false, "ask for a streamed response")
 	thread := fs.String("thread", "", "name a thread per client: PREFIX-N")
+	threads := fs.Int("threads", 1, "with -thread: each client's requests go to this many threads of its own in turn (PREFIX-N-K)")
 	size := fs.Int("size", 1024, "request body size in bytes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -169,7 +170,7 @@ requests/s, p50/p90/p99 latency and p50 time to first byte.`)
 	if *u == "" {
 		return errors.New("-url is required")
 	}
-	r := loadbench.Load{URL: *u, Clients: *clients, Duration: *d, Stream: *stream, ThreadPrefix: *thread,
+	r := loadbench.Load{URL: *u, Clients: *clients, Duration: *d, Stream: *stream, ThreadPrefix: *thread, Threads: *threads,
 		Body: loadbench.RequestBody(*size, *stream)}.Run(ctx)
 	fmt.Println(r)
 	return nil

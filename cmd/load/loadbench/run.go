@@ -35,8 +35,11 @@ type Load struct {
 	Clients  int
 	Duration time.Duration
 	Stream   bool
-	// ThreadPrefix, when set, names a thread per client (PREFIX-N) with X-Thread-Id.
+	// ThreadPrefix, when set, names a thread per client (PREFIX-N) with X-Thread-Id; with
+	// Threads above 1, each client's requests go to its Threads threads in turn (PREFIX-N-K), so
+	// that a thread's turns are as far apart as a service with that many threads would see.
 	ThreadPrefix string
+	Threads      int
 	Body         []byte
 }
 
@@ -79,11 +82,15 @@ func (l Load) Run(ctx context.Context) Result {
 		wg.Go(func() {
 			var local []sample
 			localErrs := 0
-			for ctx.Err() == nil {
+			for n := 0; ctx.Err() == nil; n++ {
 				req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, l.URL, bytes.NewReader(l.Body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer sk-load")
-				if l.ThreadPrefix != "" {
+				switch {
+				case l.ThreadPrefix == "":
+				case l.Threads > 1:
+					req.Header.Set("X-Thread-Id", fmt.Sprintf("%s-%d-%d", l.ThreadPrefix, c, n%l.Threads))
+				default:
 					req.Header.Set("X-Thread-Id", fmt.Sprintf("%s-%d", l.ThreadPrefix, c))
 				}
 				t0 := time.Now()
