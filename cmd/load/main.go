@@ -276,7 +276,8 @@ func (*SuiteCommand) Run(ctx context.Context, args []string) error {
 	fs := flags("suite", `suite [flags]
 
 The load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy without a
-thread, with one, with a tool round, streamed and not, interleaved over rounds. It needs
+thread, with one, with a tool round, streamed and not, and the floor under a thread turn and a
+tool round (load floor), interleaved over rounds. It needs
 DATABASE_URL (a durable Postgres) and NOFSYNC_DATABASE_URL (one with fsync off).`)
 	s := loadbench.Suite{DatabaseURL: os.Getenv("DATABASE_URL"), NofsyncDatabaseURL: os.Getenv("NOFSYNC_DATABASE_URL")}
 	fs.StringVar(&s.Wsproxy, "wsproxy", "bin/wsproxy", "the wsproxy binary")

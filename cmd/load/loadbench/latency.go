@@ -215,7 +215,7 @@ func (h *latencyHarness) start() error {
 	if h.postmaster, err = postmasterPID(h.dbURL); err != nil {
 		return err
 	}
-	h.model, h.modelCmd, err = spawnSelf("model", "-ttft", h.timing.TTFT.String(), "-chunks", strconv.Itoa(h.timing.Chunks),
+	h.model, h.modelCmd, err = spawnSelf(nil, "model", "-ttft", h.timing.TTFT.String(), "-chunks", strconv.Itoa(h.timing.Chunks),
 		"-interval", h.timing.Interval.String())
 	return err
 }
@@ -265,7 +265,7 @@ func (t target) pid() int {
 func (h *latencyHarness) startTarget(s latencyScenario) (target, error) {
 	switch kind := s.target; kind {
 	case targetBare:
-		addr, cmd, err := spawnSelf("bareproxy", "-target", "http://"+h.model)
+		addr, cmd, err := spawnSelf(nil, "bareproxy", "-target", "http://"+h.model)
 		return target{base: "http://" + addr, cmd: cmd, kind: kind}, err
 	case targetWsproxy:
 		dbURL := h.dbURL
@@ -970,13 +970,17 @@ func machine() string {
 	return fmt.Sprintf("%d CPUs", runtime.NumCPU())
 }
 
-// spawnSelf starts this program with args and returns the address it listens on.
-func spawnSelf(args ...string) (string, *exec.Cmd, error) {
+// spawnSelf starts this program with args, and env on top of this process's environment, and
+// returns the address it listens on.
+func spawnSelf(env []string, args ...string) (string, *exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(self, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -24,9 +24,10 @@ type scenario struct {
 }
 
 // Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
-// without a thread, with one, with a tool round, with two parents, streamed and not, at 1 and 32
-// clients, interleaved over rounds; then the CPU per request, the targets, and the memory of one
-// 10 MB streamed turn.
+// without a thread, with one, with a tool round, with two parents, streamed and not, and the
+// floor under a thread turn and a tool round (Floor), at 1 and 32 clients, interleaved over
+// rounds; then the CPU per request, the targets beside the floor's figures, and the memory of
+// one 10 MB streamed turn.
 type Suite struct {
 	Wsproxy  string        // the wsproxy binary
 	Duration time.Duration // of each run
@@ -78,11 +79,26 @@ func (st *suiteRun) stop() {
 
 // spawn starts this program with args and returns the address it listens on.
 func (st *suiteRun) spawn(args ...string) (string, error) {
-	addr, cmd, err := spawnSelf(args...)
+	addr, cmd, err := spawnSelf(nil, args...)
 	if err != nil {
 		return "", err
 	}
 	st.procs = append(st.procs, cmd)
+	return addr, nil
+}
+
+// floor starts a Floor (load floor, with args) in front of the fast upstream on the durable
+// cluster, its CPU and its Postgres's counted as a proxy's.
+func (st *suiteRun) floor(args ...string) (string, error) {
+	addr, cmd, err := spawnSelf([]string{"DATABASE_URL=" + st.dbURL}, append([]string{"floor", "-target", "http://" + st.up + chatPath}, args...)...)
+	if err != nil {
+		return "", err
+	}
+	st.procs = append(st.procs, cmd)
+	st.pids[addr] = cmd.Process.Pid
+	if st.postmasters[addr], err = postmasterPID(st.dbURL); err != nil {
+		return "", err
+	}
 	return addr, nil
 }
 
@@ -142,6 +158,14 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	if err := seedScopes("http://" + wsTurn); err != nil {
 		return nil, err
 	}
+	floorTurn, err := st.floor()
+	if err != nil {
+		return nil, err
+	}
+	floorTool, err := st.floor("-tool-round")
+	if err != nil {
+		return nil, err
+	}
 	return []scenario{
 		{"direct", "http://" + st.up + chatPath, "", false},
 		{"bare proxy", "http://" + bare + chatPath, "", false},
@@ -154,6 +178,8 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true},
 		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true},
 		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false},
+		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false},
+		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false},
 	}, nil
 }
 
@@ -232,6 +258,9 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 
 	pass, bareN, turn, turnFast := scenarios[2], scenarios[1], scenarios[3], scenarios[4]
 	passS, bareSt := scenarios[8], scenarios[7]
+	// The floor under a target (Floor) is printed beside it: what the least a Go proxy in front
+	// of Postgres does costs on this machine, in this run.
+	floorTurn, floorTool := scenarios[11], scenarios[12]
 	d1 := med(scenarios[0], 1).P50
 	fmt.Println("\nTargets")
 	check("pass-through adds no more p50 (c=1) than the bare proxy", med(pass, 1).P50-d1 <= med(bareN, 1).P50-d1,
@@ -241,7 +270,7 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 	check("pass-through first streamed byte no later than the bare proxy's (c=1)", med(passS, 1).TTFB50 <= med(bareSt, 1).TTFB50,
 		fmt.Sprintf("%s vs %s", dur(med(passS, 1).TTFB50), dur(med(bareSt, 1).TTFB50)))
 	check("a thread turn adds at most 300µs p50 over pass-through (c=1, Postgres with fsync on)", med(turn, 1).P50-med(pass, 1).P50 <= 300*time.Microsecond,
-		dur(med(turn, 1).P50-med(pass, 1).P50))
+		fmt.Sprintf("%s (the floor's thread turn: %s over the bare proxy)", dur(med(turn, 1).P50-med(pass, 1).P50), dur(med(floorTurn, 1).P50-med(bareN, 1).P50)))
 	// The CPU a request costs the proxy and Postgres together (issue 37), and the pass-through's
 	// against the bare proxy's: 0.90x in 0.3.0's run (103 vs 114 µs).
 	together := func(s scenario) (time.Duration, bool) {
@@ -249,12 +278,16 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 		return m.proxy + m.postgres, len(cpu[s.name]) > 0
 	}
 	for _, t := range []struct {
-		s     scenario
-		what  string
-		bound time.Duration
-	}{{turn, "a thread turn", 250 * time.Microsecond}, {scenarios[5], "a turn with one tool round", 650 * time.Microsecond}} {
+		s, floor scenario
+		what     string
+		bound    time.Duration
+	}{{turn, floorTurn, "a thread turn", 250 * time.Microsecond}, {scenarios[5], floorTool, "a turn with one tool round", 650 * time.Microsecond}} {
 		if c, ok := together(t.s); ok {
-			check(t.what+" costs at most "+dur(t.bound)+" of proxy and Postgres CPU (c=32)", c <= t.bound, dur(c))
+			detail := dur(c)
+			if f, ok := together(t.floor); ok {
+				detail += fmt.Sprintf(" (the floor's: %s; %.2fx)", dur(f), float64(c)/float64(f))
+			}
+			check(t.what+" costs at most "+dur(t.bound)+" of proxy and Postgres CPU (c=32)", c <= t.bound, detail)
 		}
 	}
 	if c, ok := together(pass); ok {
