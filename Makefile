@@ -86,7 +86,7 @@ bench:
 
 ## bench-load: the load comparison of BENCHMARKS.md: direct, a bare reverse proxy, and wsproxy
 ## without a thread, with a thread, with a tool round, streamed and not, and the floor under a
-## thread turn and a tool round (load floor), its CPU beside each target's; interleaved rounds. Its
+## thread turn and a tool round (load floor), printed beside the targets; interleaved rounds. Its
 ## Postgres runs with the server's default durability (fsync on); a second cluster with fsync
 ## off runs the thread turn again, for comparison.
 bench-load: build
