@@ -94,12 +94,17 @@ func (st *suiteRun) floor(args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return addr, st.counted(addr, cmd, st.dbURL)
+}
+
+// counted keeps cmd, serving at addr on dbURL, to stop with the run, and counts its CPU and its
+// Postgres's for its scenarios.
+func (st *suiteRun) counted(addr string, cmd *exec.Cmd, dbURL string) error {
 	st.procs = append(st.procs, cmd)
 	st.pids[addr] = cmd.Process.Pid
-	if st.postmasters[addr], err = postmasterPID(st.dbURL); err != nil {
-		return "", err
-	}
-	return addr, nil
+	var err error
+	st.postmasters[addr], err = postmasterPID(dbURL)
+	return err
 }
 
 // proxy starts a wsproxy in front of upstream on dbURL.
@@ -109,9 +114,7 @@ func (st *suiteRun) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	st.procs = append(st.procs, cmd)
-	st.pids[addr] = cmd.Process.Pid
-	if st.postmasters[addr], err = postmasterPID(dbURL); err != nil {
+	if err := st.counted(addr, cmd, dbURL); err != nil {
 		return "", nil, err
 	}
 	return addr, cmd, nil
