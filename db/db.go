@@ -61,14 +61,16 @@ func WithTx(ctx context.Context, b TxBeginner, opts pgx.TxOptions, fn func(tx pg
 
 // Unavailable reports whether err means Postgres is unavailable: it could not be reached, it
 // refused or dropped the connection, it is starting, shutting down or out of resources, it did
-// not answer in time (a deadline, or the statement_timeout that DATABASE_TIMEOUT sets), or the
-// pool is closed. Those are the failures a client may retry later (503); any other error (a
-// statement Postgres refused, a bug) is not.
+// not answer in time (a deadline, or the statement_timeout that DATABASE_TIMEOUT sets), the pool
+// is closed, or it rolled the transaction back for a race with another (Retryable) that trying
+// again did not settle. Those are the failures a client may retry later (503); any other error
+// (a statement Postgres refused, a bug) is not.
 func Unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch code := pgErr.Code; {
-		case strings.HasPrefix(code, "08"), // connection exception
+		case Retryable(err), // a race with another transaction, rolled back
+			strings.HasPrefix(code, "08"),  // connection exception
 			strings.HasPrefix(code, "53"),  // insufficient resources: too many connections, out of memory, disk full
 			strings.HasPrefix(code, "57P"), // admin or crash shutdown, cannot connect now, database dropped
 			strings.HasPrefix(code, "58"),  // system error (I/O)
@@ -89,4 +91,13 @@ func Unavailable(err error) bool {
 		pgconn.Timeout(err) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.EOF)
+}
+
+// Retryable reports whether err is Postgres's rollback of a transaction for a race with another
+// (SQLSTATE 40001, serialization_failure, which migration 017 raises for a parents change that
+// met another; 40P01, deadlock_detected): nothing of it was written, and the same transaction
+// tried again may succeed.
+func Retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -66,6 +66,21 @@ var setIdleTimeout = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout 
 // statement_timeout (PgBouncer drops startup parameters).
 // With scope, it also reads the thread's place among its scopes (Scope) in the same round trip.
 func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string, scope bool) (*LockedTx, error) {
+	return beginLocked(ctx, pool, lock, threadID, scope, nil)
+}
+
+// BeginParentsLocked begins a LockedTx that changes threadID's parents to parents (ThreadSetParents),
+// the thread created when new (LockThreadUpsert): its first statement takes the keys of the
+// change (ThreadParentsLock, waiting for them) before the transaction locks any row, as
+// migration 017 asks of every parents change.
+func BeginParentsLocked(ctx context.Context, pool *pgxpool.Pool, threadID string, parents []string) (*LockedTx, error) {
+	return beginLocked(ctx, pool, LockThreadUpsert, threadID, false, func(b *pgx.Batch) {
+		b.Queue(threadParentsLock, threadID, parents)
+	})
+}
+
+// beginLocked is BeginLocked, with the statements first queues (when not nil) before the lock.
+func beginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threadID string, scope bool, first func(b *pgx.Batch)) (*LockedTx, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire connection: %w", err)
@@ -75,6 +90,9 @@ func BeginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	b.Queue("BEGIN")
 	b.Queue(setIdleTimeout)
 	queueDeadline(ctx, b)
+	if first != nil {
+		first(b)
+	}
 	queueLock(b, &t.LockedThread, lock, threadID)
 	if scope {
 		b.Queue(threadScopeGet, threadID).QueryRow(func(row pgx.Row) error {

@@ -895,3 +895,56 @@ func TestUpgradeToUsagePerWriter(t *testing.T) {
 	require.NoError(t, db.AddUsage(ctx, pool, []db.ThreadUsageAddParams{{ID: "gone", WriterID: "w", Batch: 2, PromptTokens: 1}}),
 		"a thread that does not exist is skipped")
 }
+
+// TestUpgradeToParentsLocksAndTurnGiveBacks: a database populated under schema 016 upgrades to
+// the current one (migration 017), which changes functions alone. A replica of the previous
+// version, whose connection prepared its turn start before the upgrade, still starts turns, and
+// still gives a turn back by its number (turn_undo(text, integer)). Two threads left naming each
+// other (a cycle two parents changes made at once before) still start turns, and a change of
+// parents among them takes its keys and ends; the current give-back names the thread's life
+// (created_at) and takes with it a first turn's thread, its client's parents_set and the empty
+// parent made with it.
+func TestUpgradeToParentsLocksAndTurnGiveBacks(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer"},
+		`INSERT INTO threads (id, turns, parents) VALUES ('a', 1, '{b}'), ('b', 1, '{a}'), ('old', 2, '{}')`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('b', 1, 'Formal', 'hard')`,
+	)
+	old, err := pool.Acquire(ctx) // a replica of the previous version: its statements prepared before the upgrade
+	require.NoError(t, err)
+	defer old.Release()
+	const oldStart = `SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at, inherited, agent_writes, refused, version, next_preference_id
+		FROM turn_start_unless_held($1, NULL::text[], false)`
+	var turn int32
+	skip := []any{&turn, new(any), new(any), new(any), new(any), new(any), new(any), new(any), new(any)}
+	require.NoError(t, old.QueryRow(ctx, oldStart, "old").Scan(skip...))
+	require.Equal(t, int32(3), turn)
+	require.NoError(t, db.Migrate(ctx, pool))
+	require.NoError(t, old.QueryRow(ctx, oldStart, "old").Scan(skip...), "the previous version's prepared turn start")
+	require.Equal(t, int32(4), turn)
+	_, err = old.Exec(ctx, `SELECT turn_undo('old', 4)`)
+	require.NoError(t, err, "the previous version's give-back")
+	var turns int32
+	require.NoError(t, pool.QueryRow(ctx, `SELECT turns FROM threads WHERE id = 'old'`).Scan(&turns))
+	require.Equal(t, int32(3), turns)
+
+	q := db.New()
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	rows, err := db.TurnStarts(ctx, conn, []db.TurnStartParams{{ThreadID: "a"}, {ThreadID: "b"}})
+	require.NoError(t, err)
+	require.Equal(t, []int32{2, 2}, []int32{rows[0].Turn, rows[1].Turn}, "threads of a cycle start their turns")
+	require.JSONEq(t, `[{"scope":"b","preferences":[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]}]`, string(rows[0].Inherited))
+	tx, err := db.BeginParentsLocked(ctx, pool, "a", []string{})
+	require.NoError(t, err, "the keys of a change among a cycle")
+	refused, err := q.ThreadSetParents(ctx, tx.Conn(), db.ThreadSetParentsParams{ID: "a", Parents: []string{}, Actor: "user", Via: "admin"})
+	require.NoError(t, err)
+	require.Empty(t, refused)
+	require.NoError(t, tx.Commit(ctx, nil))
+}

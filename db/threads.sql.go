@@ -252,6 +252,22 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (Thre
 	return i, err
 }
 
+const threadParentsLock = `-- name: ThreadParentsLock :exec
+SELECT thread_parents_lock($1::text, $2::text[], true)
+`
+
+type ThreadParentsLockParams struct {
+	ID      string
+	Parents []string
+}
+
+// Takes the keys of a change of a thread's parents to parents (thread_parents_lock, migration
+// 017), waiting for them: the statement before the transaction locks any row.
+func (q *Queries) ThreadParentsLock(ctx context.Context, db DBTX, arg ThreadParentsLockParams) error {
+	_, err := db.Exec(ctx, threadParentsLock, arg.ID, arg.Parents)
+	return err
+}
+
 const threadRevive = `-- name: ThreadRevive :one
 SELECT next_preference_id, next_event_id FROM thread_revive($1)
 `

@@ -273,3 +273,8 @@ SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::tex
 -- Gives back a turn that never reached its model (turn_undo, migration 014): its number, its
 -- snapshot, and the thread when the turn made it and nothing was written to it since.
 SELECT turn_undo(@thread_id::text, @turn::integer);
+
+-- name: ThreadParentsLock :exec
+-- Takes the keys of a change of a thread's parents to parents (thread_parents_lock, migration
+-- 017), waiting for them: the statement before the transaction locks any row.
+SELECT thread_parents_lock(@id::text, @parents::text[], true);

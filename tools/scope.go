@@ -246,6 +246,11 @@ func (w *Workspace) storedParents(parents []ThreadID) ([]string, error) {
 // SetParents stores the thread's parents, nearest first, as a user change (the thread and each
 // parent created when new), with a parents_set event when they differ from the stored ones. A
 // *ParentsError for a list that cannot be stored; ErrNotFound for another client's thread.
+//
+// Two changes of parents that would make a cycle together take turns (the keys of migration 017,
+// taken before the thread's row): the later one sees the earlier's list, and is refused. One that
+// Postgres rolls back for a race all the same (db.Retryable) is tried again, at most
+// maxParentsAttempts times in all.
 func (w *Workspace) SetParents(ctx context.Context, parents []ThreadID) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
@@ -253,7 +258,20 @@ func (w *Workspace) SetParents(ctx context.Context, parents []ThreadID) (err err
 	if err != nil {
 		return err
 	}
-	tx, err := db.BeginLocked(ctx, w.store.pool, db.LockThreadUpsert, w.threadID, false)
+	for attempt := 1; ; attempt++ {
+		err = w.setParents(ctx, stored)
+		if attempt == maxParentsAttempts || !db.Retryable(err) {
+			return err
+		}
+	}
+}
+
+// maxParentsAttempts bounds the tries of a change of parents that races another.
+const maxParentsAttempts = 3
+
+// setParents is one try of SetParents, stored the parents' stored ids.
+func (w *Workspace) setParents(ctx context.Context, stored []string) error {
+	tx, err := db.BeginParentsLocked(ctx, w.store.pool, w.threadID, stored)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
@@ -310,4 +313,111 @@ func TestInheritedCacheBounded(t *testing.T) {
 	again, err := c.shown(raw, nil, own)
 	require.NoError(t, err)
 	require.Equal(t, s, again)
+}
+
+// TestParentsChangesAtOnceMakeNoCycle: two threads that name each other as their parent at the
+// same moment (PUT a/parents [b] and PUT b/parents [a], or one of them a turn's
+// X-Workspace-Parents) never both store their lists (docs/spec.md §17: no cycle): one is
+// stored, the other refused as a cycle (a *ParentsError: 400 invalid_parents), and neither fails
+// otherwise (a deadlock would be a 500). Thirty pairs of each kind race at once: new threads,
+// threads that exist, and a user's change against a new thread's first turn.
+func TestParentsChangesAtOnceMakeNoCycle(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 16})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	const pairs = 30
+	type pair struct {
+		kind string
+		a, b *Workspace
+		errs [2]error
+	}
+	var all []*pair
+	for _, kind := range []string{"new", "existing", "turn"} {
+		for i := range pairs {
+			p := &pair{kind: kind, a: store.Workspace(ThreadID{Name: fmt.Sprintf("%s-a%d", kind, i)}),
+				b: store.Workspace(ThreadID{Name: fmt.Sprintf("%s-b%d", kind, i)})}
+			if kind == "existing" {
+				for _, ws := range []*Workspace{p.a, p.b} {
+					_, err := ws.SetObjective(ctx, "exists")
+					require.NoError(t, err)
+				}
+			}
+			all = append(all, p)
+		}
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, p := range all {
+		wg.Go(func() {
+			<-start
+			p.errs[0] = p.a.SetParents(ctx, []ThreadID{p.b.ThreadID()})
+		})
+		wg.Go(func() {
+			<-start
+			if p.kind == "turn" {
+				_, p.errs[1] = p.b.StartTurn(ctx, TurnOptions{Parents: []ThreadID{p.a.ThreadID()}})
+				return
+			}
+			p.errs[1] = p.b.SetParents(ctx, []ThreadID{p.a.ThreadID()})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, p := range all {
+		stored := 0
+		for i, err := range p.errs {
+			var pe *ParentsError
+			switch {
+			case err == nil:
+				stored++
+			case !errors.As(err, &pe):
+				t.Errorf("%s pair %s/%s: side %d failed: %v", p.kind, p.a.threadID, p.b.threadID, i, err)
+			}
+		}
+		if stored != 1 {
+			t.Errorf("%s pair %s/%s: %d lists stored, want 1 (errors %v)", p.kind, p.a.threadID, p.b.threadID, stored, p.errs)
+		}
+	}
+	var cycles []string
+	rows, err := pool.Query(ctx, `SELECT t.id FROM threads t, thread_scope(t.id, t.parents, NULL) s WHERE s.cycle ORDER BY t.id`)
+	require.NoError(t, err)
+	cycles, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, cycles, "threads that are their own ancestors")
+}
+
+// TestTurnStartWaitsForNoHeldParent: a new thread's first turn that stores its parents does not
+// wait for a parent whose row an edit holds (its transaction still open): nor, then, does any
+// other thread's turn start that goes in the same batch. The parent exists; the start names it,
+// it does not write it.
+func TestTurnStartWaitsForNoHeldParent(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 8})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	scope := store.Workspace(ThreadID{Name: "held-scope"})
+	_, err := scope.AddPreference(ctx, PreferenceInput{Title: "Tabs over spaces"})
+	require.NoError(t, err)
+	edit, err := pool.Begin(ctx) // a user's edit of the scope, under way: ThreadLockTouch
+	require.NoError(t, err)
+	defer edit.Rollback(ctx)
+	var pid int32
+	require.NoError(t, edit.QueryRow(ctx, `UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING pg_backend_pid()`, scope.threadID).Scan(&pid))
+
+	type started struct {
+		turn TurnStart
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() {
+		turn, err := store.Workspace(ThreadID{Name: "session"}).StartTurn(ctx, TurnOptions{Parents: []ThreadID{scope.ThreadID()}, ParentsIfNew: true})
+		done <- started{turn, err}
+	}()
+	got := awaitUnblocked(ctx, t, pool, pid, done, "the turn start waits for its parent's row")
+	require.NoError(t, got.err)
+	require.Equal(t, 1, got.turn.Number)
+	require.Contains(t, got.turn.Block(), "From held-scope")
 }

@@ -121,10 +121,13 @@ func (s *turnStarter) hold(thread string) *heldThread {
 	return h
 }
 
-// startHeld begins a turn of a thread whose row another transaction held, in a statement of its
-// own that waits for the row (db.TurnStartWaiting: Postgres gives up the wait at ctx's deadline,
-// and a start that failed never begins its turn later), one start of the thread at a time:
-// however many of them wait, the held row costs one pooled connection, and the batches nothing.
+// startHeld begins a turn of a thread whose row another transaction held (or whose parents
+// another change was storing), in a statement of its own that waits for them
+// (db.TurnStartWaiting: Postgres gives up the wait at ctx's deadline, and a start that failed
+// never begins its turn later), one start of the thread at a time: however many of them wait,
+// the held row costs one pooled connection, and the batches nothing. A start that Postgres rolled
+// back for a race with a change of parents (db.Retryable) is sent again, at most
+// maxParentsAttempts times in all.
 func (s *turnStarter) startHeld(ctx context.Context, args db.TurnStartParams, h *heldThread) (db.TurnStartRow, error) {
 	thread := args.ThreadID
 	defer func() {
@@ -140,7 +143,12 @@ func (s *turnStarter) startHeld(ctx context.Context, args db.TurnStartParams, h 
 	case <-ctx.Done():
 		return db.TurnStartRow{}, ctx.Err()
 	}
-	return db.TurnStartWaiting(ctx, s.pool, args)
+	for attempt := 1; ; attempt++ {
+		row, err := db.TurnStartWaiting(ctx, s.pool, args)
+		if attempt == maxParentsAttempts || !db.Retryable(err) {
+			return row, err
+		}
+	}
 }
 
 // next takes the turn starts that waited while a batch was under way, or ends the batch's turn

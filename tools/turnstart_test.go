@@ -384,3 +384,23 @@ func TestTurnStartFastPathAgreesWithTurnStart(t *testing.T) {
 	require.NotZero(t, rows[1].Turn, "another thread of the batch begins its turn")
 	require.NoError(t, tx.Rollback(ctx))
 }
+
+// awaitUnblocked waits for a value of done, failing the test as soon as a session waits for a
+// lock that the backend pid holds instead.
+func awaitUnblocked[T any](ctx context.Context, t *testing.T, pool *pgxpool.Pool, pid int32, done <-chan T, blocked string) T {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case v := <-done:
+			return v
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-tick.C:
+			if blockedBy(ctx, t, pool, pid) > 0 {
+				t.Fatal(blocked)
+			}
+		}
+	}
+}
