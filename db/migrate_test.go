@@ -768,30 +768,38 @@ func TestUpgradeToTurnUndo(t *testing.T) {
 		require.NoError(t, err)
 		return n, true
 	}
+	undo := func(thread string, turn int32) error { // the thread as it stands (migration 017: the thread the turn began on)
+		var created pgtype.Timestamptz
+		err := pool.QueryRow(ctx, `SELECT created_at FROM threads WHERE id = $1`, thread).Scan(&created)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			require.NoError(t, err)
+		}
+		return q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: thread, Turn: turn, CreatedAt: created})
+	}
 	snapshots := func(thread string) int {
 		var n int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM workspace_snapshots WHERE thread_id = $1`, thread).Scan(&n))
 		return n
 	}
 
-	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "pre-014", Turn: 1}))
+	require.NoError(t, undo("pre-014", 1))
 	n, _ := turns("pre-014")
 	require.Equal(t, 2, n, "a turn a later one followed keeps its number")
-	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "pre-014", Turn: 2}))
+	require.NoError(t, undo("pre-014", 2))
 	n, ok := turns("pre-014")
 	require.True(t, ok)
 	require.Equal(t, 1, n)
 	require.Equal(t, 1, snapshots("pre-014"), "its snapshot goes, the earlier one stays")
 
-	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "fresh", Turn: 1}))
+	require.NoError(t, undo("fresh", 1))
 	_, ok = turns("fresh")
 	require.False(t, ok, "the thread its first turn made goes with it")
 	require.Zero(t, snapshots("fresh"))
-	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "scope", Turn: 1}))
+	require.NoError(t, undo("scope", 1))
 	n, ok = turns("scope")
 	require.True(t, ok, "a thread another names as its parent stays")
 	require.Zero(t, n)
-	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "gone", Turn: 1}), "no thread: nothing to give back")
+	require.NoError(t, undo("gone", 1), "no thread: nothing to give back")
 }
 
 // TestUpgradeToToolCallInOneRoundTrip: a database populated under schema 014 upgrades to the
@@ -947,4 +955,15 @@ func TestUpgradeToParentsLocksAndTurnGiveBacks(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, refused)
 	require.NoError(t, tx.Commit(ctx, nil))
+
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "session", Parents: []string{"new-scope", "b"}, ParentsIfNew: true})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), start.Turn)
+	require.NoError(t, q.TurnUndo(ctx, pool, db.TurnUndoParams{ThreadID: "session", Turn: 1, CreatedAt: start.CreatedAt}))
+	var left []string
+	r, err := pool.Query(ctx, `SELECT id FROM threads ORDER BY id`)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(r, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b", "old"}, left, "the first turn's thread and the empty scope made with it are given back")
 }

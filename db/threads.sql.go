@@ -765,17 +765,19 @@ func (q *Queries) TurnStartsUnlessHeld(ctx context.Context, db DBTX, starts []by
 }
 
 const turnUndo = `-- name: TurnUndo :exec
-SELECT turn_undo($1::text, $2::integer)
+SELECT turn_undo($1::text, $2::integer, $3::timestamptz)
 `
 
 type TurnUndoParams struct {
-	ThreadID string
-	Turn     int32
+	ThreadID  string
+	Turn      int32
+	CreatedAt pgtype.Timestamptz
 }
 
-// Gives back a turn that never reached its model (turn_undo, migration 014): its number, its
-// snapshot, and the thread when the turn made it and nothing was written to it since.
+// Gives back a turn that never reached its model (turn_undo, migrations 014 and 017) of the
+// thread it began on (created_at): its number, its snapshot, and, for a first turn, the thread
+// and the empty parents its start created, when nothing was written to them since.
 func (q *Queries) TurnUndo(ctx context.Context, db DBTX, arg TurnUndoParams) error {
-	_, err := db.Exec(ctx, turnUndo, arg.ThreadID, arg.Turn)
+	_, err := db.Exec(ctx, turnUndo, arg.ThreadID, arg.Turn, arg.CreatedAt)
 	return err
 }

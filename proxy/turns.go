@@ -146,7 +146,7 @@ func (s *Server) endTurn(ctx context.Context, t *turn.Turn) {
 	defer s.turns.Done()
 	noteTurn(ctx, t.Model, t.Usage)
 	if !t.Reached() {
-		if err := t.Workspace.UndoTurn(context.WithoutCancel(ctx), t.Start.Number); err != nil {
+		if err := t.Workspace.UndoTurn(context.WithoutCancel(ctx), t.Start); err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "a turn that never reached its model kept its number",
 				slog.String("thread", t.Workspace.ThreadID().String()), slog.Any("err", err))
 		}

@@ -137,3 +137,39 @@ func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
 		})
 	}
 }
+
+// TestGiveBackOfADeletedThreadsTurn: a turn whose thread was deleted and created again while it
+// waited for its model names the thread it began on when it is given back (its first upstream
+// round failed): it takes back nothing of the new thread — neither its turn 1 and snapshot, nor
+// the thread itself.
+func TestGiveBackOfADeletedThreadsTurn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, again := range map[string]func(t *testing.T, ws *Workspace){
+		"ByATurn": func(*testing.T, *Workspace) {},
+		"ByAnEditThenATurn": func(t *testing.T, ws *Workspace) {
+			_, err := ws.SetObjective(ctx, "The new thread's")
+			require.NoError(t, err)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			old := f.turn
+			require.NoError(t, f.ws.Delete(ctx))
+			again(t, f.ws)
+			turn, err := f.ws.StartTurn(ctx, TurnOptions{})
+			require.NoError(t, err)
+			require.Equal(t, 1, turn.Number)
+
+			require.NoError(t, f.ws.UndoTurn(ctx, old)) // the old turn's first round failed
+			threads, err := f.store.Threads(ctx, "", "", 10)
+			require.NoError(t, err)
+			require.Len(t, threads, 1, "the new thread stays")
+			require.Equal(t, 1, threads[0].Turns, "the new thread's turn 1 stays counted")
+			snaps, err := f.ws.Snapshots(ctx, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, snaps, 1, "the new thread's snapshot of turn 1 stays")
+		})
+	}
+}

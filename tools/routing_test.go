@@ -55,7 +55,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	undone := store.Workspace(ThreadID{Name: "undone"})
 	start, err = undone.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
-	require.NoError(t, undone.UndoTurn(ctx, start.Number))
+	require.NoError(t, undone.UndoTurn(ctx, start))
 	require.NoError(t, store.Workspace(ThreadID{Name: "compacted-first"}).NoteCompaction(ctx))
 	link, err := ws.IssueLink(ctx, LinkMCP, time.Now().Add(time.Hour))
 	require.NoError(t, err)

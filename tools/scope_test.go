@@ -421,3 +421,37 @@ func TestTurnStartWaitsForNoHeldParent(t *testing.T) {
 	require.Equal(t, 1, got.turn.Number)
 	require.Contains(t, got.turn.Block(), "From held-scope")
 }
+
+// TestGiveBackOfAFirstTurnThatStoredParents: a first turn that stored its parents and never
+// reached its model is given back with what its start made (docs/spec.md §2, §17): the thread,
+// its parents_set event, and the parents it created that are still empty and named by no other
+// thread. A parent that existed, one another thread names, and one a user wrote to since stay.
+func TestGiveBackOfAFirstTurnThatStoredParents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	ws := func(name string) *Workspace { return store.Workspace(ThreadID{Name: name}) }
+	_, err := ws("existing").AddPreference(ctx, PreferenceInput{Title: "Tabs over spaces"})
+	require.NoError(t, err)
+	parents := []ThreadID{{Name: "new-empty"}, {Name: "existing"}, {Name: "new-shared"}, {Name: "new-written"}}
+	start, err := ws("session").StartTurn(ctx, TurnOptions{Parents: parents, ParentsIfNew: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, start.Number)
+	require.NoError(t, ws("other").SetParents(ctx, []ThreadID{{Name: "new-shared"}}))
+	_, err = ws("new-written").SetObjective(ctx, "A user's")
+	require.NoError(t, err)
+
+	require.NoError(t, ws("session").UndoTurn(ctx, start)) // its first upstream round failed
+	for _, th := range []struct {
+		name  string
+		stays bool
+	}{{"session", false}, {"new-empty", false}, {"existing", true}, {"new-shared", true}, {"new-written", true}, {"other", true}} {
+		_, err := ws(th.name).Get(ctx)
+		switch {
+		case th.stays && err != nil:
+			t.Errorf("%s should stay: %v", th.name, err)
+		case !th.stays && !errors.Is(err, ErrNotFound):
+			t.Errorf("%s should be given back with the turn: %v", th.name, err)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wsproxy/wsproxy/db"
@@ -432,14 +433,21 @@ func (w *Workspace) insert(ctx context.Context, tx db.DBTX, nextID int64, items 
 	return rows, nil
 }
 
-// UndoTurn gives back turn n, which never reached its model (its first upstream round failed):
-// its number, when no later turn took one, its snapshot, and the thread when the turn created it
-// and nothing was written to it since (docs/spec.md §2).
-func (w *Workspace) UndoTurn(ctx context.Context, n int) (err error) {
+// UndoTurn gives back the turn start began, which never reached its model (its first upstream
+// round failed): its number, when no later turn took one, its snapshot, and, for a first turn,
+// the thread and the empty parents its start created, when nothing was written to them since
+// (docs/spec.md §2). It names the thread the turn began on (start.Created): a thread deleted and
+// created again under its id meanwhile is another, and loses nothing.
+func (w *Workspace) UndoTurn(ctx context.Context, start TurnStart) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	if err := w.store.q.TurnUndo(ctx, w.store.pool, db.TurnUndoParams{ThreadID: w.threadID, Turn: int32(n)}); err != nil {
+	if err := w.store.q.TurnUndo(ctx, w.store.pool, w.undoParams(int32(start.Number), start.Created)); err != nil {
 		return fmt.Errorf("undo turn: %w", err)
 	}
 	return nil
+}
+
+// undoParams are TurnUndo's parameters for turn n of the thread created at created.
+func (w *Workspace) undoParams(n int32, created time.Time) db.TurnUndoParams {
+	return db.TurnUndoParams{ThreadID: w.threadID, Turn: n, CreatedAt: pgtype.Timestamptz{Time: created, Valid: true}}
 }

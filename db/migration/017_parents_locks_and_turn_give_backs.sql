@@ -1,6 +1,8 @@
--- Parents changes that never make a cycle together, and turn starts that wait for no parent's
--- row (docs/spec.md §2, §17). Only functions change: tables and rows stay as they are, and the
--- functions a replica of the previous version calls keep their signatures.
+-- Parents changes that never make a cycle together, turn starts that wait for no parent's row,
+-- and turns given back by the thread they began on, with what their start made (docs/spec.md
+-- §2, §17). Only functions change: tables and rows stay as they are, and the functions a replica
+-- of the previous version calls keep their signatures (turn_undo(text, integer) stays as 014
+-- made it, for those replicas alone).
 
 -- A parents change of a thread holds its thread's key exclusively, and the key of each of its
 -- ancestors as the new list makes them shared, until its transaction ends: transaction-scoped
@@ -253,5 +255,61 @@ BEGIN
     SELECT s.turn, s.objective, s.preferences, s.created_at, s.inherited, s.agent_writes, s.refused, s.version, s.next_preference_id
     INTO turn, objective, preferences, created_at, inherited, agent_writes, refused, version, next_preference_id
     FROM turn_start_with(turn_start_unless_held.thread_id, new_parents, parents_if_new, false) s;
+END
+$$;
+
+-- turn_undo as in 014, for the thread the turn began on: created_at names its life (a thread
+-- deleted and created again under its id while the turn waited for its model is another, and
+-- nothing of it is given back). A first turn takes with it what its start made: the thread, when
+-- nothing but the client's parents_set events (its start's) was written to it — no other event,
+-- preference, objective, tool call or link — and no thread names it as a parent; and then each
+-- parent those events named that was created with the thread (in the same transaction: its
+-- created_at) and is still as it was made — no turn, event, preference, objective, tool call,
+-- link, parents or review setting of its own, and no other thread naming it. Nothing it removes
+-- can be written meanwhile, and it waits for nothing: the thread's row is locked by its first
+-- statement (every workspace write locks it first), a parent's row is locked unless another
+-- transaction holds it (then it stays), and a thread or parent is removed only under its parents
+-- key (taken unless held: a parents change naming it holds that key until it commits).
+CREATE FUNCTION turn_undo(thread_id text, turn integer, created_at timestamptz) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    named text[];
+    parent text;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    UPDATE threads t SET turns = t.turns - 1
+    WHERE t.id = turn_undo.thread_id AND t.turns = turn_undo.turn AND t.created_at = turn_undo.created_at;
+    IF NOT FOUND THEN
+        RETURN; -- a later turn began, or the thread is gone (or is another): nothing to give back
+    END IF;
+    DELETE FROM workspace_snapshots s WHERE s.thread_id = turn_undo.thread_id AND s.turn = turn_undo.turn;
+    IF turn_undo.turn <> 1 OR NOT pg_try_advisory_xact_lock(2004054136, hashtext(turn_undo.thread_id)) THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(DISTINCT n), '{}') INTO named
+    FROM events e, jsonb_array_elements_text(e.after->'parents') n
+    WHERE e.thread_id = turn_undo.thread_id AND e.kind = 'parents_set' AND e.actor = 'client';
+    DELETE FROM threads t WHERE t.id = turn_undo.thread_id AND t.turns = 0
+        AND NOT EXISTS (SELECT FROM events e WHERE e.thread_id = t.id AND NOT (e.kind = 'parents_set' AND e.actor = 'client'))
+        AND NOT EXISTS (SELECT FROM preferences p WHERE p.thread_id = t.id)
+        AND NOT EXISTS (SELECT FROM objectives o WHERE o.thread_id = t.id)
+        AND NOT EXISTS (SELECT FROM tool_calls c WHERE c.thread_id = t.id)
+        AND NOT EXISTS (SELECT FROM links l WHERE l.thread_id = t.id)
+        AND NOT EXISTS (SELECT FROM threads c WHERE t.id = ANY (c.parents));
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    FOREACH parent IN ARRAY named LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(2004054136, hashtext(parent));
+        PERFORM FROM threads s WHERE s.id = parent AND s.created_at = turn_undo.created_at FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        DELETE FROM threads s WHERE s.id = parent AND s.turns = 0 AND cardinality(s.parents) = 0 AND s.agent_writes IS NULL
+            AND NOT EXISTS (SELECT FROM events e WHERE e.thread_id = s.id)
+            AND NOT EXISTS (SELECT FROM preferences x WHERE x.thread_id = s.id)
+            AND NOT EXISTS (SELECT FROM objectives o WHERE o.thread_id = s.id)
+            AND NOT EXISTS (SELECT FROM tool_calls c WHERE c.thread_id = s.id)
+            AND NOT EXISTS (SELECT FROM links l WHERE l.thread_id = s.id)
+            AND NOT EXISTS (SELECT FROM threads c WHERE s.id = ANY (c.parents));
+    END LOOP;
 END
 $$;
