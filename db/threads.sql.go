@@ -774,9 +774,10 @@ type TurnUndoParams struct {
 	CreatedAt pgtype.Timestamptz
 }
 
-// Gives back a turn that never reached its model (turn_undo, migrations 014 and 017) of the
-// thread it began on (created_at): its number, its snapshot, and, for a first turn, the thread
-// and the empty parents its start created, when nothing was written to them since.
+// Gives back a turn that never reached its model, or whose caller gave up (turn_undo, migrations
+// 014 and 017), of the thread it began on (created_at): its number, its snapshot, and, for a
+// first turn, the thread and the empty parents its start created, when nothing was written to
+// them since.
 func (q *Queries) TurnUndo(ctx context.Context, db DBTX, arg TurnUndoParams) error {
 	_, err := db.Exec(ctx, turnUndo, arg.ThreadID, arg.Turn, arg.CreatedAt)
 	return err

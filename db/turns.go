@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,4 +125,20 @@ func scanTurnStart(r *TurnStartRow) func(pgx.Row) error {
 		return row.Scan(&r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites, &r.Refused,
 			&r.Version, &r.NextPreferenceID)
 	}
+}
+
+// TurnUndos gives back turns (TurnUndo each) in one round trip, each thread's later turns first
+// (a turn is given back only while it is its thread's latest).
+func TurnUndos(ctx context.Context, pool *pgxpool.Pool, undos []TurnUndoParams) error {
+	slices.SortFunc(undos, func(a, b TurnUndoParams) int {
+		if c := strings.Compare(a.ThreadID, b.ThreadID); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.Turn, a.Turn)
+	})
+	b := &pgx.Batch{}
+	for _, u := range undos {
+		b.Queue(turnUndo, u.ThreadID, u.Turn, u.CreatedAt)
+	}
+	return pool.SendBatch(ctx, b).Close()
 }

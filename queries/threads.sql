@@ -270,9 +270,10 @@ UPDATE threads SET agent_writes = sqlc.narg(agent_writes)::text, updated_at = no
 SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::text ORDER BY id LIMIT @max_rows;
 
 -- name: TurnUndo :exec
--- Gives back a turn that never reached its model (turn_undo, migrations 014 and 017) of the
--- thread it began on (created_at): its number, its snapshot, and, for a first turn, the thread
--- and the empty parents its start created, when nothing was written to them since.
+-- Gives back a turn that never reached its model, or whose caller gave up (turn_undo, migrations
+-- 014 and 017), of the thread it began on (created_at): its number, its snapshot, and, for a
+-- first turn, the thread and the empty parents its start created, when nothing was written to
+-- them since.
 SELECT turn_undo(@thread_id::text, @turn::integer, @created_at::timestamptz);
 
 -- name: ThreadParentsLock :exec

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,12 +48,39 @@ type heldThread struct {
 	starts int           // the thread's starts that have not returned; the entry goes with the last
 }
 
-// pendingStart is one turn start: its thread, and where its result goes (buffered: the sender
-// never waits for a caller that gave up).
+// pendingStart is one turn start: its thread, where its result goes (buffered: the sender never
+// waits for a caller that gave up), and who has it: the start's result is handed over once, to
+// its caller or, when the caller gave up first, back to the batch's sender, which gives back the
+// turn it began (docs/spec.md §2: a turn whose caller answered 503, or went on without its
+// workspace, takes no number).
 type pendingStart struct {
-	ctx  context.Context
-	args db.TurnStartParams
-	done chan startResult
+	ctx   context.Context
+	args  db.TurnStartParams
+	done  chan startResult
+	state atomic.Int32 // startWaiting, then startAnswered (the sender's) or startLeft (the caller's)
+}
+
+// The states of a pendingStart's hand-over.
+const (
+	startWaiting int32 = iota
+	startAnswered
+	startLeft
+)
+
+// answer hands r over to p's caller, and reports false when the caller gave up first (r is then
+// the sender's to give back).
+func (p *pendingStart) answer(r startResult) bool {
+	if !p.state.CompareAndSwap(startWaiting, startAnswered) {
+		return false
+	}
+	p.done <- r
+	return true
+}
+
+// leave is the caller's giving up: it reports false when the result was handed over first (the
+// caller then takes it from done).
+func (p *pendingStart) leave() bool {
+	return p.state.CompareAndSwap(startWaiting, startLeft)
 }
 
 type startResult struct {
@@ -94,15 +122,19 @@ func (s *turnStarter) start(ctx context.Context, args db.TurnStartParams, bounde
 			go s.sendAll(next)
 		}
 	}
+	var r startResult
 	select {
-	case r := <-p.done:
-		if r.err == nil && r.row.Turn == 0 && r.row.Refused == "" { // the row was held: no turn begun
-			return s.startHeld(ctx, args, s.hold(thread))
-		}
-		return r.row, r.err
+	case r = <-p.done:
 	case <-ctx.Done():
-		return db.TurnStartRow{}, ctx.Err()
+		if p.leave() {
+			return db.TurnStartRow{}, ctx.Err()
+		}
+		r = <-p.done // answered as it left: the turn is the caller's
 	}
+	if r.err == nil && r.row.Turn == 0 && r.row.Refused == "" { // the row was held: no turn begun
+		return s.startHeld(ctx, args, s.hold(thread))
+	}
+	return r.row, r.err
 }
 
 // hold counts a start of thread, whose row another transaction holds, among its held starts.
@@ -189,14 +221,16 @@ func (s *turnStarter) sendAll(batch []*pendingStart) {
 // send begins the batch's turns in one round trip, bounded by the store's timeout; its context
 // is the first turn's, without its cancellation (the others' starts go on when that client
 // leaves), so that a trace shows the batch below that turn. The turn starts whose callers gave
-// up while the batch waited for its connection are left out: they begin no turn.
+// up while the batch waited for its connection are left out: they begin no turn. Those whose
+// callers gave up while it ran get their turns given back once it committed (giveBack): those
+// callers answered without a turn.
 func (s *turnStarter) send(batch []*pendingStart) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), s.timeout)
 	defer cancel()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		for _, p := range batch {
-			p.done <- startResult{err: err}
+			p.answer(startResult{err: err})
 		}
 		return
 	}
@@ -210,11 +244,27 @@ func (s *turnStarter) send(batch []*pendingStart) {
 		starts = append(starts, p.args)
 	}
 	rows, err := db.TurnStarts(ctx, conn, starts)
+	var left []db.TurnUndoParams // the turns begun for callers that gave up
 	for i, p := range batch {
 		if err != nil {
-			p.done <- startResult{err: err}
+			p.answer(startResult{err: err})
 			continue
 		}
-		p.done <- startResult{row: rows[i]}
+		if !p.answer(startResult{row: rows[i]}) && rows[i].Turn > 0 {
+			left = append(left, db.TurnUndoParams{ThreadID: p.args.ThreadID, Turn: rows[i].Turn, CreatedAt: rows[i].CreatedAt})
+		}
 	}
+	if len(left) > 0 {
+		go s.giveBack(context.WithoutCancel(batch[0].ctx), left)
+	}
+}
+
+// giveBack gives back the turns of starts whose callers gave up while their batch ran, on a
+// connection of its own (an undo waits for its thread's row, which the next batch must not), each
+// thread's later turn first. A failure leaves those turns counted, as a crash before it would: a
+// number and a snapshot of the workspace as it stood, nothing of anyone's workspace.
+func (s *turnStarter) giveBack(ctx context.Context, left []db.TurnUndoParams) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_ = db.TurnUndos(ctx, s.pool, left)
 }

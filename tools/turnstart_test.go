@@ -404,3 +404,56 @@ func awaitUnblocked[T any](ctx context.Context, t *testing.T, pool *pgxpool.Pool
 		}
 	}
 }
+
+// TestTurnStartWhoseCallerLeftTakesNoTurn: a turn start whose caller gave up while its batch was
+// under way (the client left; WORKSPACE_BUDGET or DATABASE_TIMEOUT ran out, and the caller
+// answered 503 or went on without its workspace) leaves no turn behind once the batch commits:
+// no number taken, no snapshot (docs/spec.md §2, §10). The batch waits for a thread that another
+// transaction is creating (the one wait a batch has), and the caller, bounded as
+// WORKSPACE_BUDGET bounds it, leaves meanwhile; the thread's next start is its turn 1.
+func TestTurnStartWhoseCallerLeftTakesNoTurn(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 8})
+	store := NewStore(pool, Options{Timeout: time.Minute})
+	ws := store.Workspace(ThreadID{Name: "left"})
+	creating, err := pool.Begin(ctx) // a user's first edit of the thread, under way
+	require.NoError(t, err)
+	defer creating.Rollback(ctx)
+	var pid int32
+	require.NoError(t, creating.QueryRow(ctx, `INSERT INTO threads (id) VALUES ($1) RETURNING pg_backend_pid()`, ws.threadID).Scan(&pid))
+	_, err = creating.Exec(ctx, `INSERT INTO objectives (thread_id, text, updated_by) VALUES ($1, 'Keep it', 'user')`, ws.threadID)
+	require.NoError(t, err)
+	var created string // the creating transaction's id: the thread row's xmin until a turn starts
+	require.NoError(t, creating.QueryRow(ctx, `SELECT pg_current_xact_id()::xid::text`).Scan(&created))
+
+	callerCtx, giveUp := context.WithTimeout(ctx, 30*time.Second) // shorter than the store's bound
+	defer giveUp()
+	gaveUp := make(chan error, 1)
+	go func() {
+		turn, err := ws.StartTurn(callerCtx, TurnOptions{})
+		if err == nil {
+			err = fmt.Errorf("turn %d", turn.Number)
+		}
+		gaveUp <- err
+	}()
+	require.Eventually(t, func() bool { return blockedBy(ctx, t, pool, pid) > 0 }, time.Minute, time.Millisecond,
+		"the batch waits for the thread's creation")
+	giveUp()
+	require.ErrorIs(t, <-gaveUp, context.Canceled, "the caller gave up")
+	require.NoError(t, creating.Commit(ctx))
+	require.Eventually(t, func() bool { // the batch has begun its turn (a row written since), and given it back
+		var given bool
+		require.NoError(t, pool.QueryRow(ctx, `SELECT turns = 0 AND xmin::text <> $2 FROM threads WHERE id = $1`, ws.threadID, created).Scan(&given))
+		return given
+	}, time.Minute, time.Millisecond, "the given-up start's turn is given back")
+
+	turn, err := ws.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, turn.Number, "the start whose caller left took no turn number")
+	require.Equal(t, "Keep it", turn.Objective)
+	var snapshots int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM workspace_snapshots WHERE thread_id = $1`, ws.threadID).Scan(&snapshots))
+	require.Equal(t, 1, snapshots, "the given-up start's snapshot is gone; the next one's is there")
+}
