@@ -419,10 +419,16 @@ func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (Th
 }
 
 const threadUsageAdd = `-- name: ThreadUsageAdd :exec
-WITH stale AS (
+WITH free AS (
+    SELECT t.id FROM threads t
+    WHERE t.id = $7
+      AND NOT EXISTS (SELECT FROM thread_usage m WHERE m.thread_id = $7 AND m.writer_id = $1::text)
+      AND EXISTS (SELECT FROM thread_usage s WHERE s.thread_id = $7 AND s.writer_id <> $1::text AND s.at < now() - interval '7 days')
+    FOR NO KEY UPDATE SKIP LOCKED
+), stale AS (
     DELETE FROM thread_usage s
     WHERE s.thread_id = $7 AND s.writer_id <> $1::text AND s.at < now() - interval '7 days'
-      AND NOT EXISTS (SELECT FROM thread_usage m WHERE m.thread_id = $7 AND m.writer_id = $1::text)
+      AND EXISTS (SELECT FROM free)
     RETURNING s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens, s.cache_write_tokens
 ), folded AS (
     UPDATE threads t
@@ -463,11 +469,13 @@ type ThreadUsageAddParams struct {
 // moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
 // again after a lost answer adds nothing. A writer's first batch for the thread (the only time
 // the thread gains a row) first folds other writers' rows unmoved for a week into the thread's
-// row (the only time it touches that row); its later batches read their own row alone, however
-// many writers' rows the thread has (every run of a replica is a writer). Commits without
-// waiting for the disk (synchronous_commit off, for this statement's transaction alone;
-// db.AddUsage pipelines one per thread). A thread that does not exist is skipped. The totals
-// saturate at bigint's bounds, as the sums of tools.AddTokens do.
+// row (the only time it touches that row), unless another transaction holds the thread's row (an
+// edit, a tool call, a turn's start): then the batch waits for nothing, counts its usage in its
+// own row, and leaves the fold to the next writer new to the thread. Its later batches read
+// their own row alone, however many writers' rows the thread has (every run of a replica is a
+// writer). Commits without waiting for the disk (synchronous_commit off, for this statement's
+// transaction alone; db.AddUsage pipelines one per thread). A thread that does not exist is
+// skipped. The totals saturate at bigint's bounds, as the sums of tools.AddTokens do.
 func (q *Queries) ThreadUsageAdd(ctx context.Context, db DBTX, arg ThreadUsageAddParams) error {
 	_, err := db.Exec(ctx, threadUsageAdd,
 		arg.WriterID,

@@ -194,15 +194,23 @@ SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
 -- moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
 -- again after a lost answer adds nothing. A writer's first batch for the thread (the only time
 -- the thread gains a row) first folds other writers' rows unmoved for a week into the thread's
--- row (the only time it touches that row); its later batches read their own row alone, however
--- many writers' rows the thread has (every run of a replica is a writer). Commits without
--- waiting for the disk (synchronous_commit off, for this statement's transaction alone;
--- db.AddUsage pipelines one per thread). A thread that does not exist is skipped. The totals
--- saturate at bigint's bounds, as the sums of tools.AddTokens do.
-WITH stale AS (
+-- row (the only time it touches that row), unless another transaction holds the thread's row (an
+-- edit, a tool call, a turn's start): then the batch waits for nothing, counts its usage in its
+-- own row, and leaves the fold to the next writer new to the thread. Its later batches read
+-- their own row alone, however many writers' rows the thread has (every run of a replica is a
+-- writer). Commits without waiting for the disk (synchronous_commit off, for this statement's
+-- transaction alone; db.AddUsage pipelines one per thread). A thread that does not exist is
+-- skipped. The totals saturate at bigint's bounds, as the sums of tools.AddTokens do.
+WITH free AS (
+    SELECT t.id FROM threads t
+    WHERE t.id = @id
+      AND NOT EXISTS (SELECT FROM thread_usage m WHERE m.thread_id = @id AND m.writer_id = @writer_id::text)
+      AND EXISTS (SELECT FROM thread_usage s WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days')
+    FOR NO KEY UPDATE SKIP LOCKED
+), stale AS (
     DELETE FROM thread_usage s
     WHERE s.thread_id = @id AND s.writer_id <> @writer_id::text AND s.at < now() - interval '7 days'
-      AND NOT EXISTS (SELECT FROM thread_usage m WHERE m.thread_id = @id AND m.writer_id = @writer_id::text)
+      AND EXISTS (SELECT FROM free)
     RETURNING s.prompt_tokens, s.cached_prompt_tokens, s.completion_tokens, s.cache_write_tokens
 ), folded AS (
     UPDATE threads t

@@ -122,3 +122,48 @@ func TestUsageSaturates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Usage{PromptTokens: 3}, d.Usage)
 }
+
+// TestUsageWaitsForNoHeldThread: a writer's first batch for a thread that holds another writer's
+// row older than a week (which it would fold into the thread's row) does not wait for the
+// thread's row while another transaction holds it (a tool call, an edit, a turn's start): it
+// counts its usage at once and leaves the fold to a later writer's first batch, which makes it
+// once the row is free. The thread's usage is the same all along.
+func TestUsageWaitsForNoHeldThread(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	thread := f.ws.ThreadID()
+	_, err := f.pool.Exec(ctx, `INSERT INTO thread_usage (thread_id, writer_id, batch, at, prompt_tokens)
+		VALUES ($1, 'stale', 1, now() - interval '8 days', 7)`, thread.String())
+	require.NoError(t, err)
+	edit, err := f.pool.Begin(ctx) // an edit of the thread, under way: ThreadLockTouch
+	require.NoError(t, err)
+	defer edit.Rollback(ctx)
+	var pid int32
+	require.NoError(t, edit.QueryRow(ctx, `UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING pg_backend_pid()`, thread.String()).Scan(&pid))
+
+	send := func(writer string, tokens int64) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- f.store.AddUsage(ctx, UsageBatch{Writer: writer, Number: 1, Usage: map[ThreadID]Usage{thread: {PromptTokens: tokens}}})
+		}()
+		return done
+	}
+	require.NoError(t, awaitUnblocked(ctx, t, f.pool, pid, send("new", 5), "the usage batch waits for the thread's row"))
+	usage := func() (prompt int64, rows int) {
+		d, err := f.ws.Get(ctx)
+		require.NoError(t, err)
+		require.NoError(t, f.pool.QueryRow(ctx, `SELECT count(*) FROM thread_usage WHERE thread_id = $1`, thread.String()).Scan(&rows))
+		return d.Usage.PromptTokens, rows
+	}
+	prompt, rows := usage()
+	require.Equal(t, int64(7+5), prompt, "counted at once")
+	require.Equal(t, 2, rows, "the stale writer's row is not folded while the thread's row is held")
+
+	require.NoError(t, edit.Rollback(ctx))
+	require.NoError(t, <-send("later", 1))
+	prompt, rows = usage()
+	require.Equal(t, int64(7+5+1), prompt)
+	require.Equal(t, 2, rows, "a later writer's first batch folds the stale row")
+}
