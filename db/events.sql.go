@@ -427,6 +427,57 @@ func (q *Queries) EventPreferenceStatesAfter(ctx context.Context, db DBTX, arg E
 	return items, nil
 }
 
+const eventProposalBook = `-- name: EventProposalBook :one
+WITH p AS MATERIALIZED (
+    SELECT e.id, e.kind, e.target_type, coalesce(e.target_id, 0) AS target_id, e.proposed,
+           (SELECT a.kind FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id ORDER BY a.id LIMIT 1) AS answer
+    FROM events e
+    WHERE e.thread_id = $4 AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+)
+SELECT (SELECT count(*) FROM p WHERE p.answer IS NULL)::bigint AS pending,
+       coalesce((SELECT max(p.id) FROM p WHERE p.answer IS NULL AND p.kind = 'proposed' AND p.target_type = 'objective'), 0)::bigint AS objective,
+       ARRAY(SELECT CASE WHEN EXISTS (SELECT FROM p WHERE p.answer IS NULL AND p.target_type = c.target_type
+                                        AND p.target_id = c.target_id AND p.proposed = c.proposed::jsonb) THEN 1
+                         WHEN EXISTS (SELECT FROM p WHERE p.answer = 'proposal_dismissed' AND p.target_type = c.target_type
+                                        AND p.target_id = c.target_id AND p.proposed = c.proposed::jsonb) THEN 2
+                         ELSE 0 END
+             FROM ROWS FROM (unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]))
+                  WITH ORDINALITY AS c (target_type, target_id, proposed, n)
+             ORDER BY c.n)::integer[] AS known
+`
+
+type EventProposalBookParams struct {
+	TargetTypes []string
+	TargetIds   []int64
+	Proposals   []string
+	ThreadID    string
+}
+
+type EventProposalBookRow struct {
+	Pending   int64
+	Objective int64
+	Known     []int32
+}
+
+// What a tool call that would make proposals must know of the thread's (docs/spec.md §17, §19),
+// read under the thread's row lock: how many proposals wait for the user (review mode's, and the
+// locked_skips that kept one, that no event answered), review mode's latest pending objective
+// proposal (0 none: a newer one replaces it), and for each of the call's candidates (target_types,
+// target_ids (0: an addition) and proposals (the fields, as JSON) of one proposal each) whether
+// an equal one waits (1) or was dismissed (2), else 0. Equal: the same target, and the same
+// fields (jsonb's equality).
+func (q *Queries) EventProposalBook(ctx context.Context, db DBTX, arg EventProposalBookParams) (EventProposalBookRow, error) {
+	row := db.QueryRow(ctx, eventProposalBook,
+		arg.TargetTypes,
+		arg.TargetIds,
+		arg.Proposals,
+		arg.ThreadID,
+	)
+	var i EventProposalBookRow
+	err := row.Scan(&i.Pending, &i.Objective, &i.Known)
+	return i, err
+}
+
 const eventPrune = `-- name: EventPrune :execrows
 DELETE FROM events
 WHERE (thread_id, id) IN (SELECT o.thread_id, o.id FROM events o WHERE o.at < $1 FOR UPDATE SKIP LOCKED)

@@ -93,3 +93,28 @@ ORDER BY target_id, id;
 -- 013): the thread created when new (past its tombstone), a compaction event by the client under
 -- the thread's row lock, and its NOTIFY. Returns the event's id.
 SELECT c::bigint AS id FROM thread_compacted(@thread_id::text) c;
+
+-- name: EventProposalBook :one
+-- What a tool call that would make proposals must know of the thread's (docs/spec.md §17, §19),
+-- read under the thread's row lock: how many proposals wait for the user (review mode's, and the
+-- locked_skips that kept one, that no event answered), review mode's latest pending objective
+-- proposal (0 none: a newer one replaces it), and for each of the call's candidates (target_types,
+-- target_ids (0: an addition) and proposals (the fields, as JSON) of one proposal each) whether
+-- an equal one waits (1) or was dismissed (2), else 0. Equal: the same target, and the same
+-- fields (jsonb's equality).
+WITH p AS MATERIALIZED (
+    SELECT e.id, e.kind, e.target_type, coalesce(e.target_id, 0) AS target_id, e.proposed,
+           (SELECT a.kind FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id ORDER BY a.id LIMIT 1) AS answer
+    FROM events e
+    WHERE e.thread_id = @thread_id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+)
+SELECT (SELECT count(*) FROM p WHERE p.answer IS NULL)::bigint AS pending,
+       coalesce((SELECT max(p.id) FROM p WHERE p.answer IS NULL AND p.kind = 'proposed' AND p.target_type = 'objective'), 0)::bigint AS objective,
+       ARRAY(SELECT CASE WHEN EXISTS (SELECT FROM p WHERE p.answer IS NULL AND p.target_type = c.target_type
+                                        AND p.target_id = c.target_id AND p.proposed = c.proposed::jsonb) THEN 1
+                         WHEN EXISTS (SELECT FROM p WHERE p.answer = 'proposal_dismissed' AND p.target_type = c.target_type
+                                        AND p.target_id = c.target_id AND p.proposed = c.proposed::jsonb) THEN 2
+                         ELSE 0 END
+             FROM ROWS FROM (unnest(@target_types::text[]), unnest(@target_ids::bigint[]), unnest(@proposals::text[]))
+                  WITH ORDINALITY AS c (target_type, target_id, proposed, n)
+             ORDER BY c.n)::integer[] AS known;

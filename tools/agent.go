@@ -23,15 +23,19 @@ func (w *Workspace) addPreferences(args json.RawMessage, st state, view *View) (
 	var changes []change
 	if view.propose {
 		var adds []string
+		var held heldProposals
 		for _, p := range fresh {
-			changes = append(changes, proposal(Target{Type: TargetPreference}, nil, proposalState(p)))
-			adds = append(adds, `add "`+oneLine(p.Title)+`"`)
+			c, what := proposal(Target{Type: TargetPreference}, nil, proposalState(p)), `add "`+oneLine(p.Title)+`"`
+			if st.book.admit(&c, &held, what) {
+				changes, adds = append(changes, c), append(adds, what)
+			}
 		}
 		parts := append(adds, fromScopes.parts()...)
 		if len(dups) > 0 {
 			parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 		}
-		return toolOutput{text: proposedText(len(fresh) > 0, parts), changes: changes}, nil
+		parts = append(parts, held.parts()...)
+		return toolOutput{text: proposedText(len(adds) > 0, parts), changes: changes}, nil
 	}
 	out := toolOutput{kept: fresh}
 	if len(fresh) > 0 {
@@ -57,7 +61,8 @@ func (w *Workspace) addPreferences(args json.RawMessage, st state, view *View) (
 	return out, nil
 }
 
-// Review mode (docs/spec.md §17): a tool's change becomes a proposal event, nothing changes.
+// Review mode (docs/spec.md §17): a tool's change becomes a proposal event, nothing changes; at
+// most MaxPendingProposals wait for the user, none twice (proposals.go).
 
 // proposedText is a review-mode call's result: what it proposed, and the rest of its summary.
 func proposedText(proposed bool, parts []string) string {
@@ -73,25 +78,39 @@ func proposal(target Target, before, want []byte) change {
 	return change{kind: Proposed, target: target, before: before, proposed: want}
 }
 
-// proposeEdits is a review-mode update or removal: a proposal per open target (its fields now,
-// what the call asked), a locked_skip per locked one as in direct mode, nothing written.
-func proposeEdits(t targets, updated bool) toolOutput {
+// proposeEdits is a review-mode update or removal: a proposal per open target that book admits
+// (its fields now, what the call asked), a locked_skip per locked one as in direct mode, nothing
+// written.
+func proposeEdits(t targets, updated bool, book *proposalBook) toolOutput {
+	verb := "remove"
+	if updated {
+		verb = "update"
+	}
 	var changes []change
+	var held heldProposals
+	proposed := t
+	proposed.open = nil
 	for _, p := range t.open {
 		want := []byte("null")
 		if updated {
 			want = proposalState(t.proposed[p.ID])
 		}
-		changes = append(changes, proposal(Target{Type: TargetPreference, ID: p.ID}, prefState(t.before[p.ID]), want))
+		c := proposal(Target{Type: TargetPreference, ID: p.ID}, prefState(t.before[p.ID]), want)
+		if book.admit(&c, &held, verb+" "+ref(p)) {
+			changes, proposed.open = append(changes, c), append(proposed.open, p)
+		}
 	}
 	locked := t
 	locked.open = nil
-	changes = append(changes, locked.changes(updated)...)
-	verb := "remove"
-	if updated {
-		verb = "update"
+	skips := locked.changes(updated)
+	book.admitSkips(skips)
+	changes = append(changes, skips...)
+	var parts []string
+	if len(proposed.open)+len(t.locked)+len(t.changed)+len(t.outOfRange) > 0 || held.empty() {
+		parts = append(parts, proposed.summary(verb))
 	}
-	return toolOutput{text: proposedText(len(t.open) > 0, []string{t.summary(verb)}), lockedSkips: len(t.locked), changes: changes}
+	parts = append(parts, held.parts()...)
+	return toolOutput{text: proposedText(len(proposed.open) > 0, parts), lockedSkips: len(t.locked), changes: changes}
 }
 
 func (w *Workspace) updatePreferences(args json.RawMessage, st state, view *View) (toolOutput, error) {
@@ -100,9 +119,10 @@ func (w *Workspace) updatePreferences(args json.RawMessage, st state, view *View
 		return toolOutput{}, err
 	}
 	if view.propose {
-		return proposeEdits(t, true), nil
+		return proposeEdits(t, true, st.book), nil
 	}
 	out := toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), changes: t.changes(true), kept: t.open}
+	st.book.admitSkips(out.changes)
 	if len(t.open) > 0 {
 		p := db.PreferenceUpdateUnlockedParams{ThreadID: w.threadID}
 		for _, u := range t.open {
@@ -138,9 +158,10 @@ func (w *Workspace) removePreferences(args json.RawMessage, st state, view *View
 	}
 	t := view.resolve(st.list, indices)
 	if view.propose {
-		return proposeEdits(t, false), nil
+		return proposeEdits(t, false, st.book), nil
 	}
 	out := toolOutput{text: t.summary("removed"), lockedSkips: len(t.locked), changes: t.changes(false), removed: idsOf(t.open)}
+	st.book.admitSkips(out.changes)
 	if len(t.open) > 0 {
 		p := db.PreferenceDeleteUnlockedParams{ThreadID: w.threadID, Ids: out.removed}
 		out.rows, out.write = p.Ids, func(b *pgx.Batch) { db.QueuePreferenceDeleteUnlocked(b, p, wrote(p.Ids)) }
@@ -198,8 +219,16 @@ func (w *Workspace) setObjective(args json.RawMessage, st state, view *View) (to
 		return toolOutput{}, err
 	}
 	if view.propose {
-		c := proposal(Target{Type: TargetObjective}, objectiveState(st.objective), objectiveState(text))
-		return toolOutput{text: proposedText(true, []string{"objective: " + text}), changes: []change{c}}, nil
+		c, what := proposal(Target{Type: TargetObjective}, objectiveState(st.objective), objectiveState(text)), "objective: "+text
+		var held heldProposals
+		if !st.book.admit(&c, &held, what) {
+			return toolOutput{text: proposedText(false, held.parts())}, nil
+		}
+		parts := []string{what}
+		if c.answers != 0 {
+			parts = append(parts, "it replaces the objective proposed before")
+		}
+		return toolOutput{text: proposedText(true, parts), changes: []change{c}}, nil
 	}
 	p := db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByAgent}
 	out := toolOutput{text: "objective set: " + text, objective: &text, write: func(b *pgx.Batch) { db.QueueObjectiveUpsert(b, p) }}

@@ -105,7 +105,7 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 	}
 	if st := c.View.known(); st != nil {
 		res, err := w.runPlanned(ctx, c, args, reasoning, *st, c.View, nil)
-		if !errors.Is(err, db.ErrGuardRefused) {
+		if !errors.Is(err, db.ErrGuardRefused) && !errors.Is(err, errBookUnread) {
 			return res, err
 		}
 	}
@@ -150,11 +150,24 @@ func (w *Workspace) Run(ctx context.Context, c Call) (_ Result, err error) {
 // record and events: in tx, which holds the thread's row lock since st was read, committing it;
 // or, without tx, after ToolCallGuard, which locks the row and checks that the workspace is still
 // st (db.ErrGuardRefused, nothing written, when it is not or a row is held). view is the list the call's indices
-// name; a turn's view moves on with the call.
+// name; a turn's view moves on with the call. A call that would make proposals is planned again
+// once the proposals the workspace holds are read (proposalBook), in tx: without tx, it writes
+// nothing (errBookUnread) and the call goes the locked way.
 func (w *Workspace) runPlanned(ctx context.Context, c Call, args json.RawMessage, reasoning string, st state, view *View, tx *db.LockedTx) (Result, error) {
 	out, err := w.plan(c.Name, args, st, view)
 	if err != nil {
 		return w.record(ctx, c, reasoning, err, tx, st)
+	}
+	if st.book == nil && out.proposes() {
+		if tx == nil {
+			return Result{}, errBookUnread
+		}
+		if st.book, err = w.readBook(ctx, tx.Conn(), out.changes); err != nil {
+			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+		}
+		if out, err = w.plan(c.Name, args, st, view); err != nil {
+			return w.record(ctx, c, reasoning, err, tx, st)
+		}
 	}
 	if c.via() == ViaMCP && c.Name == ListPreferences {
 		out.text = AsOfChange(out.text, st.version-1)
@@ -271,6 +284,10 @@ type toolOutput struct {
 }
 
 var errUnknownTool = errors.New("unknown tool")
+
+// errBookUnread: a call planned on a known workspace would make proposals, which it must plan on
+// what the workspace holds of them (read under the thread's row lock); it wrote nothing.
+var errBookUnread = errors.New("the call's proposals are planned under the thread's lock")
 
 // plan plans a call of the tool name on st, its indices naming view.
 func (w *Workspace) plan(name string, args json.RawMessage, st state, view *View) (toolOutput, error) {

@@ -426,15 +426,18 @@ func movedState(from, to string) []byte {
 	return b
 }
 
-// AnsweredError: a proposal applied or dismissed already.
+// AnsweredError: a proposal applied or dismissed already, or replaced by a newer one.
 type AnsweredError struct {
 	By   int64  // the event that answered it
 	Kind string // that event's kind
 }
 
 func (e *AnsweredError) Error() string {
-	if e.Kind == ProposalDismissed {
+	switch e.Kind {
+	case ProposalDismissed:
 		return fmt.Sprintf("this proposal was dismissed (event %d)", e.By)
+	case Proposed: // a newer objective proposal replaced it (docs/spec.md §17)
+		return fmt.Sprintf("this proposal was replaced by a newer one (event %d)", e.By)
 	}
 	return fmt.Sprintf("this proposal was applied already (event %d)", e.By)
 }

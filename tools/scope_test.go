@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -454,4 +455,90 @@ func TestGiveBackOfAFirstTurnThatStoredParents(t *testing.T) {
 			t.Errorf("%s should be given back with the turn: %v", th.name, err)
 		}
 	}
+}
+
+// TestReviewModeBoundsProposals: in review mode at most MaxPendingProposals (20) proposals wait
+// for the user in a workspace (docs/spec.md §17, §19): past them, a call's change is not
+// proposed and its result says why; an MCP batch of calls queues no more. A proposal equal to one
+// that waits, or to one the user dismissed, is not made again; a newer objective proposal
+// replaces the pending one (which then is answered: it no longer applies). A locked item's
+// locked_skip past the bound is still recorded, without a proposal to apply.
+func TestReviewModeBoundsProposals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	ws := store.Workspace(ThreadID{Name: "review"})
+	_, err := ws.AddPreference(ctx, PreferenceInput{Title: "No emojis", Locked: true})
+	require.NoError(t, err)
+	require.NoError(t, ws.SetAgentWrites(ctx, AgentWritesPropose))
+	start, err := ws.StartTurn(ctx, TurnOptions{})
+	require.NoError(t, err)
+	view := NewView(start)
+	run := func(name, args string, mcp bool) string {
+		t.Helper()
+		c := Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view}
+		if mcp {
+			c = Call{Name: name, Arguments: args, Via: ViaMCP}
+		}
+		res, err := ws.Run(ctx, c)
+		require.NoError(t, err)
+		require.True(t, res.OK, res.Text)
+		return res.Text
+	}
+	items := func(from, to int) string {
+		var b strings.Builder
+		for i := from; i <= to; i++ {
+			if b.Len() > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"title":"Item %d"}`, i)
+		}
+		return `{"items":[` + b.String() + `]}`
+	}
+	pending := func() []Event {
+		t.Helper()
+		evs, err := ws.PendingProposals(ctx, 1000)
+		require.NoError(t, err)
+		return evs
+	}
+
+	text := run(AddPreferences, items(1, 25), false)
+	require.Equal(t, 20, len(pending()), "proposals waiting")
+	require.True(t, strings.HasPrefix(text, `proposed; the user will review it: add "Item 1"; `), text)
+	require.True(t, strings.HasSuffix(text, `add "Item 20"; not proposed: 20 proposals already wait for the user's review: add "Item 21", add "Item 22", add "Item 23", add "Item 24", add "Item 25"`), text)
+	for range 5 { // an MCP batch of calls
+		require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: add "Item 26"`, run(AddPreferences, items(26, 26), true))
+	}
+	require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: objective: Tidy`, run(SetObjective, `{"text":"Tidy"}`, false))
+	require.Equal(t, `nothing to propose; locked, ask the user to unlock first: #1 "No emojis"`, run(UpdatePreferences, `{"updates":[{"index":1,"title":"Emojis"}]}`, false))
+	require.Equal(t, 20, len(pending()), "a locked_skip past the bound keeps no proposal")
+	evs, err := ws.Events(ctx, EventQuery{Descending: true, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, LockedSkip, evs[0].Kind, "the locked_skip is recorded")
+	require.Nil(t, evs[0].Proposed)
+
+	// The user answers four: one dismissed, three applied.
+	waiting := pending()
+	_, err = ws.DismissProposal(ctx, waiting[0].ID) // Item 1
+	require.NoError(t, err)
+	for _, p := range waiting[1:4] { // Items 2 to 4
+		_, err = ws.ApplyProposal(ctx, p.ID)
+		require.NoError(t, err)
+	}
+	require.Equal(t, `nothing to propose; already recorded: #2 "Item 2"; dismissed by the user: add "Item 1"; already proposed, for the user to review: add "Item 5"`,
+		run(AddPreferences, `{"items":[{"title":"Item 1"},{"title":"Item 2"},{"title":"Item 5"}]}`, true))
+	require.Equal(t, `proposed; the user will review it: objective: Tidy`, run(SetObjective, `{"text":"Tidy"}`, false))
+	require.Equal(t, `proposed; the user will review it: objective: Tidier; it replaces the objective proposed before`, run(SetObjective, `{"text":"Tidier"}`, false))
+	tidy := pending()[16]
+	require.JSONEq(t, `{"text":"Tidier"}`, string(tidy.Proposed))
+	require.Equal(t, 17, len(pending()), "the replaced proposal no longer waits")
+	var ae *AnsweredError
+	_, err = ws.ApplyProposal(ctx, tidy.ID-1)
+	require.ErrorAs(t, err, &ae, "the replaced proposal no longer applies")
+	require.Equal(t, fmt.Sprintf("this proposal was replaced by a newer one (event %d)", tidy.ID), ae.Error())
+	require.Equal(t, `proposed; the user will review it: objective: Tidy; it replaces the objective proposed before`, run(SetObjective, `{"text":"Tidy"}`, false),
+		"a replaced proposal was not dismissed: it may be made again")
+	require.Equal(t, `proposed; the user will review it: add "Item 26"; add "Item 27"; add "Item 28"; not proposed: 20 proposals already wait for the user's review: add "Item 29"`,
+		run(AddPreferences, items(26, 29), false))
+	require.Equal(t, 20, len(pending()))
 }

@@ -55,18 +55,21 @@ func (v *View) known() *state {
 // state is a thread's workspace as a call plans on it: the thread (its creation), the
 // workspace's version (the thread's next_event_id: every change of the workspace appends its
 // events, which move it on), the thread's next preference id, its objective ("" none) and its
-// list in creation order.
+// list in creation order; and, for a call that would make proposals, what the workspace holds of
+// them (nil: not read).
 type state struct {
 	created   time.Time
 	version   int64
 	nextID    int64
 	objective string
 	list      []Preference
+	book      *proposalBook
 }
 
 // after is the workspace as a call planned on s (out) leaves it, once its statements committed.
 func (s state) after(out toolOutput) state {
 	s.version += int64(len(out.changes))
+	s.book = nil
 	if out.nextID != 0 {
 		s.nextID = out.nextID
 	}

@@ -463,8 +463,9 @@ func TestToolCallRoundTrips(t *testing.T) {
 // TestTurnToolCallsInOneRoundTrip: a turn's tool calls, planned on the workspace its start or
 // its last call left, make one round trip each, a refused one too; a call that finds the
 // workspace changed meanwhile (a user's edit) writes nothing in that round trip, reads the
-// workspace under the lock and runs on it (two more, and one for the locks of the rows it
-// rewrites), and the calls after it are back to one.
+// workspace under the lock and runs on it (two more, one for the locks of the rows it rewrites,
+// and one to read the proposals the workspace holds, as its locked_skip proposes), and the calls
+// after it are back to one.
 // What each call did is what the same calls do outside a turn.
 func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 	t.Parallel()
@@ -503,7 +504,7 @@ func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 	}
 	f.lock(t, 2) // the user's edit: the workspace moves on
 	res, n := run(UpdatePreferences, `{"updates":[{"index":2,"title":"D"},{"index":1,"title":"E"}]}`)
-	require.Equal(t, int64(4), n, "planned on the list before the edit, then on the list under the lock")
+	require.Equal(t, int64(5), n, "planned on the list before the edit, then on the list under the lock")
 	require.Equal(t, `updated #1 "E"; locked, ask the user to unlock first: #2 "C"`, res.Text)
 	res, n = run(AddPreferences, `{"items":[{"title":"F"}]}`)
 	require.Equal(t, int64(1), n)

@@ -1,0 +1,152 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/wsproxy/wsproxy/db"
+)
+
+// MaxPendingProposals bounds the proposals that wait for the user in one workspace (docs/spec.md
+// §17, §19): review mode's, and the locked_skips that kept what the agent asked for.
+const MaxPendingProposals = 20
+
+// proposalBook is what a call that would make proposals knows of the workspace's, read under the
+// thread's row lock for the call's candidates (EventProposalBook): how many proposals wait, which
+// candidates equal one that waits or one the user dismissed, and review mode's pending objective
+// proposal, which a newer one replaces. A call's plan is made twice when it proposes: without
+// the book (nil: every candidate is made, and the candidates are known), then with it.
+type proposalBook struct {
+	pending   int
+	known     map[string]int // by proposalKey: proposalWaits or proposalDismissed
+	objective int64          // the pending objective proposal's event; 0 none
+}
+
+// What the book knows of a candidate.
+const (
+	proposalNew = iota
+	proposalWaits
+	proposalDismissed
+)
+
+// proposalKey names a proposal by its target and the fields it would write.
+func proposalKey(target Target, proposed []byte) string {
+	return target.Type + "\x00" + strconv.FormatInt(target.ID, 10) + "\x00" + string(proposed)
+}
+
+// isProposal reports whether c is a proposal the user may apply or dismiss.
+func (c change) isProposal() bool {
+	return c.kind == Proposed || (c.kind == LockedSkip && c.proposed != nil)
+}
+
+// proposes reports whether the plan makes a proposal.
+func (out toolOutput) proposes() bool {
+	for _, c := range out.changes {
+		if c.isProposal() {
+			return true
+		}
+	}
+	return false
+}
+
+// readBook reads the book for the proposals of changes, on q (a transaction that holds the
+// thread's row lock).
+func (w *Workspace) readBook(ctx context.Context, q db.DBTX, changes []change) (*proposalBook, error) {
+	arg := db.EventProposalBookParams{ThreadID: w.threadID}
+	var keys []string
+	for _, c := range changes {
+		if !c.isProposal() {
+			continue
+		}
+		arg.TargetTypes = append(arg.TargetTypes, c.target.Type)
+		arg.TargetIds = append(arg.TargetIds, c.target.ID)
+		arg.Proposals = append(arg.Proposals, string(c.proposed))
+		keys = append(keys, proposalKey(c.target, c.proposed))
+	}
+	r, err := w.store.q.EventProposalBook(ctx, q, arg)
+	if err != nil {
+		return nil, fmt.Errorf("read proposals: %w", err)
+	}
+	if len(r.Known) != len(keys) {
+		return nil, fmt.Errorf("read proposals: %d answers for %d proposals", len(r.Known), len(keys))
+	}
+	b := &proposalBook{pending: int(r.Pending), known: make(map[string]int, len(keys)), objective: r.Objective}
+	for i, k := range keys {
+		if r.Known[i] != proposalNew {
+			b.known[k] = int(r.Known[i])
+		}
+	}
+	return b, nil
+}
+
+// admit decides whether c, a proposal of review mode, is made: not when an equal one waits or
+// was dismissed, nor past MaxPendingProposals (held says why, naming it as what); an objective
+// proposal replaces the pending one (c answers it) and adds none to those waiting. A nil book
+// admits every candidate.
+func (b *proposalBook) admit(c *change, held *heldProposals, what string) bool {
+	if b == nil {
+		return true
+	}
+	key := proposalKey(c.target, c.proposed)
+	switch b.known[key] {
+	case proposalWaits:
+		held.waiting = append(held.waiting, what)
+		return false
+	case proposalDismissed:
+		held.dismissed = append(held.dismissed, what)
+		return false
+	}
+	switch {
+	case c.target.Type == TargetObjective && b.objective != 0:
+		c.answers, b.objective = b.objective, 0
+	case b.pending >= MaxPendingProposals:
+		held.full = append(held.full, what)
+		return false
+	default:
+		b.pending++
+	}
+	b.known[key] = proposalWaits
+	return true
+}
+
+// admitSkips keeps the proposal of each locked_skip of changes that the book admits; one it does
+// not (an equal one waits or was dismissed, or MaxPendingProposals wait) is recorded without a
+// proposal: the call is in the history, and nothing more waits for the user.
+func (b *proposalBook) admitSkips(changes []change) {
+	if b == nil {
+		return
+	}
+	for i := range changes {
+		if c := &changes[i]; c.kind == LockedSkip && c.proposed != nil && !b.admit(c, &heldProposals{}, "") {
+			c.proposed = nil
+		}
+	}
+}
+
+// heldProposals are the proposals of a call that were not made, by why, each named as the result
+// names it.
+type heldProposals struct {
+	dismissed, waiting, full []string
+}
+
+// parts are the result's parts that say so.
+func (h heldProposals) parts() []string {
+	var parts []string
+	if len(h.dismissed) > 0 {
+		parts = append(parts, "dismissed by the user: "+strings.Join(h.dismissed, ", "))
+	}
+	if len(h.waiting) > 0 {
+		parts = append(parts, "already proposed, for the user to review: "+strings.Join(h.waiting, ", "))
+	}
+	if len(h.full) > 0 {
+		parts = append(parts, fmt.Sprintf("not proposed: %d proposals already wait for the user's review: ", MaxPendingProposals)+
+			strings.Join(h.full, ", "))
+	}
+	return parts
+}
+
+func (h heldProposals) empty() bool {
+	return len(h.dismissed)+len(h.waiting)+len(h.full) == 0
+}
