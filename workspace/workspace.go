@@ -1,7 +1,7 @@
 // Package tools is the workspace of one thread: the five tools the model calls, their schemas
 // and result envelope, the block injected into the prompt, and the user-path operations the
 // admin REST calls. It knows Postgres (through db) and nothing of HTTP.
-package tools
+package workspace
 
 import (
 	"context"
