@@ -18,7 +18,7 @@ LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 ## the release binaries): TEST_TIMEOUT bounds each package instead.
 TEST_TIMEOUT ?= 30m
 test: vet check-generated chromium buildah npm-clients jq
-	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./tools ./proxy/... ./cmd/proxy'
+	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./workspace ./proxy/... ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
 ## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions and links, client scoping,
@@ -82,7 +82,7 @@ release:
 
 ## bench: the Go benchmarks of the hot paths (on a real Postgres), 6 runs each for benchstat.
 bench:
-	scripts/pg.sh exec $(GO) test -run '^$$' -bench . -benchmem -count 6 ./proxy ./tools
+	scripts/pg.sh exec $(GO) test -run '^$$' -bench . -benchmem -count 6 ./proxy ./workspace
 
 ## bench-load: the load comparison of BENCHMARKS.md: direct, a bare reverse proxy, and wsproxy
 ## without a thread, with a thread, with a tool round, streamed and not, and the floor under a

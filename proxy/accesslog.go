@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // requestInfo is what a request's handlers learn for its line of the request log: the thread
@@ -26,7 +26,7 @@ type requestInfo struct {
 	thread   string     // the stored thread id (client~name with client keys)
 	client   string
 	model    string // a thread turn's
-	usage    tools.Usage
+	usage    workspace.Usage
 	rounds   int
 	kind     string // of a thread's request (turn.KindTurn, …)
 	upstream string // a status code, or "error" when no response came
@@ -44,7 +44,7 @@ func requestInfoFrom(ctx context.Context) *requestInfo {
 }
 
 // noteCaller records the client and thread a request names.
-func noteCaller(ctx context.Context, thread tools.ThreadID, named bool) {
+func noteCaller(ctx context.Context, thread workspace.ThreadID, named bool) {
 	if info := requestInfoFrom(ctx); info != nil {
 		info.mu.Lock()
 		info.client = thread.Client
@@ -66,7 +66,7 @@ func noteRounds(ctx context.Context, n int) {
 
 // noteTurn records what a thread turn's log line tells: its model, and its token counts once
 // it ended.
-func noteTurn(ctx context.Context, model string, usage tools.Usage) {
+func noteTurn(ctx context.Context, model string, usage workspace.Usage) {
 	if info := requestInfoFrom(ctx); info != nil {
 		info.mu.Lock()
 		info.model, info.usage = model, usage
@@ -133,7 +133,7 @@ func (s *Server) logRequest(ctx context.Context, r *http.Request, route string, 
 			attrs = append(attrs, slog.String("upstream_status", info.upstream))
 		}
 	}
-	if u := info.usage; u != (tools.Usage{}) {
+	if u := info.usage; u != (workspace.Usage{}) {
 		attrs = append(attrs, slog.Int64("prompt_tokens", u.PromptTokens), slog.Int64("cached_tokens", u.CachedPromptTokens),
 			slog.Int64("completion_tokens", u.CompletionTokens))
 		if u.CacheWriteTokens > 0 {

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
-func id(p tools.Preference) string { return strconv.FormatInt(p.ID, 10) }
+func id(p workspace.Preference) string { return strconv.FormatInt(p.ID, 10) }
 
 func TestAdminPagination(t *testing.T) {
 	t.Parallel()
@@ -47,7 +47,7 @@ func TestAdminPagination(t *testing.T) {
 	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked"},
 		keys(rawSnaps.Data[1]["preferences"].([]any)[0].(map[string]any)))
 
-	var snaps page[tools.Snapshot]
+	var snaps page[workspace.Snapshot]
 	e.admin("GET", "/admin/v1/threads/p4/snapshots?limit=1", nil, 200, &snaps)
 	require.True(t, snaps.HasMore)
 	require.Equal(t, 1, snaps.Data[0].Turn)
@@ -55,7 +55,7 @@ func TestAdminPagination(t *testing.T) {
 	require.False(t, snaps.HasMore)
 	require.Equal(t, 3, snaps.Data[0].Turn)
 	for turn, want := range map[string]int{"1": 1, "2": 1, "3": 3} {
-		var snap tools.Snapshot
+		var snap workspace.Snapshot
 		e.admin("GET", "/admin/v1/threads/p4/snapshots?turn="+turn, nil, 200, &snap)
 		require.Equal(t, want, snap.Turn, "the snapshot of turn %s", turn)
 	}

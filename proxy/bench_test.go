@@ -18,7 +18,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // BenchmarkTurn is a whole thread turn over HTTP against an in-process upstream and real
@@ -71,7 +71,7 @@ func BenchmarkTurn(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				thread := fmt.Sprintf("bench-%d", clients.Add(1))
-				if _, err := e.store.Workspace(tools.ThreadID{Name: thread}).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+				if _, err := e.store.Workspace(workspace.ThreadID{Name: thread}).AddPreference(context.Background(), workspace.PreferenceInput{Title: "Formal"}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -149,7 +149,7 @@ func BenchmarkMCPToolCall(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				thread := fmt.Sprintf("mcp-%d", clients.Add(1))
-				if _, err := e.store.Workspace(tools.ThreadID{Name: thread}).AddPreference(context.Background(), tools.PreferenceInput{Title: "Formal"}); err != nil {
+				if _, err := e.store.Workspace(workspace.ThreadID{Name: thread}).AddPreference(context.Background(), workspace.PreferenceInput{Title: "Formal"}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // member is the raw value of a top-level member of a JSON body.
@@ -85,7 +85,7 @@ func TestUsagePerThread(t *testing.T) {
 	e.up.Script(reply(cmpl("", add)), reply(cmpl("Done.")))
 	readBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "usage"}, `{"messages":[{"role":"user","content":"go"}]}`))
 	require.Eventually(t, func() bool { return e.workspace("usage").Usage.PromptTokens == 20 }, 5e9, 1e7)
-	require.Equal(t, tools.Usage{PromptTokens: 20, CachedPromptTokens: 4, CompletionTokens: 10}, e.workspace("usage").Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 20, CachedPromptTokens: 4, CompletionTokens: 10}, e.workspace("usage").Usage)
 
 	usageChunk := `{"id":"s","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":7,"total_tokens":107,"prompt_tokens_details":{"cached_tokens":64}}}`
 	e.up.Script(upstreamtest.Stream(append(upstreamtest.ContentChunks("s", "Hi"), usageChunk)...))
@@ -99,5 +99,5 @@ func TestUsagePerThread(t *testing.T) {
 	require.NoError(t, json.Unmarshal(e.up.Requests()[2].Body, &sent))
 	require.Equal(t, map[string]any{"x": 1.0, "include_usage": true}, sent.StreamOptions)
 	require.Eventually(t, func() bool { return e.workspace("usage").Usage.PromptTokens == 120 }, 5e9, 1e7)
-	require.Equal(t, tools.Usage{PromptTokens: 120, CachedPromptTokens: 68, CompletionTokens: 17}, e.workspace("usage").Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 120, CachedPromptTokens: 68, CompletionTokens: 17}, e.workspace("usage").Usage)
 }

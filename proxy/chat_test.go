@@ -20,6 +20,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestPassThroughIsInvisible: without a thread, bytes in are bytes out, both ways.
@@ -162,7 +163,7 @@ func TestTurnWithToolsGoOpenAI(t *testing.T) {
 		"#1 [hard] Academic tone — Formal\n#2 [soft] Short paragraphs\n</workspace>", d.Block)
 
 	// The recorded calls carry their reasoning.
-	var calls page[tools.ToolCallRecord]
+	var calls page[workspace.ToolCallRecord]
 	e.admin("GET", "/admin/v1/threads/lit-review/tool-calls", nil, 200, &calls)
 	require.Len(t, calls.Data, 2)
 	require.Equal(t, "The user stated two preferences.", calls.Data[0].ActionAndReasoning)
@@ -254,7 +255,7 @@ func TestMaxToolRounds(t *testing.T) {
 func TestLocksHoldInTheLoop(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	var p tools.Preference
+	var p workspace.Preference
 	e.admin("POST", "/admin/v1/threads/lk/preferences", map[string]any{"title": "No jargon", "kind": "hard"}, 201, &p)
 	e.admin("PATCH", "/admin/v1/threads/lk/preferences/"+strconv.FormatInt(p.ID, 10), map[string]any{"locked": true}, 200, &p)
 	require.True(t, p.Locked)
@@ -472,12 +473,12 @@ func TestErrorMapping(t *testing.T) {
 		{apierr.ErrUpstreamTimeout, 504, "upstream_timeout"},
 		{apierr.ErrUpstreamUnreachable, 502, "upstream_unreachable"},
 		{apierr.ErrUpstreamProtocol, 502, "upstream_invalid_response"},
-		{tools.ErrNotFound, 404, "not_found"},
-		{&tools.ValidationError{Field: "title", Message: "x"}, 400, "invalid_value"},
-		{&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}, 409, "duplicate_preference"},
+		{workspace.ErrNotFound, 404, "not_found"},
+		{&workspace.ValidationError{Field: "title", Message: "x"}, 400, "invalid_value"},
+		{&workspace.DuplicateError{Existing: workspace.Preference{Index: 2, Title: "A"}}, 409, "duplicate_preference"},
 		{context.Canceled, apierr.StatusClientClosedRequest, "client_closed_request"},
-		{fmt.Errorf("%w: %w", tools.ErrUnavailable, errors.New("dial tcp: connection refused")), 503, "workspace_unavailable"},
-		{fmt.Errorf("%w: %w", tools.ErrUnavailable, context.DeadlineExceeded), 503, "workspace_unavailable"},
+		{fmt.Errorf("%w: %w", workspace.ErrUnavailable, errors.New("dial tcp: connection refused")), 503, "workspace_unavailable"},
+		{fmt.Errorf("%w: %w", workspace.ErrUnavailable, context.DeadlineExceeded), 503, "workspace_unavailable"},
 		{errors.New("boom"), 500, "internal_error"},
 		{fmt.Errorf("encode response: %w", errors.New("json: unsupported value")), 500, "internal_error"},
 	}
@@ -486,7 +487,7 @@ func TestErrorMapping(t *testing.T) {
 		require.Equal(t, tt.status, e.Status, "%v", tt.err)
 		require.Equal(t, tt.code, e.Code, "%v", tt.err)
 	}
-	require.Contains(t, apierr.From(&tools.DuplicateError{Existing: tools.Preference{Index: 2, Title: "A"}}).Message, `#2 "A"`)
+	require.Contains(t, apierr.From(&workspace.DuplicateError{Existing: workspace.Preference{Index: 2, Title: "A"}}).Message, `#2 "A"`)
 }
 
 // TestPassThroughFlushesEvents: a streamed pass-through response reaches the client event by

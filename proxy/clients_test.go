@@ -13,7 +13,7 @@ import (
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestClientIsolation: with client keys, each client's threads are its own, the upstream gets the
@@ -71,7 +71,7 @@ func TestClientIsolation(t *testing.T) {
 	}
 
 	// The admin REST shows whose thread each is.
-	var threads page[tools.Thread]
+	var threads page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads", nil, 200, &threads)
 	require.Len(t, threads.Data, 2)
 	clients := map[string]string{}
@@ -79,7 +79,7 @@ func TestClientIsolation(t *testing.T) {
 		clients[th.Client] = th.ID
 	}
 	require.Equal(t, map[string]string{"alice": "alice~t1", "bob": "bob~t1"}, clients)
-	var d tools.Detail
+	var d workspace.Detail
 	e.admin("GET", "/admin/v1/threads/alice~t1", nil, 200, &d)
 	require.Equal(t, "alice", d.Client)
 

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // noteCompaction records a thread's compaction request (docs/spec.md §18), which serveTurn has
@@ -15,7 +15,7 @@ import (
 // its end wait for Postgres; Shutdown waits for it as for a turn (s.turns), and once Shutdown has
 // begun it is written before the handler returns. A failure costs the entry, never the answer:
 // it is logged once, at Warn.
-func (s *Server) noteCompaction(w http.ResponseWriter, r *http.Request, ws *tools.Workspace) {
+func (s *Server) noteCompaction(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	if sw, ok := w.(*statusWriter); ok && sw.status()/100 != 2 {
 		return
 	}

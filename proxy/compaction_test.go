@@ -19,7 +19,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // compacting is a chat request taken for a compaction (docs/spec.md §18), as a dialect's
@@ -88,13 +88,13 @@ func TestCompactionInTheHistory(t *testing.T) {
 
 	id, ev := s.next()
 	require.Equal(t, "2", id)
-	require.Equal(t, tools.Compaction, ev.Kind)
-	require.Equal(t, tools.ByClient, ev.Actor)
-	require.Equal(t, tools.ViaProxy, ev.Via)
-	require.Equal(t, tools.Target{Type: tools.TargetThread}, ev.Target)
+	require.Equal(t, workspace.Compaction, ev.Kind)
+	require.Equal(t, workspace.ByClient, ev.Actor)
+	require.Equal(t, workspace.ViaProxy, ev.Via)
+	require.Equal(t, workspace.Target{Type: workspace.TargetThread}, ev.Target)
 	require.Nil(t, ev.Turn)
 
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/agent/events?order=desc&limit=1", nil, 200, &evs)
 	require.Len(t, evs.Data, 1)
 	require.Equal(t, int64(2), evs.Data[0].ID)
@@ -114,7 +114,7 @@ func TestCompactionInTheHistory(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/agent/objective", map[string]any{"text": "Ship it"}, 200, nil)
 	id, ev = s.next()
 	require.Equal(t, "3", id)
-	require.Equal(t, tools.ObjectiveSet, ev.Kind)
+	require.Equal(t, workspace.ObjectiveSet, ev.Kind)
 
 	// The next turn: its block carries the workspace on.
 	e.up.Script(reply(cmpl("ok")))
@@ -122,7 +122,7 @@ func TestCompactionInTheHistory(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
 	reqs = e.up.Requests()
 	require.Contains(t, string(reqs[len(reqs)-1].Body), "Run the tests")
-	var threads page[tools.Thread]
+	var threads page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?q=agent", nil, 200, &threads)
 	require.Len(t, threads.Data, 1)
 	require.Equal(t, 1, threads.Data[0].Turns, "a compaction is no turn of the loop")
@@ -139,11 +139,11 @@ func TestCompactionOfANewThread(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Contains(t, got, "The summary.")
 	require.NoError(t, e.proxy.Shutdown(context.Background())) // it waits for the record
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/fresh/events", nil, 200, &evs)
 	require.Len(t, evs.Data, 1)
 	require.Equal(t, "compaction", evs.Data[0].Kind)
-	var threads page[tools.Thread]
+	var threads page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?q=fresh", nil, 200, &threads)
 	require.Len(t, threads.Data, 1)
 	require.Zero(t, threads.Data[0].Turns)
@@ -192,7 +192,7 @@ func TestCompactionWhileShuttingDown(t *testing.T) {
 	code, _ := compact(t, srv.URL, "late", `{"model":"m","messages":[{"role":"user","content":"Summarize."}]}`)
 	require.Equal(t, 200, code)
 	srv.Close() // waits for the handler
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/late/events", nil, 200, &evs)
 	require.Len(t, evs.Data, 1)
 	require.Equal(t, "compaction", evs.Data[0].Kind)
@@ -265,11 +265,11 @@ func TestAgentsOwnRequestsLeftAlone(t *testing.T) {
 	require.Equal(t, 0.0, testutil.ToFloat64(m.turns.WithLabelValues(turn.KindTurn)))
 	require.NoError(t, e.proxy.Shutdown(context.Background())) // it waits for the records
 	for thread, want := range map[string]int{"cc": 1, "cx": 3} {
-		var evs page[tools.Event]
+		var evs page[workspace.Event]
 		e.admin("GET", "/admin/v1/threads/"+thread+"/events", nil, 200, &evs)
 		require.Len(t, evs.Data, want, thread)
 		for _, ev := range evs.Data {
-			require.Equal(t, tools.Compaction, ev.Kind)
+			require.Equal(t, workspace.Compaction, ev.Kind)
 		}
 	}
 }

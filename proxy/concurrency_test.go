@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // recordingModel answers a turn's first call by recording the user's message as a preference,
@@ -50,7 +50,7 @@ func TestConcurrentTurns(t *testing.T) {
 	}
 	for i := range 10 {
 		wg.Go(func() {
-			var p tools.Preference
+			var p workspace.Preference
 			e.admin("POST", "/admin/v1/threads/one/preferences", map[string]any{"title": fmt.Sprintf("User %02d", i)}, 201, &p)
 			e.admin("PATCH", "/admin/v1/threads/one/preferences/"+strconv.FormatInt(p.ID, 10),
 				map[string]any{"locked": true, "title": fmt.Sprintf("User %02d (renamed)", i)}, 200, nil)
@@ -80,7 +80,7 @@ func TestConcurrentTurns(t *testing.T) {
 	// Turns 1..n, each with the workspace of the snapshot that applies to it: snapshots in turn
 	// order, each different from the one before (a turn that found no change stored none).
 	require.Equal(t, n, e.turns("one"))
-	var snaps page[tools.Snapshot]
+	var snaps page[workspace.Snapshot]
 	e.admin("GET", "/admin/v1/threads/one/snapshots?limit=500", nil, 200, &snaps)
 	require.Equal(t, 1, snaps.Data[0].Turn)
 	for i := 1; i < len(snaps.Data); i++ {

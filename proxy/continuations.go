@@ -11,14 +11,14 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // With client keys the upstream holds every client's responses under the operator's key, so a
 // Responses request — a thread turn or a pass-through — continues from (previous_response_id)
 // and references (an input item's id, item_reference among them) only responses that the
 // client's own requests made through wsproxy: their ids, and their output items', are recorded
-// per client as the answers pass (tools.Store.RecordResponses). Any other id is a 404
+// per client as the answers pass (workspace.Store.RecordResponses). Any other id is a 404
 // previous_response_not_found, and nothing goes upstream (docs/spec.md §12). Without client
 // keys nothing of this runs: a pass-through is not even parsed.
 
@@ -224,7 +224,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 
 // ownedContinuation checks, with client keys, a thread turn's references: its input items' ids,
 // and its previous_response_id when it names none of the thread's turns (continuing).
-func (s *Server) ownedContinuation(ctx context.Context, thread tools.ThreadID, body []byte, continuing bool) error {
+func (s *Server) ownedContinuation(ctx context.Context, thread workspace.ThreadID, body []byte, continuing bool) error {
 	if s.opts.ClientKeys == nil {
 		return nil
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // The differential harness of docs/spec.md §16: every recording of testdata/wire (real servers'
@@ -478,7 +479,7 @@ func (h *wireHarness) compare(t testing.TB, e wireEntry, body []byte, bytewise b
 		}
 	}
 	if !equalReadouts(want, got) {
-		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), tools.Truncate(string(body), 3000))
+		t.Fatalf("%s: straight and through wsproxy differ:\n%s\nrecording:\n%s", e.name, readoutDiff(want, got), workspace.Truncate(string(body), 3000))
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 const adminToken = "test-admin-token"
@@ -33,7 +33,7 @@ type env struct {
 	srv   *httptest.Server
 	proxy *Server
 	pool  *pgxpool.Pool
-	store *tools.Store
+	store *workspace.Store
 	reg   *prometheus.Registry
 	o     Options
 }
@@ -53,7 +53,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	require.NoError(t, err)
 	root, err := url.Parse(up.Server.URL) // the Messages API's base URL: …/v1/messages follows it
 	require.NoError(t, err)
-	store := tools.NewStore(pool, tools.Options{})
+	store := workspace.NewStore(pool, workspace.Options{})
 	reg := prometheus.NewRegistry()
 	opts := Options{
 		Store:           store,
@@ -148,9 +148,9 @@ func (e *env) admin(method, path string, body any, wantStatus int, out any) {
 }
 
 // workspace reads a thread's workspace, named in its stored form (client~thread for a client's).
-func (e *env) workspace(thread string) tools.Detail {
+func (e *env) workspace(thread string) workspace.Detail {
 	e.t.Helper()
-	id, err := tools.ParseThreadID(thread)
+	id, err := workspace.ParseThreadID(thread)
 	require.NoError(e.t, err)
 	d, err := e.store.Workspace(id).Get(context.Background())
 	require.NoError(e.t, err)
@@ -160,7 +160,7 @@ func (e *env) workspace(thread string) tools.Detail {
 // turns is how many turns a thread has had (the admin listing's turns).
 func (e *env) turns(thread string) int {
 	e.t.Helper()
-	var threads page[tools.Thread]
+	var threads page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?limit=500", nil, 200, &threads)
 	for _, th := range threads.Data {
 		if th.ID == thread {

@@ -17,7 +17,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestPostgresGoesAway: while Postgres is unreachable, thread turns and admin calls get 503 at
@@ -95,7 +95,7 @@ func TestPostgresRestartsMidTurn(t *testing.T) {
 			d := e.workspace("mid")
 			require.Empty(t, d.Preferences)
 			require.Nil(t, d.Objective)
-			var calls2 page[tools.ToolCallRecord]
+			var calls2 page[workspace.ToolCallRecord]
 			e.admin("GET", "/admin/v1/threads/mid/tool-calls", nil, 200, &calls2)
 			require.Empty(t, calls2.Data)
 		})
@@ -107,7 +107,9 @@ func TestPostgresRestartsMidTurn(t *testing.T) {
 func TestPoolExhausted(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
-	e := setupWithPool(t, pool, func(o *Options) { o.Store = tools.NewStore(pool, tools.Options{Timeout: 300 * time.Millisecond}) })
+	e := setupWithPool(t, pool, func(o *Options) {
+		o.Store = workspace.NewStore(pool, workspace.Options{Timeout: 300 * time.Millisecond})
+	})
 	e.up.Fallback = reply(cmpl("ok"))
 	held, err := pool.Acquire(context.Background())
 	require.NoError(t, err)
@@ -323,7 +325,7 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
 		e := setupWithPool(t, pool, bypass, func(o *Options) {
-			o.Store = tools.NewStore(pool, tools.Options{Timeout: time.Minute})
+			o.Store = workspace.NewStore(pool, workspace.Options{Timeout: time.Minute})
 		})
 		e.up.Fallback = reply(cmpl("ok"))
 		held, err := pool.Acquire(context.Background())

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestAdminHistory: the events of agent and user changes through the admin REST, filtered and
@@ -22,7 +22,7 @@ import (
 func TestAdminHistory(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	var p tools.Preference
+	var p workspace.Preference
 	e.admin("POST", "/admin/v1/threads/h/preferences", map[string]any{"title": "Trains"}, 201, &p)
 	e.admin("PATCH", "/admin/v1/threads/h/preferences/"+itoa(p.ID), map[string]any{"locked": true}, 200, nil)
 	// A turn whose agent tries to remove it, and sets the objective.
@@ -30,7 +30,7 @@ func TestAdminHistory(t *testing.T) {
 		call{ID: "b", Name: "set_objective", Arguments: `{"text":"Lisbon","action_and_reasoning":"A goal."}`})), reply(cmpl("ok")))
 	require.Equal(t, 200, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "h"}, `{"messages":[{"role":"user","content":"x"}]}`).StatusCode)
 
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/h/events", nil, 200, &evs)
 	var kinds []string
 	for _, ev := range evs.Data {
@@ -51,7 +51,7 @@ func TestAdminHistory(t *testing.T) {
 	e.admin("GET", "/admin/v1/threads/nope/events", nil, 404, nil)
 
 	// Revert the objective; a locked_skip is a 400; the addition is a 409 naming the lock.
-	var rev tools.Event
+	var rev workspace.Event
 	e.admin("POST", "/admin/v1/threads/h/events/4/revert", nil, 200, &rev)
 	require.Equal(t, "revert", rev.Kind)
 	require.Equal(t, int64(4), *rev.Reverts)
@@ -64,7 +64,7 @@ func TestAdminHistory(t *testing.T) {
 
 	// Threads by id prefix.
 	e.admin("POST", "/admin/v1/threads/other/preferences", map[string]any{"title": "x"}, 201, nil)
-	var threads page[tools.Thread]
+	var threads page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?q=h", nil, 200, &threads)
 	require.Len(t, threads.Data, 1)
 	require.Equal(t, "h", threads.Data[0].ID)
@@ -76,20 +76,20 @@ func TestAdminHistory(t *testing.T) {
 func TestAdminApplyProposal(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	var p tools.Preference
+	var p workspace.Preference
 	e.admin("POST", "/admin/v1/threads/ap/preferences", map[string]any{"title": "Formal tone", "kind": "hard", "locked": true}, 201, &p)
 	e.up.Script(reply(cmpl("", call{ID: "a", Name: "update_preferences",
 		Arguments: `{"updates":[{"index":1,"title":"Casual tone"}],"action_and_reasoning":"The user writes casually."}`})), reply(cmpl("ok")))
 	require.Equal(t, 200, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "ap"}, `{"messages":[{"role":"user","content":"x"}]}`).StatusCode)
 
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/ap/events", nil, 200, &evs)
 	require.Len(t, evs.Data, 2)
 	skip := evs.Data[1]
 	require.Equal(t, "locked_skip", skip.Kind)
 	require.JSONEq(t, `{"title":"Casual tone","subtitle":"","kind":"hard"}`, string(skip.Proposed))
 
-	var applied tools.Event
+	var applied workspace.Event
 	e.admin("POST", "/admin/v1/threads/ap/events/"+itoa(skip.ID)+"/apply", nil, 200, &applied)
 	require.Equal(t, "preference_updated", applied.Kind)
 	require.Equal(t, "user", applied.Actor)
@@ -144,7 +144,7 @@ func (e *env) openStream(base, thread, lastID, after string) *sseReader {
 }
 
 // next reads the next event: its id and data.
-func (s *sseReader) next() (string, tools.Event) {
+func (s *sseReader) next() (string, workspace.Event) {
 	s.t.Helper()
 	var id string
 	for {
@@ -155,7 +155,7 @@ func (s *sseReader) next() (string, tools.Event) {
 		case strings.HasPrefix(line, "id: "):
 			id = strings.TrimPrefix(line, "id: ")
 		case strings.HasPrefix(line, "data: "):
-			var ev tools.Event
+			var ev workspace.Event
 			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
 			require.Equal(s.t, id, itoa(ev.ID))
 			return id, ev

@@ -8,13 +8,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // preferencesOf adds titles to a new thread through the admin REST and returns them.
-func (e *env) preferencesOf(thread string, titles ...string) []tools.Preference {
+func (e *env) preferencesOf(thread string, titles ...string) []workspace.Preference {
 	e.t.Helper()
-	out := make([]tools.Preference, len(titles))
+	out := make([]workspace.Preference, len(titles))
 	for i, title := range titles {
 		e.admin("POST", "/admin/v1/threads/"+thread+"/preferences", map[string]any{"title": title}, 201, &out[i])
 	}
@@ -130,6 +130,6 @@ func TestIndicesSurviveAUserEdit(t *testing.T) {
 	}, e.toolResults(1))
 	d := e.workspace("edited")
 	require.Equal(t, []string{"C", "D, renamed"}, e.titles("edited"))
-	require.Equal(t, tools.Hard, d.Preferences[0].Kind)
-	require.Equal(t, tools.Soft, d.Preferences[1].Kind, "the user's renamed D is not the model's to change unseen")
+	require.Equal(t, workspace.Hard, d.Preferences[0].Kind)
+	require.Equal(t, workspace.Soft, d.Preferences[1].Kind, "the user's renamed D is not the model's to change unseen")
 }

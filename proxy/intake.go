@@ -11,14 +11,14 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // inbound is what a /v1 request brings: the thread it names (named false for none; thread then
 // holds the client alone), its body and, for a thread turn, its placement. release returns the
 // body's bytes to the budget.
 type inbound struct {
-	thread    tools.ThreadID
+	thread    workspace.ThreadID
 	named     bool
 	placement turn.Placement
 	body      []byte
@@ -36,7 +36,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 	}
 	// The client goes on the request's log line now, so that a request refused below (a route
 	// not allowed, a bad thread id) names it too.
-	noteCaller(r.Context(), tools.ThreadID{Client: client}, false)
+	noteCaller(r.Context(), workspace.ThreadID{Client: client}, false)
 	if check != nil {
 		if err := check(r); err != nil {
 			return in, err
@@ -105,7 +105,7 @@ func (s *Server) placementOf(r *http.Request) (turn.Placement, error) {
 // client keys). ok is false when it names none (the id then holds the client alone). Empty
 // headers count as absent; two that differ, or a header and a path that differ, are a
 // thread_mismatch.
-func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok bool, err error) {
+func threadOf(r *http.Request, client, fallback string) (id workspace.ThreadID, ok bool, err error) {
 	name, from := r.PathValue("thread"), threadHeader
 	for _, h := range r.Header.Values(threadHeader) {
 		switch {
@@ -113,7 +113,7 @@ func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok b
 		case name == "":
 			name = h
 		case h != name:
-			return tools.ThreadID{}, false, apierr.BadRequest("thread_mismatch", threadHeader,
+			return workspace.ThreadID{}, false, apierr.BadRequest("thread_mismatch", threadHeader,
 				"the %s headers and the path name different threads", threadHeader)
 		}
 	}
@@ -121,10 +121,10 @@ func threadOf(r *http.Request, client, fallback string) (id tools.ThreadID, ok b
 		name, from = r.Header.Get(fallback), fallback
 	}
 	if name == "" {
-		return tools.ThreadID{Client: client}, false, nil
+		return workspace.ThreadID{Client: client}, false, nil
 	}
-	if id, err = tools.NewThreadID(client, name); err != nil {
-		return tools.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", from, "%s", err.Error())
+	if id, err = workspace.NewThreadID(client, name); err != nil {
+		return workspace.ThreadID{}, false, apierr.BadRequest("invalid_thread_id", from, "%s", err.Error())
 	}
 	return id, true, nil
 }
@@ -136,29 +136,29 @@ const parentsHeader = "X-Workspace-Parents"
 // parentsOf is what a request names of its thread's parents: X-Workspace-Parents, stored when
 // they differ; else, for a thread named by THREAD_HEADER, THREAD_PARENTS, stored when the thread
 // is new. Names are in the client's namespace; an empty header names none.
-func (s *Server) parentsOf(r *http.Request, client string) (tools.TurnOptions, error) {
+func (s *Server) parentsOf(r *http.Request, client string) (workspace.TurnOptions, error) {
 	names, from, ifNew := r.Header.Values(parentsHeader), parentsHeader, false
 	if len(names) == 0 && len(s.opts.ThreadParents) > 0 && s.opts.ThreadHeader != "" && r.PathValue("thread") == "" &&
 		r.Header.Get(threadHeader) == "" {
 		names, from, ifNew = s.opts.ThreadParents, "THREAD_PARENTS", true
 	}
-	var parents []tools.ThreadID
+	var parents []workspace.ThreadID
 	for _, v := range names {
 		for name := range strings.SplitSeq(v, ",") {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
 			}
-			id, err := tools.NewThreadID(client, name)
+			id, err := workspace.NewThreadID(client, name)
 			if err != nil {
-				return tools.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %q: %s", from, name, err.Error())
+				return workspace.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %q: %s", from, name, err.Error())
 			}
 			parents = append(parents, id)
 		}
 	}
 	if parents == nil {
-		return tools.TurnOptions{}, nil
+		return workspace.TurnOptions{}, nil
 	}
-	return tools.TurnOptions{Parents: parents, ParentsIfNew: ifNew}, nil
+	return workspace.TurnOptions{Parents: parents, ParentsIfNew: ifNew}, nil
 }
 
 // forwardFunc passes a request that names no thread upstream, for its client ("" without client

@@ -14,7 +14,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // afterToolCall runs hook once, when the first tool call that commits after it was armed has
@@ -105,8 +105,8 @@ func TestAClientLeavingMidRoundGetsItsTurnRecorded(t *testing.T) {
 		callItem("fc_w", "call_w", "get_weather", `{"city":"Lisbon"}`)}}.Reply())
 	tool := `[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":false}]`
 	leavingClient(t, e, tracer, "/v1/responses", `{"model":"gpt-test","input":"What should I pack?","tools":`+tool+`}`)
-	c, err := e.store.Workspace(tools.ThreadID{Name: "leave"}).Continuation(context.Background(), "resp_a")
+	c, err := e.store.Workspace(workspace.ThreadID{Name: "leave"}).Continuation(context.Background(), "resp_a")
 	require.NoError(t, err, "the turn's end is recorded")
 	require.Equal(t, "resp_a", c.LastResponseID)
-	require.Equal(t, []tools.OwedOutput{{CallID: "call_o", Output: `{"ok":true,"result":"objective set: Pack for Lisbon"}`}}, c.Owed)
+	require.Equal(t, []workspace.OwedOutput{{CallID: "call_o", Output: `{"ok":true,"result":"objective set: Pack for Lisbon"}`}}, c.Owed)
 }

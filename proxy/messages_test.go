@@ -21,7 +21,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // anthropicClient is anthropic-sdk-go pointed at the proxy, with the thread in the path ("" for
@@ -137,7 +137,7 @@ func TestMessagesTurnWithAWorkspaceCall(t *testing.T) {
 		require.JSONEq(t, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"{\"ok\":true,\"result\":\"objective set: A tidy repository\"}"}]}`, string(results))
 		require.Eventually(t, func() bool {
 			u := e.workspace("mt").Usage
-			return u == tools.Usage{PromptTokens: 146, CachedPromptTokens: 104, CompletionTokens: 12, CacheWriteTokens: 2}
+			return u == workspace.Usage{PromptTokens: 146, CachedPromptTokens: 104, CompletionTokens: 12, CacheWriteTokens: 2}
 		}, 10*time.Second, 10*time.Millisecond, "the thread's usage: input, cache reads and writes are its prompt")
 		metrics := e.opts().Metrics
 		require.Equal(t, 146.0, testutil.ToFloat64(metrics.tokens.WithLabelValues("prompt", "claude-test")))
@@ -641,7 +641,7 @@ func TestMessagesPlacement(t *testing.T) {
 			require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
 			reqs := e.up.Requests()
 			sent := members(t, reqs[len(reqs)-1].Body)
-			block := "INSTR\n\n" + tools.RenderBlock("", nil, nil)
+			block := "INSTR\n\n" + workspace.RenderBlock("", nil, nil)
 			var msgs []map[string]json.RawMessage
 			require.NoError(t, json.Unmarshal(sent["messages"], &msgs))
 			wantLast := strings.ReplaceAll(tt.wantLast, `"BLOCK"`, string(rawjson.String(block)))

@@ -20,6 +20,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 var liveHeap = regexp.MustCompile(`^/gc/heap/live:bytes$`)
@@ -136,7 +137,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	// The series whose labels are known in advance start at zero.
 	for _, name := range tools.Names {
 		for _, outcome := range []string{"ok", "error"} {
-			for _, via := range []string{tools.ViaProxy, tools.ViaMCP} {
+			for _, via := range []string{workspace.ViaProxy, workspace.ViaMCP} {
 				m.toolCalls.WithLabelValues(name, outcome, via)
 			}
 		}
@@ -285,12 +286,12 @@ func (m *Metrics) UpstreamRetry() {
 
 // ToolCall counts a workspace call of a proxied turn (turn.Metrics).
 func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int) {
-	m.toolCall(tools.ViaProxy, name, ok, lockedSkips)
+	m.toolCall(workspace.ViaProxy, name, ok, lockedSkips)
 }
 
 // MCPToolCall counts a workspace call over MCP (mcp.Metrics).
 func (m *Metrics) MCPToolCall(name string, ok bool, lockedSkips int) {
-	m.toolCall(tools.ViaMCP, name, ok, lockedSkips)
+	m.toolCall(workspace.ViaMCP, name, ok, lockedSkips)
 }
 
 // mcp is m as MCP's metrics: nil (an interface holding none) when m is.
@@ -341,7 +342,7 @@ func (m *Metrics) ToolRounds(n int) {
 
 // Tokens counts the tokens of one upstream round of a turn that requested model, for client
 // ("" without client keys) (turn.Metrics).
-func (m *Metrics) Tokens(model, client string, u tools.Usage) {
+func (m *Metrics) Tokens(model, client string, u workspace.Usage) {
 	if m == nil {
 		return
 	}

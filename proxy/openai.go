@@ -7,7 +7,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // openAI names OpenAI's wire APIs.
@@ -59,7 +59,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case err == nil:
 			req.Continue(cont)
-		case !errors.Is(err, tools.ErrNotFound):
+		case !errors.Is(err, workspace.ErrNotFound):
 			// With client keys the continuation's owner is checked below, which needs the
 			// database: no bypass then.
 			if s.opts.ClientKeys != nil || !s.bypassed(w, r, in, err) {

@@ -18,6 +18,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 type rspec = upstreamtest.ResponseSpec
@@ -223,7 +224,7 @@ func TestResponsesWorkspaceTurn(t *testing.T) {
 				require.Equal(t, 22.0, testutil.ToFloat64(m.cachedTokens.WithLabelValues("gpt-test")))
 				require.Equal(t, 1.0, testutil.ToFloat64(m.toolCalls.WithLabelValues("add_preferences", "ok", "proxy")))
 				require.Eventually(t, func() bool { // added in the background once the turn ended
-					return e.workspace("trip").Usage == tools.Usage{PromptTokens: 40, CachedPromptTokens: 22, CompletionTokens: 13}
+					return e.workspace("trip").Usage == workspace.Usage{PromptTokens: 40, CachedPromptTokens: 22, CompletionTokens: 13}
 				}, 5*time.Second, 5*time.Millisecond)
 				calls := e.toolCalls("trip")
 				require.Equal(t, "call_1", calls[0].CallID)
@@ -234,9 +235,9 @@ func TestResponsesWorkspaceTurn(t *testing.T) {
 }
 
 // toolCalls reads a thread's tool-call records, named in its stored form.
-func (e *env) toolCalls(thread string) []tools.ToolCallRecord {
+func (e *env) toolCalls(thread string) []workspace.ToolCallRecord {
 	e.t.Helper()
-	id, err := tools.ParseThreadID(thread)
+	id, err := workspace.ParseThreadID(thread)
 	require.NoError(e.t, err)
 	calls, err := e.store.Workspace(id).ToolCalls(context.Background(), 0, 100)
 	require.NoError(e.t, err)

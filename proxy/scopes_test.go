@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // scoped gives e the scopes of docs/spec.md §17: repo-x and alice, each with a preference, and
@@ -35,7 +35,7 @@ func TestScopesOnTheAdminREST(t *testing.T) {
 	e := setup(t)
 	e.scoped()
 
-	var d tools.Detail
+	var d workspace.Detail
 	e.admin("GET", "/admin/v1/threads/t", nil, 200, &d)
 	require.Equal(t, []string{"repo-x", "alice"}, d.Parents)
 	require.Equal(t, scopedBlock, d.Block)
@@ -54,7 +54,7 @@ func TestScopesOnTheAdminREST(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"bad id"}}, 400, nil)
 
 	// A thread's own item moves to alice: both histories show it, t's block inherits it.
-	var p, moved tools.Preference
+	var p, moved workspace.Preference
 	e.admin("POST", "/admin/v1/threads/t/preferences", map[string]any{"title": "Answer in French"}, 201, &p)
 	e.admin("POST", "/admin/v1/threads/t/preferences/"+id(p)+"/move", map[string]any{"to": "alice"}, 200, &moved)
 	require.Equal(t, 2, moved.Index)
@@ -62,9 +62,9 @@ func TestScopesOnTheAdminREST(t *testing.T) {
 	require.Empty(t, d.Preferences)
 	require.Contains(t, d.Block, "- [hard] Tabs over spaces\n- [soft] Answer in French\n</workspace>")
 	for _, thread := range []string{"t", "alice"} {
-		var evs page[tools.Event]
+		var evs page[workspace.Event]
 		e.admin("GET", "/admin/v1/threads/"+thread+"/events?order=desc&limit=1", nil, 200, &evs)
-		require.Equal(t, tools.PreferenceMoved, evs.Data[0].Kind, thread)
+		require.Equal(t, workspace.PreferenceMoved, evs.Data[0].Kind, thread)
 	}
 
 	// Review mode, set on alice, is inherited by t.
@@ -86,7 +86,7 @@ func TestScopesWithClientKeys(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/bob~secret/preferences", map[string]any{"title": "Bob's"}, 201, nil)
 	e.admin("PUT", "/admin/v1/threads/alice~t/parents", map[string]any{"parents": []string{"bob~secret"}}, 404, nil)
 	e.admin("PUT", "/admin/v1/threads/alice~t/parents", map[string]any{"parents": []string{"repo-x"}}, 200, nil)
-	var d tools.Detail
+	var d workspace.Detail
 	e.admin("GET", "/admin/v1/threads/alice~t", nil, 200, &d)
 	require.Equal(t, []string{"repo-x"}, d.Parents)
 	e.workspace("alice~repo-x") // created empty, in alice's namespace
@@ -194,7 +194,7 @@ func TestScopeChangeWakesChildren(t *testing.T) {
 	// The admin event stream, on a: an event `scope` without an id, naming the ancestor and its event.
 	s := a.openStream(a.srv.URL, "t", "", "")
 	b.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "Answer in French"}, 201, nil)
-	var evs page[tools.Event]
+	var evs page[workspace.Event]
 	b.admin("GET", "/admin/v1/threads/alice/events?order=desc&limit=1", nil, 200, &evs)
 	scope, event := s.nextScope()
 	require.Equal(t, "alice", scope, "a grandparent's change")
@@ -206,7 +206,7 @@ func TestScopeChangeWakesChildren(t *testing.T) {
 	// New parents: the thread's own event; then the stream watches bob, and no longer alice.
 	b.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"bob"}}, 200, nil)
 	id, ev := s.next()
-	require.Equal(t, tools.ParentsSet, ev.Kind)
+	require.Equal(t, workspace.ParentsSet, ev.Kind)
 	// An event of t's own, read after parents_set, was read by a later wake-up of the stream:
 	// the one that read the new ancestors has ended.
 	b.admin("PUT", "/admin/v1/threads/t/objective", map[string]any{"text": "Mine"}, 200, nil)
@@ -261,20 +261,20 @@ func TestScopesOverMCP(t *testing.T) {
 	require.Empty(t, e.titles("t"))
 
 	e.admin("PATCH", "/admin/v1/threads/alice", map[string]any{"agent_writes": "propose"}, 200, nil)
-	var before page[tools.Event]
+	var before page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/t/events", nil, 200, &before)
 	text, isError = mcpCall(t, cs, "add_preferences", map[string]any{"thread": "t",
 		"items": []any{map[string]any{"title": "Bullet points"}}, "action_and_reasoning": "the user asked"})
 	require.False(t, isError, text)
 	require.Equal(t, `proposed; the user will review it: add "Bullet points"`, text)
 	require.Empty(t, e.titles("t"))
-	var after page[tools.Event]
+	var after page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/t/events", nil, 200, &after)
 	require.Len(t, after.Data, len(before.Data)+1, "one event: the proposal")
 	proposal := after.Data[len(after.Data)-1]
-	require.Equal(t, tools.Proposed, proposal.Kind)
-	require.Equal(t, tools.ViaMCP, proposal.Via)
-	var pending page[tools.Event]
+	require.Equal(t, workspace.Proposed, proposal.Kind)
+	require.Equal(t, workspace.ViaMCP, proposal.Via)
+	var pending page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/t/proposals", nil, 200, &pending)
 	require.Len(t, pending.Data, 1)
 	require.Equal(t, proposal.ID, pending.Data[0].ID)

@@ -28,7 +28,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // rawExchange writes raw to a new connection to the proxy and reads every response until the
@@ -587,7 +587,7 @@ func TestWorkspaceCallsBounded(t *testing.T) {
 		require.Contains(t, r2[1], `"ok":true`)
 		require.Contains(t, r2[2], "not run: a turn runs at most 5 workspace calls")
 		require.Equal(t, "Objective g", e.workspace(thread).Objective.Text)
-		var calls page[tools.ToolCallRecord]
+		var calls page[workspace.ToolCallRecord]
 		e.admin("GET", "/admin/v1/threads/"+thread+"/tool-calls", nil, 200, &calls)
 		require.Len(t, calls.Data, 5, "the calls not run are not recorded")
 	}
@@ -867,7 +867,7 @@ func TestStreamedCallArgumentsBounded(t *testing.T) {
 	const max = 64 << 10
 	pool := dbtest.NewPool(t, nil)
 	e := setupWithPool(t, pool, func(o *Options) {
-		o.Store = tools.NewStore(pool, tools.Options{Limits: tools.Limits{ArgumentBytesMax: max}})
+		o.Store = workspace.NewStore(pool, workspace.Options{Limits: workspace.Limits{ArgumentBytesMax: max}})
 	})
 	args := `{"text":"` + strings.Repeat("x", 300<<10) + `"}`
 	e.up.Script(upstreamtest.Stream(upstreamtest.ToolCallChunks("c1", 4096, call{ID: "big", Name: "set_objective", Arguments: args})...),

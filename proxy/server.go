@@ -25,7 +25,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Defaults of Options' zero values.
@@ -58,7 +58,7 @@ const (
 // Options configure a Server. Zero values take the defaults their comments state.
 type Options struct {
 	// Store holds the workspaces. Required.
-	Store *tools.Store
+	Store *workspace.Store
 	// UpstreamURL is the base URL of the OpenAI-compatible upstream, e.g. https://api.openai.com/v1.
 	UpstreamURL *url.URL
 	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
@@ -118,7 +118,7 @@ type Options struct {
 	// thread turn without a prompt_cache_key gets one derived from its thread. Empty means auto.
 	PromptCacheKey string
 	// Instructions stand before the block, whatever the placement. Empty means
-	// tools.TailInstructions with PlaceTail and tools.SystemInstructions with PlaceSystem.
+	// workspace.TailInstructions with PlaceTail and workspace.SystemInstructions with PlaceSystem.
 	Instructions string
 	// Metrics, when set, are recorded; nil records none and serves no /metrics.
 	Metrics *Metrics

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // heldRound is a transport whose second request waits for release, whatever its context says:
@@ -45,7 +45,7 @@ func TestATurnPastTheShutdownDeadlineKeepsItsUsage(t *testing.T) {
 	readerPool, err := pgxpoolNew(pool.Config().Copy())
 	require.NoError(t, err)
 	t.Cleanup(readerPool.Close)
-	reader := tools.NewStore(readerPool, tools.Options{})
+	reader := workspace.NewStore(readerPool, workspace.Options{})
 	transport := &heldRound{held: make(chan struct{}), release: make(chan struct{})}
 	e := setupWithPool(t, pool, func(o *Options) { o.Transport = transport })
 	e.up.Script(reply(cmpl("", call{ID: "l", Name: "list_preferences", Arguments: `{}`})))
@@ -77,9 +77,9 @@ func TestATurnPastTheShutdownDeadlineKeepsItsUsage(t *testing.T) {
 	<-waited
 	pool.Close() // as the program closes it after Shutdown
 
-	d, err := reader.Workspace(tools.ThreadID{Name: "late"}).Get(context.Background())
+	d, err := reader.Workspace(workspace.ThreadID{Name: "late"}).Get(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, tools.Usage{PromptTokens: 10, CachedPromptTokens: 2, CompletionTokens: 5}, d.Usage, "round 1's usage")
+	require.Equal(t, workspace.Usage{PromptTokens: 10, CachedPromptTokens: 2, CompletionTokens: 5}, d.Usage, "round 1's usage")
 }
 
 // TestShutdownEndsTheStreams: Shutdown ends at once what the rooms hold open — an admin event

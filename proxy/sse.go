@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // sseWriter is the client side of a streamed turn: server-sent events on the response, and a
@@ -30,7 +30,7 @@ type sseWriter struct {
 	buf     []byte
 }
 
-func (s *Server) sseWriter(w http.ResponseWriter, thread tools.ThreadID) *sseWriter {
+func (s *Server) sseWriter(w http.ResponseWriter, thread workspace.ThreadID) *sseWriter {
 	o := &sseWriter{w: w, rc: http.NewResponseController(w), thread: thread.Name, every: s.opts.StreamKeepalive,
 		last: time.Now()}
 	o.mu.Lock() // the timer may fire before it is assigned

@@ -8,7 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestThreadCursorsScoped: a thread list's cursor is scoped like the list (docs/spec.md §8,
@@ -24,7 +24,7 @@ func TestThreadCursorsScoped(t *testing.T) {
 	for _, th := range []string{"alice~a1", "bob~t1", "alice~a2"} {
 		e.admin("PUT", "/admin/v1/threads/"+th+"/objective", map[string]any{"text": "goal"}, 200, nil)
 	}
-	var all page[tools.Thread]
+	var all page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads", nil, 200, &all)
 	cursors := map[string]string{}
 	for _, th := range all.Data {
@@ -40,7 +40,7 @@ func TestThreadCursorsScoped(t *testing.T) {
 	code, body := alice.do("GET", "/admin/v1/threads?after="+url.QueryEscape(cursors["alice~a2"]), "", nil)
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, `"alice~a1"`)
-	var p page[tools.Thread]
+	var p page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?after=bob~t1", nil, 200, &p)
 	require.Equal(t, "alice~a1", p.Data[0].ID, "the admin's listing holds every thread")
 

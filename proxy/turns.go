@@ -13,7 +13,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // instructions is the text that stands before the block.
@@ -22,9 +22,9 @@ func (s *Server) instructions(p turn.Placement) string {
 	case s.opts.Instructions != "":
 		return s.opts.Instructions
 	case p == turn.PlaceSystem:
-		return tools.SystemInstructions
+		return workspace.SystemInstructions
 	}
-	return tools.TailInstructions
+	return workspace.TailInstructions
 }
 
 // errShuttingDown answers a turn that would start once Shutdown has begun.
@@ -35,7 +35,7 @@ var errShuttingDown = &apierr.Error{Status: http.StatusServiceUnavailable, Type:
 // number and workspace, has setup (when not nil) fit the turn to its API, puts the workspace in
 // the request, and answers with a stream or one body; the turn's usage goes to its thread when
 // it ends.
-func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *tools.Workspace, up *clientUpstream,
+func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, req turn.Request, ws *workspace.Workspace, up *clientUpstream,
 	setup func(*turn.Turn)) {
 	if kind := req.Kind(); kind != turn.KindTurn {
 		s.leaveAlone(w, r, in, ws, kind)
@@ -70,7 +70,7 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 // leaveAlone forwards an agent's own request of a thread, of kind side or compaction, as it came
 // (docs/spec.md §18): no workspace, no tools, no loop; counted by its kind, and a compaction
 // recorded in the thread's history once answered (compaction.go).
-func (s *Server) leaveAlone(w http.ResponseWriter, r *http.Request, in inbound, ws *tools.Workspace, kind string) {
+func (s *Server) leaveAlone(w http.ResponseWriter, r *http.Request, in inbound, ws *workspace.Workspace, kind string) {
 	noteKind(r.Context(), kind)
 	s.opts.Metrics.turn(kind)
 	s.forward(w, r, in.body)
@@ -81,7 +81,7 @@ func (s *Server) leaveAlone(w http.ResponseWriter, r *http.Request, in inbound, 
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
 // caller ends a turn it started with endTurn.
-func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, model string, up *clientUpstream) (*turn.Turn, string, error) {
+func (s *Server) startTurn(r *http.Request, ws *workspace.Workspace, in inbound, model string, up *clientUpstream) (*turn.Turn, string, error) {
 	s.turnsMu.Lock()
 	if s.draining {
 		s.turnsMu.Unlock()
@@ -89,7 +89,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, mod
 	}
 	s.turns.Add(1) // under turnsMu: before Shutdown's Wait
 	s.turnsMu.Unlock()
-	var start tools.TurnStart
+	var start workspace.TurnStart
 	opts, err := s.parentsOf(r, in.thread.Client)
 	if err == nil {
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
@@ -120,7 +120,7 @@ func (s *Server) startTurn(r *http.Request, ws *tools.Workspace, in inbound, mod
 // wsproxy_workspace_bypassed_total and logged. It reports whether it did.
 func (s *Server) bypassed(w http.ResponseWriter, r *http.Request, in inbound, err error) bool {
 	if !s.opts.BypassUnavailable || r.Context().Err() != nil ||
-		!(errors.Is(err, tools.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+		!(errors.Is(err, workspace.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
 		return false
 	}
 	s.opts.Metrics.workspaceBypassed()
@@ -243,7 +243,7 @@ func countTokens[R turn.Counted](s *Server, w http.ResponseWriter, r *http.Reque
 
 // promptCacheKey is the prompt_cache_key of a thread's turns: the same on every replica, never
 // the thread's id (docs/spec.md §3.1).
-func promptCacheKey(thread tools.ThreadID) string {
+func promptCacheKey(thread workspace.ThreadID) string {
 	sum := sha256.Sum256([]byte("wsproxy prompt_cache_key\n" + thread.String()))
 	return "wsp_" + hex.EncodeToString(sum[:16])
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // maxErrorBody caps how much of an upstream's error body is kept.
@@ -62,7 +62,7 @@ func (u *clientUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Ups
 		if resp.StatusCode == http.StatusUnauthorized && u.keyless != "" {
 			return nil, &apierr.Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_key_missing",
 				Message: "the upstream refused a request that carried no key (401): clients' keys stay with wsproxy; set " + u.keyless,
-				Err:     errors.New(tools.Truncate(string(b), 200))}
+				Err:     errors.New(workspace.Truncate(string(b), 200))}
 		}
 		return nil, &apierr.UpstreamError{StatusCode: resp.StatusCode, Header: responseHeader(resp.Header), Body: b}
 	}

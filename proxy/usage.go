@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // usageInterval is how often at most the usage writer writes: the usage of the turns that end
@@ -24,15 +24,15 @@ const maxUsageBackoff = 5 * time.Second
 // end while a write is under way or within usageInterval after it wait for the next write. Its
 // batches are numbered (under an id of its own), and a failed write is sent again as it was —
 // the same number, the same usage — until it succeeds, so that a batch whose answer was lost
-// after it committed counts once (tools.Store.AddUsage); what came meanwhile goes in the next.
+// after it committed counts once (workspace.Store.AddUsage); what came meanwhile goes in the next.
 // Its goroutine runs only while there is usage to write.
 type usageWriter struct {
-	store *tools.Store
+	store *workspace.Store
 	log   *slog.Logger
 	id    string // the writer's id in its batches
 
 	mu       sync.Mutex
-	pending  map[tools.ThreadID]tools.Usage
+	pending  map[workspace.ThreadID]workspace.Usage
 	number   int64         // the last batch's number
 	running  bool          // a goroutine is writing
 	closing  chan struct{} // closed by close: write what is left at once, then stop
@@ -40,14 +40,14 @@ type usageWriter struct {
 	wg       sync.WaitGroup
 }
 
-func newUsageWriter(store *tools.Store, log *slog.Logger) *usageWriter {
-	return &usageWriter{store: store, log: log, id: rand.Text(), pending: map[tools.ThreadID]tools.Usage{}, closing: make(chan struct{})}
+func newUsageWriter(store *workspace.Store, log *slog.Logger) *usageWriter {
+	return &usageWriter{store: store, log: log, id: rand.Text(), pending: map[workspace.ThreadID]workspace.Usage{}, closing: make(chan struct{})}
 }
 
 // add queues a turn's usage. Once close was called it counts nothing (the caller's turns have
 // ended before it).
-func (u *usageWriter) add(id tools.ThreadID, usage tools.Usage) {
-	if usage == (tools.Usage{}) {
+func (u *usageWriter) add(id workspace.ThreadID, usage workspace.Usage) {
+	if usage == (workspace.Usage{}) {
 		return
 	}
 	u.mu.Lock()
@@ -65,7 +65,7 @@ func (u *usageWriter) add(id tools.ThreadID, usage tools.Usage) {
 }
 
 // addTo adds usage to id's sum in m.
-func addTo(m map[tools.ThreadID]tools.Usage, id tools.ThreadID, usage tools.Usage) {
+func addTo(m map[workspace.ThreadID]workspace.Usage, id workspace.ThreadID, usage workspace.Usage) {
 	sum := m[id]
 	sum.Add(usage)
 	m[id] = sum
@@ -75,7 +75,7 @@ func addTo(m map[tools.ThreadID]tools.Usage, id tools.ThreadID, usage tools.Usag
 // while writes fail).
 func (u *usageWriter) run() {
 	wait := usageInterval
-	var batch tools.UsageBatch // the batch being written, kept as it is until it is
+	var batch workspace.UsageBatch // the batch being written, kept as it is until it is
 	for {
 		u.mu.Lock()
 		if batch.Usage == nil {
@@ -85,8 +85,8 @@ func (u *usageWriter) run() {
 				return
 			}
 			u.number++
-			batch = tools.UsageBatch{Writer: u.id, Number: u.number, Usage: u.pending}
-			u.pending = map[tools.ThreadID]tools.Usage{}
+			batch = workspace.UsageBatch{Writer: u.id, Number: u.number, Usage: u.pending}
+			u.pending = map[workspace.ThreadID]workspace.Usage{}
 		}
 		u.mu.Unlock()
 
@@ -95,10 +95,10 @@ func (u *usageWriter) run() {
 		switch {
 		case err == nil:
 			wait = usageInterval
-			batch = tools.UsageBatch{}
+			batch = workspace.UsageBatch{}
 		case closing:
 			u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch.Usage)), slog.Any("err", err))
-			batch = tools.UsageBatch{}
+			batch = workspace.UsageBatch{}
 		default:
 			wait = min(wait*2, maxUsageBackoff)
 			u.log.LogAttrs(context.Background(), slog.LevelWarn, "turns' usage not written yet; retrying", slog.Int("threads", len(batch.Usage)),

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestUsageWrittenTogether: the usage of many turns of a few threads reaches Postgres exactly,
@@ -36,7 +36,7 @@ func TestUsageWrittenTogether(t *testing.T) {
 	require.NoError(t, e.proxy.Shutdown(context.Background()))
 	for i := range threads {
 		// cmpl reports 10 prompt tokens, 2 of them cached, and 5 completion tokens.
-		require.Equal(t, tools.Usage{PromptTokens: 10 * turns, CachedPromptTokens: 2 * turns, CompletionTokens: 5 * turns}, e.workspace(fmt.Sprintf("u%d", i)).Usage)
+		require.Equal(t, workspace.Usage{PromptTokens: 10 * turns, CachedPromptTokens: 2 * turns, CompletionTokens: 5 * turns}, e.workspace(fmt.Sprintf("u%d", i)).Usage)
 	}
 	added := tracer.Count("INSERT INTO thread_usage")
 	require.GreaterOrEqual(t, added, threads, "statements adding usage: one for each thread at least")
@@ -49,27 +49,27 @@ func TestUsageWrittenTogether(t *testing.T) {
 func TestUsageKeptWhilePostgresIsAway(t *testing.T) {
 	t.Parallel()
 	pool, fault := dbtest.NewFaultPool(t, nil)
-	store := tools.NewStore(pool, tools.Options{})
-	id := tools.ThreadID{Name: "away"}
-	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
+	store := workspace.NewStore(pool, workspace.Options{})
+	id := workspace.ThreadID{Name: "away"}
+	_, err := store.Workspace(id).StartTurn(context.Background(), workspace.TurnOptions{})
 	require.NoError(t, err)
 	logs := &lockedBuffer{}
 	u := newUsageWriter(store, slog.New(slog.NewTextHandler(logs, nil)))
 	t.Cleanup(u.close)
 
 	fault.Cut()
-	u.add(id, tools.Usage{PromptTokens: 5, CompletionTokens: 1})
+	u.add(id, workspace.Usage{PromptTokens: 5, CompletionTokens: 1})
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "retrying") }, 10e9, 1e7)
-	u.add(id, tools.Usage{PromptTokens: 3, CachedPromptTokens: 2})
+	u.add(id, workspace.Usage{PromptTokens: 3, CachedPromptTokens: 2})
 	fault.Restore()
 	require.Eventually(t, func() bool {
 		d, err := store.Workspace(id).Get(context.Background())
-		return err == nil && d.Usage == tools.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}
+		return err == nil && d.Usage == workspace.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}
 	}, 20e9, 1e7)
 	u.close()
 	d, err := store.Workspace(id).Get(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, tools.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}, d.Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}, d.Usage)
 }
 
 // TestUsageCountedOnceWhenTheAnswerIsLost: a batch that committed but whose answer was lost
@@ -80,12 +80,12 @@ func TestUsageCountedOnceWhenTheAnswerIsLost(t *testing.T) {
 	// One connection, which prepares the writer's statement on the first write (a statement
 	// still to prepare waits for its description, which would be lost too).
 	pool, fault := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
-	store := tools.NewStore(pool, tools.Options{})
-	id := tools.ThreadID{Name: "lost-answer"}
-	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
+	store := workspace.NewStore(pool, workspace.Options{})
+	id := workspace.ThreadID{Name: "lost-answer"}
+	_, err := store.Workspace(id).StartTurn(context.Background(), workspace.TurnOptions{})
 	require.NoError(t, err)
-	direct := tools.NewStore(dbtest.Bypass(t, pool), tools.Options{}).Workspace(id)
-	usage := func() tools.Usage {
+	direct := workspace.NewStore(dbtest.Bypass(t, pool), workspace.Options{}).Workspace(id)
+	usage := func() workspace.Usage {
 		d, err := direct.Get(context.Background())
 		require.NoError(t, err)
 		return d.Usage
@@ -94,32 +94,32 @@ func TestUsageCountedOnceWhenTheAnswerIsLost(t *testing.T) {
 	u := newUsageWriter(store, slog.New(slog.NewTextHandler(logs, nil)))
 	t.Cleanup(u.close)
 
-	u.add(id, tools.Usage{CompletionTokens: 1})
+	u.add(id, workspace.Usage{CompletionTokens: 1})
 	require.Eventually(t, func() bool { return usage().CompletionTokens == 1 }, 20e9, 1e7)
 
 	fault.DropAnswers()
-	u.add(id, tools.Usage{PromptTokens: 100, CompletionTokens: 10})
+	u.add(id, workspace.Usage{PromptTokens: 100, CompletionTokens: 10})
 	require.Eventually(t, func() bool { return usage().PromptTokens == 100 }, 20e9, 1e7, "the batch commits; its answer is lost")
-	u.add(id, tools.Usage{PromptTokens: 1})
+	u.add(id, workspace.Usage{PromptTokens: 1})
 	fault.Cut() // the writer's connection breaks: it cannot know that its batch committed
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "retrying") }, 20e9, 1e7)
 	fault.Restore()
 	u.close()
-	require.Equal(t, tools.Usage{PromptTokens: 101, CompletionTokens: 11}, usage())
+	require.Equal(t, workspace.Usage{PromptTokens: 101, CompletionTokens: 11}, usage())
 }
 
 // TestUsageAddNeverRacesClose: a turn's usage added while the writer closes (a turn that
 // outlived the shutdown deadline) never races the writer's Wait (the race detector watches).
 func TestUsageAddNeverRacesClose(t *testing.T) {
 	t.Parallel()
-	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
-	id := tools.ThreadID{Name: "racing"}
-	_, err := store.Workspace(id).StartTurn(context.Background(), tools.TurnOptions{})
+	store := workspace.NewStore(dbtest.NewPool(t, nil), workspace.Options{})
+	id := workspace.ThreadID{Name: "racing"}
+	_, err := store.Workspace(id).StartTurn(context.Background(), workspace.TurnOptions{})
 	require.NoError(t, err)
 	for range 200 {
 		u := newUsageWriter(store, slog.New(slog.DiscardHandler))
 		added := make(chan struct{})
-		go func() { u.add(id, tools.Usage{PromptTokens: 1}); close(added) }()
+		go func() { u.add(id, workspace.Usage{PromptTokens: 1}); close(added) }()
 		u.close()
 		<-added
 		u.close()

@@ -3,9 +3,17 @@ package tools
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/workspace"
 )
+
+// invalid is a call's input that breaks a rule, in field.
+func invalid(field, format string, args ...any) *workspace.ValidationError {
+	return &workspace.ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
 
 // parseArguments decodes a call's arguments: a JSON object (an empty string counts as {}), with
 // the action_and_reasoning the model gave, if any.
@@ -31,7 +39,7 @@ func decodeArgs(args json.RawMessage, v any) error {
 		if errors.As(err, &te) && te.Field != "" {
 			return invalid(te.Field, "must be %s, not a JSON %s", jsonType(te.Type.Kind().String()), te.Value)
 		}
-		var ve *ValidationError
+		var ve *workspace.ValidationError
 		if errors.As(err, &ve) {
 			return ve
 		}
@@ -60,7 +68,7 @@ type index int
 func (i *index) UnmarshalJSON(b []byte) error {
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil || f != float64(int64(f)) || f < 1 || f > 1e9 {
-		return invalid("", "an index must be an integer ≥ 1, not %s", Truncate(string(b), 40))
+		return invalid("", "an index must be an integer ≥ 1, not %s", workspace.Truncate(string(b), 40))
 	}
 	*i = index(f)
 	return nil

@@ -1,17 +1,12 @@
 package tools
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"slices"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Indices over MCP (docs/spec.md §15). MCP keeps no round: what the agent was shown is named by
@@ -26,10 +21,10 @@ func AsOfChange(text string, lastEvent int64) string {
 }
 
 // viewAsOf is the view of an MCP call's indices: the list as it stood after the event its as_of
-// names, or the list as it stands (list, as of the thread's latest event, last) when the call
-// gives none. A *ValidationError for an as_of that names no change of the thread, or one whose
-// later history was pruned.
-func (w *Workspace) viewAsOf(ctx context.Context, q db.DBTX, args json.RawMessage, list []Preference, last int64) (*View, error) {
+// names (read under the thread's lock, l), or the list as it stands (list, as of the thread's
+// latest event, last) when the call gives none. A *ValidationError for an as_of that names no
+// change of the thread, or one whose later history was pruned.
+func viewAsOf(ctx context.Context, l *workspace.Locked, args json.RawMessage, list []workspace.Preference, last int64) (*View, error) {
 	var a struct {
 		AsOf *int64 `json:"as_of"`
 	}
@@ -46,39 +41,12 @@ func (w *Workspace) viewAsOf(ctx context.Context, q db.DBTX, args json.RawMessag
 	case n == last:
 		return viewOf(list), nil
 	}
-	// The events after n are all there when the first of them is: history is pruned oldest first.
-	if _, err := w.store.q.EventGet(ctx, q, db.EventGetParams{ThreadID: w.threadID, ID: n + 1}); errors.Is(err, pgx.ErrNoRows) {
+	shown, err := l.ListAfter(ctx, n)
+	if errors.Is(err, workspace.ErrPruned) {
 		return nil, invalid("as_of", "the history after change %d is no longer kept; call list_preferences", n)
-	} else if err != nil {
-		return nil, fmt.Errorf("read event %d: %w", n+1, err)
 	}
-	states, err := w.store.q.EventPreferenceStatesAfter(ctx, q, db.EventPreferenceStatesAfterParams{ThreadID: w.threadID, AfterID: n})
 	if err != nil {
-		return nil, fmt.Errorf("read the events after change %d: %w", n, err)
-	}
-	then := make(map[int64]Preference, len(list)+len(states))
-	for _, p := range list {
-		then[p.ID] = p
-	}
-	for _, s := range states {
-		if s.Before == nil { // added since
-			delete(then, s.ID)
-			continue
-		}
-		var p Preference
-		if err := json.Unmarshal(s.Before, &p); err != nil {
-			return nil, fmt.Errorf("decode event: %w", err)
-		}
-		p.ID = s.ID
-		then[s.ID] = p
-	}
-	shown := make([]Preference, 0, len(then))
-	for _, p := range then {
-		shown = append(shown, p)
-	}
-	slices.SortFunc(shown, func(a, b Preference) int { return cmp.Compare(a.ID, b.ID) })
-	for i := range shown {
-		shown[i].Index = i + 1
+		return nil, err
 	}
 	return viewOf(shown), nil
 }

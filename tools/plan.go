@@ -1,23 +1,30 @@
 package tools
 
 // The planning of the tools' calls: pure functions of the call's arguments and the thread's list
-// as it stands, which decide what a call changes and what its result says. The SQL that carries
-// a plan out is in agent.go.
+// as it stands, which decide what a call changes and what its result says. The workspace writes
+// a plan (call.go: workspace.Plan).
 
 import (
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
-func listText(list []Preference) string {
+// planner plans the tools' calls within the limits of the store they run against.
+type planner struct {
+	limits workspace.Limits
+}
+
+func listText(list []workspace.Preference) string {
 	if len(list) == 0 {
 		return "no preferences recorded yet"
 	}
 	lines := make([]string, len(list))
 	for i, p := range list {
-		lines[i] = PreferenceLine(i+1, p)
+		lines[i] = workspace.PreferenceLine(i+1, p)
 	}
 	return strings.Join(lines, "\n")
 }
@@ -28,38 +35,38 @@ func listText(list []Preference) string {
 // indices out of range; before holds the list as the call found it, by id, and proposed an
 // update's new values of every target, open or locked, by id (nil for a removal).
 type targets struct {
-	open       []Preference
-	locked     []Preference
-	changed    []Preference
+	open       []workspace.Preference
+	locked     []workspace.Preference
+	changed    []workspace.Preference
 	outOfRange []int
-	before     map[int64]Preference
-	proposed   map[int64]Preference
+	before     map[int64]workspace.Preference
+	proposed   map[int64]workspace.Preference
 }
 
 // changes are the events of an update (the open targets carry their new values) or a removal
 // (updated false): one per preference changed, one locked_skip per locked one, as they stood
 // before the call, with what the call asked of it.
-func (t targets) changes(updated bool) []change {
-	var out []change
+func (t targets) changes(updated bool) []workspace.Change {
+	var out []workspace.Change
 	for _, p := range t.open {
 		orig := t.before[p.ID]
 		after := &p
 		if !updated {
 			after = nil
 		}
-		if c, ok := prefChange(&orig, after); ok {
+		if c, ok := workspace.PrefChange(&orig, after); ok {
 			out = append(out, c)
 		}
 	}
 	for _, p := range t.locked {
 		orig := t.before[p.ID]
 		orig.Locked = true // the statement found it locked, whatever the list said
-		var proposed *Preference
+		var proposed *workspace.Preference
 		if updated {
 			want := t.proposed[p.ID]
 			proposed = &want
 		}
-		out = append(out, lockedSkip(orig, proposed))
+		out = append(out, workspace.LockedSkipChange(orig, proposed))
 	}
 	return out
 }
@@ -91,12 +98,12 @@ func (t targets) summary(verb string) string {
 }
 
 // ref names a preference in a summary: #N "title".
-func ref(p Preference) string {
-	return "#" + strconv.Itoa(p.Index) + ` "` + oneLine(p.Title) + `"`
+func ref(p workspace.Preference) string {
+	return "#" + strconv.Itoa(p.Index) + ` "` + workspace.OneLine(p.Title) + `"`
 }
 
 // refs names preferences in a summary: #N "title", #M "title".
-func refs(list []Preference) string {
+func refs(list []workspace.Preference) string {
 	out := make([]string, len(list))
 	for i, p := range list {
 		out[i] = ref(p)
@@ -111,16 +118,8 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// Truncate is s cut to its first n bytes at a character's boundary, marked with an ellipsis.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
-}
-
 // checkItems refuses a call of more than ItemsMax items (MAX_TOOL_ITEMS) in its member field.
-func (s *Store) checkItems(field string, n int, verb string) error {
+func (s planner) checkItems(field string, n int, verb string) error {
 	if n > s.limits.ItemsMax {
 		return invalid(field, "at most %d in one call (got %d); nothing was %s", s.limits.ItemsMax, n, verb)
 	}
@@ -129,7 +128,7 @@ func (s *Store) checkItems(field string, n int, verb string) error {
 
 // planAdd decides what add_preferences records: the new preferences (with provisional ids from
 // nextID) and the titles already recorded, or the error the call is refused with.
-func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference, inherited []Scope) (fresh []Preference, dups []string, fromScopes scopeDups, err error) {
+func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Preference, inherited []workspace.Scope) (fresh []workspace.Preference, dups []string, fromScopes scopeDups, err error) {
 	var a struct {
 		Items *[]struct {
 			Title    *string `json:"title"`
@@ -149,42 +148,42 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference, i
 	if err := s.checkItems("items", len(*a.Items), "recorded"); err != nil {
 		return nil, nil, scopeDups{}, err
 	}
-	titles := make(titleIndex, len(list)+len(*a.Items))
+	titles := make(workspace.TitleIndex, len(list)+len(*a.Items))
 	for _, p := range list {
-		titles.add(p)
+		titles.Add(p)
 	}
 	for i, it := range *a.Items {
 		field := fmt.Sprintf("items[%d]", i)
 		if it.Title == nil {
 			return nil, nil, scopeDups{}, invalid(field+".title", "is required")
 		}
-		title, err := s.checkTitle(field+".title", *it.Title)
+		title, err := s.limits.CheckTitle(field+".title", *it.Title)
 		if err != nil {
 			return nil, nil, scopeDups{}, err
 		}
-		p := Preference{Title: title, Kind: Soft}
+		p := workspace.Preference{Title: title, Kind: workspace.Soft}
 		if it.Subtitle != nil {
-			if p.Subtitle, err = s.checkSubtitle(field+".subtitle", *it.Subtitle); err != nil {
+			if p.Subtitle, err = s.limits.CheckSubtitle(field+".subtitle", *it.Subtitle); err != nil {
 				return nil, nil, scopeDups{}, err
 			}
 		}
 		if it.Kind != nil {
-			if p.Kind, err = checkKind(field+".kind", *it.Kind); err != nil {
+			if p.Kind, err = workspace.CheckKind(field+".kind", *it.Kind); err != nil {
 				return nil, nil, scopeDups{}, err
 			}
 		}
-		if existing, ok := titles.find(title, -1); ok {
+		if existing, ok := titles.Find(title, -1); ok {
 			dups = append(dups, ref(existing))
 			continue
 		}
-		if scope, existing, ok := findInherited(inherited, title); ok {
+		if scope, existing, ok := workspace.FindInherited(inherited, title); ok {
 			fromScopes.add(scope.Thread.Name, existing)
 			continue
 		}
 		p.ID = nextID + int64(len(fresh)) // provisional, for the titles within the batch
 		p.Index = len(list) + len(fresh) + 1
 		fresh = append(fresh, p)
-		titles.add(p)
+		titles.Add(p)
 	}
 	if max := s.limits.PreferencesMax; len(list)+len(fresh) > max {
 		return nil, nil, scopeDups{}, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
@@ -196,13 +195,13 @@ func (s *Store) planAdd(args json.RawMessage, nextID int64, list []Preference, i
 // planUpdate decides what update_preferences changes in list (the list as it stands), its indices
 // naming the view: the targets of the call, the open ones carrying their new values, or the
 // error the call is refused with (nothing is then updated).
-func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) (targets, error) {
+func (s planner) planUpdate(args json.RawMessage, view *View, list []workspace.Preference) (targets, error) {
 	edits, indices, err := s.parseEdits(args)
 	if err != nil {
 		return targets{}, err
 	}
 	t := view.resolve(list, indices)
-	t.proposed = make(map[int64]Preference, len(t.open)+len(t.locked))
+	t.proposed = make(map[int64]workspace.Preference, len(t.open)+len(t.locked))
 	retitled := false
 	for i, p := range t.open {
 		e := edits[p.Index]
@@ -225,7 +224,7 @@ func (s *Store) planUpdate(args json.RawMessage, view *View, list []Preference) 
 type edit struct{ title, subtitle, kind *string }
 
 // applied is p with the edit's values.
-func (e *edit) applied(p Preference) Preference {
+func (e *edit) applied(p workspace.Preference) workspace.Preference {
 	if e.title != nil {
 		p.Title = *e.title
 	}
@@ -240,7 +239,7 @@ func (e *edit) applied(p Preference) Preference {
 
 // parseEdits validates every edit of an update_preferences call and merges the edits of one
 // index (later fields win), returning them by index and the indices in the order first named.
-func (s *Store) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) {
+func (s planner) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) {
 	var a struct {
 		Updates *[]struct {
 			Index    *index  `json:"index"`
@@ -277,13 +276,13 @@ func (s *Store) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) {
 		}
 		var err error
 		if u.Title != nil {
-			e.title, err = checked(s.checkTitle, field+".title", *u.Title)
+			e.title, err = checked(s.limits.CheckTitle, field+".title", *u.Title)
 		}
 		if err == nil && u.Subtitle != nil {
-			e.subtitle, err = checked(s.checkSubtitle, field+".subtitle", *u.Subtitle)
+			e.subtitle, err = checked(s.limits.CheckSubtitle, field+".subtitle", *u.Subtitle)
 		}
 		if err == nil && u.Kind != nil {
-			e.kind, err = checked(checkKind, field+".kind", *u.Kind)
+			e.kind, err = checked(workspace.CheckKind, field+".kind", *u.Kind)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -303,19 +302,19 @@ func checked(check func(field, value string) (string, error), field, value strin
 
 // checkRetitled refuses edits whose new title another preference of the list, as it would read
 // afterwards, already has.
-func checkRetitled(list, open []Preference, edits map[int]*edit) error {
+func checkRetitled(list, open []workspace.Preference, edits map[int]*edit) error {
 	after := replaced(list, open)
-	titles := make(titleIndex, len(after))
+	titles := make(workspace.TitleIndex, len(after))
 	for _, p := range after {
-		titles.add(p)
+		titles.Add(p)
 	}
 	for _, p := range open {
 		if edits[p.Index].title == nil {
 			continue
 		}
-		if other, ok := titles.find(p.Title, p.ID); ok {
+		if other, ok := titles.Find(p.Title, p.ID); ok {
 			return invalid("updates", "#%d would have the title of #%d %q; nothing was updated",
-				p.Index, other.Index, oneLine(other.Title))
+				p.Index, other.Index, workspace.OneLine(other.Title))
 		}
 	}
 	return nil
@@ -323,10 +322,10 @@ func checkRetitled(list, open []Preference, edits map[int]*edit) error {
 
 // replaced is a copy of list in which the preferences of prefs (matched by id) replace theirs,
 // at the list's positions.
-func replaced(list, prefs []Preference) []Preference {
-	out := append([]Preference(nil), list...)
+func replaced(list, prefs []workspace.Preference) []workspace.Preference {
+	out := append([]workspace.Preference(nil), list...)
 	for _, p := range prefs {
-		if i := indexOf(out, p.ID); i >= 0 {
+		if i := workspace.IndexOf(out, p.ID); i >= 0 {
 			p.Index = out[i].Index
 			out[i] = p
 		}
@@ -335,12 +334,12 @@ func replaced(list, prefs []Preference) []Preference {
 }
 
 // without is list without the preferences of ids, indexed anew.
-func without(list []Preference, ids []int64) []Preference {
+func without(list []workspace.Preference, ids []int64) []workspace.Preference {
 	gone := make(map[int64]bool, len(ids))
 	for _, id := range ids {
 		gone[id] = true
 	}
-	var out []Preference
+	var out []workspace.Preference
 	for _, p := range list {
 		if !gone[p.ID] {
 			p.Index = len(out) + 1
@@ -357,14 +356,14 @@ type scopeDups struct {
 	titles map[string][]string
 }
 
-func (d *scopeDups) add(scope string, p Preference) {
+func (d *scopeDups) add(scope string, p workspace.Preference) {
 	if d.titles == nil {
 		d.titles = map[string][]string{}
 	}
 	if _, ok := d.titles[scope]; !ok {
 		d.scopes = append(d.scopes, scope)
 	}
-	d.titles[scope] = append(d.titles[scope], `"`+oneLine(p.Title)+`"`)
+	d.titles[scope] = append(d.titles[scope], `"`+workspace.OneLine(p.Title)+`"`)
 }
 
 // parts are the summary's parts, one per scope.

@@ -4,15 +4,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 func TestPlanUpdate(t *testing.T) {
 	t.Parallel()
-	s := NewStore(nil, Options{})
-	list := []Preference{
-		{ID: 1, Index: 1, Title: "Formal tone", Kind: Soft},
-		{ID: 4, Index: 2, Title: "No jargon", Kind: Hard, Locked: true},
-		{ID: 7, Index: 3, Title: "Short paragraphs", Kind: Soft},
+	s := planner{limits: workspace.DefaultLimits()}
+	list := []workspace.Preference{
+		{ID: 1, Index: 1, Title: "Formal tone", Kind: workspace.Soft},
+		{ID: 4, Index: 2, Title: "No jargon", Kind: workspace.Hard, Locked: true},
+		{ID: 7, Index: 3, Title: "Short paragraphs", Kind: workspace.Soft},
 	}
 	for _, tt := range []struct {
 		name, args, summary, err string
@@ -42,7 +44,7 @@ func TestPlanUpdate(t *testing.T) {
 	t.Run("NewValues", func(t *testing.T) {
 		got, err := s.planUpdate([]byte(`{"updates":[{"index":3,"kind":"hard"},{"index":3,"subtitle":"3 lines"}]}`), viewOf(list), list)
 		require.NoError(t, err)
-		require.Equal(t, []Preference{{ID: 7, Index: 3, Title: "Short paragraphs", Subtitle: "3 lines", Kind: Hard}}, got.open)
+		require.Equal(t, []workspace.Preference{{ID: 7, Index: 3, Title: "Short paragraphs", Subtitle: "3 lines", Kind: workspace.Hard}}, got.open)
 		require.Equal(t, "Short paragraphs", list[2].Title, "the list itself is not changed")
 		require.Empty(t, list[2].Subtitle)
 	})
@@ -50,11 +52,13 @@ func TestPlanUpdate(t *testing.T) {
 
 func TestPlanAdd(t *testing.T) {
 	t.Parallel()
-	s := NewStore(nil, Options{Limits: Limits{PreferencesMax: 3}})
-	list := []Preference{{ID: 1, Index: 1, Title: "Formal tone", Kind: Soft}}
+	limits := workspace.DefaultLimits()
+	limits.PreferencesMax = 3
+	s := planner{limits: limits}
+	list := []workspace.Preference{{ID: 1, Index: 1, Title: "Formal tone", Kind: workspace.Soft}}
 	fresh, dups, _, err := s.planAdd([]byte(`{"items":[{"title":" formal  TONE "},{"title":"B","kind":"HARD"},{"title":"b"}]}`), 5, list, nil)
 	require.NoError(t, err)
-	require.Equal(t, []Preference{{ID: 5, Index: 2, Title: "B", Kind: Hard}}, fresh)
+	require.Equal(t, []workspace.Preference{{ID: 5, Index: 2, Title: "B", Kind: workspace.Hard}}, fresh)
 	require.Equal(t, []string{`#1 "Formal tone"`, `#2 "B"`}, dups)
 	_, _, _, err = s.planAdd([]byte(`{"items":[{"title":"C"},{"title":"D"},{"title":"E"}]}`), 5, list, nil)
 	require.ErrorContains(t, err, "a thread holds at most 3 preferences: 1 recorded, 3 new; nothing was recorded")
@@ -65,41 +69,41 @@ func TestPlanAdd(t *testing.T) {
 // round's own calls changed it), never another in its place.
 func TestViewResolve(t *testing.T) {
 	t.Parallel()
-	shown := []Preference{
-		{ID: 1, Index: 1, Title: "A", Kind: Soft},
-		{ID: 2, Index: 2, Title: "B", Kind: Soft},
-		{ID: 3, Index: 3, Title: "C", Kind: Soft},
-		{ID: 4, Index: 4, Title: "D", Kind: Soft},
+	shown := []workspace.Preference{
+		{ID: 1, Index: 1, Title: "A", Kind: workspace.Soft},
+		{ID: 2, Index: 2, Title: "B", Kind: workspace.Soft},
+		{ID: 3, Index: 3, Title: "C", Kind: workspace.Soft},
+		{ID: 4, Index: 4, Title: "D", Kind: workspace.Soft},
 	}
 	// Since then: A removed, B locked by the user, C's title changed, E added.
-	now := []Preference{
-		{ID: 2, Index: 1, Title: "B", Kind: Soft, Locked: true},
-		{ID: 3, Index: 2, Title: "C, edited", Kind: Soft},
-		{ID: 4, Index: 3, Title: "D", Kind: Soft},
-		{ID: 5, Index: 4, Title: "E", Kind: Soft},
+	now := []workspace.Preference{
+		{ID: 2, Index: 1, Title: "B", Kind: workspace.Soft, Locked: true},
+		{ID: 3, Index: 2, Title: "C, edited", Kind: workspace.Soft},
+		{ID: 4, Index: 3, Title: "D", Kind: workspace.Soft},
+		{ID: 5, Index: 4, Title: "E", Kind: workspace.Soft},
 	}
-	v := NewView(TurnStart{Preferences: shown})
+	v := NewView(workspace.TurnStart{Preferences: shown})
 	got := v.resolve(now, []int{4, 1, 2, 3, 4, 5})
-	require.Equal(t, []Preference{{ID: 4, Index: 4, Title: "D", Kind: Soft}}, got.open, "D, at the index shown")
-	require.Equal(t, []Preference{{ID: 2, Index: 2, Title: "B", Kind: Soft, Locked: true}}, got.locked)
-	require.Equal(t, []Preference{shown[0], shown[2]}, got.changed)
+	require.Equal(t, []workspace.Preference{{ID: 4, Index: 4, Title: "D", Kind: workspace.Soft}}, got.open, "D, at the index shown")
+	require.Equal(t, []workspace.Preference{{ID: 2, Index: 2, Title: "B", Kind: workspace.Soft, Locked: true}}, got.locked)
+	require.Equal(t, []workspace.Preference{shown[0], shown[2]}, got.changed)
 	require.Equal(t, []int{5}, got.outOfRange)
 	require.Equal(t, `removed #4 "D"; locked, ask the user to unlock first: #2 "B"; changed since it was shown; call list_preferences: #1 "A", #3 "C"; out of range: #5`,
 		got.summary("removed"))
 
 	// The round's own calls: D updated, B removed, F added; what they did (and nothing the user
 	// did) is the next round's view.
-	d := Preference{ID: 4, Index: 4, Title: "D2", Kind: Hard}
-	v.ran([]Preference{d}, nil)
-	got = v.resolve([]Preference{now[0], now[1], d, now[3]}, []int{4})
-	require.Equal(t, []Preference{{ID: 4, Index: 4, Title: "D2", Kind: Hard}}, got.open, "its own change is no change since it was shown")
+	d := workspace.Preference{ID: 4, Index: 4, Title: "D2", Kind: workspace.Hard}
+	v.ran([]workspace.Preference{d}, nil)
+	got = v.resolve([]workspace.Preference{now[0], now[1], d, now[3]}, []int{4})
+	require.Equal(t, []workspace.Preference{{ID: 4, Index: 4, Title: "D2", Kind: workspace.Hard}}, got.open, "its own change is no change since it was shown")
 	v.ran(nil, []int64{2})
-	got = v.resolve([]Preference{now[1], d, now[3]}, []int{2})
-	require.Equal(t, []Preference{shown[1]}, got.changed, "removed by the round itself")
-	f := Preference{ID: 6, Index: 5, Title: "F", Kind: Soft}
-	v.ran([]Preference{f}, nil)
+	got = v.resolve([]workspace.Preference{now[1], d, now[3]}, []int{2})
+	require.Equal(t, []workspace.Preference{shown[1]}, got.changed, "removed by the round itself")
+	f := workspace.Preference{ID: 6, Index: 5, Title: "F", Kind: workspace.Soft}
+	v.ran([]workspace.Preference{f}, nil)
 	v.NextRound()
-	got = v.resolve([]Preference{now[1], d, now[3], f}, []int{1, 2, 3, 4, 5})
+	got = v.resolve([]workspace.Preference{now[1], d, now[3], f}, []int{1, 2, 3, 4, 5})
 	require.Equal(t, `removed #3 "D2"; removed #4 "F"; changed since it was shown; call list_preferences: #1 "A", #2 "C"; out of range: #5`,
 		got.summary("removed"), "the next round names the view with the round's own calls applied: A, C, D2, F")
 }

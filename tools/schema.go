@@ -1,3 +1,7 @@
+// Package tools is the five tools the model calls: their names and JSON schemas, the envelope of
+// their results, the plan of a call on the view of the list the model was shown (pure: its
+// result, its events and what it writes), and the call itself, Run(ctx, ws, call), which gives
+// the plan to the workspace to commit (package workspace). It knows neither Postgres nor HTTP.
 package tools
 
 import (

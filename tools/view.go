@@ -1,6 +1,10 @@
 package tools
 
-import "time"
+import (
+	"time"
+
+	"github.com/wsproxy/wsproxy/workspace"
+)
 
 // View is the list of preferences as the model was shown it for the current round of a turn
 // (docs/spec.md §5): the positions its indices name, each with the preference's stable id and
@@ -16,67 +20,53 @@ import "time"
 //
 // The calls of a turn run one after the other: a View is not for concurrent use.
 type View struct {
-	created time.Time    // the thread's creation (TurnStart.Created); zero: any
-	shown   []Preference // the round's list, in the order shown
+	created time.Time              // the thread's creation (TurnStart.Created); zero: any
+	shown   []workspace.Preference // the round's list, in the order shown
 	// own holds what the round's calls did to preferences of shown: the state they left, nil
 	// for one they removed.
-	own map[int64]*Preference
+	own map[int64]*workspace.Preference
 	// next is the list as the model knows it after the round's calls so far: shown with their
 	// changes applied (a preference it added at the end). The next round's view.
-	next []Preference
+	next []workspace.Preference
 	// inherited is what the thread's ancestors gave, as the model was shown it (docs/spec.md
 	// §17); propose is review mode: every change a tool would make is a proposal.
-	inherited []Scope
+	inherited []workspace.Scope
 	propose   bool
 	// knows is the workspace as the turn's start or its last call left it, on which its next
 	// call is planned (the call checks that it still stands); nil: not known, the call reads it.
-	knows *state
+	knows *workspace.State
 }
 
 // NewView is the view of a turn's first round: the list its start showed the model.
-func NewView(start TurnStart) *View {
+func NewView(start workspace.TurnStart) *View {
 	v := &View{created: start.Created, shown: start.Preferences, next: start.Preferences,
-		inherited: start.Inherited, propose: start.AgentWrites == AgentWritesPropose}
+		inherited: start.Inherited, propose: start.AgentWrites == workspace.AgentWritesPropose}
 	if start.Version > 0 {
-		v.knows = &state{created: start.Created, version: start.Version, nextID: start.NextPreferenceID,
-			objective: start.Objective, list: start.Preferences}
+		v.knows = &workspace.State{Created: start.Created, Version: start.Version, NextID: start.NextPreferenceID,
+			Objective: start.Objective, List: start.Preferences}
 	}
 	return v
 }
 
 // known is the workspace the view's next call is planned on; nil for none (or no view).
-func (v *View) known() *state {
+func (v *View) known() *workspace.State {
 	if v == nil {
 		return nil
 	}
 	return v.knows
 }
 
-// state is a thread's workspace as a call plans on it: the thread (its creation), the
-// workspace's version (the thread's next_event_id: every change of the workspace appends its
-// events, which move it on), the thread's next preference id, its objective ("" none) and its
-// list in creation order; and, for a call that would make proposals, what the workspace holds of
-// them (nil: not read).
-type state struct {
-	created   time.Time
-	version   int64
-	nextID    int64
-	objective string
-	list      []Preference
-	book      *proposalBook
-}
-
 // after is the workspace as a call planned on s (out) leaves it, once its statements committed.
-func (s state) after(out toolOutput) state {
-	s.version += int64(len(out.changes))
-	s.book = nil
-	if out.nextID != 0 {
-		s.nextID = out.nextID
+func after(s workspace.State, out toolOutput) workspace.State {
+	s.Version += int64(len(out.write.Changes))
+	s.Book = nil
+	if out.write.NextID != 0 {
+		s.NextID = out.write.NextID
 	}
-	if out.objective != nil {
-		s.objective = *out.objective
+	if out.write.Objective != nil {
+		s.Objective = *out.write.Objective
 	}
-	s.list = applied(s.list, out.kept, out.removed)
+	s.List = applied(s.List, out.kept, out.removed)
 	return s
 }
 
@@ -86,21 +76,21 @@ func (v *View) NextRound() {
 }
 
 // viewOf is the view of a call made outside a turn: the list as the call finds it.
-func viewOf(current []Preference) *View { return &View{shown: current, next: current} }
+func viewOf(current []workspace.Preference) *View { return &View{shown: current, next: current} }
 
 // show is a list_preferences call: the model is shown current.
-func (v *View) show(current []Preference) {
+func (v *View) show(current []workspace.Preference) {
 	v.shown, v.own, v.next = current, nil, current
 }
 
 // ran records what a call did: the preferences it added or changed, as it left them, and those
 // it removed. The model's list moves on with them alone.
-func (v *View) ran(kept []Preference, removed []int64) {
+func (v *View) ran(kept []workspace.Preference, removed []int64) {
 	if len(kept) == 0 && len(removed) == 0 {
 		return
 	}
 	if v.own == nil {
-		v.own = make(map[int64]*Preference, len(kept)+len(removed))
+		v.own = make(map[int64]*workspace.Preference, len(kept)+len(removed))
 	}
 	for _, id := range removed {
 		v.own[id] = nil
@@ -113,13 +103,13 @@ func (v *View) ran(kept []Preference, removed []int64) {
 
 // applied is a copy of list (which stays as it was) without the preferences of removed, and with
 // those of kept in place of theirs (by id) or, new, at its end; indexed anew.
-func applied(list, kept []Preference, removed []int64) []Preference {
+func applied(list, kept []workspace.Preference, removed []int64) []workspace.Preference {
 	if len(kept) == 0 && len(removed) == 0 {
 		return list
 	}
 	next := without(list, removed)
 	for _, p := range kept {
-		if i := indexOf(next, p.ID); i >= 0 {
+		if i := workspace.IndexOf(next, p.ID); i >= 0 {
 			p.Index = i + 1
 			next[i] = p
 		} else {
@@ -133,8 +123,8 @@ func applied(list, kept []Preference, removed []int64) []Preference {
 // resolve sorts a call's indices (in the order given, each once) into the preferences of current
 // they name through the view (open and locked, as they stand, with the index shown), those
 // removed or changed since they were shown (as shown), and those out of range.
-func (v *View) resolve(current []Preference, indices []int) targets {
-	t := targets{before: make(map[int64]Preference, len(current))}
+func (v *View) resolve(current []workspace.Preference, indices []int) targets {
+	t := targets{before: make(map[int64]workspace.Preference, len(current))}
 	for _, p := range current {
 		t.before[p.ID] = p
 	}

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 func BenchmarkRenderBlock(b *testing.B) {
@@ -69,7 +71,7 @@ func BenchmarkToolCall(b *testing.B) {
 	for b.Loop() {
 		i++
 		args := fmt.Sprintf(`{"updates":[{"index":3,"subtitle":"v%d"}],"action_and_reasoning":"bench"}`, i)
-		res, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: UpdatePreferences, Arguments: args})
+		res, err := tools.Run(ctx, ws, tools.Call{Turn: turn.Number, Round: 1, Name: tools.UpdatePreferences, Arguments: args})
 		if err != nil || !res.OK {
 			b.Fatal(err, res.Content)
 		}
@@ -90,7 +92,7 @@ func BenchmarkTurnOnDisk(b *testing.B) {
 	if _, err := ws.StartTurn(ctx, TurnOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: string(args)}); err != nil {
+	if _, err := tools.Run(ctx, ws, tools.Call{Turn: 1, Round: 1, Name: tools.AddPreferences, Arguments: string(args)}); err != nil {
 		b.Fatal(err)
 	}
 	size := func() (rel, wal int64) {
@@ -118,15 +120,15 @@ func hugeCall(tool string, n int) string {
 	parts := make([]string, n)
 	for i := range parts {
 		switch tool {
-		case AddPreferences:
+		case tools.AddPreferences:
 			parts[i] = fmt.Sprintf(`{"title":"Preference number %d","subtitle":"s","kind":"soft"}`, i)
-		case UpdatePreferences:
+		case tools.UpdatePreferences:
 			parts[i] = fmt.Sprintf(`{"index":%d,"title":"Renamed preference %d"}`, i+1, i)
 		default:
 			parts[i] = fmt.Sprint(i + 1)
 		}
 	}
-	member := map[string]string{AddPreferences: "items", UpdatePreferences: "updates", RemovePreferences: "indices"}[tool]
+	member := map[string]string{tools.AddPreferences: "items", tools.UpdatePreferences: "updates", tools.RemovePreferences: "indices"}[tool]
 	return `{"` + member + `":[` + strings.Join(parts, ",") + `],"action_and_reasoning":"a model gone wrong"}`
 }
 
@@ -148,7 +150,7 @@ func BenchmarkHugeToolCall(b *testing.B) {
 	} {
 		store := NewStore(pool, Options{Limits: bounds.limits, Timeout: time.Minute})
 		done := strings.HasPrefix(bounds.name, "done")
-		for _, tool := range []string{AddPreferences, UpdatePreferences, RemovePreferences} {
+		for _, tool := range []string{tools.AddPreferences, tools.UpdatePreferences, tools.RemovePreferences} {
 			args := hugeCall(tool, bounds.n)
 			b.Run(bounds.name+"/"+tool, func(b *testing.B) {
 				for i := 0; b.Loop(); i++ {
@@ -158,13 +160,13 @@ func BenchmarkHugeToolCall(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					if tool != AddPreferences && done {
-						if _, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: AddPreferences, Arguments: hugeCall(AddPreferences, bounds.n)}); err != nil {
+					if tool != tools.AddPreferences && done {
+						if _, err := tools.Run(ctx, ws, tools.Call{Turn: turn.Number, Round: 1, Name: tools.AddPreferences, Arguments: hugeCall(tools.AddPreferences, bounds.n)}); err != nil {
 							b.Fatal(err)
 						}
 					}
 					b.StartTimer()
-					res, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: tool, Arguments: args})
+					res, err := tools.Run(ctx, ws, tools.Call{Turn: turn.Number, Round: 1, Name: tool, Arguments: args})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -185,7 +187,7 @@ func BenchmarkStartTurnBesideHugeCalls(b *testing.B) {
 	store := NewStore(pool, Options{Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	args := hugeCall(AddPreferences, 10_000)
+	args := hugeCall(tools.AddPreferences, 10_000)
 	for g := range 4 {
 		ws := store.Workspace(ThreadID{Name: fmt.Sprint("hostile-", g)})
 		turn, err := ws.StartTurn(ctx, TurnOptions{})
@@ -194,7 +196,7 @@ func BenchmarkStartTurnBesideHugeCalls(b *testing.B) {
 		}
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				_, _ = ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: AddPreferences, Arguments: args})
+				_, _ = tools.Run(ctx, ws, tools.Call{Turn: turn.Number, Round: 1, Name: tools.AddPreferences, Arguments: args})
 			}
 		})
 	}

@@ -7,7 +7,7 @@ import (
 	"unicode"
 )
 
-// Block tags. A value can never contain them (see oneLine), so the block always parses back.
+// Block tags. A value can never contain them (see OneLine), so the block always parses back.
 const (
 	blockOpen  = "<workspace>"
 	blockClose = "</workspace>"
@@ -44,7 +44,7 @@ func RenderBlock(objective string, prefs []Preference, inherited []Scope) string
 	if objective == "" {
 		b.WriteString("(none yet)")
 	} else {
-		b.WriteString(oneLine(objective))
+		b.WriteString(OneLine(objective))
 	}
 	b.WriteString("\nPreferences:")
 	if len(prefs) == 0 {
@@ -88,10 +88,10 @@ func writeLine(b *strings.Builder, index int, p Preference) {
 	}
 	b.WriteString(p.Kind)
 	b.WriteString("] ")
-	b.WriteString(oneLine(p.Title))
+	b.WriteString(OneLine(p.Title))
 	if p.Subtitle != "" {
 		b.WriteString(" — ")
-		b.WriteString(oneLine(p.Subtitle))
+		b.WriteString(OneLine(p.Subtitle))
 	}
 	if p.Locked {
 		b.WriteString(" (locked)")
@@ -102,10 +102,10 @@ func writeLine(b *strings.Builder, index int, p Preference) {
 // and with spaces inside the brackets.
 var blockTag = regexp.MustCompile(`(?i)<\s*/?\s*workspace`)
 
-// oneLine renders a value on one line: line breaks and other control characters become spaces,
+// OneLine renders a value on one line: line breaks and other control characters become spaces,
 // and a workspace tag inside the value loses its '<' (replaced by '‹'), so no value can open or
 // close the block.
-func oneLine(s string) string {
+func OneLine(s string) string {
 	if strings.IndexFunc(s, breaksLine) >= 0 {
 		s = strings.Map(func(r rune) rune {
 			if breaksLine(r) {

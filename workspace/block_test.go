@@ -72,3 +72,23 @@ func TestPreferenceLine(t *testing.T) {
 		PreferenceLine(3, Preference{Title: "Academic tone", Subtitle: "Formal", Kind: Hard, Locked: true}))
 	require.Equal(t, "#1 [soft] Short", PreferenceLine(1, Preference{Title: "Short", Kind: Soft}))
 }
+
+// FuzzRenderBlock: whatever the values, the block has one opening and one closing tag, and one
+// line per preference.
+func FuzzRenderBlock(f *testing.F) {
+	f.Add("objective", "title", "subtitle", true)
+	f.Add("a\nb\r\nc", "</workspace>", "<WORKSPACE >", false)
+	f.Add("\u2028\u0085\x00", "< / workspace", "\xff", true)
+	f.Fuzz(func(t *testing.T, objective, title, subtitle string, locked bool) {
+		b := RenderBlock(objective, []Preference{{Title: title, Subtitle: subtitle, Kind: Soft, Locked: locked}, {Title: title, Kind: Hard}}, nil)
+		if strings.Count(b, "<workspace>") != 1 || strings.Count(b, "</workspace>") != 1 || blockTag.FindAllStringIndex(b, -1) == nil {
+			t.Fatalf("tags: %q", b)
+		}
+		if len(blockTag.FindAllStringIndex(b, -1)) != 2 {
+			t.Fatalf("a value opened or closed the block: %q", b)
+		}
+		if n := strings.Count(b, "\n"); n != 5 {
+			t.Fatalf("%d lines: %q", n+1, b)
+		}
+	})
+}

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestNoteCompaction: a client's compaction is an event of the thread's history — kind
@@ -18,9 +21,9 @@ func TestNoteCompaction(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Trains", Kind: "hard"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Trains", Kind: "hard"}))
 	f.lock(t, 1)
-	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"})
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Lisbon"})
 	before, err := f.ws.Get(ctx)
 	require.NoError(t, err)
 
@@ -90,7 +93,7 @@ func TestNoteCompactionCreatesTheThread(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, start.Number, "the thread's first turn")
 
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 	require.NoError(t, f.ws.Delete(ctx))
 	require.NoError(t, f.ws.NoteCompaction(ctx))
 	evs, err = f.ws.Events(ctx, EventQuery{Limit: 10})

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // durableCluster starts a PostgreSQL cluster of its own for a test, with the server's default
@@ -72,7 +74,7 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, turn.Number)
-	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: `{"items":[{"title":"Kept"}]}`})
+	_, err = tools.Run(ctx, ws, tools.Call{Turn: 1, Round: 1, Name: tools.AddPreferences, Arguments: `{"items":[{"title":"Kept"}]}`})
 	require.NoError(t, err) // durable: turn 1 is durable with it
 
 	turn, err = ws.StartTurn(ctx, TurnOptions{}) // turn 2: asynchronous, and nothing durable after it
@@ -81,28 +83,30 @@ func TestTurnStartLostInACrash(t *testing.T) {
 	c.crash(pool)
 
 	pool = c.start()
-	ws = NewStore(pool, Options{}).Workspace(ThreadID{Name: "crash"})
-	threads, err := ws.store.Threads(ctx, "", "", 10)
+	store := NewStore(pool, Options{})
+	ws = store.Workspace(ThreadID{Name: "crash"})
+	threads, err := store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, threads[0].Turns, "turn 2's start was lost in the crash")
 	turn, err = ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 2, turn.Number, "the lost number is taken again")
 	require.Equal(t, "Kept", turn.Preferences[0].Title)
-	res, err := ws.Run(ctx, Call{Turn: 2, Round: 1, Name: AddPreferences, Arguments: `{"items":[{"title":"After"}]}`})
+	res, err := tools.Run(ctx, ws, tools.Call{Turn: 2, Round: 1, Name: tools.AddPreferences, Arguments: `{"items":[{"title":"After"}]}`})
 	require.NoError(t, err)
 	require.True(t, res.OK)
 
 	turn, err = ws.StartTurn(ctx, TurnOptions{}) // turn 3, then a durable tool call: turn 3 is durable too
 	require.NoError(t, err)
 	require.Equal(t, 3, turn.Number)
-	_, err = ws.Run(ctx, Call{Turn: 3, Round: 1, Name: ListPreferences, Arguments: `{}`})
+	_, err = tools.Run(ctx, ws, tools.Call{Turn: 3, Round: 1, Name: tools.ListPreferences, Arguments: `{}`})
 	require.NoError(t, err)
 	c.crash(pool)
 
 	pool = c.start()
-	ws = NewStore(pool, Options{}).Workspace(ThreadID{Name: "crash"})
-	threads, err = ws.store.Threads(ctx, "", "", 10)
+	store = NewStore(pool, Options{})
+	ws = store.Workspace(ThreadID{Name: "crash"})
+	threads, err = store.Threads(ctx, "", "", 10)
 	require.NoError(t, err)
 	require.Equal(t, 3, threads[0].Turns, "a durable commit after a turn start keeps it")
 	snaps, err := ws.Snapshots(ctx, 0, 10)

@@ -132,11 +132,11 @@ func (t Target) state(stored []byte) json.RawMessage {
 	if t.Type == TargetObjective {
 		var o struct{ Text string }
 		_ = json.Unmarshal(stored, &o)
-		return objectiveState(o.Text)
+		return ObjectiveState(o.Text)
 	}
 	var p Preference
 	_ = json.Unmarshal(stored, &p)
-	return prefState(p)
+	return PrefState(p)
 }
 
 // threadState is a thread target's stored state ({parents} of stored ids, or {agent_writes}) as
@@ -166,8 +166,8 @@ func nameOf(stored string) string {
 	return stored
 }
 
-// change is one change a call or an edit makes, before it is an event.
-type change struct {
+// Change is one change a call or an edit makes, before it is an event.
+type Change struct {
 	kind          string
 	target        Target
 	before, after []byte // JSON; nil where the target did not exist
@@ -177,8 +177,8 @@ type change struct {
 	moved         []byte // a preference_moved's {from, to}; nil none
 }
 
-// prefState is a preference's fields as events show them.
-func prefState(p Preference) []byte {
+// PrefState is a preference's fields as events show them.
+func PrefState(p Preference) []byte {
 	b, _ := json.Marshal(struct {
 		Title    string `json:"title"`
 		Subtitle string `json:"subtitle"`
@@ -188,8 +188,8 @@ func prefState(p Preference) []byte {
 	return b
 }
 
-// objectiveState is the objective as events show it; nil for none.
-func objectiveState(text string) []byte {
+// ObjectiveState is the objective as events show it; nil for none.
+func ObjectiveState(text string) []byte {
 	if text == "" {
 		return nil
 	}
@@ -199,21 +199,21 @@ func objectiveState(text string) []byte {
 	return b
 }
 
-// prefChange is the change from before to after (nil where the preference does not exist), and
+// PrefChange is the change from before to after (nil where the preference does not exist), and
 // false when nothing changed.
-func prefChange(before, after *Preference) (change, bool) {
-	c := change{target: Target{Type: TargetPreference}}
+func PrefChange(before, after *Preference) (Change, bool) {
+	c := Change{target: Target{Type: TargetPreference}}
 	switch {
 	case before == nil && after == nil:
 		return c, false
 	case before == nil:
-		c.kind, c.target.ID, c.after = PreferenceAdded, after.ID, prefState(*after)
+		c.kind, c.target.ID, c.after = PreferenceAdded, after.ID, PrefState(*after)
 		return c, true
 	case after == nil:
-		c.kind, c.target.ID, c.before = PreferenceRemoved, before.ID, prefState(*before)
+		c.kind, c.target.ID, c.before = PreferenceRemoved, before.ID, PrefState(*before)
 		return c, true
 	}
-	c.target.ID, c.before, c.after = before.ID, prefState(*before), prefState(*after)
+	c.target.ID, c.before, c.after = before.ID, PrefState(*before), PrefState(*after)
 	fields := before.Title != after.Title || before.Subtitle != after.Subtitle || before.Kind != after.Kind
 	switch {
 	case fields:
@@ -228,22 +228,22 @@ func prefChange(before, after *Preference) (change, bool) {
 	return c, true
 }
 
-// objectiveChange is the change of the objective from before to after ("" for none), and false
+// ObjectiveChange is the change of the objective from before to after ("" for none), and false
 // when nothing changed.
-func objectiveChange(before, after string) (change, bool) {
+func ObjectiveChange(before, after string) (Change, bool) {
 	if before == after {
-		return change{}, false
+		return Change{}, false
 	}
-	return change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: objectiveState(before), after: objectiveState(after)}, true
+	return Change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: ObjectiveState(before), after: ObjectiveState(after)}, true
 }
 
-// lockedSkip is the event of an agent's update or removal refused because p is locked:
+// LockedSkipChange is the event of an agent's update or removal refused because p is locked:
 // proposed holds the fields the update would have left, nil for a removal.
-func lockedSkip(p Preference, proposed *Preference) change {
-	s := prefState(p)
-	c := change{kind: LockedSkip, target: Target{Type: TargetPreference, ID: p.ID}, before: s, after: s, proposed: []byte("null")}
+func LockedSkipChange(p Preference, proposed *Preference) Change {
+	s := PrefState(p)
+	c := Change{kind: LockedSkip, target: Target{Type: TargetPreference, ID: p.ID}, before: s, after: s, proposed: []byte("null")}
 	if proposed != nil {
-		c.proposed = proposalState(*proposed)
+		c.proposed = ProposalState(*proposed)
 	}
 	return c
 }
@@ -259,11 +259,17 @@ func proposalOf(t Target, stored []byte) json.RawMessage {
 	}
 	var p Preference
 	_ = json.Unmarshal(stored, &p)
-	return proposalState(p)
+	return ProposalState(p)
 }
 
-// proposalState is a proposal's fields as events show them: {title, subtitle, kind}.
-func proposalState(p Preference) []byte {
+// Proposal is the event of a change proposed to target (before: its fields now, nil for an
+// addition; want: the fields it would write, "null" for a removal).
+func Proposal(target Target, before, want []byte) Change {
+	return Change{kind: Proposed, target: target, before: before, proposed: want}
+}
+
+// ProposalState is a proposal's fields as events show them: {title, subtitle, kind}.
+func ProposalState(p Preference) []byte {
 	b, _ := json.Marshal(struct {
 		Title    string `json:"title"`
 		Subtitle string `json:"subtitle"`
@@ -274,10 +280,10 @@ func proposalState(p Preference) []byte {
 
 // agentEvents are the parameters that append a tool call's changes, after its record in the
 // same transaction.
-func (w *Workspace) agentEvents(c Call, reason string, changes []change) db.EventInsertParams {
-	p := w.eventParams(ByAgent, c.via(), changes)
+func (w *Workspace) agentEvents(c ToolCall, changes []Change) db.EventInsertParams {
+	p := w.eventParams(ByAgent, c.Via, changes)
 	p.Turn, p.Round = c.turn()
-	p.Reason = pgtype.Text{String: storableReason(reason), Valid: true}
+	p.Reason = pgtype.Text{String: storableReason(c.Reasoning), Valid: true}
 	p.AfterToolCall = true
 	return p
 }
@@ -291,7 +297,7 @@ func storableReason(s string) string {
 	return string([]rune(s)[:MaxReason])
 }
 
-func (w *Workspace) eventParams(actor, via string, changes []change) db.EventInsertParams {
+func (w *Workspace) eventParams(actor, via string, changes []Change) db.EventInsertParams {
 	p := db.EventInsertParams{ThreadID: w.threadID, Actor: actor, Via: via}
 	for _, c := range changes {
 		p.Kinds = append(p.Kinds, c.kind)
@@ -427,12 +433,12 @@ var (
 // the target changed again since; a *ValidationError for an event that changed nothing or a
 // state past the limits; a *DuplicateError when a restored title is taken.
 func (w *Workspace) RevertEvent(ctx context.Context, id int64) (Event, error) {
-	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (c Change, err error) {
 		if err := revertable(ev); err != nil {
-			return change{}, err
+			return Change{}, err
 		}
 		if err := w.laterChange(ctx, tx, id, ev.Target, false); err != nil {
-			return change{}, err
+			return Change{}, err
 		}
 		return w.revertOne(ctx, tx, ev, nextID, list)
 	})
@@ -451,7 +457,7 @@ func revertable(ev Event) error {
 
 // revertOne restores the before state of ev's change over the target as it is now (list, the
 // thread's preferences, in the transaction tx): the revert's change.
-func (w *Workspace) revertOne(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (c change, err error) {
+func (w *Workspace) revertOne(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (c Change, err error) {
 	if ev.Target.Type == TargetObjective {
 		c, err = w.revertObjective(ctx, tx, ev)
 	} else {
@@ -484,7 +490,7 @@ func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []E
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	var n int
-	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
+	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]Change, error) {
 		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
 		if err != nil {
 			return nil, db.NotFound(err)
@@ -516,7 +522,7 @@ func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []E
 		for i := len(rows) - 1; i >= 0; i-- {
 			steps = append(steps, fromEvent(rows[i]))
 		}
-		changes := make([]change, 0, len(steps)+1)
+		changes := make([]Change, 0, len(steps)+1)
 		for _, e := range append(steps, ev) {
 			c, err := w.revertOne(ctx, tx, e, nextID, list)
 			if err != nil {
@@ -544,7 +550,7 @@ func (w *Workspace) RevertThrough(ctx context.Context, id, through int64) (_ []E
 
 // listAfter is list (in id order) once the preference change c is made: a later step of a
 // RevertThrough checks its limits and titles against it.
-func listAfter(list []Preference, c change) []Preference {
+func listAfter(list []Preference, c Change) []Preference {
 	if c.target.Type != TargetPreference {
 		return list
 	}
@@ -572,10 +578,10 @@ func listAfter(list []Preference, c change) []Preference {
 
 // changeOnEvent makes the user change fn derives from event id (ErrNotFound for an unknown one),
 // under the thread's lock, and returns the change's event.
-func (w *Workspace) changeOnEvent(ctx context.Context, id int64, fn func(tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error)) (_ Event, err error) {
+func (w *Workspace) changeOnEvent(ctx context.Context, id int64, fn func(tx db.DBTX, ev Event, nextID int64, list []Preference) (Change, error)) (_ Event, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
+	first, err := w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, nextID int64, list []Preference) ([]Change, error) {
 		r, err := w.store.q.EventGet(ctx, tx, db.EventGetParams{ThreadID: w.threadID, ID: id})
 		if err != nil {
 			return nil, db.NotFound(err)
@@ -584,7 +590,7 @@ func (w *Workspace) changeOnEvent(ctx context.Context, id int64, fn func(tx db.D
 		if err != nil {
 			return nil, err
 		}
-		return []change{c}, nil
+		return []Change{c}, nil
 	})
 	if err != nil {
 		return Event{}, err
@@ -624,16 +630,16 @@ var (
 // dismissed already; a *ValidationError for an event that is not a proposal or one that changes
 // nothing; a *DuplicateError when the proposed title is taken.
 func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (Event, error) {
-	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, nextID int64, list []Preference) (Change, error) {
 		if !ev.isProposal() {
-			return change{}, errNotAProposal
+			return Change{}, errNotAProposal
 		}
 		if err := w.answered(ctx, tx, id); err != nil {
-			return change{}, err
+			return Change{}, err
 		}
 		if ev.Target.ID != 0 || ev.Target.Type == TargetObjective {
 			if err := w.laterChange(ctx, tx, id, ev.Target, true); err != nil {
-				return change{}, err
+				return Change{}, err
 			}
 		}
 		c, err := w.applyProposed(ctx, tx, ev, nextID, list)
@@ -643,64 +649,64 @@ func (w *Workspace) ApplyProposal(ctx context.Context, id int64) (Event, error) 
 }
 
 // applyProposed makes the change a proposal asks for, as the user.
-func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
+func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (Change, error) {
 	if ev.Target.Type == TargetObjective {
 		var want struct{ Text string }
 		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
-			return change{}, fmt.Errorf("decode proposal: %w", err)
+			return Change{}, fmt.Errorf("decode proposal: %w", err)
 		}
 		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: want.Text, UpdatedBy: ByUser})
 		if err != nil {
-			return change{}, fmt.Errorf("set objective: %w", err)
+			return Change{}, fmt.Errorf("set objective: %w", err)
 		}
-		c, ok := objectiveChange(r.Previous, r.Text)
+		c, ok := ObjectiveChange(r.Previous, r.Text)
 		if !ok {
-			return change{}, invalid("", "the objective already reads as proposed: there is nothing to apply")
+			return Change{}, invalid("", "the objective already reads as proposed: there is nothing to apply")
 		}
 		return c, nil
 	}
 	var want struct{ Title, Subtitle, Kind string }
 	if string(ev.Proposed) != "null" {
 		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
-			return change{}, fmt.Errorf("decode proposal: %w", err)
+			return Change{}, fmt.Errorf("decode proposal: %w", err)
 		}
 	}
 	if ev.Target.ID == 0 { // an addition
 		p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind}, 0, list)
 		if err != nil {
-			return change{}, err
+			return Change{}, err
 		}
 		if max := w.store.limits.PreferencesMax; len(list) >= max {
-			return change{}, invalid("", "a thread holds at most %d preferences", max)
+			return Change{}, invalid("", "a thread holds at most %d preferences", max)
 		}
 		rows, err := w.insert(ctx, tx, nextID, []Preference{p})
 		if err != nil {
-			return change{}, err
+			return Change{}, err
 		}
 		added := fromRow(len(list)+1, rows[0])
-		c, _ := prefChange(nil, &added)
+		c, _ := PrefChange(nil, &added)
 		return c, nil
 	}
-	i := indexOf(list, ev.Target.ID)
+	i := IndexOf(list, ev.Target.ID)
 	if i < 0 { // gone without an event: pruned history
-		return change{}, ErrNotFound
+		return Change{}, ErrNotFound
 	}
 	current := list[i]
 	if string(ev.Proposed) == "null" {
 		if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: current.ID}); err != nil {
-			return change{}, fmt.Errorf("delete preference: %w", err)
+			return Change{}, fmt.Errorf("delete preference: %w", err)
 		}
-		c, _ := prefChange(&current, nil)
+		c, _ := PrefChange(&current, nil)
 		return c, nil
 	}
 	p, err := w.checkedFields(PreferenceInput{Title: want.Title, Subtitle: want.Subtitle, Kind: want.Kind, Locked: current.Locked}, current.ID, list)
 	if err != nil {
-		return change{}, err
+		return Change{}, err
 	}
 	p.Index = current.Index
-	c, ok := prefChange(&current, &p)
+	c, ok := PrefChange(&current, &p)
 	if !ok {
-		return change{}, errSameProposal
+		return Change{}, errSameProposal
 	}
 	return c, w.updatePreference(ctx, tx, p)
 }
@@ -728,39 +734,39 @@ func (w *Workspace) updatePreference(ctx context.Context, tx db.DBTX, p Preferen
 	return nil
 }
 
-func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (change, error) {
+func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (Change, error) {
 	var before struct{ Text string }
 	if string(ev.Before) != "null" {
 		if err := json.Unmarshal(ev.Before, &before); err != nil {
-			return change{}, fmt.Errorf("decode event: %w", err)
+			return Change{}, fmt.Errorf("decode event: %w", err)
 		}
 	}
 	var current string
 	if o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID); err == nil {
 		current = o.Text
 	} else if err = db.NotFound(err); err != ErrNotFound {
-		return change{}, fmt.Errorf("get objective: %w", err)
+		return Change{}, fmt.Errorf("get objective: %w", err)
 	}
 	if before.Text == "" {
 		if _, err := w.store.q.ObjectiveDelete(ctx, tx, w.threadID); err != nil {
-			return change{}, fmt.Errorf("delete objective: %w", err)
+			return Change{}, fmt.Errorf("delete objective: %w", err)
 		}
 	} else if _, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: before.Text, UpdatedBy: ByUser}); err != nil {
-		return change{}, fmt.Errorf("set objective: %w", err)
+		return Change{}, fmt.Errorf("set objective: %w", err)
 	}
-	return change{target: ev.Target, before: objectiveState(current), after: objectiveState(before.Text)}, nil
+	return Change{target: ev.Target, before: ObjectiveState(current), after: ObjectiveState(before.Text)}, nil
 }
 
-func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (change, error) {
-	c := change{target: ev.Target}
-	i := indexOf(list, ev.Target.ID)
+func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (Change, error) {
+	c := Change{target: ev.Target}
+	i := IndexOf(list, ev.Target.ID)
 	if i >= 0 {
-		c.before = prefState(list[i])
+		c.before = PrefState(list[i])
 	}
 	if string(ev.Before) == "null" { // it was added: remove it
 		if i >= 0 {
 			if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: ev.Target.ID}); err != nil {
-				return change{}, fmt.Errorf("delete preference: %w", err)
+				return Change{}, fmt.Errorf("delete preference: %w", err)
 			}
 		}
 		return c, nil
@@ -770,23 +776,23 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 		Locked                bool
 	}
 	if err := json.Unmarshal(ev.Before, &before); err != nil {
-		return change{}, fmt.Errorf("decode event: %w", err)
+		return Change{}, fmt.Errorf("decode event: %w", err)
 	}
 	p, err := w.checkedFields(PreferenceInput{Title: before.Title, Subtitle: before.Subtitle, Kind: before.Kind, Locked: before.Locked}, ev.Target.ID, list)
 	if err != nil {
-		return change{}, err
+		return Change{}, err
 	}
-	c.after = prefState(p)
+	c.after = PrefState(p)
 	if i >= 0 {
 		return c, w.updatePreference(ctx, tx, p)
 	}
 	// It was removed: it comes back with its old id, in its old place.
 	if max := w.store.limits.PreferencesMax; len(list) >= max {
-		return change{}, invalid("", "a thread holds at most %d preferences", max)
+		return Change{}, invalid("", "a thread holds at most %d preferences", max)
 	}
 	if _, err := w.store.q.PreferenceInsertBatch(ctx, tx, db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID,
 		Ids: []int64{p.ID}, Titles: []string{p.Title}, Subtitles: []string{p.Subtitle}, Kinds: []string{p.Kind}, Locks: []bool{p.Locked}}); err != nil {
-		return change{}, fmt.Errorf("restore preference: %w", err)
+		return Change{}, fmt.Errorf("restore preference: %w", err)
 	}
 	return c, nil
 }

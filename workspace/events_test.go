@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 func (f *fixture) events(t *testing.T) []Event {
@@ -43,13 +46,13 @@ func TestEventsOfEveryChange(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}, item{Title: "C"}))
-	f.ok(t, SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": "The user said so."})
-	f.ok(t, SetObjective, map[string]any{"text": "Goal"}) // unchanged: no event
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "A2"}, map[string]any{"index": 2, "kind": "hard"}}})
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}, item{Title: "C"}))
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": "The user said so."})
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Goal"}) // unchanged: no event
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "A2"}, map[string]any{"index": 2, "kind": "hard"}}})
 	f.lock(t, 3)
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{3, 2}, "action_and_reasoning": "Dropping two."})
-	f.fails(t, AddPreferences, `{"items":[]}`) // refused: no event
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{3, 2}, "action_and_reasoning": "Dropping two."})
+	f.fails(t, tools.AddPreferences, `{"items":[]}`) // refused: no event
 	list := f.list(t)
 	_, err := f.ws.UpdatePreference(ctx, list[0].ID, PreferencePatch{Title: strPtr("A3"), Locked: boolPtr(true)})
 	require.NoError(t, err)
@@ -104,7 +107,7 @@ func TestEventsOfEveryChange(t *testing.T) {
 	for _, c := range calls {
 		byID[c.ID] = c
 	}
-	require.Equal(t, RemovePreferences, byID[*evs[6].ToolCallID].Tool)
+	require.Equal(t, tools.RemovePreferences, byID[*evs[6].ToolCallID].Tool)
 	require.Equal(t, "Dropping two.", *evs[6].Reason)
 
 	// Filters and order.
@@ -127,7 +130,7 @@ func TestEventsOfEveryChange(t *testing.T) {
 func TestReasonKeptToMaxReason(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": strings.Repeat("é", 1500)})
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Goal", "action_and_reasoning": strings.Repeat("é", 1500)})
 	require.Equal(t, MaxReason, len([]rune(*f.events(t)[0].Reason)))
 }
 
@@ -148,10 +151,10 @@ func TestRevert(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Trains"}, item{Title: "Hotels"}))                                        // 1, 2
-	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"})                                                           // 3
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "title": "Small hotels"}}}) // 4
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})                                                   // 5
+	f.ok(t, tools.AddPreferences, add(item{Title: "Trains"}, item{Title: "Hotels"}))                                        // 1, 2
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Lisbon"})                                                           // 3
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "title": "Small hotels"}}}) // 4
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})                                                   // 5
 
 	// The removal of "Trains" comes back with its old id and place.
 	ev, err := f.ws.RevertEvent(ctx, 5)
@@ -186,7 +189,7 @@ func TestRevert(t *testing.T) {
 
 	// A lock, then its revert; a locked_skip reverts nothing; an unknown event is not found.
 	f.lock(t, 2)
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{2}})
 	evs := f.events(t)
 	skip := evs[len(evs)-1]
 	require.Equal(t, LockedSkip, skip.Kind)
@@ -212,7 +215,7 @@ func TestRevert(t *testing.T) {
 	require.Equal(t, p.ID, f.list(t)[2].ID)
 
 	// A revert that would duplicate a title: the user path's 409.
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 3, "title": "Gardens"}}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 3, "title": "Gardens"}}})
 	renamed, err := f.ws.LastEventID(ctx)
 	require.NoError(t, err)
 	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Museums"})
@@ -230,10 +233,10 @@ func TestRevertThrough(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Gardens"}, item{Title: "Museums"}))                                           // 1, 2
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Botanical gardens"}}}) // 3
-	f.lock(t, 1)                                                                                                           // 4
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})                                                        // 5: locked_skip
+	f.ok(t, tools.AddPreferences, add(item{Title: "Gardens"}, item{Title: "Museums"}))                                           // 1, 2
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Botanical gardens"}}}) // 3
+	f.lock(t, 1)                                                                                                                 // 4
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})                                                        // 5: locked_skip
 	gardens := f.list(t)[0].ID
 	_, err := f.ws.UpdatePreference(ctx, gardens, PreferencePatch{Subtitle: strPtr("Kew")}) // 6
 	require.NoError(t, err)
@@ -288,7 +291,7 @@ func TestRevertThrough(t *testing.T) {
 	require.Empty(t, f.titles(t))
 
 	// All or nothing: a step whose restored title is taken refuses the whole.
-	f.ok(t, AddPreferences, add(item{Title: "Parks"})) // 12
+	f.ok(t, tools.AddPreferences, add(item{Title: "Parks"})) // 12
 	parks := f.list(t)[0].ID
 	_, err = f.ws.UpdatePreference(ctx, parks, PreferencePatch{Title: strPtr("City parks")}) // 13
 	require.NoError(t, err)
@@ -301,8 +304,8 @@ func TestRevertThrough(t *testing.T) {
 	require.Equal(t, []string{"City parks", "Parks"}, f.titles(t))
 
 	// The objective: back to none through two later changes.
-	f.ok(t, SetObjective, map[string]any{"text": "Lisbon"}) // 15
-	_, err = f.ws.SetObjective(ctx, "Porto")                // 16
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Lisbon"}) // 15
+	_, err = f.ws.SetObjective(ctx, "Porto")                      // 16
 	require.NoError(t, err)
 	_, err = f.ws.SetObjective(ctx, "Faro") // 17
 	require.NoError(t, err)
@@ -319,7 +322,7 @@ func TestRevertThrough(t *testing.T) {
 
 	// What a revert cannot undo, through cannot either.
 	f.lock(t, 1)
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})
 	_, err = f.ws.RevertThrough(ctx, lastID(), 0)
 	require.ErrorAs(t, err, &ve)
 	_, err = f.ws.RevertThrough(ctx, 999, 0)
@@ -336,7 +339,7 @@ func TestEventsUnderConcurrency(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, err := f.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: AddPreferences, Arguments: fmt.Sprintf(`{"items":[{"title":"Agent %d"}]}`, i)})
+			_, err := tools.Run(ctx, f.ws, tools.Call{Turn: 1, Round: 1, Name: tools.AddPreferences, Arguments: fmt.Sprintf(`{"items":[{"title":"Agent %d"}]}`, i)})
 			if err != nil {
 				t.Error(err)
 			}
@@ -385,7 +388,7 @@ func TestEventsInTheChangesTransaction(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "A"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}))
 	// A duplicate title refused by the user path: nothing written, no event.
 	_, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "a"})
 	require.Error(t, err)
@@ -411,7 +414,7 @@ func TestPruneHistory(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Old"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Old"}))
 	_, err := f.ws.StartTurn(ctx, TurnOptions{}) // a second snapshot: the workspace changed
 	require.NoError(t, err)
 	_, err = f.pool.Exec(ctx, `UPDATE events SET at = at - interval '2 days'; UPDATE tool_calls SET created_at = created_at - interval '2 days';
@@ -434,11 +437,11 @@ func TestPruneHistory(t *testing.T) {
 func TestLockedSkipKeepsProposal(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Subtitle: "No slang", Kind: "hard"}, item{Title: "Trains"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Formal tone", Subtitle: "No slang", Kind: "hard"}, item{Title: "Trains"}))
 	f.lock(t, 1)
 	f.lock(t, 2)
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone"}, map[string]any{"index": 1, "kind": "soft"}}})
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone"}, map[string]any{"index": 1, "kind": "soft"}}})
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{2}})
 	evs := f.events(t)
 	var got []string
 	for _, e := range evs {
@@ -464,11 +467,11 @@ func TestApplyProposal(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Formal tone", Kind: "hard"}, item{Title: "Trains"}, item{Title: "Museums"}))                    // 1-3
-	f.lock(t, 1)                                                                                                                             // 4
-	f.lock(t, 2)                                                                                                                             // 5
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone", "subtitle": "Friendly"}}}) // 6
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}})                                                                          // 7
+	f.ok(t, tools.AddPreferences, add(item{Title: "Formal tone", Kind: "hard"}, item{Title: "Trains"}, item{Title: "Museums"}))                    // 1-3
+	f.lock(t, 1)                                                                                                                                   // 4
+	f.lock(t, 2)                                                                                                                                   // 5
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Casual tone", "subtitle": "Friendly"}}}) // 6
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{2}})                                                                          // 7
 
 	ev, err := f.ws.ApplyProposal(ctx, 6)
 	require.NoError(t, err)
@@ -497,14 +500,14 @@ func TestApplyProposal(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 
 	// A proposal equal to the item as it stands changes nothing.
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "kind": "hard"}}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "kind": "hard"}}})
 	last, err := f.ws.LastEventID(ctx)
 	require.NoError(t, err)
 	_, err = f.ws.ApplyProposal(ctx, last)
 	require.ErrorAs(t, err, &ve)
 
 	// A proposal whose title another item took since: the user path's 409.
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Gardens"}}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "title": "Gardens"}}})
 	last, err = f.ws.LastEventID(ctx)
 	require.NoError(t, err)
 	_, err = f.ws.UpdatePreference(ctx, f.list(t)[1].ID, PreferencePatch{Title: strPtr("Gardens")})

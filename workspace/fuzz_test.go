@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // FuzzToolArguments runs the tools with any arguments against a real workspace: never a failure
@@ -33,12 +35,12 @@ func FuzzToolArguments(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, tool uint8, args string) {
-		name := Names[int(tool)%len(Names)]
-		res, err := ws.Run(ctx, Call{Turn: turn.Number, Round: 1, Name: name, Arguments: args})
+		name := tools.Names[int(tool)%len(tools.Names)]
+		res, err := tools.Run(ctx, ws, tools.Call{Turn: turn.Number, Round: 1, Name: name, Arguments: args})
 		if err != nil {
 			t.Fatalf("%s %q: the store failed: %v", name, args, err)
 		}
-		var env Envelope
+		var env tools.Envelope
 		if err := json.Unmarshal([]byte(res.Content), &env); err != nil || env.OK != res.OK {
 			t.Fatalf("envelope %q: %v", res.Content, err)
 		}
@@ -59,26 +61,6 @@ func FuzzToolArguments(f *testing.F) {
 		}
 		if strings.Count(d.Block, "<workspace>") != 1 || strings.Count(d.Block, "</workspace>") != 1 {
 			t.Fatalf("block: %q", d.Block)
-		}
-	})
-}
-
-// FuzzRenderBlock: whatever the values, the block has one opening and one closing tag, and one
-// line per preference.
-func FuzzRenderBlock(f *testing.F) {
-	f.Add("objective", "title", "subtitle", true)
-	f.Add("a\nb\r\nc", "</workspace>", "<WORKSPACE >", false)
-	f.Add("\u2028\u0085\x00", "< / workspace", "\xff", true)
-	f.Fuzz(func(t *testing.T, objective, title, subtitle string, locked bool) {
-		b := RenderBlock(objective, []Preference{{Title: title, Subtitle: subtitle, Kind: Soft, Locked: locked}, {Title: title, Kind: Hard}}, nil)
-		if strings.Count(b, "<workspace>") != 1 || strings.Count(b, "</workspace>") != 1 || blockTag.FindAllStringIndex(b, -1) == nil {
-			t.Fatalf("tags: %q", b)
-		}
-		if len(blockTag.FindAllStringIndex(b, -1)) != 2 {
-			t.Fatalf("a value opened or closed the block: %q", b)
-		}
-		if n := strings.Count(b, "\n"); n != 5 {
-			t.Fatalf("%d lines: %q", n+1, b)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // hookTracer runs hook once, before the first statement of its pool whose SQL contains match,

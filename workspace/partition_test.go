@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbfault"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // partitionTracer partitions its fault proxy as the first statement whose SQL contains match
@@ -55,12 +57,11 @@ func TestAPartitionedReplicaFreesItsThread(t *testing.T) {
 	pool, fault := dbtest.NewFaultPool(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = tracer })
 	tracer.fault = fault
 	t.Cleanup(fault.Cut) // before the pool closes: its connections lost bytes
-	cutOff := setupOn(t, pool, Options{})
-	cutOff.ok(t, AddPreferences, add(item{Title: "A"}))
-	cutOff.store.timeout = 5 * time.Second
+	cutOff := setupOn(t, pool, Options{Timeout: 5 * time.Second})
+	cutOff.ok(t, tools.AddPreferences, add(item{Title: "A"}))
 	other := NewStore(dbtest.Bypass(t, pool), Options{Timeout: 30 * time.Second}).Workspace(cutOff.ws.ThreadID())
 
-	_, err := cutOff.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: RemovePreferences, Arguments: `{"indices":[1]}`})
+	_, err := tools.Run(ctx, cutOff.ws, tools.Call{Turn: 1, Round: 1, Name: tools.RemovePreferences, Arguments: `{"indices":[1]}`})
 	require.Error(t, err, "the cut-off replica's call fails")
 	require.True(t, tracer.done.Load())
 	_, err = other.StartTurn(ctx, TurnOptions{})

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestPruneNeverDeadlocksADelete: the history prune and DELETE of a thread lock the thread's

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestIDsNeverReusedForAThreadID: a thread deleted and created again (by its next turn, or by a
@@ -33,8 +35,8 @@ func TestIDsNeverReusedForAThreadID(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			ctx := context.Background()
-			f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
-			f.ok(t, SetObjective, map[string]any{"text": "A goal"})
+			f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+			f.ok(t, tools.SetObjective, map[string]any{"text": "A goal"})
 			old := f.events(t)
 			require.Len(t, old, 3)
 			lastEvent, oldPref := old[2].ID, f.list(t)[1].ID
@@ -69,15 +71,15 @@ func TestATurnOfADeletedThreadWritesNothingToItsSuccessor(t *testing.T) {
 	_, err := f.ws.AddPreference(ctx, PreferenceInput{Title: "The new thread's"})
 	require.NoError(t, err)
 
-	view := NewView(f.turn) // the old turn's
+	view := tools.NewView(f.turn) // the old turn's
 	for _, c := range []struct{ tool, args string }{
-		{RemovePreferences, `{"indices":[1]}`},
-		{AddPreferences, `{"items":[{"title":"From the old turn"}]}`},
-		{SetObjective, `{"text":"From the old turn"}`},
+		{tools.RemovePreferences, `{"indices":[1]}`},
+		{tools.AddPreferences, `{"items":[{"title":"From the old turn"}]}`},
+		{tools.SetObjective, `{"text":"From the old turn"}`},
 	} {
-		res, err := f.ws.Run(ctx, Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args, View: view})
+		res, err := tools.Run(ctx, f.ws, tools.Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args, View: view})
 		require.NoError(t, err)
-		require.Equal(t, Envelope{Error: errThreadGone.Error()}.encode(), res.Content, "%s ran against the new thread", c.tool)
+		require.Equal(t, `{"ok":false,"error":"this thread's workspace was deleted; nothing was recorded"}`, res.Content, "%s ran against the new thread", c.tool)
 	}
 	require.Equal(t, []string{"The new thread's"}, f.titles(t))
 	d, err := f.ws.Get(ctx)
@@ -109,7 +111,7 @@ func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
 			t.Cleanup(pool.Close)
 			require.NoError(t, db.Migrate(ctx, pool))
 			f := setupOn(t, pool, Options{})
-			f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+			f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 
 			deleting, err := pool.Begin(ctx)
 			require.NoError(t, err)
@@ -131,7 +133,7 @@ func TestIDsNeverReusedWhenCreatedDuringADelete(t *testing.T) {
 			last, err := f.ws.LastEventID(ctx)
 			require.NoError(t, err)
 			require.GreaterOrEqual(t, last, int64(2), "the new thread's event ids start past the deleted thread's")
-			f.ok(t, AddPreferences, add(item{Title: "D"}))
+			f.ok(t, tools.AddPreferences, add(item{Title: "D"}))
 			list := f.list(t)
 			require.Greater(t, list[len(list)-1].ID, int64(2), "a preference id of the deleted thread")
 		})

@@ -23,8 +23,9 @@ type OwedOutput struct {
 	Output string // the envelope the call returned
 }
 
-// notRun is the output of a workspace call that was not run.
-var notRun = Envelope{Error: "not run: the workspace tools were not offered in that round"}.encode()
+// notRun is the output of a workspace call that was not run: the tools' error envelope
+// (tools.Envelope, docs/spec.md §5).
+const notRun = `{"ok":false,"error":"not run: the workspace tools were not offered in that round"}`
 
 // Continuation reads the record of the Responses turn whose client-facing id is responseID
 // (ErrNotFound when this thread has none).

@@ -1,10 +1,13 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestContinuationOwesItsOwnTurnsOutput: an upstream that reuses call ids (a stateless server
@@ -15,7 +18,7 @@ func TestContinuationOwesItsOwnTurnsOutput(t *testing.T) {
 	f := setup(t)
 	ctx := context.Background()
 	run := func(turn int, args string) string {
-		res, err := f.ws.Run(ctx, Call{Turn: turn, Round: 1, ID: "call_1", Name: SetObjective, Arguments: args})
+		res, err := tools.Run(ctx, f.ws, tools.Call{Turn: turn, Round: 1, ID: "call_1", Name: tools.SetObjective, Arguments: args})
 		require.NoError(t, err)
 		return res.Content
 	}

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // keyedByThread: a statement names the thread it works on — a thread_id column, the threads row
@@ -33,17 +35,17 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	start, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	// A turn's call, planned on its start's workspace: one guarded round trip.
-	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"In a turn"}`, View: NewView(start)})
+	_, err = tools.Run(ctx, ws, tools.Call{Turn: 1, Round: 1, Name: tools.SetObjective, Arguments: `{"text":"In a turn"}`, View: tools.NewView(start)})
 	require.NoError(t, err)
-	for _, c := range []Call{
-		{Name: AddPreferences, Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},
-		{Name: ListPreferences, Arguments: `{}`},
-		{Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"A2"}]}`},
-		{Name: RemovePreferences, Arguments: `{"indices":[2]}`},
-		{Name: SetObjective, Arguments: `{"text":"Route it"}`},
-		{Name: AddPreferences, Arguments: `not json`},
+	for _, c := range []tools.Call{
+		{Name: tools.AddPreferences, Arguments: `{"items":[{"title":"A"},{"title":"B"}]}`},
+		{Name: tools.ListPreferences, Arguments: `{}`},
+		{Name: tools.UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"A2"}]}`},
+		{Name: tools.RemovePreferences, Arguments: `{"indices":[2]}`},
+		{Name: tools.SetObjective, Arguments: `{"text":"Route it"}`},
+		{Name: tools.AddPreferences, Arguments: `not json`},
 	} {
-		_, err := ws.Run(ctx, Call{Turn: 1, Round: 1, Name: c.Name, Arguments: c.Arguments})
+		_, err := tools.Run(ctx, ws, tools.Call{Turn: 1, Round: 1, Name: c.Name, Arguments: c.Arguments})
 		require.NoError(t, err)
 	}
 	require.NoError(t, store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{ws.ThreadID(): {PromptTokens: 1}}}))
@@ -61,9 +63,9 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ws.LinkValid(ctx, LinkMCP, link.ID)
 	require.NoError(t, err)
-	_, err = ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP, Arguments: `{"items":[{"title":"Over MCP"}]}`})
+	_, err = tools.Run(ctx, ws, tools.Call{Name: tools.AddPreferences, Via: ViaMCP, Arguments: `{"items":[{"title":"Over MCP"}]}`})
 	require.NoError(t, err)
-	_, err = store.Workspace(ThreadID{Name: "made-over-mcp"}).Run(ctx, Call{Name: ListPreferences, Via: ViaMCP})
+	_, err = tools.Run(ctx, store.Workspace(ThreadID{Name: "made-over-mcp"}), tools.Call{Name: tools.ListPreferences, Via: ViaMCP})
 	require.NoError(t, err)
 	statements := tracer.All()
 	require.NotEmpty(t, statements)

@@ -148,8 +148,8 @@ func (c *inheritedCache) shown(raw, rawOwn []byte, own []Preference) ([]Scope, e
 	return s, nil
 }
 
-// findInherited is the scope of the inherited preference whose title equals title, if any.
-func findInherited(inherited []Scope, title string) (Scope, Preference, bool) {
+// FindInherited is the scope of the inherited preference whose title equals title, if any.
+func FindInherited(inherited []Scope, title string) (Scope, Preference, bool) {
 	key := normalizeTitle(title)
 	for _, s := range inherited {
 		for _, p := range s.Preferences {
@@ -320,7 +320,7 @@ func (w *Workspace) SetAgentWrites(ctx context.Context, mode string) (err error)
 	default:
 		return invalid("agent_writes", `must be "direct", "propose" or null`)
 	}
-	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, _ []Preference) ([]change, error) {
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, _ []Preference) ([]Change, error) {
 		r, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
 		if err != nil {
 			return nil, db.NotFound(err)
@@ -332,7 +332,7 @@ func (w *Workspace) SetAgentWrites(ctx context.Context, mode string) (err error)
 			AgentWrites: pgtype.Text{String: mode, Valid: mode != ""}}); err != nil {
 			return nil, fmt.Errorf("set agent_writes: %w", err)
 		}
-		return []change{{kind: AgentWritesSet, target: Target{Type: TargetThread},
+		return []Change{{kind: AgentWritesSet, target: Target{Type: TargetThread},
 			before: agentWritesState(r.AgentWrites.String), after: agentWritesState(mode)}}, nil
 	})
 	return err
@@ -385,7 +385,7 @@ func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (
 		source, target = second, tx.LockedThread
 	}
 	src, dst := fromRows(source.Preferences), fromRows(target.Preferences)
-	i := indexOf(src, id)
+	i := IndexOf(src, id)
 	if i < 0 {
 		return Preference{}, ErrNotFound
 	}
@@ -405,11 +405,11 @@ func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (
 	}
 	moved := fromRow(len(dst)+1, added[0])
 	how := movedState(w.threadID, dest.threadID)
-	out := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: p.ID}, before: prefState(p), moved: how}
-	in := change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: moved.ID}, after: prefState(moved), moved: how}
+	out := Change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: p.ID}, before: PrefState(p), moved: how}
+	in := Change{kind: PreferenceMoved, target: Target{Type: TargetPreference, ID: moved.ID}, after: PrefState(moved), moved: how}
 	err = tx.Commit(ctx, func(b *pgx.Batch) {
-		db.QueueEventInsert(b, w.eventParams(ByUser, ViaAdmin, []change{out}), nil)
-		db.QueueEventInsert(b, dest.eventParams(ByUser, ViaAdmin, []change{in}), nil)
+		db.QueueEventInsert(b, w.eventParams(ByUser, ViaAdmin, []Change{out}), nil)
+		db.QueueEventInsert(b, dest.eventParams(ByUser, ViaAdmin, []Change{in}), nil)
 	})
 	if err != nil {
 		return Preference{}, err
@@ -459,14 +459,14 @@ func (w *Workspace) answered(ctx context.Context, tx db.DBTX, id int64) error {
 // applied. ErrNotFound for an unknown thread or event; a *ValidationError for an event that is
 // not a proposal; an *AnsweredError for one applied or dismissed already.
 func (w *Workspace) DismissProposal(ctx context.Context, id int64) (Event, error) {
-	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, _ int64, _ []Preference) (change, error) {
+	return w.changeOnEvent(ctx, id, func(tx db.DBTX, ev Event, _ int64, _ []Preference) (Change, error) {
 		if !ev.isProposal() {
-			return change{}, errNotAProposal
+			return Change{}, errNotAProposal
 		}
 		if err := w.answered(ctx, tx, id); err != nil {
-			return change{}, err
+			return Change{}, err
 		}
-		return change{kind: ProposalDismissed, target: ev.Target, answers: id}, nil
+		return Change{kind: ProposalDismissed, target: ev.Target, answers: id}, nil
 	})
 }
 

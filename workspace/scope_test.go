@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // scopes is a store with a thread t whose parents are repo-x then alice, each scope holding
@@ -227,20 +229,20 @@ func TestReviewMode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, AgentWritesPropose, start.AgentWrites, "inherited from alice")
 
-	view := NewView(start)
+	view := tools.NewView(start)
 	run := func(name, args string) string {
 		t.Helper()
-		res, err := s.t.Run(ctx, Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view})
+		res, err := tools.Run(ctx, s.t, tools.Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view})
 		require.NoError(t, err)
 		require.True(t, res.OK, res.Text)
 		return res.Text
 	}
 	require.Equal(t, `proposed; the user will review it: add "Bullet points"; already recorded (from repo-x): "Go 1.26, no cgo"`,
-		run(AddPreferences, `{"items":[{"title":"Bullet points"},{"title":"go 1.26, NO cgo"}],"action_and_reasoning":"The user asked."}`))
+		run(tools.AddPreferences, `{"items":[{"title":"Bullet points"},{"title":"go 1.26, NO cgo"}],"action_and_reasoning":"The user asked."}`))
 	require.Equal(t, `proposed; the user will review it: update #1 "Brief answers"; locked, ask the user to unlock first: #2 "No emojis"`,
-		run(UpdatePreferences, `{"updates":[{"index":1,"title":"Brief answers"},{"index":2,"title":"Emojis"}]}`))
-	require.Equal(t, `proposed; the user will review it: objective: A tidy repository`, run(SetObjective, `{"text":"A tidy repository"}`))
-	require.Equal(t, `proposed; the user will review it: remove #1 "Short answers"`, run(RemovePreferences, `{"indices":[1]}`))
+		run(tools.UpdatePreferences, `{"updates":[{"index":1,"title":"Brief answers"},{"index":2,"title":"Emojis"}]}`))
+	require.Equal(t, `proposed; the user will review it: objective: A tidy repository`, run(tools.SetObjective, `{"text":"A tidy repository"}`))
+	require.Equal(t, `proposed; the user will review it: remove #1 "Short answers"`, run(tools.RemovePreferences, `{"indices":[1]}`))
 
 	d, err := s.t.Get(ctx)
 	require.NoError(t, err)
@@ -290,30 +292,8 @@ func TestReviewMode(t *testing.T) {
 	require.NoError(t, s.t.SetAgentWrites(ctx, AgentWritesDirect))
 	start, err = s.t.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
-	view = NewView(start)
-	require.Equal(t, "recorded 1 preference", run(AddPreferences, `{"items":[{"title":"Numbered lists"}]}`))
-}
-
-// TestInheritedCacheBounded: the cache of decoded inherited lists answers a list it saw from its
-// bytes, and never holds more than its bound of them.
-func TestInheritedCacheBounded(t *testing.T) {
-	t.Parallel()
-	var c inheritedCache
-	own := []Preference{{ID: 1, Title: "Mine", Kind: Soft}}
-	for i := range 40000 { // past the bound: the cache starts again
-		raw := fmt.Appendf(nil, `[{"scope":"alice","preferences":[{"id":1,"title":"Rule %d of a long list of rules","subtitle":"","kind":"soft","locked":false}]}]`, i)
-		s, err := c.shown(raw, []byte(`[{"id":1,"title":"Mine"}]`), own)
-		require.NoError(t, err)
-		require.Equal(t, fmt.Sprintf("Rule %d of a long list of rules", i), s[0].Preferences[0].Title)
-		require.LessOrEqual(t, c.bytes, maxInheritedCached)
-	}
-	raw := []byte(`[{"scope":"alice","preferences":[{"id":1,"title":"mine","subtitle":"","kind":"soft","locked":false}]}]`)
-	s, err := c.shown(raw, nil, own)
-	require.NoError(t, err)
-	require.Empty(t, s, "the thread's own title hides the inherited one")
-	again, err := c.shown(raw, nil, own)
-	require.NoError(t, err)
-	require.Equal(t, s, again)
+	view = tools.NewView(start)
+	require.Equal(t, "recorded 1 preference", run(tools.AddPreferences, `{"items":[{"title":"Numbered lists"}]}`))
 }
 
 // TestParentsChangesAtOnceMakeNoCycle: two threads that name each other as their parent at the
@@ -374,11 +354,11 @@ func TestParentsChangesAtOnceMakeNoCycle(t *testing.T) {
 			case err == nil:
 				stored++
 			case !errors.As(err, &pe):
-				t.Errorf("%s pair %s/%s: side %d failed: %v", p.kind, p.a.threadID, p.b.threadID, i, err)
+				t.Errorf("%s pair %s/%s: side %d failed: %v", p.kind, p.a.ThreadID(), p.b.ThreadID(), i, err)
 			}
 		}
 		if stored != 1 {
-			t.Errorf("%s pair %s/%s: %d lists stored, want 1 (errors %v)", p.kind, p.a.threadID, p.b.threadID, stored, p.errs)
+			t.Errorf("%s pair %s/%s: %d lists stored, want 1 (errors %v)", p.kind, p.a.ThreadID(), p.b.ThreadID(), stored, p.errs)
 		}
 	}
 	var cycles []string
@@ -406,7 +386,7 @@ func TestTurnStartWaitsForNoHeldParent(t *testing.T) {
 	require.NoError(t, err)
 	defer edit.Rollback(ctx)
 	var pid int32
-	require.NoError(t, edit.QueryRow(ctx, `UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING pg_backend_pid()`, scope.threadID).Scan(&pid))
+	require.NoError(t, edit.QueryRow(ctx, `UPDATE threads SET updated_at = now() WHERE id = $1 RETURNING pg_backend_pid()`, scope.ThreadID().String()).Scan(&pid))
 
 	type started struct {
 		turn TurnStart
@@ -473,14 +453,14 @@ func TestReviewModeBoundsProposals(t *testing.T) {
 	require.NoError(t, ws.SetAgentWrites(ctx, AgentWritesPropose))
 	start, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
-	view := NewView(start)
+	view := tools.NewView(start)
 	run := func(name, args string, mcp bool) string {
 		t.Helper()
-		c := Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view}
+		c := tools.Call{Turn: start.Number, Round: 1, Name: name, Arguments: args, View: view}
 		if mcp {
-			c = Call{Name: name, Arguments: args, Via: ViaMCP}
+			c = tools.Call{Name: name, Arguments: args, Via: ViaMCP}
 		}
-		res, err := ws.Run(ctx, c)
+		res, err := tools.Run(ctx, ws, c)
 		require.NoError(t, err)
 		require.True(t, res.OK, res.Text)
 		return res.Text
@@ -502,15 +482,15 @@ func TestReviewModeBoundsProposals(t *testing.T) {
 		return evs
 	}
 
-	text := run(AddPreferences, items(1, 25), false)
+	text := run(tools.AddPreferences, items(1, 25), false)
 	require.Equal(t, 20, len(pending()), "proposals waiting")
 	require.True(t, strings.HasPrefix(text, `proposed; the user will review it: add "Item 1"; `), text)
 	require.True(t, strings.HasSuffix(text, `add "Item 20"; not proposed: 20 proposals already wait for the user's review: add "Item 21", add "Item 22", add "Item 23", add "Item 24", add "Item 25"`), text)
 	for range 5 { // an MCP batch of calls
-		require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: add "Item 26"`, run(AddPreferences, items(26, 26), true))
+		require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: add "Item 26"`, run(tools.AddPreferences, items(26, 26), true))
 	}
-	require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: objective: Tidy`, run(SetObjective, `{"text":"Tidy"}`, false))
-	require.Equal(t, `nothing to propose; locked, ask the user to unlock first: #1 "No emojis"`, run(UpdatePreferences, `{"updates":[{"index":1,"title":"Emojis"}]}`, false))
+	require.Equal(t, `nothing to propose; not proposed: 20 proposals already wait for the user's review: objective: Tidy`, run(tools.SetObjective, `{"text":"Tidy"}`, false))
+	require.Equal(t, `nothing to propose; locked, ask the user to unlock first: #1 "No emojis"`, run(tools.UpdatePreferences, `{"updates":[{"index":1,"title":"Emojis"}]}`, false))
 	require.Equal(t, 20, len(pending()), "a locked_skip past the bound keeps no proposal")
 	evs, err := ws.Events(ctx, EventQuery{Descending: true, Limit: 1})
 	require.NoError(t, err)
@@ -526,9 +506,9 @@ func TestReviewModeBoundsProposals(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, `nothing to propose; already recorded: #2 "Item 2"; dismissed by the user: add "Item 1"; already proposed, for the user to review: add "Item 5"`,
-		run(AddPreferences, `{"items":[{"title":"Item 1"},{"title":"Item 2"},{"title":"Item 5"}]}`, true))
-	require.Equal(t, `proposed; the user will review it: objective: Tidy`, run(SetObjective, `{"text":"Tidy"}`, false))
-	require.Equal(t, `proposed; the user will review it: objective: Tidier; it replaces the objective proposed before`, run(SetObjective, `{"text":"Tidier"}`, false))
+		run(tools.AddPreferences, `{"items":[{"title":"Item 1"},{"title":"Item 2"},{"title":"Item 5"}]}`, true))
+	require.Equal(t, `proposed; the user will review it: objective: Tidy`, run(tools.SetObjective, `{"text":"Tidy"}`, false))
+	require.Equal(t, `proposed; the user will review it: objective: Tidier; it replaces the objective proposed before`, run(tools.SetObjective, `{"text":"Tidier"}`, false))
 	tidy := pending()[16]
 	require.JSONEq(t, `{"text":"Tidier"}`, string(tidy.Proposed))
 	require.Equal(t, 17, len(pending()), "the replaced proposal no longer waits")
@@ -536,9 +516,9 @@ func TestReviewModeBoundsProposals(t *testing.T) {
 	_, err = ws.ApplyProposal(ctx, tidy.ID-1)
 	require.ErrorAs(t, err, &ae, "the replaced proposal no longer applies")
 	require.Equal(t, fmt.Sprintf("this proposal was replaced by a newer one (event %d)", tidy.ID), ae.Error())
-	require.Equal(t, `proposed; the user will review it: objective: Tidy; it replaces the objective proposed before`, run(SetObjective, `{"text":"Tidy"}`, false),
+	require.Equal(t, `proposed; the user will review it: objective: Tidy; it replaces the objective proposed before`, run(tools.SetObjective, `{"text":"Tidy"}`, false),
 		"a replaced proposal was not dismissed: it may be made again")
 	require.Equal(t, `proposed; the user will review it: add "Item 26"; add "Item 27"; add "Item 28"; not proposed: 20 proposals already wait for the user's review: add "Item 29"`,
-		run(AddPreferences, items(26, 29), false))
+		run(tools.AddPreferences, items(26, 29), false))
 	require.Equal(t, 20, len(pending()))
 }

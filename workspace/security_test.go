@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestLoneSurrogates: a lone surrogate escape (which Postgres refuses in jsonb) anywhere in a
@@ -21,10 +23,10 @@ func TestLoneSurrogates(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	require.Equal(t, "recorded 1 preference",
-		f.ok(t, AddPreferences, `{"items":[{"title":"Tea \ud800 time","subtitle":"\udfff"}],"action_and_reasoning":"\uD83D","x":{"\udc00":["\ud800"]}}`))
+		f.ok(t, tools.AddPreferences, `{"items":[{"title":"Tea \ud800 time","subtitle":"\udfff"}],"action_and_reasoning":"\uD83D","x":{"\udc00":["\ud800"]}}`))
 	require.Equal(t, "Tea \uFFFD time", f.list(t)[0].Title)
-	require.Contains(t, f.fails(t, SetObjective, `{"text":"","note":"\ud800"}`), "text: must not be empty")
-	require.Equal(t, "objective set: \uFFFD", f.ok(t, SetObjective, `{"text":"\ud800"}`))
+	require.Contains(t, f.fails(t, tools.SetObjective, `{"text":"","note":"\ud800"}`), "text: must not be empty")
+	require.Equal(t, "objective set: \uFFFD", f.ok(t, tools.SetObjective, `{"text":"\ud800"}`))
 	calls, err := f.ws.ToolCalls(context.Background(), 0, 10)
 	require.NoError(t, err)
 	require.Len(t, calls, 3)
@@ -46,13 +48,13 @@ func TestToolCallBounds(t *testing.T) {
 		}
 		return `{"items":[` + strings.Join(parts, ",") + `]}`
 	}
-	require.Equal(t, "recorded 10 preferences", f.ok(t, AddPreferences, items(10)))
-	require.Contains(t, f.fails(t, AddPreferences, items(11)), "items: at most 10 in one call (got 11)")
-	require.Contains(t, f.fails(t, UpdatePreferences, `{"updates":[`+strings.Repeat(`{"index":1,"kind":"hard"},`, 10)+`{"index":2}]}`),
+	require.Equal(t, "recorded 10 preferences", f.ok(t, tools.AddPreferences, items(10)))
+	require.Contains(t, f.fails(t, tools.AddPreferences, items(11)), "items: at most 10 in one call (got 11)")
+	require.Contains(t, f.fails(t, tools.UpdatePreferences, `{"updates":[`+strings.Repeat(`{"index":1,"kind":"hard"},`, 10)+`{"index":2}]}`),
 		"updates: at most 10 in one call (got 11)")
-	require.Contains(t, f.fails(t, RemovePreferences, `{"indices":[1,2,3,4,5,6,7,8,9,10,11]}`), "indices: at most 10 in one call (got 11)")
+	require.Contains(t, f.fails(t, tools.RemovePreferences, `{"indices":[1,2,3,4,5,6,7,8,9,10,11]}`), "indices: at most 10 in one call (got 11)")
 	long := `{"text":"` + strings.Repeat("x", 5000) + `"}`
-	require.Contains(t, f.fails(t, SetObjective, long), "arguments: at most 4096 bytes (got 5011)")
+	require.Contains(t, f.fails(t, tools.SetObjective, long), "arguments: at most 4096 bytes (got 5011)")
 	require.Len(t, f.list(t), 10, "nothing of the refused calls was written")
 	d, err := f.ws.Get(context.Background())
 	require.NoError(t, err)
@@ -65,7 +67,7 @@ func TestToolCallBounds(t *testing.T) {
 	var stored string
 	require.NoError(t, json.Unmarshal(last.Arguments, &stored), "a refused call's long arguments are kept as a string of their first bytes")
 	require.True(t, strings.HasPrefix(long, strings.TrimSuffix(stored, "…")))
-	require.LessOrEqual(t, len(stored), maxRefusedArguments+len("…"))
+	require.LessOrEqual(t, len(stored), MaxRefusedArguments+len("…"))
 }
 
 // TestToolTransactionTimeouts: a tool's transaction bounds, on the server, its wait for a lock
@@ -77,7 +79,7 @@ func TestToolTransactionTimeouts(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tx, err := db.BeginLocked(ctx, f.pool, db.LockThread, f.ws.threadID, false)
+	tx, err := db.BeginLocked(ctx, f.pool, db.LockThread, f.ws.ThreadID().String(), false)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx)
 	for _, setting := range []string{"lock_timeout", "statement_timeout"} {

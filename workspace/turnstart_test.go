@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestConcurrentTurnStartsShareRoundTrips: turns that start while the pool is busy wait for a
@@ -86,7 +87,7 @@ func TestHeldThreadDelaysOnlyItsOwnTurnStarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tracer, pool, held, other := twoThreads(ctx, t, "held", "other")
-	tx, _ := holdThread(ctx, t, pool, held.threadID)
+	tx, _ := holdThread(ctx, t, pool, held.ThreadID().String())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }() // a failure ends the held starts before the test
 	numbers := startTwo(ctx, t, &wg, tracer, held)
@@ -160,8 +161,8 @@ func TestTurnStartTimedOutTakesNoNumber(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tracer, pool, busy, late := twoThreads(ctx, t, "busy", "late")
-	busyTx, _ := holdThread(ctx, t, pool, busy.threadID)
-	lateTx, latePID := holdThread(ctx, t, pool, late.threadID)
+	busyTx, _ := holdThread(ctx, t, pool, busy.ThreadID().String())
+	lateTx, latePID := holdThread(ctx, t, pool, late.ThreadID().String())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	startTwo(ctx, t, &wg, tracer, busy)
@@ -207,7 +208,7 @@ func twoThreads(ctx context.Context, t *testing.T, a, b string) (*threadTracer, 
 // statement; their numbers come on the channel it returns.
 func startTwo(ctx context.Context, t *testing.T, wg *sync.WaitGroup, tracer *threadTracer, w *Workspace) <-chan int {
 	t.Helper()
-	sent := tracer.statements(w.threadID)
+	sent := tracer.statements(w.ThreadID().String())
 	numbers := make(chan int, 2)
 	for range 2 {
 		wg.Go(func() {
@@ -216,8 +217,8 @@ func startTwo(ctx context.Context, t *testing.T, wg *sync.WaitGroup, tracer *thr
 			numbers <- turn.Number
 		})
 	}
-	require.Eventually(t, func() bool { return tracer.statements(w.threadID) >= sent+2 }, time.Minute, time.Millisecond,
-		"both starts of %s were sent", w.threadID)
+	require.Eventually(t, func() bool { return tracer.statements(w.ThreadID().String()) >= sent+2 }, time.Minute, time.Millisecond,
+		"both starts of %s were sent", w.ThreadID().String())
 	return numbers
 }
 
@@ -238,37 +239,6 @@ func blockedBy(ctx context.Context, t *testing.T, pool *pgxpool.Pool, pid int32)
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, pid).Scan(&n))
 	return n
-}
-
-// TestTurnStartBatchLeavesOutGivenUp: a batch of turn starts that waited for a pooled connection
-// leaves out the starts whose callers gave up meanwhile (the client left, or DATABASE_TIMEOUT ran
-// out: a 503): they begin no turn, and the others begin theirs.
-func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
-	t.Parallel()
-	pool := dbtest.NewPool(t, &dbtest.Options{MaxConns: 1})
-	store := NewStore(pool, Options{Timeout: time.Minute})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	held, err := pool.Acquire(ctx) // the pool's one connection: the batch waits for it
-	require.NoError(t, err)
-	leaving, leave := context.WithCancel(ctx)
-	gone := &pendingStart{ctx: leaving, args: db.TurnStartParams{ThreadID: store.Workspace(ThreadID{Name: "gone"}).threadID}, done: make(chan startResult, 1)}
-	stays := &pendingStart{ctx: ctx, args: db.TurnStartParams{ThreadID: store.Workspace(ThreadID{Name: "stays"}).threadID}, done: make(chan startResult, 1)}
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		store.starter.send([]*pendingStart{gone, stays})
-	}()
-	leave()
-	held.Release()
-	<-sent
-	r := <-stays.done
-	require.NoError(t, r.err)
-	require.Equal(t, int32(1), r.row.Turn)
-	threads, err := store.Threads(ctx, "", "", 10)
-	require.NoError(t, err)
-	require.Len(t, threads, 1, "only the start that stayed began a turn (and created its thread)")
-	require.Equal(t, stays.args.ThreadID, threads[0].ID)
 }
 
 // TestTurnStartFastPathAgreesWithTurnStart: the statements that begin turns (db.TurnStarts:
@@ -422,8 +392,8 @@ func TestTurnStartWhoseCallerLeftTakesNoTurn(t *testing.T) {
 	require.NoError(t, err)
 	defer creating.Rollback(ctx)
 	var pid int32
-	require.NoError(t, creating.QueryRow(ctx, `INSERT INTO threads (id) VALUES ($1) RETURNING pg_backend_pid()`, ws.threadID).Scan(&pid))
-	_, err = creating.Exec(ctx, `INSERT INTO objectives (thread_id, text, updated_by) VALUES ($1, 'Keep it', 'user')`, ws.threadID)
+	require.NoError(t, creating.QueryRow(ctx, `INSERT INTO threads (id) VALUES ($1) RETURNING pg_backend_pid()`, ws.ThreadID().String()).Scan(&pid))
+	_, err = creating.Exec(ctx, `INSERT INTO objectives (thread_id, text, updated_by) VALUES ($1, 'Keep it', 'user')`, ws.ThreadID().String())
 	require.NoError(t, err)
 	var created string // the creating transaction's id: the thread row's xmin until a turn starts
 	require.NoError(t, creating.QueryRow(ctx, `SELECT pg_current_xact_id()::xid::text`).Scan(&created))
@@ -445,7 +415,7 @@ func TestTurnStartWhoseCallerLeftTakesNoTurn(t *testing.T) {
 	require.NoError(t, creating.Commit(ctx))
 	require.Eventually(t, func() bool { // the batch has begun its turn (a row written since), and given it back
 		var given bool
-		require.NoError(t, pool.QueryRow(ctx, `SELECT turns = 0 AND xmin::text <> $2 FROM threads WHERE id = $1`, ws.threadID, created).Scan(&given))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT turns = 0 AND xmin::text <> $2 FROM threads WHERE id = $1`, ws.ThreadID().String(), created).Scan(&given))
 		return given
 	}, time.Minute, time.Millisecond, "the given-up start's turn is given back")
 
@@ -454,6 +424,6 @@ func TestTurnStartWhoseCallerLeftTakesNoTurn(t *testing.T) {
 	require.Equal(t, 1, turn.Number, "the start whose caller left took no turn number")
 	require.Equal(t, "Keep it", turn.Objective)
 	var snapshots int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM workspace_snapshots WHERE thread_id = $1`, ws.threadID).Scan(&snapshots))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM workspace_snapshots WHERE thread_id = $1`, ws.ThreadID().String()).Scan(&snapshots))
 	require.Equal(t, 1, snapshots, "the given-up start's snapshot is gone; the next one's is there")
 }

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestUsageBatchCountedOnce: each writer's batch adds to a thread once, however often it is sent

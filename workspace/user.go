@@ -51,7 +51,7 @@ type Detail struct {
 	AgentWrites          string `json:"agent_writes"`
 	AgentWritesInherited bool   `json:"agent_writes_inherited"`
 
-	// LastEventID is the thread's latest event id as the rest was read: its version (AsOfChange).
+	// LastEventID is the thread's latest event id as the rest was read: its version (tools.AsOfChange).
 	LastEventID int64 `json:"-"`
 }
 
@@ -297,19 +297,19 @@ func (w *Workspace) Delete(ctx context.Context) (err error) {
 func (w *Workspace) SetObjective(ctx context.Context, text string) (_ Objective, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	text, err = w.store.checkObjective("text", text)
+	text, err = w.store.limits.CheckObjective("text", text)
 	if err != nil {
 		return Objective{}, err
 	}
 	var o Objective
-	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, _ int64, _ []Preference) ([]change, error) {
+	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, _ int64, _ []Preference) ([]Change, error) {
 		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser})
 		if err != nil {
 			return nil, fmt.Errorf("set objective: %w", err)
 		}
 		o = Objective{Text: r.Text, UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.Time.UTC()}
-		if c, ok := objectiveChange(r.Previous, r.Text); ok {
-			return []change{c}, nil
+		if c, ok := ObjectiveChange(r.Previous, r.Text); ok {
+			return []Change{c}, nil
 		}
 		return nil, nil
 	})
@@ -328,7 +328,7 @@ func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (_ Pr
 	if err != nil {
 		return Preference{}, err
 	}
-	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, nextID int64, list []Preference) ([]change, error) {
+	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, nextID int64, list []Preference) ([]Change, error) {
 		if existing, ok := findTitle(list, p.Title, -1); ok {
 			return nil, &DuplicateError{Existing: existing}
 		}
@@ -340,8 +340,8 @@ func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (_ Pr
 			return nil, err
 		}
 		p = fromRow(len(list)+1, rows[0])
-		c, _ := prefChange(nil, &p)
-		return []change{c}, nil
+		c, _ := PrefChange(nil, &p)
+		return []Change{c}, nil
 	})
 	if err != nil {
 		return Preference{}, err
@@ -352,15 +352,15 @@ func (w *Workspace) AddPreference(ctx context.Context, in PreferenceInput) (_ Pr
 func (s *Store) checkInput(in PreferenceInput) (Preference, error) {
 	var p Preference
 	var err error
-	if p.Title, err = s.checkTitle("title", in.Title); err != nil {
+	if p.Title, err = s.limits.CheckTitle("title", in.Title); err != nil {
 		return p, err
 	}
-	if p.Subtitle, err = s.checkSubtitle("subtitle", in.Subtitle); err != nil {
+	if p.Subtitle, err = s.limits.CheckSubtitle("subtitle", in.Subtitle); err != nil {
 		return p, err
 	}
 	p.Kind = Soft
 	if in.Kind != "" {
-		if p.Kind, err = checkKind("kind", in.Kind); err != nil {
+		if p.Kind, err = CheckKind("kind", in.Kind); err != nil {
 			return p, err
 		}
 	}
@@ -374,8 +374,8 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	var out Preference
-	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
-		i := indexOf(list, id)
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]Change, error) {
+		i := IndexOf(list, id)
 		if i < 0 {
 			return nil, ErrNotFound
 		}
@@ -406,8 +406,8 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 			return nil, fmt.Errorf("update preference: %w", db.NotFound(err))
 		}
 		out = fromRow(i+1, row)
-		if c, ok := prefChange(&list[i], &out); ok {
-			return []change{c}, nil
+		if c, ok := PrefChange(&list[i], &out); ok {
+			return []Change{c}, nil
 		}
 		return nil, nil
 	})
@@ -418,21 +418,22 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 func (w *Workspace) DeletePreference(ctx context.Context, id int64) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]change, error) {
-		i := indexOf(list, id)
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, list []Preference) ([]Change, error) {
+		i := IndexOf(list, id)
 		if i < 0 {
 			return nil, ErrNotFound
 		}
 		if _, err := w.store.q.PreferenceDelete(ctx, tx, db.PreferenceDeleteParams{ThreadID: w.threadID, ID: id}); err != nil {
 			return nil, fmt.Errorf("delete preference: %w", err)
 		}
-		c, _ := prefChange(&list[i], nil)
-		return []change{c}, nil
+		c, _ := PrefChange(&list[i], nil)
+		return []Change{c}, nil
 	})
 	return err
 }
 
-func indexOf(list []Preference, id int64) int {
+// IndexOf is the position of the preference id in list, -1 when it holds none.
+func IndexOf(list []Preference, id int64) int {
 	for i, p := range list {
 		if p.ID == id {
 			return i

@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestCallsNameTheViewShown: on a real thread, a round's calls name the list of the turn's start
@@ -17,16 +20,16 @@ func TestCallsNameTheViewShown(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
 	start, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
-	view := NewView(start)
+	view := tools.NewView(start)
 	run := func(tool string, args any) string {
 		t.Helper()
 		b, _ := json.Marshal(args)
-		res, err := f.ws.Run(ctx, Call{Turn: start.Number, Round: 1, Name: tool, Arguments: string(b), View: view})
+		res, err := tools.Run(ctx, f.ws, tools.Call{Turn: start.Number, Round: 1, Name: tool, Arguments: string(b), View: view})
 		require.NoError(t, err)
-		var env Envelope
+		var env tools.Envelope
 		require.NoError(t, json.Unmarshal([]byte(res.Content), &env))
 		require.True(t, env.OK, env.Error)
 		return env.Result
@@ -37,24 +40,24 @@ func TestCallsNameTheViewShown(t *testing.T) {
 	_, err = f.ws.UpdatePreference(ctx, list[2].ID, PreferencePatch{Locked: boolPtr(true)})
 	require.NoError(t, err)
 
-	require.Equal(t, `updated #2 "B2"`, run(UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "title": "B2"}}}))
-	require.Equal(t, `updated #2 "B2"`, run(UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "kind": "hard"}}}),
+	require.Equal(t, `updated #2 "B2"`, run(tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "title": "B2"}}}))
+	require.Equal(t, `updated #2 "B2"`, run(tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 2, "kind": "hard"}}}),
 		"the round's own change is no change since the model was shown B")
 	require.Equal(t, `removed #4 "D"; locked, ask the user to unlock first: #3 "C"; changed since it was shown; call list_preferences: #1 "A"`,
-		run(RemovePreferences, map[string]any{"indices": []int{4, 3, 1}}))
-	require.Equal(t, "recorded 1 preference; already recorded: #1 \"B2\"", run(AddPreferences, add(item{Title: "E"}, item{Title: "b2"})))
+		run(tools.RemovePreferences, map[string]any{"indices": []int{4, 3, 1}}))
+	require.Equal(t, "recorded 1 preference; already recorded: #1 \"B2\"", run(tools.AddPreferences, add(item{Title: "E"}, item{Title: "b2"})))
 	require.Equal(t, []string{"B2", "C", "E"}, f.titles(t))
 
 	// The next round names the list as the model knows it: the round's view with its own calls
 	// applied (the user's removal of A was never shown it): A, B2, C, E.
 	view.NextRound()
-	require.Equal(t, `updated #4 "E2"`, run(UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 4, "title": "E2"}}}))
+	require.Equal(t, `updated #4 "E2"`, run(tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 4, "title": "E2"}}}))
 	// A user's addition, then list_preferences: the calls after it name the list it showed.
 	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "F"})
 	require.NoError(t, err)
-	require.Equal(t, `no matching preferences found; out of range: #5`, run(RemovePreferences, map[string]any{"indices": []int{5}}))
-	require.Equal(t, "#1 [hard] B2\n#2 [soft] C (locked)\n#3 [soft] E2\n#4 [soft] F", run(ListPreferences, map[string]any{}))
-	require.Equal(t, `removed #4 "F"`, run(RemovePreferences, map[string]any{"indices": []int{4}}))
+	require.Equal(t, `no matching preferences found; out of range: #5`, run(tools.RemovePreferences, map[string]any{"indices": []int{5}}))
+	require.Equal(t, "#1 [hard] B2\n#2 [soft] C (locked)\n#3 [soft] E2\n#4 [soft] F", run(tools.ListPreferences, map[string]any{}))
+	require.Equal(t, `removed #4 "F"`, run(tools.RemovePreferences, map[string]any{"indices": []int{4}}))
 	require.Equal(t, []string{"B2", "C", "E2"}, f.titles(t))
 }
 
@@ -67,15 +70,15 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 	t.Parallel()
 	for name, tt := range map[string]struct {
 		user      func(f *fixture, b Preference) error
-		round1    []Call // the round's calls (Name, Arguments)
-		round2    Call
+		round1    []tools.Call // the round's calls (Name, Arguments)
+		round2    tools.Call
 		wantText  string
 		wantAfter []string
 	}{
 		"UserRemovesB": {
 			user:      func(f *fixture, b Preference) error { return f.ws.DeletePreference(context.Background(), b.ID) },
-			round1:    []Call{{Name: RemovePreferences, Arguments: `{"indices":[1]}`}},
-			round2:    Call{Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"Renamed"}]}`},
+			round1:    []tools.Call{{Name: tools.RemovePreferences, Arguments: `{"indices":[1]}`}},
+			round2:    tools.Call{Name: tools.UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"Renamed"}]}`},
 			wantText:  `changed since it was shown; call list_preferences: #1 "B"`,
 			wantAfter: []string{"C"},
 		},
@@ -84,15 +87,15 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 				_, err := f.ws.UpdatePreference(context.Background(), b.ID, PreferencePatch{Title: strPtr("B, the user's")})
 				return err
 			},
-			round1:    []Call{{Name: RemovePreferences, Arguments: `{"indices":[1]}`}},
-			round2:    Call{Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"Renamed"}]}`},
+			round1:    []tools.Call{{Name: tools.RemovePreferences, Arguments: `{"indices":[1]}`}},
+			round2:    tools.Call{Name: tools.UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"Renamed"}]}`},
 			wantText:  `changed since it was shown; call list_preferences: #1 "B"`,
 			wantAfter: []string{"B, the user's", "C"},
 		},
 		"RefusedCall": {
 			user:      func(f *fixture, b Preference) error { return f.ws.DeletePreference(context.Background(), b.ID) },
-			round1:    []Call{{Name: UpdatePreferences, Arguments: `{"updates":[]}`}},
-			round2:    Call{Name: RemovePreferences, Arguments: `{"indices":[2]}`},
+			round1:    []tools.Call{{Name: tools.UpdatePreferences, Arguments: `{"updates":[]}`}},
+			round2:    tools.Call{Name: tools.RemovePreferences, Arguments: `{"indices":[2]}`},
 			wantText:  `changed since it was shown; call list_preferences: #2 "B"`,
 			wantAfter: []string{"A", "C"},
 		},
@@ -101,20 +104,20 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			ctx := context.Background()
-			f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
+			f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
 			start, err := f.ws.StartTurn(ctx, TurnOptions{})
 			require.NoError(t, err)
-			view := NewView(start) // A, B, C
+			view := tools.NewView(start) // A, B, C
 			require.NoError(t, tt.user(f, f.list(t)[1]), "the user's edit of B during round 1")
 			for _, c := range tt.round1 {
 				c.Turn, c.Round, c.View = start.Number, 1, view
-				_, err := f.ws.Run(ctx, c)
+				_, err := tools.Run(ctx, f.ws, c)
 				require.NoError(t, err)
 			}
 			view.NextRound()
 			c := tt.round2
 			c.Turn, c.Round, c.View = start.Number, 2, view
-			res, err := f.ws.Run(ctx, c)
+			res, err := tools.Run(ctx, f.ws, c)
 			require.NoError(t, err)
 			require.Contains(t, res.Text, tt.wantText, "round 2's index names B as the model was shown it")
 			require.Equal(t, tt.wantAfter, f.titles(t), "nothing but what the model named is touched")
@@ -129,17 +132,17 @@ func TestAsOfRebuildsTheListOfThatChange(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	mcp := func(tool, args string) Result {
+	mcp := func(tool, args string) tools.Result {
 		t.Helper()
-		res, err := f.ws.Run(ctx, Call{Name: tool, Arguments: args, Via: ViaMCP})
+		res, err := tools.Run(ctx, f.ws, tools.Call{Name: tool, Arguments: args, Via: ViaMCP})
 		require.NoError(t, err)
 		return res
 	}
-	mcp(AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`)
-	listed := mcp(ListPreferences, `{}`).Text
+	mcp(tools.AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`)
+	listed := mcp(tools.ListPreferences, `{}`).Text
 	n, err := f.ws.LastEventID(ctx)
 	require.NoError(t, err)
-	require.Equal(t, AsOfChange("#1 [soft] A\n#2 [soft] B\n#3 [soft] C", n), listed)
+	require.Equal(t, tools.AsOfChange("#1 [soft] A\n#2 [soft] B\n#3 [soft] C", n), listed)
 	// Since then: the user adds Z before A's removal and rewrites C; the agent adds D.
 	list := f.list(t)
 	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Z"})
@@ -147,19 +150,19 @@ func TestAsOfRebuildsTheListOfThatChange(t *testing.T) {
 	require.NoError(t, f.ws.DeletePreference(ctx, list[0].ID))
 	_, err = f.ws.UpdatePreference(ctx, list[2].ID, PreferencePatch{Title: strPtr("C, the user's")})
 	require.NoError(t, err)
-	mcp(AddPreferences, `{"items":[{"title":"D"}]}`)
+	mcp(tools.AddPreferences, `{"items":[{"title":"D"}]}`)
 
 	asOf := func(args string) string { return `{"as_of":` + strconv.FormatInt(n, 10) + `,` + args[1:] }
-	res := mcp(RemovePreferences, asOf(`{"indices":[1,3,4]}`))
+	res := mcp(tools.RemovePreferences, asOf(`{"indices":[1,3,4]}`))
 	require.True(t, res.OK, res.Text)
 	require.Equal(t, `changed since it was shown; call list_preferences: #1 "A", #3 "C"; out of range: #4`, res.Text)
-	res = mcp(UpdatePreferences, asOf(`{"updates":[{"index":2,"kind":"hard"}]}`))
+	res = mcp(tools.UpdatePreferences, asOf(`{"updates":[{"index":2,"kind":"hard"}]}`))
 	require.Equal(t, `updated #2 "B"`, res.Text)
 	require.Equal(t, []string{"B", "C, the user's", "Z", "D"}, f.titles(t))
 
 	_, err = f.store.PruneHistory(ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
-	res = mcp(RemovePreferences, asOf(`{"indices":[2]}`))
+	res = mcp(tools.RemovePreferences, asOf(`{"indices":[2]}`))
 	require.False(t, res.OK)
 	require.Contains(t, res.Text, "as_of")
 	require.Equal(t, []string{"B", "C, the user's", "Z", "D"}, f.titles(t), "nothing written")

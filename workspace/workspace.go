@@ -1,6 +1,8 @@
-// Package tools is the workspace of one thread: the five tools the model calls, their schemas
-// and result envelope, the block injected into the prompt, and the user-path operations the
-// admin REST calls. It knows Postgres (through db) and nothing of HTTP.
+// Package workspace is the domain: the store of every thread's workspace in Postgres, a thread's
+// workspace (its objective and preferences, thread ids, scopes, events and history, reverts and
+// proposals, links, turn starts, Responses records, usage), the block injected into the prompt,
+// the user-path operations the admin REST calls, and the write of a tool call that package tools
+// plans (toolcall.go). It knows Postgres (through db) and nothing of HTTP or of the tools.
 package workspace
 
 import (
@@ -300,7 +302,7 @@ func decodeSnapshotPreferences(b []byte) ([]Preference, error) {
 // lock says), with the thread's next preference id and its current list, and commits when fn
 // returns nil, appending the events of the changes fn reports in the same round trip. It returns
 // the first event's id (0 for none).
-func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) ([]change, error)) (int64, error) {
+func (w *Workspace) locked(ctx context.Context, lock db.ThreadLock, fn func(q db.DBTX, nextID int64, list []Preference) ([]Change, error)) (int64, error) {
 	tx, err := db.BeginLocked(ctx, w.store.pool, lock, w.threadID, false)
 	if err != nil {
 		return 0, err
@@ -344,16 +346,17 @@ func normalizeTitle(s string) string {
 	return strings.ToLower(strings.Join(strings.Fields(s), " "))
 }
 
-// titleIndex finds preferences by title (normalizeTitle), in time independent of the list's length.
-type titleIndex map[string][]Preference
+// TitleIndex finds preferences by title (normalizeTitle), in time independent of the list's length.
+type TitleIndex map[string][]Preference
 
-func (ix titleIndex) add(p Preference) {
+// Add adds p to the index.
+func (ix TitleIndex) Add(p Preference) {
 	k := normalizeTitle(p.Title)
 	ix[k] = append(ix[k], p)
 }
 
-// find returns the first preference added whose title equals title, skipping the one with id skip.
-func (ix titleIndex) find(title string, skip int64) (Preference, bool) {
+// Find returns the first preference added whose title equals title, skipping the one with id skip.
+func (ix TitleIndex) Find(title string, skip int64) (Preference, bool) {
 	for _, p := range ix[normalizeTitle(title)] {
 		if p.ID != skip {
 			return p, true
@@ -396,7 +399,8 @@ func checkText(field, s string, min, max int) (string, error) {
 	return s, nil
 }
 
-func checkKind(field, kind string) (string, error) {
+// CheckKind validates a kind: "hard" or "soft", in any case, spaces trimmed.
+func CheckKind(field, kind string) (string, error) {
 	switch k := strings.ToLower(strings.TrimSpace(kind)); k {
 	case Hard, Soft:
 		return k, nil
@@ -404,16 +408,19 @@ func checkKind(field, kind string) (string, error) {
 	return "", invalid(field, `must be "hard" or "soft"`)
 }
 
-func (s *Store) checkTitle(field, v string) (string, error) {
-	return checkText(field, v, 1, s.limits.TitleMax)
+// CheckTitle validates a preference's title (checkText) against the limits.
+func (l Limits) CheckTitle(field, v string) (string, error) {
+	return checkText(field, v, 1, l.TitleMax)
 }
 
-func (s *Store) checkSubtitle(field, v string) (string, error) {
-	return checkText(field, v, 0, s.limits.SubtitleMax)
+// CheckSubtitle validates a preference's subtitle (checkText) against the limits.
+func (l Limits) CheckSubtitle(field, v string) (string, error) {
+	return checkText(field, v, 0, l.SubtitleMax)
 }
 
-func (s *Store) checkObjective(field, v string) (string, error) {
-	return checkText(field, v, 1, s.limits.ObjectiveMax)
+// CheckObjective validates an objective (checkText) against the limits.
+func (l Limits) CheckObjective(field, v string) (string, error) {
+	return checkText(field, v, 1, l.ObjectiveMax)
 }
 
 // insert adds preferences to the thread with ids from nextID on, inside tx.

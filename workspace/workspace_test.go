@@ -1,4 +1,4 @@
-package workspace
+package workspace_test
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/tools"
+	. "github.com/wsproxy/wsproxy/workspace"
 )
 
 type fixture struct {
@@ -43,7 +45,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, opts Options) *fixture {
 }
 
 // call runs a tool and decodes its envelope.
-func (f *fixture) call(t *testing.T, name string, args any) (Envelope, Result) {
+func (f *fixture) call(t *testing.T, name string, args any) (tools.Envelope, tools.Result) {
 	t.Helper()
 	raw, ok := args.(string)
 	if !ok {
@@ -51,9 +53,9 @@ func (f *fixture) call(t *testing.T, name string, args any) (Envelope, Result) {
 		require.NoError(t, err)
 		raw = string(b)
 	}
-	res, err := f.ws.Run(context.Background(), Call{Turn: f.turn.Number, Round: 1, Name: name, Arguments: raw})
+	res, err := tools.Run(context.Background(), f.ws, tools.Call{Turn: f.turn.Number, Round: 1, Name: name, Arguments: raw})
 	require.NoError(t, err)
-	var env Envelope
+	var env tools.Envelope
 	require.NoError(t, json.Unmarshal([]byte(res.Content), &env), res.Content)
 	require.Equal(t, env.OK, res.OK)
 	return env, res
@@ -113,20 +115,20 @@ func TestEnvelopeAndResultTexts(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 
-	require.Equal(t, "no preferences recorded yet", f.ok(t, ListPreferences, map[string]any{}))
-	require.Equal(t, "recorded 1 preference", f.ok(t, AddPreferences, add(item{Title: "Academic tone", Subtitle: "Formal and objective", Kind: "hard"})))
-	require.Equal(t, "recorded 2 preferences", f.ok(t, AddPreferences, add(item{Title: "Short paragraphs"}, item{Title: "No jargon", Kind: "soft"})))
+	require.Equal(t, "no preferences recorded yet", f.ok(t, tools.ListPreferences, map[string]any{}))
+	require.Equal(t, "recorded 1 preference", f.ok(t, tools.AddPreferences, add(item{Title: "Academic tone", Subtitle: "Formal and objective", Kind: "hard"})))
+	require.Equal(t, "recorded 2 preferences", f.ok(t, tools.AddPreferences, add(item{Title: "Short paragraphs"}, item{Title: "No jargon", Kind: "soft"})))
 	f.lock(t, 3)
 	require.Equal(t, "#1 [hard] Academic tone — Formal and objective\n#2 [soft] Short paragraphs\n#3 [soft] No jargon (locked)",
-		f.ok(t, ListPreferences, map[string]any{"action_and_reasoning": "Checking indices."}))
+		f.ok(t, tools.ListPreferences, map[string]any{"action_and_reasoning": "Checking indices."}))
 	require.Equal(t, "objective set: Write a literature review on soil carbon",
-		f.ok(t, SetObjective, map[string]any{"text": "  Write a literature review on soil carbon "}))
+		f.ok(t, tools.SetObjective, map[string]any{"text": "  Write a literature review on soil carbon "}))
 
 	// The raw envelope bytes: compact JSON, no HTML escaping.
-	res, err := f.ws.Run(context.Background(), Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"a <b> & c"}`})
+	res, err := tools.Run(context.Background(), f.ws, tools.Call{Turn: 1, Round: 1, Name: tools.SetObjective, Arguments: `{"text":"a <b> & c"}`})
 	require.NoError(t, err)
 	require.Equal(t, `{"ok":true,"result":"objective set: a <b> & c"}`, res.Content)
-	res, err = f.ws.Run(context.Background(), Call{Turn: 1, Round: 1, Name: "nope", Arguments: `{}`})
+	res, err = tools.Run(context.Background(), f.ws, tools.Call{Turn: 1, Round: 1, Name: "nope", Arguments: `{}`})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ok":false,"error":"unknown tool \"nope\": the tools are add_preferences, list_preferences, update_preferences, remove_preferences, set_objective"}`, res.Content)
 }
@@ -134,10 +136,10 @@ func TestEnvelopeAndResultTexts(t *testing.T) {
 func TestUpdateSummaries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, AddPreferences, add(item{Title: "Academic tone"}, item{Title: "Short paragraphs"}, item{Title: "No jargon"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Academic tone"}, item{Title: "Short paragraphs"}, item{Title: "No jargon"}))
 	f.lock(t, 3)
 
-	got := f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+	got := f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{
 		{"index": 1, "title": "Formal tone", "kind": "hard"},
 		{"index": 2, "subtitle": "Three sentences at most"},
 		{"index": 3, "title": "Some jargon"},
@@ -153,18 +155,18 @@ func TestUpdateSummaries(t *testing.T) {
 	require.Equal(t, "No jargon", list[2].Title)
 
 	require.Equal(t, "no matching preferences found; out of range: #7",
-		f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 7, "title": "x"}}}))
+		f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 7, "title": "x"}}}))
 	require.Equal(t, `locked, ask the user to unlock first: #3 "No jargon"`,
-		f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 3, "kind": "hard"}}}))
+		f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 3, "kind": "hard"}}}))
 
 	// Two edits of one index merge; later fields win.
-	require.Equal(t, `updated #2 "B"`, f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+	require.Equal(t, `updated #2 "B"`, f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{
 		{"index": 2, "title": "A", "kind": "hard"}, {"index": 2, "title": "B"},
 	}}))
 	require.Equal(t, Hard, f.list(t)[1].Kind)
 
 	// An edit that would duplicate another title is refused whole.
-	msg := f.fails(t, UpdatePreferences, map[string]any{"updates": []map[string]any{
+	msg := f.fails(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{
 		{"index": 1, "subtitle": "changed"}, {"index": 2, "title": "  formal   TONE "},
 	}})
 	require.Contains(t, msg, `#1 "Formal tone"`)
@@ -177,29 +179,29 @@ func TestRemove(t *testing.T) {
 	t.Run("FirstTwo", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
-		require.Equal(t, `removed #1 "A"; removed #2 "B"`, f.ok(t, RemovePreferences, map[string]any{"indices": []int{1, 2}}))
+		f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}, item{Title: "D"}))
+		require.Equal(t, `removed #1 "A"; removed #2 "B"`, f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1, 2}}))
 		require.Equal(t, []string{"C", "D"}, f.titles(t))
 	})
 
 	t.Run("LockedAndOutOfRange", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
+		f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
 		f.lock(t, 2)
 		require.Equal(t, `removed #3 "C"; removed #1 "A"; locked, ask the user to unlock first: #2 "B"; out of range: #9, #12`,
-			f.ok(t, RemovePreferences, map[string]any{"indices": []any{3, 1, 2, 9, 3, 12.0}}))
+			f.ok(t, tools.RemovePreferences, map[string]any{"indices": []any{3, 1, 2, 9, 3, 12.0}}))
 		require.Equal(t, []string{"B"}, f.titles(t))
-		require.Equal(t, "no matching preferences found; out of range: #4", f.ok(t, RemovePreferences, map[string]any{"indices": []int{4}}))
+		require.Equal(t, "no matching preferences found; out of range: #4", f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{4}}))
 	})
 
 	t.Run("IndicesFollowTheList", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t)
-		f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
-		f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+		f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}, item{Title: "C"}))
+		f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})
 		// B is now #1, C #2: indices resolve against the list as it stands.
-		require.Equal(t, `removed #2 "C"`, f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}}))
+		require.Equal(t, `removed #2 "C"`, f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{2}}))
 		require.Equal(t, []string{"B"}, f.titles(t))
 	})
 }
@@ -207,46 +209,46 @@ func TestRemove(t *testing.T) {
 func TestDuplicates(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "Short paragraphs"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "Short paragraphs"}))
 	require.Equal(t, `recorded 1 preference; already recorded: #2 "Short paragraphs"`,
-		f.ok(t, AddPreferences, add(item{Title: "  short   PARAGRAPHS "}, item{Title: "New one"})))
+		f.ok(t, tools.AddPreferences, add(item{Title: "  short   PARAGRAPHS "}, item{Title: "New one"})))
 	require.Equal(t, `recorded 0 preferences; already recorded: #1 "A", #3 "New one"`,
-		f.ok(t, AddPreferences, add(item{Title: "a"}, item{Title: "new one"})))
+		f.ok(t, tools.AddPreferences, add(item{Title: "a"}, item{Title: "new one"})))
 	// Within one batch: the second names the first.
 	require.Equal(t, `recorded 1 preference; already recorded: #4 "Tone"`,
-		f.ok(t, AddPreferences, add(item{Title: "Tone"}, item{Title: "tone"})))
+		f.ok(t, tools.AddPreferences, add(item{Title: "Tone"}, item{Title: "tone"})))
 	// A retried call cannot double the list.
-	f.ok(t, AddPreferences, add(item{Title: "Tone"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Tone"}))
 	require.Equal(t, []string{"A", "Short paragraphs", "New one", "Tone"}, f.titles(t))
 }
 
 func TestErrorEnvelopesWriteNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, AddPreferences, add(item{Title: "A"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}))
 	before := f.list(t)
 
 	cases := []struct {
 		name, tool, args, want string
 	}{
-		{"NotJSON", AddPreferences, `{"items": [`, "arguments are not a JSON object"},
-		{"NotAnObject", AddPreferences, `[1,2]`, "arguments are not a JSON object"},
-		{"ItemsMissing", AddPreferences, `{}`, "items: is required"},
-		{"ItemsEmpty", AddPreferences, `{"items":[]}`, "items: must hold at least one preference"},
-		{"ItemsNotArray", AddPreferences, `{"items":"A"}`, "items: must be an array"},
-		{"TitleMissing", AddPreferences, `{"items":[{"subtitle":"x"}]}`, "items[0].title: is required"},
-		{"TitleEmpty", AddPreferences, `{"items":[{"title":"   "}]}`, "items[0].title: must not be empty"},
-		{"BadKind", AddPreferences, `{"items":[{"title":"B"},{"title":"C","kind":"medium"}]}`, `items[1].kind: must be "hard" or "soft"`},
-		{"TitleTooLong", AddPreferences, `{"items":[{"title":"B"},{"title":"` + strings.Repeat("é", 201) + `"}]}`, "items[1].title: must be at most 200 characters (got 201)"},
-		{"SubtitleTooLong", AddPreferences, `{"items":[{"title":"B","subtitle":"` + strings.Repeat("x", 501) + `"}]}`, "items[0].subtitle: must be at most 500 characters"},
-		{"NUL", AddPreferences, `{"items":[{"title":"B\u0000"}]}`, "items[0].title: must not contain NUL characters"},
-		{"IndexZero", RemovePreferences, `{"indices":[0]}`, "an index must be an integer ≥ 1"},
-		{"IndexFraction", RemovePreferences, `{"indices":[1.5]}`, "an index must be an integer ≥ 1"},
-		{"IndexString", RemovePreferences, `{"indices":["1"]}`, "an index must be an integer ≥ 1"},
-		{"IndicesEmpty", RemovePreferences, `{"indices":[]}`, "indices: must hold at least one index"},
-		{"UpdateNoIndex", UpdatePreferences, `{"updates":[{"title":"x"}]}`, "updates[0].index: is required"},
-		{"ObjectiveMissing", SetObjective, `{"action_and_reasoning":"x"}`, "text: is required"},
-		{"ObjectiveTooLong", SetObjective, `{"text":"` + strings.Repeat("x", 1001) + `"}`, "text: must be at most 1000 characters"},
+		{"NotJSON", tools.AddPreferences, `{"items": [`, "arguments are not a JSON object"},
+		{"NotAnObject", tools.AddPreferences, `[1,2]`, "arguments are not a JSON object"},
+		{"ItemsMissing", tools.AddPreferences, `{}`, "items: is required"},
+		{"ItemsEmpty", tools.AddPreferences, `{"items":[]}`, "items: must hold at least one preference"},
+		{"ItemsNotArray", tools.AddPreferences, `{"items":"A"}`, "items: must be an array"},
+		{"TitleMissing", tools.AddPreferences, `{"items":[{"subtitle":"x"}]}`, "items[0].title: is required"},
+		{"TitleEmpty", tools.AddPreferences, `{"items":[{"title":"   "}]}`, "items[0].title: must not be empty"},
+		{"BadKind", tools.AddPreferences, `{"items":[{"title":"B"},{"title":"C","kind":"medium"}]}`, `items[1].kind: must be "hard" or "soft"`},
+		{"TitleTooLong", tools.AddPreferences, `{"items":[{"title":"B"},{"title":"` + strings.Repeat("é", 201) + `"}]}`, "items[1].title: must be at most 200 characters (got 201)"},
+		{"SubtitleTooLong", tools.AddPreferences, `{"items":[{"title":"B","subtitle":"` + strings.Repeat("x", 501) + `"}]}`, "items[0].subtitle: must be at most 500 characters"},
+		{"NUL", tools.AddPreferences, `{"items":[{"title":"B\u0000"}]}`, "items[0].title: must not contain NUL characters"},
+		{"IndexZero", tools.RemovePreferences, `{"indices":[0]}`, "an index must be an integer ≥ 1"},
+		{"IndexFraction", tools.RemovePreferences, `{"indices":[1.5]}`, "an index must be an integer ≥ 1"},
+		{"IndexString", tools.RemovePreferences, `{"indices":["1"]}`, "an index must be an integer ≥ 1"},
+		{"IndicesEmpty", tools.RemovePreferences, `{"indices":[]}`, "indices: must hold at least one index"},
+		{"UpdateNoIndex", tools.UpdatePreferences, `{"updates":[{"title":"x"}]}`, "updates[0].index: is required"},
+		{"ObjectiveMissing", tools.SetObjective, `{"action_and_reasoning":"x"}`, "text: is required"},
+		{"ObjectiveTooLong", tools.SetObjective, `{"text":"` + strings.Repeat("x", 1001) + `"}`, "text: must be at most 1000 characters"},
 		{"UnknownTool", "delete_everything", `{}`, `unknown tool "delete_everything"`},
 	}
 	for _, c := range cases {
@@ -273,13 +275,13 @@ func TestErrorEnvelopesWriteNothing(t *testing.T) {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	f := setupOn(t, dbtest.NewPool(t, nil), Options{Limits: Limits{PreferencesMax: 3}})
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 	// A batch over the limit writes nothing of the batch…
-	msg := f.fails(t, AddPreferences, add(item{Title: "C"}, item{Title: "D"}))
+	msg := f.fails(t, tools.AddPreferences, add(item{Title: "C"}, item{Title: "D"}))
 	require.Contains(t, msg, "at most 3 preferences")
 	require.Equal(t, []string{"A", "B"}, f.titles(t))
 	// …while duplicates do not count towards it.
-	require.Equal(t, `recorded 1 preference; already recorded: #1 "A"`, f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "C"})))
+	require.Equal(t, `recorded 1 preference; already recorded: #1 "A"`, f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "C"})))
 	_, err := f.ws.AddPreference(context.Background(), PreferenceInput{Title: "D"})
 	var ve *ValidationError
 	require.ErrorAs(t, err, &ve)
@@ -291,7 +293,7 @@ func TestLocksLiveInSQL(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
-	f.ok(t, AddPreferences, add(item{Title: "Locked"}, item{Title: "Open"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "Locked"}, item{Title: "Open"}))
 	f.lock(t, 1)
 	list := f.list(t)
 	q := db.New()
@@ -317,10 +319,10 @@ func TestLocksLiveInSQL(t *testing.T) {
 func TestLockedSkipsCounted(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
 	f.lock(t, 1)
 	f.lock(t, 2)
-	_, res := f.call(t, RemovePreferences, map[string]any{"indices": []int{1, 2}})
+	_, res := f.call(t, tools.RemovePreferences, map[string]any{"indices": []int{1, 2}})
 	require.Equal(t, 2, res.LockedSkips)
 	require.Equal(t, []string{"A", "B"}, f.titles(t))
 }
@@ -332,8 +334,8 @@ func TestTurns(t *testing.T) {
 	require.Equal(t, 1, f.turn.Number)
 	require.Equal(t, "<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n</workspace>", f.turn.Block())
 
-	f.ok(t, SetObjective, map[string]any{"text": "Plan a trip"})
-	f.ok(t, AddPreferences, add(item{Title: "Trains", Subtitle: "no flights", Kind: "hard"}))
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Plan a trip"})
+	f.ok(t, tools.AddPreferences, add(item{Title: "Trains", Subtitle: "no flights", Kind: "hard"}))
 	f.lock(t, 1)
 	turn2, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
@@ -431,18 +433,18 @@ func TestToolCallRoundTrips(t *testing.T) {
 		tool, args string
 		want       int64
 	}{
-		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 2},
-		{ListPreferences, `{}`, 2},
-		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 3},
-		{SetObjective, `{"text":"x"}`, 3},
-		{RemovePreferences, `{"indices":[2]}`, 3},
-		{AddPreferences, `{"items":[]}`, 2},
-		{AddPreferences, `not json`, 1},
+		{tools.AddPreferences, `{"items":[{"title":"A"},{"title":"B"}]}`, 2},
+		{tools.ListPreferences, `{}`, 2},
+		{tools.UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, 3},
+		{tools.SetObjective, `{"text":"x"}`, 3},
+		{tools.RemovePreferences, `{"indices":[2]}`, 3},
+		{tools.AddPreferences, `{"items":[]}`, 2},
+		{tools.AddPreferences, `not json`, 1},
 	}
 	for _, c := range calls { // warm: the connection prepares each statement once
 		f.call(t, c.tool, c.args)
 	}
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1, 2, 3}})
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1, 2, 3}})
 	prepared := func() (n int) { // on the pool's one connection
 		require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_prepared_statements`).Scan(&n))
 		return n
@@ -452,7 +454,7 @@ func TestToolCallRoundTrips(t *testing.T) {
 		// Each call with a time bound of its own: another lock_timeout.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(30+i)*time.Second)
 		before := tracer.n.Load()
-		_, err := f.ws.Run(ctx, Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args})
+		_, err := tools.Run(ctx, f.ws, tools.Call{Turn: f.turn.Number, Round: 1, Name: c.tool, Arguments: c.args})
 		cancel()
 		require.NoError(t, err)
 		require.Equal(t, c.want, tracer.n.Load()-before, "%s %s", c.tool, c.args)
@@ -473,15 +475,15 @@ func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 	tracer := &countingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer, MaxConns: 1})
 	f := setupOn(t, pool, Options{Timeout: time.Minute})
-	f.ok(t, AddPreferences, add(item{Title: "Warm"})) // the connection prepares its statements
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 1, "kind": "hard"}}})
+	f.ok(t, tools.AddPreferences, add(item{Title: "Warm"})) // the connection prepares its statements
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []map[string]any{{"index": 1, "kind": "hard"}}})
 	start, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
-	view := NewView(start)
-	run := func(tool, args string) (Result, int64) {
+	view := tools.NewView(start)
+	run := func(tool, args string) (tools.Result, int64) {
 		before := tracer.n.Load()
-		res, err := f.ws.Run(ctx, Call{Turn: start.Number, Round: 1, Name: tool, Arguments: args, View: view})
+		res, err := tools.Run(ctx, f.ws, tools.Call{Turn: start.Number, Round: 1, Name: tool, Arguments: args, View: view})
 		require.NoError(t, err)
 		view.NextRound() // a call a round: each call's indices name what the calls before it left
 		return res, tracer.n.Load() - before
@@ -490,23 +492,23 @@ func TestTurnToolCallsInOneRoundTrip(t *testing.T) {
 		tool, args string
 		want       string
 	}{
-		{AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`, `recorded 3 preferences`},
-		{UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, `updated #1 "A"`},
-		{SetObjective, `{"text":"x"}`, `objective set: x`},
-		{RemovePreferences, `{"indices":[2]}`, `removed #2 "B"`},
-		{AddPreferences, `{"items":[{"title":"a"}]}`, `recorded 0 preferences; already recorded: #1 "A"`},
-		{ListPreferences, `{}`, "#1 [hard] A\n#2 [soft] C"},
-		{AddPreferences, `{"items":[]}`, ``},
+		{tools.AddPreferences, `{"items":[{"title":"A"},{"title":"B"},{"title":"C"}]}`, `recorded 3 preferences`},
+		{tools.UpdatePreferences, `{"updates":[{"index":1,"kind":"hard"}]}`, `updated #1 "A"`},
+		{tools.SetObjective, `{"text":"x"}`, `objective set: x`},
+		{tools.RemovePreferences, `{"indices":[2]}`, `removed #2 "B"`},
+		{tools.AddPreferences, `{"items":[{"title":"a"}]}`, `recorded 0 preferences; already recorded: #1 "A"`},
+		{tools.ListPreferences, `{}`, "#1 [hard] A\n#2 [soft] C"},
+		{tools.AddPreferences, `{"items":[]}`, ``},
 	} {
 		res, n := run(c.tool, c.args)
 		require.Equal(t, int64(1), n, "%s %s", c.tool, c.args)
 		require.Contains(t, res.Text, c.want)
 	}
 	f.lock(t, 2) // the user's edit: the workspace moves on
-	res, n := run(UpdatePreferences, `{"updates":[{"index":2,"title":"D"},{"index":1,"title":"E"}]}`)
+	res, n := run(tools.UpdatePreferences, `{"updates":[{"index":2,"title":"D"},{"index":1,"title":"E"}]}`)
 	require.Equal(t, int64(5), n, "planned on the list before the edit, then on the list under the lock")
 	require.Equal(t, `updated #1 "E"; locked, ask the user to unlock first: #2 "C"`, res.Text)
-	res, n = run(AddPreferences, `{"items":[{"title":"F"}]}`)
+	res, n = run(tools.AddPreferences, `{"items":[{"title":"F"}]}`)
 	require.Equal(t, int64(1), n)
 	require.Equal(t, "recorded 1 preference", res.Text)
 	require.Equal(t, []string{"E", "C", "F"}, f.titles(t))
@@ -524,8 +526,8 @@ func TestTurnStartIsOneRoundTrip(t *testing.T) {
 	tracer := &countingTracer{}
 	pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
 	f := setupOn(t, pool, Options{})
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
-	f.ok(t, SetObjective, map[string]any{"text": "x"})
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B"}))
+	f.ok(t, tools.SetObjective, map[string]any{"text": "x"})
 	require.NoError(t, pool.Ping(context.Background())) // warm: the pool has a connection
 
 	before := tracer.n.Load()
@@ -665,7 +667,7 @@ func TestConcurrentAgentAndUserEdits(t *testing.T) {
 	for i := range n {
 		items = append(items, item{Title: fmt.Sprintf("P%02d", i)})
 	}
-	f.ok(t, AddPreferences, add(items...))
+	f.ok(t, tools.AddPreferences, add(items...))
 	all := f.list(t)
 
 	var wg sync.WaitGroup
@@ -673,7 +675,7 @@ func TestConcurrentAgentAndUserEdits(t *testing.T) {
 	// Agents each remove "#1": exactly the first of the list as it stands when the call runs.
 	for range n / 2 {
 		wg.Go(func() {
-			res, err := f.ws.Run(ctx, Call{Turn: 1, Round: 1, Name: RemovePreferences, Arguments: `{"indices":[1]}`})
+			res, err := tools.Run(ctx, f.ws, tools.Call{Turn: 1, Round: 1, Name: tools.RemovePreferences, Arguments: `{"indices":[1]}`})
 			if err != nil {
 				t.Error(err)
 				return
@@ -697,7 +699,7 @@ func TestConcurrentAgentAndUserEdits(t *testing.T) {
 	// Each agent call removed a distinct preference, in list order.
 	var got []string
 	for c := range removed {
-		var env Envelope
+		var env tools.Envelope
 		require.NoError(t, json.Unmarshal([]byte(c), &env))
 		require.True(t, env.OK)
 		got = append(got, env.Result)
@@ -751,17 +753,17 @@ func TestMigrateTwiceAndConcurrently(t *testing.T) {
 func TestOversizedArguments(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	require.Contains(t, f.fails(t, AddPreferences, `{"items":[{"title":"`+strings.Repeat("x", 2<<20)+`"}]}`), "arguments: at most 1048576 bytes")
+	require.Contains(t, f.fails(t, tools.AddPreferences, `{"items":[{"title":"`+strings.Repeat("x", 2<<20)+`"}]}`), "arguments: at most 1048576 bytes")
 	long := strings.Repeat("x", 500<<10)
-	require.Contains(t, f.fails(t, AddPreferences, `{"items":[{"title":"`+long+`"}]}`), "items[0].title: must be at most 200 characters")
-	require.Contains(t, f.fails(t, SetObjective, `{"text":"`+long+`"}`), "text: must be at most 1000 characters")
-	require.Contains(t, f.fails(t, RemovePreferences, `{"indices":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}`), "an index must be an integer")
+	require.Contains(t, f.fails(t, tools.AddPreferences, `{"items":[{"title":"`+long+`"}]}`), "items[0].title: must be at most 200 characters")
+	require.Contains(t, f.fails(t, tools.SetObjective, `{"text":"`+long+`"}`), "text: must be at most 1000 characters")
+	require.Contains(t, f.fails(t, tools.RemovePreferences, `{"indices":`+strings.Repeat("[", 5000)+strings.Repeat("]", 5000)+`}`), "an index must be an integer")
 	require.Empty(t, f.list(t))
 	calls, err := f.ws.ToolCalls(context.Background(), 0, 10)
 	require.NoError(t, err)
 	require.Len(t, calls, 4)
 	for _, c := range calls {
-		require.LessOrEqual(t, len(c.Arguments), maxRefusedArguments+16, "a bounded prefix")
+		require.LessOrEqual(t, len(c.Arguments), MaxRefusedArguments+16, "a bounded prefix")
 	}
 }
 
@@ -801,21 +803,21 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 	}
 
 	turn(false)
-	f.ok(t, AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}))
+	f.ok(t, tools.AddPreferences, add(item{Title: "A"}, item{Title: "B", Kind: "hard"}))
 	turn(true)
 	turn(false)
-	f.ok(t, UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "subtitle": "more"}}})
+	f.ok(t, tools.UpdatePreferences, map[string]any{"updates": []any{map[string]any{"index": 1, "subtitle": "more"}}})
 	turn(true)
-	f.ok(t, SetObjective, map[string]any{"text": "Goal"})
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Goal"})
 	turn(true)
-	f.ok(t, SetObjective, map[string]any{"text": "Goal"}) // unchanged
+	f.ok(t, tools.SetObjective, map[string]any{"text": "Goal"}) // unchanged
 	turn(false)
 	f.lock(t, 2)
 	turn(true)
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{2}}) // locked: skipped, an event, no change
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{2}}) // locked: skipped, an event, no change
 	turn(false)
 	turn(false)
-	f.ok(t, RemovePreferences, map[string]any{"indices": []int{1}})
+	f.ok(t, tools.RemovePreferences, map[string]any{"indices": []int{1}})
 	turn(true)
 	_, err := f.ws.UpdatePreference(ctx, f.list(t)[0].ID, PreferencePatch{Locked: boolPtr(false), Kind: strPtr("soft")})
 	require.NoError(t, err)
@@ -848,12 +850,12 @@ func TestCallOverMCP(t *testing.T) {
 	ctx := context.Background()
 	store := NewStore(dbtest.NewPool(t, nil), Options{})
 	ws := store.Workspace(ThreadID{Client: "alice", Name: "elsewhere"})
-	res, err := ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP,
+	res, err := tools.Run(ctx, ws, tools.Call{Name: tools.AddPreferences, Via: ViaMCP,
 		Arguments: `{"items":[{"title":"Window seat"}],"action_and_reasoning":"The user said so."}`})
 	require.NoError(t, err)
 	require.True(t, res.OK)
 	require.Equal(t, "recorded 1 preference", res.Text)
-	res, err = ws.Run(ctx, Call{Name: AddPreferences, Via: ViaMCP, Arguments: `{"items":[]}`})
+	res, err = tools.Run(ctx, ws, tools.Call{Name: tools.AddPreferences, Via: ViaMCP, Arguments: `{"items":[]}`})
 	require.NoError(t, err)
 	require.False(t, res.OK)
 	require.Equal(t, "items: must hold at least one preference", res.Text)
@@ -861,7 +863,7 @@ func TestCallOverMCP(t *testing.T) {
 	turn, err := ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, turn.Number, "the call created the thread, no turn")
-	_, err = ws.Run(ctx, Call{Turn: 1, Round: 1, Name: SetObjective, Arguments: `{"text":"Fly","action_and_reasoning":"named"}`})
+	_, err = tools.Run(ctx, ws, tools.Call{Turn: 1, Round: 1, Name: tools.SetObjective, Arguments: `{"text":"Fly","action_and_reasoning":"named"}`})
 	require.NoError(t, err)
 	_, err = ws.SetObjective(ctx, "Fly to Porto")
 	require.NoError(t, err)
@@ -906,15 +908,15 @@ func TestCallCutOffWhileWaitingWritesNothing(t *testing.T) {
 			tracer := &countingTracer{}
 			pool := dbtest.NewPool(t, &dbtest.Options{Tracer: tracer})
 			f := setupOn(t, pool, Options{Timeout: time.Minute})
-			f.ok(t, AddPreferences, add(item{Title: "A"}))
-			call := Call{Turn: f.turn.Number, Round: 1, Name: UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"B"}]}`}
+			f.ok(t, tools.AddPreferences, add(item{Title: "A"}))
+			call := tools.Call{Turn: f.turn.Number, Round: 1, Name: tools.UpdatePreferences, Arguments: `{"updates":[{"index":1,"title":"B"}]}`}
 			if c.turn {
 				start, err := f.ws.StartTurn(ctx, TurnOptions{})
 				require.NoError(t, err)
-				call.Turn, call.View = start.Number, NewView(start)
+				call.Turn, call.View = start.Number, tools.NewView(start)
 			}
 			calls := func() (n int) {
-				require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tool_calls WHERE thread_id = $1`, f.ws.threadID).Scan(&n))
+				require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM tool_calls WHERE thread_id = $1`, f.ws.ThreadID().String()).Scan(&n))
 				return n
 			}
 			before := calls()
@@ -922,11 +924,11 @@ func TestCallCutOffWhileWaitingWritesNothing(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { _ = holder.Rollback(context.Background()) }()
 			var pid int32
-			require.NoError(t, holder.QueryRow(ctx, c.hold, f.ws.threadID).Scan(&pid))
+			require.NoError(t, holder.QueryRow(ctx, c.hold, f.ws.ThreadID().String()).Scan(&pid))
 
 			ran := make(chan error, 1)
 			go func() {
-				_, err := f.ws.Run(ctx, call)
+				_, err := tools.Run(ctx, f.ws, call)
 				ran <- err
 			}()
 			var waiting uint32

@@ -97,24 +97,26 @@ var roomImports = map[string]struct {
 	never []string
 }{
 	// The turn engine: never the user path, never Prometheus, never an HTTP server.
-	"proxy/internal/turn": {may: []string{"tools", "proxy/internal/apierr", "proxy/internal/rawjson", "proxy/internal/sse", "proxy/internal/genai"},
+	"proxy/internal/turn": {may: []string{"tools", "workspace", "proxy/internal/apierr", "proxy/internal/rawjson", "proxy/internal/sse", "proxy/internal/genai"},
 		never: []string{"proxy/internal/admin", "proxy/internal/mcp", "github.com/prometheus", "net/http/httputil"}},
 	// The user path: never the turn engine.
-	"proxy/internal/admin": {may: []string{"tools", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"},
+	"proxy/internal/admin": {may: []string{"workspace", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"},
 		never: []string{"proxy/internal/turn", "proxy/internal/mcp", "github.com/prometheus"}},
 	// The agent path from outside: never the turn engine, never the user path.
-	"proxy/internal/mcp": {may: []string{"tools", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/genai", "proxy/internal/rawjson"},
+	"proxy/internal/mcp": {may: []string{"tools", "workspace", "proxy/internal/auth", "proxy/internal/apierr", "proxy/internal/eventhub", "proxy/internal/genai", "proxy/internal/rawjson"},
 		never: []string{"proxy/internal/turn", "proxy/internal/admin", "github.com/prometheus"}},
-	// The edge: the rooms and what is shared below them; the database only through tools.
-	"proxy": {may: []string{"tools", "proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp", "proxy/internal/apierr", "proxy/internal/auth",
+	// The edge: the rooms and what is shared below them; the database only through workspace.
+	"proxy": {may: []string{"tools", "workspace", "proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp", "proxy/internal/apierr", "proxy/internal/auth",
 		"proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"}},
-	// The store of a thread's workspace: every statement through db; no HTTP.
-	"tools": {may: []string{"db"}, never: []string{"net/http", "proxy"}},
-	"db":    {never: []string{"net/http", "tools", "proxy"}},
+	// The domain: every statement through db; never the tools, HTTP, Prometheus or the proxy.
+	"workspace": {may: []string{"db"}, never: []string{"tools", "net/http", "github.com/prometheus", "proxy"}},
+	// The five tools: the database only through workspace; no HTTP.
+	"tools": {may: []string{"workspace"}, never: []string{"net/http", "github.com/prometheus", "proxy"}},
+	"db":    {never: []string{"net/http", "workspace", "tools", "proxy"}},
 	// Shared below the rooms.
-	"proxy/internal/apierr":   {may: []string{"tools", "proxy/internal/rawjson"}},
-	"proxy/internal/auth":     {may: []string{"tools", "proxy/internal/apierr"}},
-	"proxy/internal/eventhub": {may: []string{"tools"}},
+	"proxy/internal/apierr":   {may: []string{"workspace", "proxy/internal/rawjson"}},
+	"proxy/internal/auth":     {may: []string{"workspace", "proxy/internal/apierr"}},
+	"proxy/internal/eventhub": {may: []string{"workspace"}},
 	"proxy/internal/genai":    {may: []string{"tools"}},
 	"proxy/internal/rawjson":  {},
 	"proxy/internal/sse":      {},
@@ -133,7 +135,8 @@ var roomImports = map[string]struct {
 }
 
 // TestRoomsImports checks the import graph against roomImports: a dialect cannot reach the
-// panel, neither the admin REST nor MCP can start a turn, only tools reaches the database.
+// panel, neither the admin REST nor MCP can start a turn, only workspace reaches the database,
+// which never knows the tools.
 func TestRoomsImports(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/wsproxy/wsproxy"

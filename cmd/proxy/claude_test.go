@@ -51,7 +51,7 @@ func TestClaudeCodeEndToEnd(t *testing.T) {
 	require.Contains(t, out, demo.Prefix, "the demo answered: %s\nproxy logs:\n%s", out, logs.String())
 	require.Contains(t, out, "objective set: A tidy repository")
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/cc-e2e", "", &ws))
 	require.Equal(t, "A tidy repository", ws.Objective.Text)
 	require.Len(t, ws.Preferences, 1)
@@ -124,14 +124,14 @@ func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
 	session := children.Data[0].ID
 	t.Logf("the session's thread: %s", session)
 	var ws struct {
-		workspace
+		adminWorkspace
 		Parents []string `json:"parents"`
 	}
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+session, "", &ws))
 	require.Equal(t, []string{"repo-x"}, ws.Parents)
 	require.Len(t, ws.Preferences, 1)
 	require.Equal(t, "Tabs", ws.Preferences[0].Title, "the session's own preference is the session's")
-	var scope workspace
+	var scope adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x", "", &scope))
 	require.Len(t, scope.Preferences, 1, "repo-x holds only what the user set")
 	require.Equal(t, "Go 1.26, no cgo", scope.Preferences[0].Title)

@@ -68,7 +68,7 @@ func TestCodexWebSocketFallsBackAtOnce(t *testing.T) {
 		require.NotContains(t, out, "Falling back from WebSockets")
 	}
 	for _, thread := range []string{"codex-http", "codex-ws"} {
-		var ws workspace
+		var ws adminWorkspace
 		require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+thread, "", &ws))
 		require.Equal(t, "A tidy repository", ws.Objective.Text, thread)
 		require.Len(t, ws.Preferences, 1, thread)
@@ -90,7 +90,7 @@ func TestCodexSessionPicksItsThread(t *testing.T) {
 	require.Contains(t, out, "objective set: A tidy repository", "proxy logs:\n%s", logs.String())
 	id := codexSession.FindStringSubmatch(out)
 	require.NotNil(t, id, out)
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+id[1], "", &ws), "the session's id names its thread")
 	require.Equal(t, "A tidy repository", ws.Objective.Text)
 

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Config is wsproxy's configuration: each field an environment variable and a flag; a flag
@@ -94,7 +94,7 @@ type Config struct {
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	return Config{
-		DatabaseTimeout:      tools.DefaultTimeout,
+		DatabaseTimeout:      workspace.DefaultTimeout,
 		DatabaseWait:         30 * time.Second,
 		UpstreamBaseURL:      proxy.DefaultUpstreamURL,
 		ListenAddr:           "127.0.0.1:8080", // loopback: a key behind the proxy is spent by whoever reaches it
@@ -117,8 +117,8 @@ func DefaultConfig() Config {
 
 		MaxToolCallsPerRound: proxy.DefaultMaxToolCallsPerRound,
 		MaxToolCallsPerTurn:  proxy.DefaultMaxToolCallsPerTurn,
-		MaxToolItems:         tools.DefaultLimits().ItemsMax,
-		MaxToolArgumentBytes: int64(tools.DefaultLimits().ArgumentBytesMax),
+		MaxToolItems:         workspace.DefaultLimits().ItemsMax,
+		MaxToolArgumentBytes: int64(workspace.DefaultLimits().ArgumentBytesMax),
 	}
 }
 
@@ -212,7 +212,7 @@ func (c Config) Validate() error {
 		return errors.New("THREAD_PARENTS: applies to threads named by THREAD_HEADER, which is not set")
 	}
 	for _, name := range c.threadParents() {
-		if _, err := tools.NewThreadID("", name); err != nil {
+		if _, err := workspace.NewThreadID("", name); err != nil {
 			return fmt.Errorf("THREAD_PARENTS: %q: %w", name, err)
 		}
 	}

@@ -49,7 +49,7 @@ func TestGeminiCLIEndToEnd(t *testing.T) {
 	require.Regexp(t, `kind[=":]+side`, logs.String(), "the routing classifier is a side request")
 	require.Regexp(t, `kind[=":]+turn[^\n]*rounds[=":]+2`, logs.String(), "the turn ran the workspace's calls")
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/gemini-e2e", "", &ws))
 	require.Equal(t, "A tidy repository", ws.Objective.Text)
 	require.Len(t, ws.Preferences, 1)

@@ -33,7 +33,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/demo"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 func main() {
@@ -320,9 +320,9 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
-	limits := tools.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
+	limits := workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	return proxy.Options{
-		Store:          tools.NewStore(m.pool, tools.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
+		Store:          workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
 		UpstreamURL:    upstreamURL,
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
@@ -411,7 +411,7 @@ func (m *Main) startDemo() (string, error) {
 // until the returned function is called.
 func (m *Main) prune(retention time.Duration) func() {
 	ctx, cancel := context.WithCancel(context.Background())
-	store := tools.NewStore(m.pool, tools.Options{Timeout: time.Minute})
+	store := workspace.NewStore(m.pool, workspace.Options{Timeout: time.Minute})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -420,7 +420,7 @@ func (m *Main) prune(retention time.Duration) func() {
 			p, err := store.PruneHistory(ctx, time.Now().Add(-retention))
 			if err != nil && ctx.Err() == nil {
 				m.log.Warn("pruning history failed", slog.Any("err", err))
-			} else if p != (tools.Pruned{}) {
+			} else if p != (workspace.Pruned{}) {
 				m.log.Info("history pruned", slog.Duration("retention", retention), slog.Int64("events", p.Events),
 					slog.Int64("snapshots", p.Snapshots), slog.Int64("tool_calls", p.ToolCalls),
 					slog.Int64("response_turns", p.ResponseTurns), slog.Int64("client_responses", p.ClientResponses))

@@ -88,7 +88,7 @@ func adminCall(t *testing.T, m *Main, method, path, body string, out any) int {
 	return resp.StatusCode
 }
 
-type workspace struct {
+type adminWorkspace struct {
 	Objective *struct {
 		Text      string `json:"text"`
 		UpdatedBy string `json:"updated_by"`
@@ -125,7 +125,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	r2 := chat(t, client, "I prefer short paragraphs. I prefer short paragraphs!")
 	require.Contains(t, r2.Choices[0].Message.Content, `recorded 1 preference; already recorded: #2 "Short paragraphs"`)
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/essay", "", &ws))
 	require.Equal(t, "Write a literature review on soil carbon", ws.Objective.Text)
 	require.Equal(t, "agent", ws.Objective.UpdatedBy)

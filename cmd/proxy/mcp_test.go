@@ -236,7 +236,7 @@ func TestMCPClaudeCode(t *testing.T) {
 	out := claude("-p", "Remember that I prefer a window seat.", "--allowedTools", "ToolSearch", "mcp__wsproxy__add_preferences")
 	require.Contains(t, out, "Noted: you prefer a window seat.")
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/claude-code", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 	require.Equal(t, "Window seat", ws.Preferences[0].Title)

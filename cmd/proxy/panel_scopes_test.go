@@ -158,7 +158,7 @@ func TestPanelScopesAndReview(t *testing.T) {
 	require.Equal(t, "The user finds the answers too long.", eval[string](t, ctx, pendingItem("One-line answers")+`.querySelector(".reason").textContent`))
 	require.True(t, eval[bool](t, ctx, `!!(document.querySelector("#review").compareDocumentPosition(document.querySelector("#objective")) & Node.DOCUMENT_POSITION_FOLLOWING)`), "proposals first")
 	require.NotNil(t, eval[any](t, ctx, eventItem("proposed", "The assistant proposed: add “Run the tests before answering”")))
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/fix-login", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 	require.Equal(t, "Fix the login redirect loop", ws.Objective.Text)

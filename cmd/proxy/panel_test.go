@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // The workspace panel in a real browser: headless Chromium (Debian's chromium; .ci/run installs
@@ -189,7 +189,7 @@ func TestPanelInBrowser(t *testing.T) {
 		waitFor(prefItem("Trains only")+`.querySelector(".badge.locked") !== null`),
 		waitFor(eventItem("preference_locked", "Locked #1 “Trains only”")+` !== undefined`),
 	)
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/trip", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 	require.True(t, ws.Preferences[0].Locked)
@@ -357,7 +357,7 @@ func TestPanelExplainsItself(t *testing.T) {
 	turn("My goal is a slow trip to Lisbon in May. By train, please; I like small hotels.",
 		upstreamtest.Call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Plan a slow trip to Lisbon in May","action_and_reasoning":"The user stated the goal of the conversation."}`},
 		upstreamtest.Call{ID: "c2", Name: "add_preferences", Arguments: `{"items":[{"title":"Travel by train","subtitle":"No flights","kind":"hard"},{"title":"Small hotels","subtitle":"Family-run, under €150 a night"},{"title":"Vegetarian restaurants"}],"action_and_reasoning":"The user named how they travel, where they sleep and what they eat."}`})
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+trip, "", &ws))
 	require.Len(t, ws.Preferences, 3)
 
@@ -497,7 +497,7 @@ func TestPanelShowsACompaction(t *testing.T) {
 	t.Parallel()
 	m, _ := MustRunMain(t, nil)
 	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/agent/preferences", `{"title":"Run the tests","locked":true}`, nil))
-	ws := tools.NewStore(m.pool, tools.Options{}).Workspace(tools.ThreadID{Name: "agent"})
+	ws := workspace.NewStore(m.pool, workspace.Options{}).Workspace(workspace.ThreadID{Name: "agent"})
 	require.NoError(t, ws.NoteCompaction(context.Background()))
 	ctx := newBrowser(t)()
 	signIn(t, ctx, m.URL, m.AdminToken)

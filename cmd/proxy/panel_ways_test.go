@@ -92,7 +92,7 @@ func TestPanelFindsItsWay(t *testing.T) {
 		upstreamtest.JSON(200, upstreamtest.Completion("Noted.")))
 	clientTurn(t, m, aliceKey, "lisbon", "I like gardens.")
 	const thread = "alice~lisbon"
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+thread, "", &ws))
 	pref := fmt.Sprintf("/admin/v1/threads/%s/preferences/%d", thread, ws.Preferences[0].ID)
 	require.Equal(t, 200, adminCall(t, m, "PATCH", pref, `{"title":"Botanical gardens"}`, nil))

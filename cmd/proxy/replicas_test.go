@@ -139,7 +139,7 @@ func TestThreeReplicas(t *testing.T) {
 	require.NoError(t, b.Close(), "b finishes what it serves, then stops")
 	wg.Wait()
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, admin, "GET", "/admin/v1/threads/shared", "", &ws))
 	var titles []string
 	for i, p := range ws.Preferences {

@@ -52,7 +52,7 @@ func TestDemoResponses(t *testing.T) {
 	require.Contains(t, text.String(), "#1 [soft] Tabs over spaces")
 	require.Equal(t, text.String(), done.OutputText())
 
-	var ws workspace
+	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/codex", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 	require.Equal(t, "Tabs over spaces", ws.Preferences[0].Title)

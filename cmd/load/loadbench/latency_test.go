@@ -17,7 +17,7 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // quickModel is a model upstream whose timing a test does not wait long for.
@@ -127,7 +127,7 @@ func TestOpenLoopRows(t *testing.T) {
 	model := quickModel(t)
 	u, _ := url.Parse(model.URL + "/v1")
 	pool := dbtest.NewPool(t, nil)
-	store := tools.NewStore(pool, tools.Options{})
+	store := workspace.NewStore(pool, workspace.Options{})
 	p := proxy.NewServer(proxy.Options{Store: store, UpstreamURL: u, AdminToken: adminToken, Metrics: proxy.NewMetrics(prometheus.NewRegistry(), proxy.MetricsOptions{})})
 	ws := httptest.NewServer(p)
 	t.Cleanup(func() {
@@ -159,7 +159,7 @@ func TestOpenLoopRows(t *testing.T) {
 			}
 		})
 	}
-	d, err := store.Workspace(tools.ThreadID{Name: threadName(0)}).Get(context.Background())
+	d, err := store.Workspace(workspace.ThreadID{Name: threadName(0)}).Get(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, "measured", d.Preferences[0].Subtitle, "the tool round's workspace call ran")
 }

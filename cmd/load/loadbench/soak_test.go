@@ -20,7 +20,7 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest/fake"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // inProcessSoak is the soak's target in this process: the proxy (wrapped by wrap, when set) on a
@@ -34,7 +34,7 @@ func inProcessSoak(t *testing.T, wrap func(http.Handler) http.Handler) (soakTarg
 	t.Cleanup(upSrv.Close)
 	u, _ := url.Parse(upSrv.URL + "/v1")
 	p := proxy.NewServer(proxy.Options{
-		Store:           tools.NewStore(pool, tools.Options{Timeout: 2 * time.Second}),
+		Store:           workspace.NewStore(pool, workspace.Options{Timeout: 2 * time.Second}),
 		UpstreamURL:     u,
 		UpstreamTimeout: 300 * time.Millisecond,
 		RetryBackoff:    time.Millisecond,

@@ -18,7 +18,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Admin REST limits of lists (docs/spec.md §8).
@@ -68,7 +68,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	handle := func(pattern string, h func(s *Server, w http.ResponseWriter, r *http.Request) error) {
 		mux.Handle(pattern, s.adminAuth(func(w http.ResponseWriter, r *http.Request) {
 			if err := h(s, w, r); err != nil {
-				if errors.Is(err, tools.ErrNotFound) {
+				if errors.Is(err, workspace.ErrNotFound) {
 					err = s.notFound(r)
 				}
 				apierr.Write(w, r, s.log, err)
@@ -201,13 +201,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 // workspaceOf is the workspace of the path's thread, named in its stored form (client~thread for
 // a client's thread).
-func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
-	id, err := tools.ParseThreadID(r.PathValue("thread"))
+func (s *Server) workspaceOf(r *http.Request) (*workspace.Workspace, error) {
+	id, err := workspace.ParseThreadID(r.PathValue("thread"))
 	if err != nil {
 		return nil, apierr.BadRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
 	}
 	if !principalFrom(r.Context()).mayThread(id.String()) {
-		return nil, tools.ErrNotFound // another's thread is not shown to exist
+		return nil, workspace.ErrNotFound // another's thread is not shown to exist
 	}
 	return s.opts.Store.Workspace(id), nil
 }
@@ -217,7 +217,7 @@ func (s *Server) workspaceOf(r *http.Request) (*tools.Workspace, error) {
 func (s *Server) notFound(r *http.Request) error {
 	thread := r.PathValue("thread")
 	if thread == "" {
-		return tools.ErrNotFound
+		return workspace.ErrNotFound
 	}
 	e := &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Param: "thread",
 		Message: fmt.Sprintf("no thread %q", thread)}
@@ -226,14 +226,14 @@ func (s *Server) notFound(r *http.Request) error {
 		return e
 	}
 	if _, err := ws.Summary(r.Context()); err != nil {
-		if errors.Is(err, tools.ErrNotFound) {
+		if errors.Is(err, workspace.ErrNotFound) {
 			return e
 		}
 		return err
 	}
 	item := r.PathValue("id")
 	if item == "" {
-		return tools.ErrNotFound
+		return workspace.ErrNotFound
 	}
 	kind := "item"
 	for _, k := range []string{"preferences", "events", "links"} {
@@ -247,21 +247,21 @@ func (s *Server) notFound(r *http.Request) error {
 
 // itemOf is the workspace of the path's thread and the path's {id} (a preference's, a link's);
 // an id that is not a number names nothing.
-func (s *Server) itemOf(r *http.Request) (*tools.Workspace, int64, error) {
+func (s *Server) itemOf(r *http.Request) (*workspace.Workspace, int64, error) {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return nil, 0, err
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
-		return nil, 0, tools.ErrNotFound
+		return nil, 0, workspace.ErrNotFound
 	}
 	return ws, id, nil
 }
 
 // historyOf is the workspace of the path's thread and the page asked of its history:
 // ?limit= and the integer cursor ?after=.
-func (s *Server) historyOf(r *http.Request) (ws *tools.Workspace, limit int, after int64, err error) {
+func (s *Server) historyOf(r *http.Request) (ws *workspace.Workspace, limit int, after int64, err error) {
 	if ws, err = s.workspaceOf(r); err != nil {
 		return nil, 0, 0, err
 	}
@@ -311,9 +311,9 @@ func (s *Server) adminListThreads(w http.ResponseWriter, r *http.Request) error 
 	// (one page: a cursor can only follow it).
 	p := principalFrom(r.Context())
 	if p.thread != "" {
-		threads := []tools.Thread{}
+		threads := []workspace.Thread{}
 		if strings.HasPrefix(p.thread, q) && after == "" {
-			id, err := tools.ParseThreadID(p.thread)
+			id, err := workspace.ParseThreadID(p.thread)
 			if err != nil {
 				return err
 			}
@@ -321,17 +321,17 @@ func (s *Server) adminListThreads(w http.ResponseWriter, r *http.Request) error 
 			switch {
 			case err == nil:
 				threads = append(threads, th)
-			case !errors.Is(err, tools.ErrNotFound):
+			case !errors.Is(err, workspace.ErrNotFound):
 				return err
 			}
 		}
-		return writeJSON(w, http.StatusOK, page[tools.Thread]{Data: threads})
+		return writeJSON(w, http.StatusOK, page[workspace.Thread]{Data: threads})
 	}
 	prefix := q
 	if !p.admin {
-		prefix = tools.ThreadID{Client: p.client, Name: q}.String()
+		prefix = workspace.ThreadID{Client: p.client, Name: q}.String()
 	}
-	return list(w, limit, func(n int) ([]tools.Thread, error) {
+	return list(w, limit, func(n int) ([]workspace.Thread, error) {
 		return s.opts.Store.Threads(r.Context(), after, prefix, n)
 	})
 }
@@ -398,7 +398,7 @@ func (s *Server) adminAddPreference(w http.ResponseWriter, r *http.Request) erro
 	if in.Title == nil {
 		return apierr.BadRequest("missing_required_parameter", "title", "title is required")
 	}
-	p, err := ws.AddPreference(r.Context(), tools.PreferenceInput{Title: *in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
+	p, err := ws.AddPreference(r.Context(), workspace.PreferenceInput{Title: *in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) e
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	p, err := ws.UpdatePreference(r.Context(), id, tools.PreferencePatch{Title: in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
+	p, err := ws.UpdatePreference(r.Context(), id, workspace.PreferencePatch{Title: in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
 	if err != nil {
 		return err
 	}
@@ -454,7 +454,9 @@ func (s *Server) adminSnapshots(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, http.StatusOK, snap)
 	}
-	return list(w, limit, func(n int) ([]tools.Snapshot, error) { return ws.Snapshots(r.Context(), int(min(after, 1<<31-1)), n) })
+	return list(w, limit, func(n int) ([]workspace.Snapshot, error) {
+		return ws.Snapshots(r.Context(), int(min(after, 1<<31-1)), n)
+	})
 }
 
 func (s *Server) adminToolCalls(w http.ResponseWriter, r *http.Request) error {
@@ -462,7 +464,7 @@ func (s *Server) adminToolCalls(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return list(w, limit, func(n int) ([]tools.ToolCallRecord, error) { return ws.ToolCalls(r.Context(), after, n) })
+	return list(w, limit, func(n int) ([]workspace.ToolCallRecord, error) { return ws.ToolCalls(r.Context(), after, n) })
 }
 
 func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
@@ -470,7 +472,7 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q := tools.EventQuery{After: after}
+	q := workspace.EventQuery{After: after}
 	switch r.URL.Query().Get("order") {
 	case "", "asc":
 	case "desc":
@@ -479,13 +481,13 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 		return apierr.BadRequest("invalid_value", "order", `order must be "asc" or "desc"`)
 	}
 	if v := r.URL.Query().Get("target"); v != "" {
-		t, err := tools.ParseTarget(v)
+		t, err := workspace.ParseTarget(v)
 		if err != nil {
 			return err
 		}
 		q.Target = &t
 	}
-	return list(w, limit, func(n int) ([]tools.Event, error) {
+	return list(w, limit, func(n int) ([]workspace.Event, error) {
 		q.Limit = n
 		return ws.Events(r.Context(), q)
 	})
@@ -497,7 +499,7 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
 	v, ok := r.URL.Query()["through"]
 	if !ok {
-		return s.eventAction(w, r, (*tools.Workspace).RevertEvent)
+		return s.eventAction(w, r, (*workspace.Workspace).RevertEvent)
 	}
 	var through int64
 	if v[0] != "latest" {
@@ -515,17 +517,17 @@ func (s *Server) adminRevert(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, page[tools.Event]{Data: evs})
+	return writeJSON(w, http.StatusOK, page[workspace.Event]{Data: evs})
 }
 
 // adminApply applies a locked_skip's proposal as a user change (docs/spec.md §13).
 func (s *Server) adminApply(w http.ResponseWriter, r *http.Request) error {
-	return s.eventAction(w, r, (*tools.Workspace).ApplyProposal)
+	return s.eventAction(w, r, (*workspace.Workspace).ApplyProposal)
 }
 
 // eventAction runs act, a user change made of the event the path names, and answers with the
 // change's event.
-func (s *Server) eventAction(w http.ResponseWriter, r *http.Request, act func(*tools.Workspace, context.Context, int64) (tools.Event, error)) error {
+func (s *Server) eventAction(w http.ResponseWriter, r *http.Request, act func(*workspace.Workspace, context.Context, int64) (workspace.Event, error)) error {
 	ws, id, err := s.itemOf(r)
 	if err != nil {
 		return err
@@ -582,12 +584,12 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 		ttl = time.Duration(*in.TTLSeconds) * time.Second
 	}
 	switch in.Kind {
-	case "", tools.LinkPanel:
-		in.Kind = tools.LinkPanel
+	case "", workspace.LinkPanel:
+		in.Kind = workspace.LinkPanel
 		if s.opts.DisablePanel {
 			return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "ui_off", Message: "the panel is off (UI=off): a link would open nothing"}
 		}
-	case tools.LinkMCP:
+	case workspace.LinkMCP:
 		if s.opts.DisableMCP {
 			return &apierr.Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "mcp_off", Message: "MCP is off (MCP=off): a token would open nothing"}
 		}
@@ -608,7 +610,7 @@ func (s *Server) adminLink(w http.ResponseWriter, r *http.Request) error {
 	t := auth.ThreadToken{Thread: ws.ThreadID().String(), ID: l.ID, Expires: exp.Unix(), Key: key}
 	out := issuedLink{ID: l.ID, Kind: l.Kind, ExpiresAt: exp.UTC()}
 	base := s.opts.Guard.Peers.BaseURL(r)
-	if in.Kind == tools.LinkMCP {
+	if in.Kind == workspace.LinkMCP {
 		out.URL, out.Token = base+"/mcp", s.signer.Sign(auth.KindMCP, t)
 	} else {
 		out.URL = base + "/ui/link?token=" + s.signer.Sign(auth.KindPanelLink, t)
@@ -625,7 +627,7 @@ func (s *Server) adminLinks(w http.ResponseWriter, r *http.Request) error {
 	if principalFrom(r.Context()).thread != "" {
 		return errLinkHolder
 	}
-	return list(w, limit, func(n int) ([]tools.Link, error) { return ws.Links(r.Context(), after, n) })
+	return list(w, limit, func(n int) ([]workspace.Link, error) { return ws.Links(r.Context(), after, n) })
 }
 
 // adminRevokeLink revokes one of the thread's tokens: a panel link (and the sessions it opened)
@@ -718,7 +720,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 // streamStart is the event an event stream starts after: Last-Event-ID (an EventSource that
 // reconnects sends it, and keeps its URL), else ?after= (a view opens its stream after the last
 // event it read), else the thread's latest. ErrNotFound for a thread that does not exist.
-func streamStart(r *http.Request, ws *tools.Workspace) (int64, error) {
+func streamStart(r *http.Request, ws *workspace.Workspace) (int64, error) {
 	last, err := ws.LastEventID(r.Context())
 	if err != nil {
 		return 0, err
@@ -739,7 +741,7 @@ func streamStart(r *http.Request, ws *tools.Workspace) (int64, error) {
 // eventStream is an open event stream: the events after last go out on w; holds (nil for the
 // admin) says whether its session still holds.
 type eventStream struct {
-	ws    *tools.Workspace
+	ws    *workspace.Workspace
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	last  int64
@@ -794,7 +796,7 @@ func (es *eventStream) send(ctx context.Context) error {
 		}
 	}
 	for {
-		evs, err := es.ws.Events(ctx, tools.EventQuery{After: es.last, Limit: maxPageSize})
+		evs, err := es.ws.Events(ctx, workspace.EventQuery{After: es.last, Limit: maxPageSize})
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 func TestAdminAuth(t *testing.T) {
@@ -36,12 +36,12 @@ func TestAdminWorkspace(t *testing.T) {
 	e := setup(t)
 	e.admin("GET", "/admin/v1/threads/t1", nil, 404, nil)
 
-	var o tools.Objective
+	var o workspace.Objective
 	e.admin("PUT", "/admin/v1/threads/t1/objective", map[string]any{"text": "Write a review"}, 200, &o)
 	require.Equal(t, "Write a review", o.Text)
 	require.Equal(t, "user", o.UpdatedBy)
 
-	var a, b tools.Preference
+	var a, b workspace.Preference
 	e.admin("POST", "/admin/v1/threads/t1/preferences", map[string]any{"title": "Academic tone", "subtitle": "Formal", "kind": "hard"}, 201, &a)
 	require.Equal(t, 1, a.Index)
 	require.Equal(t, "hard", a.Kind)
@@ -66,7 +66,7 @@ func TestAdminWorkspace(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/bad%20id/preferences", map[string]any{"title": "x"}, 400, nil)
 
 	// Locks: the user path ignores them, and is where they are set.
-	var p tools.Preference
+	var p workspace.Preference
 	e.admin("PATCH", "/admin/v1/threads/t1/preferences/"+id(b), map[string]any{"title": "Plain words", "kind": "hard"}, 200, &p)
 	require.Equal(t, "Plain words", p.Title)
 	require.True(t, p.Locked)
@@ -79,7 +79,7 @@ func TestAdminWorkspace(t *testing.T) {
 	e.admin("PATCH", "/admin/v1/threads/t1/preferences/abc", map[string]any{"locked": false}, 404, nil)
 	e.admin("PATCH", "/admin/v1/threads/nope/preferences/1", map[string]any{"locked": false}, 404, nil)
 
-	var d tools.Detail
+	var d workspace.Detail
 	e.admin("GET", "/admin/v1/threads/t1", nil, 200, &d)
 	require.Equal(t, "t1", d.ID)
 	require.Equal(t, "Write a review", d.Objective.Text)

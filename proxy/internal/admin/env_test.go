@@ -22,7 +22,7 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 const adminToken = "test-admin-token"
@@ -34,7 +34,7 @@ type env struct {
 	srv    *httptest.Server
 	server *Server
 	pool   *pgxpool.Pool
-	store  *tools.Store
+	store  *workspace.Store
 }
 
 func setup(t testing.TB, configure ...func(*Options)) *env {
@@ -45,7 +45,7 @@ func setup(t testing.TB, configure ...func(*Options)) *env {
 // setupWithPool is a replica on pool's schema: its own hub and guard (the same admin token).
 func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
 	t.Helper()
-	store := tools.NewStore(pool, tools.Options{})
+	store := workspace.NewStore(pool, workspace.Options{})
 	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
 	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, ReadBody: readAll, Hub: hub}
 	for _, c := range configure {
@@ -106,9 +106,9 @@ func (e *env) call(method, path string, body any) (int, string) {
 }
 
 // workspace reads a thread's workspace, named in its stored form (client~thread for a client's).
-func (e *env) workspace(thread string) tools.Detail {
+func (e *env) workspace(thread string) workspace.Detail {
 	e.t.Helper()
-	id, err := tools.ParseThreadID(thread)
+	id, err := workspace.ParseThreadID(thread)
 	require.NoError(e.t, err)
 	d, err := e.store.Workspace(id).Get(context.Background())
 	require.NoError(e.t, err)
@@ -128,7 +128,7 @@ func requireErrorBody(t *testing.T, body, typ, code string) map[string]any {
 	return eb.Error
 }
 
-func id(p tools.Preference) string { return strconv.FormatInt(p.ID, 10) }
+func id(p workspace.Preference) string { return strconv.FormatInt(p.ID, 10) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
@@ -220,7 +220,7 @@ func (e *env) openStream(thread, lastID, after string) *sseReader {
 
 // next reads the next event: its id and data. An event that has not come within a minute (at
 // once; a minute on a busy machine) fails the test: the stream is closed.
-func (s *sseReader) next() (string, tools.Event) {
+func (s *sseReader) next() (string, workspace.Event) {
 	s.t.Helper()
 	late := time.AfterFunc(time.Minute, func() { s.resp.Body.Close() })
 	defer late.Stop()
@@ -233,7 +233,7 @@ func (s *sseReader) next() (string, tools.Event) {
 		case strings.HasPrefix(line, "id: "):
 			id = strings.TrimPrefix(line, "id: ")
 		case strings.HasPrefix(line, "data: "):
-			var ev tools.Event
+			var ev workspace.Event
 			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
 			require.Equal(s.t, id, itoa(ev.ID))
 			return id, ev

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestRevertThroughLatest (docs/spec.md §13): a revert in the way of later changes is a 409 that
@@ -16,7 +16,7 @@ import (
 func TestRevertThroughLatest(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	var p tools.Preference
+	var p workspace.Preference
 	e.admin("POST", "/admin/v1/threads/trip/preferences", map[string]any{"title": "Gardens"}, 201, &p) // 1
 	pref := fmt.Sprintf("/admin/v1/threads/trip/preferences/%d", p.ID)
 	e.admin("PATCH", pref, map[string]any{"title": "Botanical gardens"}, 200, nil) // 2
@@ -40,13 +40,13 @@ func TestRevertThroughLatest(t *testing.T) {
 	}
 	require.Len(t, e.workspace("trip").Preferences, 1)
 
-	var got page[tools.Event]
+	var got page[workspace.Event]
 	e.admin("POST", "/admin/v1/threads/trip/events/1/revert?through=latest", nil, 200, &got)
 	require.False(t, got.HasMore)
 	var reverts []string
 	for _, ev := range got.Data {
-		require.Equal(t, tools.Revert, ev.Kind)
-		require.Equal(t, tools.ByUser, ev.Actor)
+		require.Equal(t, workspace.Revert, ev.Kind)
+		require.Equal(t, workspace.ByUser, ev.Actor)
 		reverts = append(reverts, fmt.Sprintf("%d reverts %d", ev.ID, *ev.Reverts))
 	}
 	require.Equal(t, []string{"4 reverts 3", "5 reverts 2", "6 reverts 1"}, reverts)

@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Scopes and review mode on the admin REST (docs/spec.md §17).
@@ -17,16 +17,16 @@ var errLinkScope = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_re
 // threadNamed is the thread a request names beside its path's (a parent, a move's destination):
 // a name in the path thread's client namespace, or a stored id of that namespace; another
 // client's thread does not exist for it (ErrNotFound).
-func threadNamed(of tools.ThreadID, name, field string) (tools.ThreadID, error) {
-	id, err := tools.ParseThreadID(name)
+func threadNamed(of workspace.ThreadID, name, field string) (workspace.ThreadID, error) {
+	id, err := workspace.ParseThreadID(name)
 	if err != nil {
-		return tools.ThreadID{}, apierr.BadRequest("invalid_thread_id", field, "%s: %s", field, err.Error())
+		return workspace.ThreadID{}, apierr.BadRequest("invalid_thread_id", field, "%s: %s", field, err.Error())
 	}
 	if id.Client == "" {
 		id.Client = of.Client
 	}
 	if id.Client != of.Client {
-		return tools.ThreadID{}, tools.ErrNotFound
+		return workspace.ThreadID{}, workspace.ErrNotFound
 	}
 	return id, nil
 }
@@ -49,7 +49,7 @@ func (s *Server) adminSetParents(w http.ResponseWriter, r *http.Request) error {
 	if in.Parents == nil {
 		return apierr.BadRequest("missing_required_parameter", "parents", "parents is required (an empty list for none)")
 	}
-	parents := make([]tools.ThreadID, len(*in.Parents))
+	parents := make([]workspace.ThreadID, len(*in.Parents))
 	for i, name := range *in.Parents {
 		if parents[i], err = threadNamed(ws.ThreadID(), name, "parents"); err != nil {
 			return err
@@ -160,7 +160,7 @@ func (s *Server) adminMovePreference(w http.ResponseWriter, r *http.Request) err
 
 // adminDismiss dismisses a pending proposal (docs/spec.md §17): it can never be applied.
 func (s *Server) adminDismiss(w http.ResponseWriter, r *http.Request) error {
-	return s.eventAction(w, r, (*tools.Workspace).DismissProposal)
+	return s.eventAction(w, r, (*workspace.Workspace).DismissProposal)
 }
 
 // adminProposals lists the thread's pending proposals, oldest first (one page: a thread holds
@@ -174,5 +174,5 @@ func (s *Server) adminProposals(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return list(w, limit, func(n int) ([]tools.Event, error) { return ws.PendingProposals(r.Context(), n) })
+	return list(w, limit, func(n int) ([]workspace.Event, error) { return ws.PendingProposals(r.Context(), n) })
 }

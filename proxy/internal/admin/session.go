@@ -10,7 +10,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // principal is who makes an admin REST call (docs/spec.md §13): the admin, who sees every thread; a
@@ -33,7 +33,7 @@ func (p principal) mayThread(stored string) bool {
 	case p.thread != "":
 		return p.thread == stored
 	case p.client != "":
-		id, err := tools.ParseThreadID(stored)
+		id, err := workspace.ParseThreadID(stored)
 		return err == nil && id.Client == p.client
 	}
 	return false
@@ -108,11 +108,11 @@ func (s *Server) holds(ctx context.Context, p principal) (bool, error) {
 	case p.thread == "":
 		return s.opts.Guard.Holds(p.client, p.key), nil
 	}
-	id, err := tools.ParseThreadID(p.thread)
+	id, err := workspace.ParseThreadID(p.thread)
 	if err != nil || !s.opts.Guard.Holds(id.Client, p.key) {
 		return false, nil
 	}
-	return s.opts.Store.Workspace(id).LinkValid(ctx, tools.LinkPanel, p.link)
+	return s.opts.Store.Workspace(id).LinkValid(ctx, workspace.LinkPanel, p.link)
 }
 
 // sessionOf is the request's valid panel session.

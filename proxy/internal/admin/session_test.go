@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestPanelSessions: who sees what (docs/spec.md §13). The admin token sees every thread; a client key
@@ -30,7 +30,7 @@ func TestPanelSessions(t *testing.T) {
 	threadsOf := func(c *panelClient) []string {
 		code, body := c.do("GET", "/admin/v1/threads", "", nil)
 		require.Equal(t, 200, code, body)
-		var p page[tools.Thread]
+		var p page[workspace.Thread]
 		require.NoError(t, json.Unmarshal([]byte(body), &p))
 		var ids []string
 		for _, th := range p.Data {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // twoReplicas are two servers on one database whose event streams only Postgres's
@@ -81,7 +81,7 @@ func TestEventStreamAfter(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(o *Options) { o.Heartbeat = time.Hour }) // only the commits wake the stream
 	e.admin("PUT", "/admin/v1/threads/gap/objective", map[string]any{"text": "Read by the page"}, 200, nil)
-	var page struct{ Data []tools.Event }
+	var page struct{ Data []workspace.Event }
 	e.admin("GET", "/admin/v1/threads/gap/events", nil, 200, &page)
 	require.NotEmpty(t, page.Data)
 	read := page.Data[len(page.Data)-1].ID

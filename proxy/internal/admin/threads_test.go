@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestLinkListsItsThreadAlone: a link's holder lists its one thread, exactly — never another
@@ -27,15 +27,15 @@ func TestLinkListsItsThreadAlone(t *testing.T) {
 	visitor := e.panelClient()
 	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 200, code)
-	list := func(query string) []tools.Thread {
+	list := func(query string) []workspace.Thread {
 		code, body := visitor.do("GET", "/admin/v1/threads"+query, "", nil)
 		require.Equal(t, 200, code, body)
-		var p page[tools.Thread]
+		var p page[workspace.Thread]
 		require.NoError(t, json.Unmarshal([]byte(body), &p))
 		require.False(t, p.HasMore)
 		return p.Data
 	}
-	ids := func(threads []tools.Thread) []string {
+	ids := func(threads []workspace.Thread) []string {
 		out := []string{}
 		for _, th := range threads {
 			out = append(out, th.ID)

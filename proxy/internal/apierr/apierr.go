@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // StatusClientClosedRequest is nginx's status for a request whose client went away before the
@@ -100,7 +100,7 @@ type UpstreamError struct {
 }
 
 func (e *UpstreamError) Error() string {
-	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, tools.Truncate(string(e.Body), 200))
+	return fmt.Sprintf("upstream answered %d: %s", e.StatusCode, workspace.Truncate(string(e.Body), 200))
 }
 
 // Temporary reports an answer a later try may not meet: the upstream overloaded or failing (429,
@@ -163,11 +163,11 @@ func (e *Error) Body() []byte {
 // decides statuses; UpstreamError is handled by the caller (its body goes back unchanged).
 func From(err error) *Error {
 	var e *Error
-	var ve *tools.ValidationError
-	var de *tools.DuplicateError
-	var ce *tools.ConflictError
-	var pe *tools.ParentsError
-	var ae *tools.AnsweredError
+	var ve *workspace.ValidationError
+	var de *workspace.DuplicateError
+	var ce *workspace.ConflictError
+	var pe *workspace.ParentsError
+	var ae *workspace.AnsweredError
 	switch {
 	case errors.As(err, &e):
 		return e
@@ -182,7 +182,7 @@ func From(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_parents", Param: "parents", Message: pe.Error()}
 	case errors.As(err, &ae):
 		return &Error{Status: http.StatusConflict, Type: "invalid_request_error", Code: "proposal_answered", Message: ae.Error()}
-	case errors.Is(err, tools.ErrNotFound):
+	case errors.Is(err, workspace.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Message: "not found"}
 	case errors.Is(err, ErrUpstreamTimeout):
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout", Message: "the upstream did not answer in time", Err: err}
@@ -194,10 +194,10 @@ func From(err error) *Error {
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable", Message: msg, Err: err}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_invalid_response", Message: "the upstream's response was not understood", Err: err}
-	case errors.Is(err, tools.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, workspace.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
 			Message: "the workspace store (Postgres) did not answer in time; the request was not run", Err: err}
-	case errors.Is(err, tools.ErrUnavailable):
+	case errors.Is(err, workspace.ErrUnavailable):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "workspace_unavailable",
 			Message: "the workspace store (Postgres) is unavailable; the request was not run", Err: err}
 	case errors.Is(err, context.Canceled):
@@ -321,7 +321,7 @@ type StreamError struct {
 }
 
 func (e *StreamError) Error() string {
-	return "upstream stream error: " + tools.Truncate(string(e.Data), 200)
+	return "upstream stream error: " + workspace.Truncate(string(e.Data), 200)
 }
 
 // HostError is a failure to reach the upstream at Host (its host and port, as configured): the

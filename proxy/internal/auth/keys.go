@@ -14,7 +14,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // ClientKeys are the API keys of wsproxy's own clients (CLIENT_KEYS). When set, every /v1
@@ -44,7 +44,7 @@ func ParseClientKeys(spec string) (*ClientKeys, error) {
 		if !ok || key == "" {
 			return nil, fmt.Errorf("entry %d: want name=key", n) // never echo what might be a key
 		}
-		if !tools.ValidClientName(name) {
+		if !workspace.ValidClientName(name) {
 			return nil, fmt.Errorf("entry %d: the client name must be 1-64 characters of A-Z a-z 0-9 . _ -", n)
 		}
 		h := hashOf(key)

@@ -1,7 +1,7 @@
 // Package eventhub wakes what a replica holds open on a thread — the admin REST's event streams
 // (docs/spec.md §13) and MCP's resource subscriptions (§15) — when the thread, or one of its
 // ancestors (§17, WatchAlso), changes on any replica: Postgres notifies every replica of each
-// commit of events (tools.ListenEvents), and the hub wakes the subscribers of that thread, who
+// commit of events (workspace.ListenEvents), and the hub wakes the subscribers of that thread, who
 // then read what is new. A wake-up carries no data,
 // so a subscriber that misses one (its buffer holds one) still reads everything at the next.
 package eventhub
@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Hub wakes the subscribers of a thread when it changes. Close stops its listening.
@@ -31,7 +31,7 @@ func New(listenURL string, log *slog.Logger) *Hub {
 	ctx, stop := context.WithCancel(context.Background())
 	h := &Hub{subs: map[string]map[chan struct{}]bool{}, stop: stop}
 	if listenURL != "" {
-		h.listening.Go(func() { tools.ListenEvents(ctx, listenURL, h.changed, h.resync, log) })
+		h.listening.Go(func() { workspace.ListenEvents(ctx, listenURL, h.changed, h.resync, log) })
 	}
 	return h
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 const adminToken = "test-admin-token"
@@ -40,7 +40,7 @@ type env struct {
 	srv    *httptest.Server
 	server *Server
 	pool   *pgxpool.Pool
-	store  *tools.Store
+	store  *workspace.Store
 	guard  *auth.Guard
 }
 
@@ -52,7 +52,7 @@ func setup(t testing.TB, configure ...func(*Options)) *env {
 // setupWithPool is a replica on pool's schema: its own hub and guard (the same admin token).
 func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
 	t.Helper()
-	store := tools.NewStore(pool, tools.Options{})
+	store := workspace.NewStore(pool, workspace.Options{})
 	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
 	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: readAll, MaxBatch: maxBatch}
 	for _, c := range configure {
@@ -91,15 +91,15 @@ func readBody(t *testing.T, resp *http.Response) string {
 }
 
 // ws is the workspace of thread (stored form).
-func (e *env) ws(thread string) *tools.Workspace {
+func (e *env) ws(thread string) *workspace.Workspace {
 	e.t.Helper()
-	id, err := tools.ParseThreadID(thread)
+	id, err := workspace.ParseThreadID(thread)
 	require.NoError(e.t, err)
 	return e.store.Workspace(id)
 }
 
 // workspace reads a thread's workspace.
-func (e *env) workspace(thread string) tools.Detail {
+func (e *env) workspace(thread string) workspace.Detail {
 	e.t.Helper()
 	d, err := e.ws(thread).Get(context.Background())
 	require.NoError(e.t, err)
@@ -122,17 +122,17 @@ func (e *env) setObjective(thread, text string) {
 	require.NoError(e.t, err)
 }
 
-func (e *env) addPreference(thread, title string) tools.Preference {
+func (e *env) addPreference(thread, title string) workspace.Preference {
 	e.t.Helper()
-	p, err := e.ws(thread).AddPreference(context.Background(), tools.PreferenceInput{Title: title})
+	p, err := e.ws(thread).AddPreference(context.Background(), workspace.PreferenceInput{Title: title})
 	require.NoError(e.t, err)
 	return p
 }
 
 // events are the thread's events, oldest first.
-func (e *env) events(thread string) []tools.Event {
+func (e *env) events(thread string) []workspace.Event {
 	e.t.Helper()
-	evs, err := e.ws(thread).Events(context.Background(), tools.EventQuery{Limit: 500})
+	evs, err := e.ws(thread).Events(context.Background(), workspace.EventQuery{Limit: 500})
 	require.NoError(e.t, err)
 	return evs
 }
@@ -147,9 +147,9 @@ func mintToken(t *testing.T, e *env, thread, kind string, ttl time.Duration) (to
 		ttl = time.Hour
 	}
 	ws := e.ws(thread)
-	link := tools.LinkMCP
+	link := workspace.LinkMCP
 	if kind == auth.KindPanelLink {
-		link = tools.LinkPanel
+		link = workspace.LinkPanel
 	}
 	expires = time.Now().Add(ttl).Truncate(time.Second)
 	l, err := ws.IssueLink(context.Background(), link, expires)

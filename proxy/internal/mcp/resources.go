@@ -14,6 +14,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // A thread's workspace is the resource workspace://{thread} (docs/spec.md §15): the block of
@@ -39,14 +40,14 @@ func threadOfURI(uri string) (string, bool) {
 
 // resolveURI is the thread of a workspace resource's URI in ctx's scope; a resource not found
 // (the SDK's error) when it names none the scope may see.
-func resolveURI(ctx context.Context, uri string) (tools.ThreadID, error) {
+func resolveURI(ctx context.Context, uri string) (workspace.ThreadID, error) {
 	name, ok := threadOfURI(uri)
 	if !ok {
-		return tools.ThreadID{}, mcp.ResourceNotFoundError(uri)
+		return workspace.ThreadID{}, mcp.ResourceNotFoundError(uri)
 	}
 	id, err := scopeFrom(ctx).resolve(name)
 	if err != nil {
-		return tools.ThreadID{}, mcp.ResourceNotFoundError(uri)
+		return workspace.ThreadID{}, mcp.ResourceNotFoundError(uri)
 	}
 	return id, nil
 }
@@ -59,7 +60,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 		return nil, err
 	}
 	d, err := s.opts.Store.Workspace(id).Get(ctx)
-	if errors.Is(err, tools.ErrNotFound) {
+	if errors.Is(err, workspace.ErrNotFound) {
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}
 	if err != nil {
@@ -71,7 +72,7 @@ func (s *Server) readResource(ctx context.Context, req *mcp.ReadResourceRequest)
 // storeError is the JSON-RPC error of a failure of the store, logged.
 func (s *Server) storeError(ctx context.Context, msg string, err error) error {
 	s.log.LogAttrs(ctx, slog.LevelWarn, msg, slog.Any("err", err))
-	if errors.Is(err, tools.ErrUnavailable) {
+	if errors.Is(err, workspace.ErrUnavailable) {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the workspace store (Postgres) is unavailable"}
 	}
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
@@ -93,21 +94,21 @@ func (s *Server) listResources(next mcp.MethodHandler) mcp.MethodHandler {
 			cursor = p.Cursor
 		}
 		sc := scopeFrom(ctx)
-		var threads []tools.Thread
+		var threads []workspace.Thread
 		var err error
 		if sc.bound() {
-			var th tools.Thread
+			var th workspace.Thread
 			th, err = s.opts.Store.Workspace(sc.thread).Summary(ctx)
 			switch {
 			case err == nil && cursor == "":
-				threads = []tools.Thread{th}
-			case errors.Is(err, tools.ErrNotFound):
+				threads = []workspace.Thread{th}
+			case errors.Is(err, workspace.ErrNotFound):
 				err = nil
 			}
 		} else {
 			threads, err = s.opts.Store.Threads(ctx, cursor, sc.listPrefix(), resourcePageSize+1)
 		}
-		var ve *tools.ValidationError
+		var ve *workspace.ValidationError
 		if errors.As(err, &ve) {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "cursor: not a cursor of this listing"}
 		}
@@ -120,7 +121,7 @@ func (s *Server) listResources(next mcp.MethodHandler) mcp.MethodHandler {
 			res.NextCursor = threads[len(threads)-1].Cursor
 		}
 		for _, th := range threads {
-			id, _ := tools.ParseThreadID(th.ID) // every stored id was checked when the thread was made
+			id, _ := workspace.ParseThreadID(th.ID) // every stored id was checked when the thread was made
 			name := sc.name(id)
 			r := &mcp.Resource{URI: resourceURI(name), Name: name, MIMEType: "text/plain"}
 			if th.Objective != nil {
@@ -204,7 +205,7 @@ func (s *Server) unsubscribe(srv *mcp.Server, uri string, session *mcp.ServerSes
 // ctx ends: woken by the hub, or at each heartbeat, it reads the last event ids of the thread (a
 // thread deleted has none) and of its ancestors (docs/spec.md §17: their preferences are in the
 // resource, and the watch follows them as the parents change), and a new one is a change.
-func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string, ws *tools.Workspace) {
+func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string, ws *workspace.Workspace) {
 	var last []int64 // the thread's, then its ancestors'
 	var ancestors []string
 	first := true
@@ -230,7 +231,7 @@ func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string,
 
 // versions is the last event id of ws's thread (-1 for a thread that does not exist), then its
 // ancestors', and the ancestors (stored form).
-func versions(ctx context.Context, ws *tools.Workspace) ([]int64, []string, error) {
+func versions(ctx context.Context, ws *workspace.Workspace) ([]int64, []string, error) {
 	id, err := lastEventID(ctx, ws)
 	if err != nil {
 		return nil, nil, err
@@ -248,9 +249,9 @@ func versions(ctx context.Context, ws *tools.Workspace) ([]int64, []string, erro
 }
 
 // lastEventID is the thread's last event id; -1 for a thread that does not exist.
-func lastEventID(ctx context.Context, ws *tools.Workspace) (int64, error) {
+func lastEventID(ctx context.Context, ws *workspace.Workspace) (int64, error) {
 	id, err := ws.LastEventID(ctx)
-	if errors.Is(err, tools.ErrNotFound) {
+	if errors.Is(err, workspace.ErrNotFound) {
 		return -1, nil
 	}
 	return id, err

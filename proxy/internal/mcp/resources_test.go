@@ -8,7 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestMCPResourcesPaged: resources/list pages through every thread of the scope (a hundred a
@@ -18,7 +18,7 @@ func TestMCPResourcesPaged(t *testing.T) {
 	e := setup(t, withClientKeys(t, "alice=key-alice"))
 	ctx := context.Background()
 	for i := range 230 {
-		id := tools.ThreadID{Name: fmt.Sprintf("page-%03d", i)}
+		id := workspace.ThreadID{Name: fmt.Sprintf("page-%03d", i)}
 		if i%2 == 1 {
 			id.Client = "alice"
 		}

@@ -10,18 +10,18 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // scope is what a request's token may see (docs/spec.md §15): every thread (the admin token), a
 // client's threads (a client key of CLIENT_KEYS), or one thread (a thread token).
 type scope struct {
 	admin   bool
-	client  string         // a client key's client
-	thread  tools.ThreadID // a thread token's thread
-	link    int64          // a thread token's link (tools.Link)
-	expires time.Time      // when a thread token expires
-	key     string         // a thread token's key fingerprint (auth.Guard.Holds)
+	client  string             // a client key's client
+	thread  workspace.ThreadID // a thread token's thread
+	link    int64              // a thread token's link (workspace.Link)
+	expires time.Time          // when a thread token expires
+	key     string             // a thread token's key fingerprint (auth.Guard.Holds)
 }
 
 // bound reports whether the scope is one thread's.
@@ -31,34 +31,34 @@ func (sc scope) bound() bool { return sc.thread.Name != "" }
 // its stored form); for a client key the client's thread of that name (as its turns name it);
 // for the admin token the thread of that stored form (client~id for a client's). A name outside
 // the scope is an unknown thread: what a token may not see does not exist for it.
-func (sc scope) resolve(name string) (tools.ThreadID, error) {
+func (sc scope) resolve(name string) (workspace.ThreadID, error) {
 	switch {
 	case sc.bound():
 		if name != "" && name != sc.thread.String() {
-			return tools.ThreadID{}, unknownThread(name)
+			return workspace.ThreadID{}, unknownThread(name)
 		}
 		return sc.thread, nil
 	case name == "":
-		return tools.ThreadID{}, errThreadRequired
+		return workspace.ThreadID{}, errThreadRequired
 	case sc.admin:
-		id, err := tools.ParseThreadID(name)
+		id, err := workspace.ParseThreadID(name)
 		if err != nil {
-			return tools.ThreadID{}, fmt.Errorf("thread: %w (client~id for a client's thread)", err)
+			return workspace.ThreadID{}, fmt.Errorf("thread: %w (client~id for a client's thread)", err)
 		}
 		return id, nil
 	case strings.Contains(name, "~"): // another client's namespace
-		return tools.ThreadID{}, unknownThread(name)
+		return workspace.ThreadID{}, unknownThread(name)
 	}
-	id, err := tools.NewThreadID(sc.client, name)
+	id, err := workspace.NewThreadID(sc.client, name)
 	if err != nil {
-		return tools.ThreadID{}, fmt.Errorf("thread: %w", err)
+		return workspace.ThreadID{}, fmt.Errorf("thread: %w", err)
 	}
 	return id, nil
 }
 
 // name is how the scope names a thread: a client its own thread by the id it gave, the admin
 // token and a thread token by its stored form.
-func (sc scope) name(id tools.ThreadID) string {
+func (sc scope) name(id workspace.ThreadID) string {
 	if sc.client != "" {
 		return id.Name
 	}
@@ -70,7 +70,7 @@ func (sc scope) listPrefix() string {
 	if sc.admin {
 		return ""
 	}
-	return tools.ThreadID{Client: sc.client}.String() // "client~"
+	return workspace.ThreadID{Client: sc.client}.String() // "client~"
 }
 
 func unknownThread(name string) error { return fmt.Errorf("unknown thread %q", name) }
@@ -114,7 +114,7 @@ func (s *Server) authenticate(r *http.Request) (scope, error) {
 		if !ok {
 			return false
 		}
-		id, err := tools.ParseThreadID(t.Thread)
+		id, err := workspace.ParseThreadID(t.Thread)
 		if err != nil {
 			return false
 		}
@@ -139,7 +139,7 @@ func (s *Server) tokenHolds(ctx context.Context, sc scope) (bool, error) {
 	if !s.opts.Guard.Holds(sc.thread.Client, sc.key) {
 		return false, nil
 	}
-	return s.opts.Store.Workspace(sc.thread).LinkValid(ctx, tools.LinkMCP, sc.link)
+	return s.opts.Store.Workspace(sc.thread).LinkValid(ctx, workspace.LinkMCP, sc.link)
 }
 
 // endWithToken cancels a thread token's request (a subscriptions/listen stream) once its token

@@ -17,7 +17,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // mcpPost sends a raw initialize request to /mcp with the Authorization header auth ("" none),
@@ -161,7 +161,7 @@ func TestMCPScopes(t *testing.T) {
 		require.NotContains(t, fmt.Sprint(links), token, "a listing never shows a token")
 		require.NoError(t, bob.RevokeLink(context.Background(), id))
 		refused(t, "Bearer "+token)
-		require.ErrorIs(t, bob.RevokeLink(context.Background(), id), tools.ErrNotFound)
+		require.ErrorIs(t, bob.RevokeLink(context.Background(), id), workspace.ErrNotFound)
 
 		short, _, expires := mintMCPToken(t, e, "bob~t1", 1)
 		for !time.Now().After(expires) {

@@ -25,13 +25,13 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Options configure a Server.
 type Options struct {
 	// Store holds the workspaces. Required.
-	Store *tools.Store
+	Store *workspace.Store
 	// Guard authenticates requests (the admin token, client keys) and throttles failures.
 	// Required.
 	Guard *auth.Guard

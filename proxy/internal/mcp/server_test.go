@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestMCPStatelessRoundRobin: two replicas behind a round-robin balancer answer one client's
@@ -103,7 +103,7 @@ func TestMCPBatchBounded(t *testing.T) {
 	e.setObjective("batch", "Batches")
 	token, _, _ := mintMCPToken(t, e, "batch", 0)
 	bound := maxBatch
-	ws := e.store.Workspace(tools.ThreadID{Name: "batch"})
+	ws := e.store.Workspace(workspace.ThreadID{Name: "batch"})
 	before, err := ws.LastEventID(context.Background())
 	require.NoError(t, err)
 

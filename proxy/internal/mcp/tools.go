@@ -12,6 +12,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // The tool lists: the five tools with the descriptions and schemas the proxy injects
@@ -67,13 +68,13 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
-		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", tools.ViaMCP))
-		res, err := s.opts.Store.Workspace(id).Run(ctx, tools.Call{Name: name, Arguments: string(args), Via: tools.ViaMCP, Existing: sc.bound()})
+		ctx, span := s.tracing.Start(ctx, name, string(args), semconv.GenAIConversationID(id.Name), attribute.String("wsproxy.via", workspace.ViaMCP))
+		res, err := tools.Run(ctx, s.opts.Store.Workspace(id), tools.Call{Name: name, Arguments: string(args), Via: workspace.ViaMCP, Existing: sc.bound()})
 		s.tracing.End(span, res, err)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "mcp tool call failed", slog.String("tool", name), slog.String("thread", id.String()), slog.Any("err", err))
 			msg := "internal error"
-			if errors.Is(err, tools.ErrUnavailable) {
+			if errors.Is(err, workspace.ErrUnavailable) {
 				msg = "the workspace store (Postgres) is unavailable; nothing was run"
 			}
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: msg}

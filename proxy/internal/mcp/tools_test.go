@@ -14,6 +14,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // seedTools are the five tools as the proxy injects them: name, description, parameters.
@@ -98,7 +99,7 @@ func TestMCPTools(t *testing.T) {
 
 			d := e.workspace(thread)
 			require.Equal(t, "Plan a trip to Lisbon", d.Objective.Text)
-			require.Equal(t, tools.ByAgent, d.Objective.UpdatedBy)
+			require.Equal(t, workspace.ByAgent, d.Objective.UpdatedBy)
 			require.Len(t, d.Preferences, 1)
 			require.Equal(t, "Family-run", d.Preferences[0].Subtitle)
 
@@ -187,7 +188,7 @@ func TestMCPIndicesAsOf(t *testing.T) {
 	listed, isError := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
 	require.False(t, isError, listed)
 	n := versionOf(t, listed)
-	events, err := e.ws(thread).Events(context.Background(), tools.EventQuery{Descending: true, Limit: 1})
+	events, err := e.ws(thread).Events(context.Background(), workspace.EventQuery{Descending: true, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.Equal(t, events[0].ID, n, "N is the thread's latest event")
@@ -200,7 +201,7 @@ func TestMCPIndicesAsOf(t *testing.T) {
 	prefs := e.workspace(thread).Preferences
 	require.NoError(t, e.ws(thread).DeletePreference(context.Background(), prefs[0].ID))
 	rewritten := "C, the user's"
-	_, err = e.ws(thread).UpdatePreference(context.Background(), prefs[2].ID, tools.PreferencePatch{Title: &rewritten})
+	_, err = e.ws(thread).UpdatePreference(context.Background(), prefs[2].ID, workspace.PreferencePatch{Title: &rewritten})
 	require.NoError(t, err)
 
 	text, isError = mcpCall(t, cs, "update_preferences", map[string]any{"thread": thread, "as_of": n,
@@ -276,5 +277,5 @@ func TestMCPThreadTokenCallOnADeletedThread(t *testing.T) {
 	require.True(t, r.res.IsError, "the call on a deleted thread is refused")
 	require.Equal(t, []mcp.Content{&mcp.TextContent{Text: "this thread's workspace was deleted; nothing was recorded"}}, r.res.Content)
 	_, err = e.ws(thread).Get(ctx)
-	require.ErrorIs(t, err, tools.ErrNotFound, "the thread stays deleted")
+	require.ErrorIs(t, err, workspace.ErrNotFound, "the thread stays deleted")
 }

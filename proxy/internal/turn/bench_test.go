@@ -8,11 +8,11 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 func BenchmarkRewrite(b *testing.B) {
-	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("Write a review", []tools.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}}, nil)
+	block := workspace.TailInstructions + "\n\n" + workspace.RenderBlock("Write a review", []workspace.Preference{{Title: "Formal", Kind: "hard"}, {Title: "Short", Kind: "soft"}}, nil)
 	for _, size := range []int{1 << 10, 100 << 10} {
 		body := upstreamtest.ChatBody(size)
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
@@ -69,7 +69,7 @@ func BenchmarkSSEEncode(b *testing.B) {
 // as a thread turn does it: parse, inject, the upstream body. B/op over the body's size is the
 // memory a shape costs; a refused shape costs its parse.
 func BenchmarkHostileBodies(b *testing.B) {
-	block := tools.TailInstructions + "\n\n" + tools.RenderBlock("", nil, nil)
+	block := workspace.TailInstructions + "\n\n" + workspace.RenderBlock("", nil, nil)
 	for _, hb := range upstreamtest.HostileBodies(8 << 20) {
 		b.Run(hb.Name, func(b *testing.B) {
 			b.ReportAllocs()

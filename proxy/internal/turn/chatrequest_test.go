@@ -12,6 +12,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 func decode(t *testing.T, b []byte) map[string]any {
@@ -299,7 +300,7 @@ func TestHostileBodies(t *testing.T) {
 // tail placement), with and without the workspace tools.
 func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 	t.Parallel()
-	block := tools.RenderBlock("Write a literature review on soil carbon", []tools.Preference{
+	block := workspace.RenderBlock("Write a literature review on soil carbon", []workspace.Preference{
 		{Title: "Academic tone", Subtitle: "Formal and objective", Kind: "hard", Locked: true},
 		{Title: "Short paragraphs", Kind: "soft"},
 	}, nil)
@@ -312,7 +313,7 @@ func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 	} {
 		req, err := ParseChatRequest([]byte(body))
 		require.NoError(t, err)
-		req.InjectWorkspace(tools.SystemInstructions+"\n\n"+block, PlaceSystem)
+		req.InjectWorkspace(workspace.SystemInstructions+"\n\n"+block, PlaceSystem)
 		out = append(append(out, req.Body(true).joined()...), '\n')
 		out = append(append(out, req.Body(false).joined()...), '\n')
 	}

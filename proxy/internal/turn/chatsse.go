@@ -23,7 +23,7 @@ type chatSSE struct {
 	streamOut
 	log     *slog.Logger // nil logs nothing
 	thread  string
-	maxArgs int    // the bytes of a workspace call's arguments kept (tools.Limits.ArgumentBytesMax)
+	maxArgs int    // the bytes of a workspace call's arguments kept (workspace.Limits.ArgumentBytesMax)
 	id      string // the first id the upstream gave (or one made up)
 	model   string // the model the upstream named (for traces)
 	emitted bool   // the role delta went out

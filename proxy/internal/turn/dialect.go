@@ -13,6 +13,7 @@ import (
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Kinds of a thread's request (docs/spec.md §18): a turn of the loop, or a request the agent
@@ -180,7 +181,7 @@ type Metrics interface {
 	ToolRounds(n int)
 	// Tokens counts the tokens one round's upstream reported, for the turn's model (the
 	// request's) and client ("" without client keys).
-	Tokens(model, client string, u tools.Usage)
+	Tokens(model, client string, u workspace.Usage)
 	// UpstreamRetry counts a round sent again after the turn's tools ran.
 	UpstreamRetry()
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // script is an Upstream without HTTP: each round gets the next of its replies (a body, or an
@@ -98,10 +98,10 @@ func (r *recorder) decoded(t *testing.T) []map[string]any {
 }
 
 // newTurn is a turn of a new thread of a store with limits, toward up.
-func newTurn(t *testing.T, limits tools.Limits, up Upstream) *Turn {
+func newTurn(t *testing.T, limits workspace.Limits, up Upstream) *Turn {
 	t.Helper()
-	ws := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{Limits: limits}).Workspace(tools.ThreadID{Name: t.Name()})
-	start, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
+	ws := workspace.NewStore(dbtest.NewPool(t, nil), workspace.Options{Limits: limits}).Workspace(workspace.ThreadID{Name: t.Name()})
+	start, err := ws.StartTurn(context.Background(), workspace.TurnOptions{})
 	require.NoError(t, err)
 	return &Turn{Workspace: ws, Start: start, Model: "m", Upstream: up}
 }

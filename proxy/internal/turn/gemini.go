@@ -10,6 +10,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // GeminiRequest is a client's Gemini API request (generateContent, streamGenerateContent) on a
@@ -570,10 +571,10 @@ func geminiTokens(raw json.RawMessage) usage {
 	if err != nil {
 		return u
 	}
-	u.tokens = tools.Usage{
-		PromptTokens:       tools.AddTokens(tokenCount(o, "promptTokenCount"), tokenCount(o, "toolUsePromptTokenCount")),
+	u.tokens = workspace.Usage{
+		PromptTokens:       workspace.AddTokens(tokenCount(o, "promptTokenCount"), tokenCount(o, "toolUsePromptTokenCount")),
 		CachedPromptTokens: tokenCount(o, "cachedContentTokenCount"),
-		CompletionTokens:   tools.AddTokens(tokenCount(o, "candidatesTokenCount"), tokenCount(o, "thoughtsTokenCount")),
+		CompletionTokens:   workspace.AddTokens(tokenCount(o, "candidatesTokenCount"), tokenCount(o, "thoughtsTokenCount")),
 	}
 	return u
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 const geminiBody = `{"contents":[{"role":"user","parts":[{"text":"hello"}]},{"role":"model","parts":[{"text":"hi","thoughtSignature":"c2lnMQ=="}]},` +
@@ -187,7 +188,7 @@ func TestGeminiLoop(t *testing.T) {
 	req, err := ParseGeminiRequest([]byte(`{"contents":[{"role":"user","parts":[{"text":"My goal is a tidy repository."}]}]}`), "gemini-2.5-pro", false)
 	require.NoError(t, err)
 	req.Prepare("block", PlaceTail, "")
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	d := req.JSON(tt)
 	rounds, err := (&Runner{}).Run(context.Background(), tt, d)
 	require.NoError(t, err)
@@ -217,7 +218,7 @@ func TestGeminiLoop(t *testing.T) {
 	require.Equal(t, "20", string(answer.UsageMetadata["promptTokenCount"]))
 	require.Equal(t, "10", string(answer.UsageMetadata["candidatesTokenCount"]))
 	require.Equal(t, "8", string(answer.UsageMetadata["cachedContentTokenCount"]))
-	require.Equal(t, tools.Usage{PromptTokens: 20, CachedPromptTokens: 8, CompletionTokens: 15}, tt.Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 20, CachedPromptTokens: 8, CompletionTokens: 15}, tt.Usage)
 
 	ws, err := tt.Workspace.Block(context.Background())
 	require.NoError(t, err)
@@ -233,7 +234,7 @@ func TestGeminiOneRoundIsUntouched(t *testing.T) {
 	req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"hi"}]}]}`), "m", false)
 	require.NoError(t, err)
 	req.Prepare("block", PlaceTail, "")
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	d := req.JSON(tt)
 	_, err = (&Runner{}).Run(context.Background(), tt, d)
 	require.NoError(t, err)
@@ -262,7 +263,7 @@ func TestGeminiMixedCalls(t *testing.T) {
 			req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"go"}]}],"tools":[{"functionDeclarations":[{"name":"read_file"}]}]}`), "m", streamed)
 			require.NoError(t, err)
 			req.Prepare("block", PlaceTail, "")
-			tt := newTurn(t, tools.Limits{}, up)
+			tt := newTurn(t, workspace.Limits{}, up)
 			var out string
 			if streamed {
 				rec := &recorder{}
@@ -306,7 +307,7 @@ func TestGeminiStream(t *testing.T) {
 	req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"I prefer tabs."}]}]}`), "m", true)
 	require.NoError(t, err)
 	req.Prepare("block", PlaceTail, "")
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	rec := &recorder{}
 	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, rec))
 	require.NoError(t, err)
@@ -340,7 +341,7 @@ func TestGeminiStream(t *testing.T) {
 	require.Equal(t, []string{"Noting", " that.", "Reco", "rded."}, texts)
 	require.Equal(t, []string{"STOP"}, finishes)
 	require.Equal(t, map[string]any{"promptTokenCount": 30.0, "candidatesTokenCount": 6.0, "totalTokenCount": 36.0}, lastUsage)
-	require.Equal(t, tools.Usage{PromptTokens: 30, CompletionTokens: 6}, tt.Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 30, CompletionTokens: 6}, tt.Usage)
 }
 
 // TestGeminiStreamError: an error chunk of the upstream ends the stream as it came.
@@ -351,7 +352,7 @@ func TestGeminiStreamError(t *testing.T) {
 	req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"hi"}]}]}`), "m", true)
 	require.NoError(t, err)
 	req.Prepare("block", PlaceTail, "")
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	d := req.Stream(tt, &recorder{})
 	_, err = (&Runner{}).Run(context.Background(), tt, d)
 	require.Error(t, err)
@@ -373,7 +374,7 @@ func TestGeminiLenient(t *testing.T) {
 	req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"What are my preferences?"}]}],"tools":null,"systemInstruction":null}`), "m", false)
 	require.NoError(t, err)
 	req.Prepare("block", PlaceSystem, "")
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	d := req.JSON(tt)
 	rounds, err := (&Runner{}).Run(context.Background(), tt, d)
 	require.NoError(t, err)
@@ -385,15 +386,15 @@ func TestGeminiLenient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, `{"blockReason":"OTHER"}`, string(o.Get("promptFeedback")))
 	require.Contains(t, string(o.Get("candidates")), `{"executableCode":{"code":"1"}},{"futurePart":{}}`)
-	require.Equal(t, tools.Usage{PromptTokens: 7}, tt.Usage)
+	require.Equal(t, workspace.Usage{PromptTokens: 7}, tt.Usage)
 }
 
 // TestGeminiTokens: usageMetadata's counts in the turn's terms.
 func TestGeminiTokens(t *testing.T) {
 	t.Parallel()
 	u := geminiTokens(json.RawMessage(`{"promptTokenCount":100,"cachedContentTokenCount":60,"candidatesTokenCount":20,"thoughtsTokenCount":30,"toolUsePromptTokenCount":5,"totalTokenCount":155}`))
-	require.Equal(t, tools.Usage{PromptTokens: 105, CachedPromptTokens: 60, CompletionTokens: 50}, u.tokens)
-	require.Equal(t, tools.Usage{}, geminiTokens(json.RawMessage(`null`)).tokens)
+	require.Equal(t, workspace.Usage{PromptTokens: 105, CachedPromptTokens: 60, CompletionTokens: 50}, u.tokens)
+	require.Equal(t, workspace.Usage{}, geminiTokens(json.RawMessage(`null`)).tokens)
 }
 
 // TestGeminiCountBody: countTokens' body becomes a generateContentRequest with the workspace and

@@ -8,6 +8,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // MessagesRequest is a client's Anthropic Messages API request on a thread turn (docs/spec.md
@@ -235,7 +236,7 @@ func messagesTokens(raw json.RawMessage) usage {
 		return u
 	}
 	read, written := tokenCount(o, "cache_read_input_tokens"), tokenCount(o, "cache_creation_input_tokens")
-	u.tokens = tools.Usage{PromptTokens: tools.AddTokens(tools.AddTokens(tokenCount(o, "input_tokens"), read), written),
+	u.tokens = workspace.Usage{PromptTokens: workspace.AddTokens(workspace.AddTokens(tokenCount(o, "input_tokens"), read), written),
 		CachedPromptTokens: read, CacheWriteTokens: written, CompletionTokens: tokenCount(o, "output_tokens")}
 	return u
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestMessagesSystemPlacementNeutralizesToolResults: with placement system, the workspace tags
@@ -75,7 +76,7 @@ func TestMessagesLastRoundKeepsTools(t *testing.T) {
 		round("msg_2", upstreamtest.TextBlock("Done.")))}
 	req, err := ParseMessagesRequest([]byte(`{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	rounds, err := (&Runner{MaxToolRounds: 1}).Run(context.Background(), tt, req.JSON(tt))
 	require.NoError(t, err)
 	require.Equal(t, 2, rounds)
@@ -155,7 +156,7 @@ func TestMessagesStreamKeepsWhatTheNextRoundNeeds(t *testing.T) {
 	req, err := ParseMessagesRequest([]byte(`{"model":"m","stream":true,"max_tokens":100,"thinking":{"type":"enabled","budget_tokens":1024},` +
 		`"messages":[{"role":"user","content":"go"}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{ArgumentBytesMax: limit}, up)
+	tt := newTurn(t, workspace.Limits{ArgumentBytesMax: limit}, up)
 	got := 0
 	out := &recorder{}
 	out.onEmit = func(e event) {
@@ -200,7 +201,7 @@ func TestMessagesStreamKeepsServerToolInput(t *testing.T) {
 	req, err := ParseMessagesRequest([]byte(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"go"}],` +
 		`"tools":[{"type":"web_search_20250305","name":"web_search"}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, &recorder{}))
 	require.NoError(t, err)
 	require.Equal(t, 2, rounds)

@@ -24,7 +24,7 @@ type messagesSSE struct {
 	req *MessagesRequest
 	up  Upstream
 	streamOut
-	maxArgs int // the bytes of a workspace call's input kept (tools.Limits.ArgumentBytesMax)
+	maxArgs int // the bytes of a workspace call's input kept (workspace.Limits.ArgumentBytesMax)
 	round   int
 	first   string // the turn's id: the first round's message id
 	model   string // the model the upstream named (for traces)

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Placement is where the workspace goes in a request (docs/spec.md §3.1).
@@ -226,7 +226,7 @@ func neutralized(raw json.RawMessage) json.RawMessage {
 	}
 	if utf8.Valid(raw) {
 		s, _ := rawjson.Unquote(raw)
-		if n := tools.NeutralizeTags(s); n != s {
+		if n := workspace.NeutralizeTags(s); n != s {
 			return rawjson.String(n)
 		}
 		return raw

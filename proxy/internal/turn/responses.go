@@ -6,6 +6,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // ResponsesRequest is a client's Responses API request on a thread turn (docs/spec.md §12), kept
@@ -155,7 +156,7 @@ func (c *ResponsesRequest) askReasoning() {
 
 // Continue has the turn continue, upstream, from the recorded turn's last response instead of
 // the one the client named, sending first the outputs that response still owes.
-func (c *ResponsesRequest) Continue(cont tools.Continuation) {
+func (c *ResponsesRequest) Continue(cont workspace.Continuation) {
 	c.previous = rawjson.String(cont.LastResponseID)
 	c.Continued = true
 	if len(cont.Owed) == 0 {

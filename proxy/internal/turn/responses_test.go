@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestResponsesStreamTerminalAfterUndecidedCall: a call whose name came empty is still undecided
@@ -27,7 +27,7 @@ func TestResponsesStreamTerminalAfterUndecidedCall(t *testing.T) {
 	))}
 	req, err := ParseResponsesRequest([]byte(`{"model":"m","stream":true,"input":"hi","tools":[{"type":"function","name":"get_weather","parameters":{}}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	out := &recorder{}
 	_, err = (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestResponsesStreamHoldsBoundedEvents(t *testing.T) {
 	up := &script{replies: bodies(body, answer)}
 	req, err := ParseResponsesRequest([]byte(`{"model":"m","stream":true,"input":"hi","tools":[{"type":"function","name":"get_weather","parameters":{}}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	readAtFirstDelta := -1
 	out := &recorder{}
 	out.onEmit = func(e event) {
@@ -111,7 +111,7 @@ func TestResponsesStreamCallWithoutItemID(t *testing.T) {
 	))}
 	req, err := ParseResponsesRequest([]byte(`{"model":"m","stream":true,"input":"hi"}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{}, up)
+	tt := newTurn(t, workspace.Limits{}, up)
 	out := &recorder{}
 	_, err = (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
 	require.NoError(t, err)

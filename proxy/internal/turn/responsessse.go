@@ -168,7 +168,7 @@ func (d *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) err
 					d.cur.owner[n] = owner
 				}
 			}
-			if owner == workspace {
+			if owner == workspaceOwner {
 				hidden = true
 				d.hideItem(text(o.Get("id")))
 			}
@@ -201,7 +201,7 @@ func (d *responsesSSE) itemEvent(typ string, ev rawjson.Object, data []byte) err
 // Owners of a function call item.
 const (
 	undecided = iota
-	workspace
+	workspaceOwner
 	client
 )
 
@@ -216,7 +216,7 @@ func (d *responsesSSE) ownerOf(item rawjson.Object, done bool) int {
 	if responsesCall(item, d.req.IsClientTool).Client {
 		return client
 	}
-	return workspace
+	return workspaceOwner
 }
 
 // hold keeps an event while a call's owner is undecided; the call's output_item.done decides
@@ -240,7 +240,7 @@ func (d *responsesSSE) hold(data []byte, ev rawjson.Object) error {
 	if err != nil {
 		return nil
 	}
-	d.decide(n, text(item.Get("id")), d.ownerOf(item, true) == workspace)
+	d.decide(n, text(item.Get("id")), d.ownerOf(item, true) == workspaceOwner)
 	return d.replay()
 }
 
@@ -248,7 +248,7 @@ func (d *responsesSSE) hold(data []byte, ev rawjson.Object) error {
 func (d *responsesSSE) decide(n int, id string, hidden bool) {
 	d.cur.owner[n] = client
 	if hidden {
-		d.cur.owner[n] = workspace
+		d.cur.owner[n] = workspaceOwner
 		d.hideItem(id)
 	}
 	d.cur.pending = -1

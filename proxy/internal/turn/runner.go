@@ -13,6 +13,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // DefaultMaxToolRounds is how many tool rounds a turn may make before its last upstream call,
@@ -62,12 +63,12 @@ type Runner struct {
 // Turn is one request of a thread, ready to run: its dialect's request already carries the
 // workspace block.
 type Turn struct {
-	Workspace *tools.Workspace
+	Workspace *workspace.Workspace
 	// Log logs what the client does not see (a round's text sent back truncated); nil logs
 	// nothing.
 	Log *slog.Logger
 	// Start is the turn's start: its number, and the workspace its first round shows the model.
-	Start    tools.TurnStart
+	Start    workspace.TurnStart
 	Model    string // the model the request names
 	Upstream Upstream
 	// Provider is the upstream's gen_ai.provider.name on the rounds' spans: openai, anthropic,
@@ -75,7 +76,7 @@ type Turn struct {
 	Provider string
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
-	Usage tools.Usage
+	Usage workspace.Usage
 	// calls counts the workspace calls run in the turn (MaxToolCallsPerTurn).
 	calls int
 	// reached: a round's reply came from the upstream, whole or in part (the model was reached).
@@ -96,10 +97,10 @@ func (r *Runner) metrics() Metrics {
 
 type noMetrics struct{}
 
-func (noMetrics) ToolCall(string, bool, int)         {}
-func (noMetrics) ToolRounds(int)                     {}
-func (noMetrics) Tokens(string, string, tools.Usage) {}
-func (noMetrics) UpstreamRetry()                     {}
+func (noMetrics) ToolCall(string, bool, int)             {}
+func (noMetrics) ToolRounds(int)                         {}
+func (noMetrics) Tokens(string, string, workspace.Usage) {}
+func (noMetrics) UpstreamRetry()                         {}
 
 func (r *Runner) maxToolRounds() int {
 	if r.MaxToolRounds > 0 {
@@ -289,7 +290,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 // runTool runs one workspace call.
 func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, call toolCall) (tools.Result, error) {
 	tctx, span := r.Tracing.toolSpan(ctx, call)
-	res, err := t.Workspace.Run(tctx, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments,
+	res, err := tools.Run(tctx, t.Workspace, tools.Call{Turn: t.Start.Number, Round: n, ID: call.ID, Name: call.Name, Arguments: call.Arguments,
 		Length: call.Length, View: view})
 	r.Tracing.endTool(span, res, err)
 	if err != nil {

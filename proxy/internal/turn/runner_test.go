@@ -19,6 +19,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // emitFunc is an Emitter that hands each chunk to a function and flushes nothing.
@@ -69,9 +70,9 @@ func longStream(n, size int, tail ...string) func() io.Reader {
 // maxRoundText of it.
 func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 	t.Parallel()
-	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
-	ws := store.Workspace(tools.ThreadID{Name: "long"})
-	turn, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
+	store := workspace.NewStore(dbtest.NewPool(t, nil), workspace.Options{})
+	ws := store.Workspace(workspace.ThreadID{Name: "long"})
+	turn, err := ws.StartTurn(context.Background(), workspace.TurnOptions{})
 	require.NoError(t, err)
 	const n, size = 4096, 4096
 	up := &fakeUpstream{bodies: []func() io.Reader{
@@ -108,7 +109,7 @@ func TestRunnerKeepsOnlyWhatTheNextRoundNeeds(t *testing.T) {
 // round 2, and answer with the usage of both rounds.
 func TestRunnerLoopWithoutHTTP(t *testing.T) {
 	t.Parallel()
-	store := tools.NewStore(dbtest.NewPool(t, nil), tools.Options{})
+	store := workspace.NewStore(dbtest.NewPool(t, nil), workspace.Options{})
 	call := call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Test the loop","action_and_reasoning":"goal"}`}
 	stream := func(chunks ...string) func() io.Reader {
 		return func() io.Reader {
@@ -119,8 +120,8 @@ func TestRunnerLoopWithoutHTTP(t *testing.T) {
 	for _, streamed := range []bool{false, true} {
 		t.Run(fmt.Sprint("streamed=", streamed), func(t *testing.T) {
 			t.Parallel()
-			ws := store.Workspace(tools.ThreadID{Name: fmt.Sprint("loop-", streamed)})
-			turn, err := ws.StartTurn(context.Background(), tools.TurnOptions{})
+			ws := store.Workspace(workspace.ThreadID{Name: fmt.Sprint("loop-", streamed)})
+			turn, err := ws.StartTurn(context.Background(), workspace.TurnOptions{})
 			require.NoError(t, err)
 			up := &fakeUpstream{bodies: []func() io.Reader{body(cmpl("", call)), body(cmpl("Done."))}}
 			if streamed {
@@ -222,7 +223,7 @@ func TestRetryAfter(t *testing.T) {
 			up := &script{replies: []scripted{{body: cmpl("", call{ID: "a", Name: tools.SetObjective, Arguments: objective})}, {err: overloaded}}}
 			req, err := ParseChatRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"go"}]}`))
 			require.NoError(t, err)
-			tt := newTurn(t, tools.Limits{}, up)
+			tt := newTurn(t, workspace.Limits{}, up)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			var waits []time.Duration

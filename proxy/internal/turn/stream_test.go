@@ -13,6 +13,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // TestStreamRetryCountsTheRoundOnce: a round after the turn's tools fails once after the
@@ -32,7 +33,7 @@ func TestStreamRetryCountsTheRoundOnce(t *testing.T) {
 		up := &script{replies: bodies(strings.Join(round1.Events(), ""), failed, strings.Join(round2.Events(), ""))}
 		req, err := ParseMessagesRequest([]byte(`{"model":"m","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"go"}]}`))
 		require.NoError(t, err)
-		tt := newTurn(t, tools.Limits{}, up)
+		tt := newTurn(t, workspace.Limits{}, up)
 		out := &recorder{}
 		rounds, err := (&Runner{RetryBackoff: time.Millisecond}).Run(context.Background(), tt, req.Stream(tt, out))
 		require.NoError(t, err)
@@ -55,7 +56,7 @@ func TestStreamRetryCountsTheRoundOnce(t *testing.T) {
 		up := &script{replies: bodies(strings.Join(round1, ""), strings.Join(failed, ""), strings.Join(round2, ""))}
 		req, err := ParseChatRequest([]byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"go"}]}`))
 		require.NoError(t, err)
-		tt := newTurn(t, tools.Limits{}, up)
+		tt := newTurn(t, workspace.Limits{}, up)
 		out := &recorder{}
 		rounds, err := (&Runner{RetryBackoff: time.Millisecond}).Run(context.Background(), tt, req.Stream(tt, out))
 		require.NoError(t, err)
@@ -86,7 +87,7 @@ func TestChatStreamWrapperOverTheBound(t *testing.T) {
 	req, err := ParseChatRequest([]byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"go"}],` +
 		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}]}`))
 	require.NoError(t, err)
-	tt := newTurn(t, tools.Limits{ArgumentBytesMax: limit}, up)
+	tt := newTurn(t, workspace.Limits{ArgumentBytesMax: limit}, up)
 	out := &recorder{}
 	rounds, err := (&Runner{}).Run(context.Background(), tt, req.Stream(tt, out))
 	require.NoError(t, err)
@@ -128,7 +129,7 @@ func TestStreamEventNotJSONEndsTheStream(t *testing.T) {
 			req, err := c.parse([]byte(c.request))
 			require.NoError(t, err)
 			up := &script{replies: bodies(c.stream)}
-			tt := newTurn(t, tools.Limits{}, up)
+			tt := newTurn(t, workspace.Limits{}, up)
 			out := &recorder{}
 			dialect := req.Stream(tt, out)
 			_, err = (&Runner{}).Run(context.Background(), tt, dialect)

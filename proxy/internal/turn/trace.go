@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/genai"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // SemconvVersion is the version of the semantic conventions the traces follow.
@@ -58,7 +59,7 @@ func (tr Tracing) roundSpan(ctx context.Context, t *Turn, n int) (context.Contex
 }
 
 // endRound records a round's outcome on its span.
-func endRound(span trace.Span, info roundInfo, usage tools.Usage, retries int, err error) {
+func endRound(span trace.Span, info roundInfo, usage workspace.Usage, retries int, err error) {
 	if !span.IsRecording() {
 		span.End()
 		return

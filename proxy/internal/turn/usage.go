@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // usageSum adds up the usage objects of a turn's rounds (docs/spec.md §16): one round's goes
@@ -17,7 +17,7 @@ import (
 // round decodes nothing; the token counts it sums as it goes.
 type usageSum struct {
 	raws   []json.RawMessage
-	tokens tools.Usage
+	tokens workspace.Usage
 }
 
 // usage is one round's usage object as the upstream sent it (nil for none) and its token
@@ -25,7 +25,7 @@ type usageSum struct {
 // messagesTokens).
 type usage struct {
 	raw    json.RawMessage
-	tokens tools.Usage
+	tokens workspace.Usage
 }
 
 // add keeps a round's usage; its raw object must stay unchanged until json is called.
@@ -51,7 +51,7 @@ func usageTokens(raw json.RawMessage, prompt, details, completion string) usage 
 	if err != nil {
 		return u
 	}
-	u.tokens = tools.Usage{PromptTokens: tokenCount(o, prompt), CompletionTokens: tokenCount(o, completion)}
+	u.tokens = workspace.Usage{PromptTokens: tokenCount(o, prompt), CompletionTokens: tokenCount(o, completion)}
 	if d, err := rawjson.Parse(o.Get(details)); err == nil {
 		u.tokens.CachedPromptTokens = tokenCount(d, "cached_tokens")
 	}
@@ -138,7 +138,7 @@ func addNumbers(a, b json.RawMessage) json.RawMessage {
 	x, errX := strconv.ParseInt(string(a), 10, 64)
 	y, errY := strconv.ParseInt(string(b), 10, 64)
 	if errX == nil && errY == nil {
-		return json.RawMessage(strconv.FormatInt(tools.AddTokens(x, y), 10))
+		return json.RawMessage(strconv.FormatInt(workspace.AddTokens(x, y), 10))
 	}
 	f, _ := strconv.ParseFloat(string(a), 64)
 	g, _ := strconv.ParseFloat(string(b), 64)

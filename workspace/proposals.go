@@ -1,4 +1,4 @@
-package tools
+package workspace
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 // §17, §19): review mode's, and the locked_skips that kept what the agent asked for.
 const MaxPendingProposals = 20
 
-// proposalBook is what a call that would make proposals knows of the workspace's, read under the
-// thread's row lock for the call's candidates (EventProposalBook): how many proposals wait, which
-// candidates equal one that waits or one the user dismissed, and review mode's pending objective
-// proposal, which a newer one replaces. A call's plan is made twice when it proposes: without
-// the book (nil: every candidate is made, and the candidates are known), then with it.
-type proposalBook struct {
+// ProposalBook is what a call that would make proposals knows of the workspace's, read under the
+// thread's row lock for the call's candidates (Locked.ProposalBook): how many proposals wait,
+// which candidates equal one that waits or one the user dismissed, and review mode's pending
+// objective proposal, which a newer one replaces. A call's plan is made twice when it proposes:
+// without the book (nil: every candidate is made, and the candidates are known), then with it.
+type ProposalBook struct {
 	pending   int
 	known     map[string]int // by proposalKey: proposalWaits or proposalDismissed
 	objective int64          // the pending objective proposal's event; 0 none
@@ -36,28 +36,32 @@ func proposalKey(target Target, proposed []byte) string {
 	return target.Type + "\x00" + strconv.FormatInt(target.ID, 10) + "\x00" + string(proposed)
 }
 
-// isProposal reports whether c is a proposal the user may apply or dismiss.
-func (c change) isProposal() bool {
+// IsProposal reports whether c is a proposal the user may apply or dismiss.
+func (c Change) IsProposal() bool {
 	return c.kind == Proposed || (c.kind == LockedSkip && c.proposed != nil)
 }
 
-// proposes reports whether the plan makes a proposal.
-func (out toolOutput) proposes() bool {
-	for _, c := range out.changes {
-		if c.isProposal() {
+// Answers is the proposal c answers (an apply, a dismissal, or an objective proposal that
+// replaces a pending one: ProposalBook.Admit); 0 none.
+func (c Change) Answers() int64 { return c.answers }
+
+// Proposes reports whether changes hold a proposal.
+func Proposes(changes []Change) bool {
+	for _, c := range changes {
+		if c.IsProposal() {
 			return true
 		}
 	}
 	return false
 }
 
-// readBook reads the book for the proposals of changes, on q (a transaction that holds the
-// thread's row lock).
-func (w *Workspace) readBook(ctx context.Context, q db.DBTX, changes []change) (*proposalBook, error) {
+// ProposalBook reads the book for the proposals of changes, with the thread's row lock.
+func (l *Locked) ProposalBook(ctx context.Context, changes []Change) (*ProposalBook, error) {
+	w, q := l.w, l.tx.Conn()
 	arg := db.EventProposalBookParams{ThreadID: w.threadID}
 	var keys []string
 	for _, c := range changes {
-		if !c.isProposal() {
+		if !c.IsProposal() {
 			continue
 		}
 		arg.TargetTypes = append(arg.TargetTypes, c.target.Type)
@@ -72,7 +76,7 @@ func (w *Workspace) readBook(ctx context.Context, q db.DBTX, changes []change) (
 	if len(r.Known) != len(keys) {
 		return nil, fmt.Errorf("read proposals: %d answers for %d proposals", len(r.Known), len(keys))
 	}
-	b := &proposalBook{pending: int(r.Pending), known: make(map[string]int, len(keys)), objective: r.Objective}
+	b := &ProposalBook{pending: int(r.Pending), known: make(map[string]int, len(keys)), objective: r.Objective}
 	for i, k := range keys {
 		if r.Known[i] != proposalNew {
 			b.known[k] = int(r.Known[i])
@@ -81,11 +85,11 @@ func (w *Workspace) readBook(ctx context.Context, q db.DBTX, changes []change) (
 	return b, nil
 }
 
-// admit decides whether c, a proposal of review mode, is made: not when an equal one waits or
+// Admit decides whether c, a proposal of review mode, is made: not when an equal one waits or
 // was dismissed, nor past MaxPendingProposals (held says why, naming it as what); an objective
 // proposal replaces the pending one (c answers it) and adds none to those waiting. A nil book
 // admits every candidate.
-func (b *proposalBook) admit(c *change, held *heldProposals, what string) bool {
+func (b *ProposalBook) Admit(c *Change, held *HeldProposals, what string) bool {
 	if b == nil {
 		return true
 	}
@@ -111,28 +115,28 @@ func (b *proposalBook) admit(c *change, held *heldProposals, what string) bool {
 	return true
 }
 
-// admitSkips keeps the proposal of each locked_skip of changes that the book admits; one it does
+// AdmitSkips keeps the proposal of each locked_skip of changes that the book admits; one it does
 // not (an equal one waits or was dismissed, or MaxPendingProposals wait) is recorded without a
 // proposal: the call is in the history, and nothing more waits for the user.
-func (b *proposalBook) admitSkips(changes []change) {
+func (b *ProposalBook) AdmitSkips(changes []Change) {
 	if b == nil {
 		return
 	}
 	for i := range changes {
-		if c := &changes[i]; c.kind == LockedSkip && c.proposed != nil && !b.admit(c, &heldProposals{}, "") {
+		if c := &changes[i]; c.kind == LockedSkip && c.proposed != nil && !b.Admit(c, &HeldProposals{}, "") {
 			c.proposed = nil
 		}
 	}
 }
 
-// heldProposals are the proposals of a call that were not made, by why, each named as the result
+// HeldProposals are the proposals of a call that were not made, by why, each named as the result
 // names it.
-type heldProposals struct {
+type HeldProposals struct {
 	dismissed, waiting, full []string
 }
 
-// parts are the result's parts that say so.
-func (h heldProposals) parts() []string {
+// Parts are the result's parts that say so.
+func (h HeldProposals) Parts() []string {
 	var parts []string
 	if len(h.dismissed) > 0 {
 		parts = append(parts, "dismissed by the user: "+strings.Join(h.dismissed, ", "))
@@ -147,6 +151,7 @@ func (h heldProposals) parts() []string {
 	return parts
 }
 
-func (h heldProposals) empty() bool {
+// Empty reports whether every proposal was made.
+func (h HeldProposals) Empty() bool {
 	return len(h.dismissed)+len(h.waiting)+len(h.full) == 0
 }
