@@ -301,7 +301,7 @@ func TestMCPTrace(t *testing.T) {
 	status, body := mcpRawCall(t, e.srv.URL, adminToken, "add_preferences",
 		`{"thread":"traced","items":[{"title":"Secret title"}],"action_and_reasoning":"stated"}`, map[string]string{"traceparent": parent})
 	require.Equal(t, 200, status, body)
-	require.Contains(t, body, "recorded 1 preference")
+	require.Contains(t, body, "proposed; the user will review it (this turn read content the user did not write)", "an MCP write is untrusted")
 
 	id, _ := trace.TraceIDFromHex("5bf92f3577b34da6a3ce929d0e0e4736")
 	var spans map[string][]sdktrace.ReadOnlySpan

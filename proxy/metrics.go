@@ -54,6 +54,7 @@ type Metrics struct {
 	upstreamDuration prometheus.Histogram
 	upstreamRetries  prometheus.Counter
 	toolCalls        *prometheus.CounterVec
+	untrustedWrites  *prometheus.CounterVec
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
 	turns            *prometheus.CounterVec // kind
@@ -96,6 +97,10 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		toolCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_tool_calls_total", Help: "Workspace tool calls run, by tool, outcome (ok, error) and the path they came by (via: proxy, a proxied turn's; mcp).",
 		}, []string{"tool", "outcome", "via"}),
+		untrustedWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_untrusted_writes_total",
+			Help: "Workspace writes of turns that read content the user did not write (docs/spec.md §19), by outcome (grounded, proposed, unconfirmed, refused, over_limit) and via.",
+		}, []string{"outcome", "via"}),
 		lockedSkips: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_locked_skips_total", Help: "Locked preferences a tool call named and left untouched, by tool.",
 		}, []string{"tool"}),
@@ -129,7 +134,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.lockedSkips, m.toolRounds, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
+		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -285,13 +290,13 @@ func (m *Metrics) UpstreamRetry() {
 }
 
 // ToolCall counts a workspace call of a proxied turn (turn.Metrics).
-func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int) {
-	m.toolCall(workspace.ViaProxy, name, ok, lockedSkips)
+func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int, untrusted string) {
+	m.toolCall(workspace.ViaProxy, name, ok, lockedSkips, untrusted)
 }
 
 // MCPToolCall counts a workspace call over MCP (mcp.Metrics).
-func (m *Metrics) MCPToolCall(name string, ok bool, lockedSkips int) {
-	m.toolCall(workspace.ViaMCP, name, ok, lockedSkips)
+func (m *Metrics) MCPToolCall(name string, ok bool, lockedSkips int, untrusted string) {
+	m.toolCall(workspace.ViaMCP, name, ok, lockedSkips, untrusted)
 }
 
 // mcp is m as MCP's metrics: nil (an interface holding none) when m is.
@@ -302,7 +307,7 @@ func (m *Metrics) mcp() mcp.Metrics {
 	return m
 }
 
-func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int) {
+func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int, untrusted string) {
 	if m == nil {
 		return
 	}
@@ -316,6 +321,9 @@ func (m *Metrics) toolCall(via, name string, ok bool, lockedSkips int) {
 	m.toolCalls.WithLabelValues(name, outcome, via).Inc()
 	if lockedSkips > 0 {
 		m.lockedSkips.WithLabelValues(name).Add(float64(lockedSkips))
+	}
+	if untrusted != "" {
+		m.untrustedWrites.WithLabelValues(untrusted, via).Inc()
 	}
 }
 

@@ -77,6 +77,9 @@ type Options struct {
 	// namespace, nearest first) a thread named by ThreadHeader is created with: a new agent
 	// session starts with its project's and its person's preferences (THREAD_PARENTS).
 	ThreadParents []string
+	// UntrustedMarkers begin text a client adds to a user's message, beside those of the clients
+	// wsproxy knows (turn.ClientMarkers; UNTRUSTED_MARKERS, docs/spec.md §19).
+	UntrustedMarkers []string
 	// UpstreamTimeout is the longest wait for an upstream's response headers and the longest
 	// silence inside its body. Zero means DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration
@@ -190,6 +193,7 @@ type Server struct {
 
 // NewServer returns a server with its routes.
 func NewServer(opts Options) *Server {
+	turn.AddClientMarkers(opts.UntrustedMarkers)
 	opts = opts.withDefaults()
 	base := opts.Transport
 	if base == nil {

@@ -50,6 +50,7 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	defer s.endTurn(r.Context(), t)
+	t.Reading = req.Reading
 	if setup != nil {
 		setup(t)
 	}

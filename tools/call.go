@@ -52,6 +52,10 @@ type Result struct {
 	Text string
 	// LockedSkips counts the locked preferences the call named and left alone.
 	LockedSkips int
+	// Untrusted is what became of the call's write when its turn had read content the user did
+	// not write (docs/spec.md §19): OutcomeGrounded, OutcomeProposed, OutcomeUnconfirmed,
+	// OutcomeRefused or OutcomeOverLimit; "" otherwise.
+	Untrusted string
 }
 
 // Envelope is the JSON a tool message carries.
@@ -89,7 +93,7 @@ var errThreadGone = errors.New("this thread's workspace was deleted; nothing was
 func Run(ctx context.Context, ws *workspace.Workspace, c Call) (_ Result, err error) {
 	ctx, done := ws.Op(ctx)
 	defer done(&err)
-	s := planner{limits: ws.Limits()}
+	s := planner{limits: ws.Limits(), untrustedWrites: ws.UntrustedWrites()}
 	if n, max := max(len(c.Arguments), c.Length), s.limits.ArgumentBytesMax; n > max {
 		return refuse(ctx, ws, c, "", invalid("arguments", "at most %d bytes (got %d); nothing was written", max, n))
 	}
@@ -175,14 +179,14 @@ type called struct {
 // with an error envelope and recorded, writing nothing; an error that is not a refusal is
 // returned.
 func (s planner) planCall(c Call, args json.RawMessage, reasoning string, st workspace.State, view *View) (called, error) {
-	out, err := s.plan(c.Name, args, st, view)
+	out, err := s.plan(c, args, st, view)
 	if err != nil {
 		return refused(c, reasoning, err)
 	}
 	if c.via() == workspace.ViaMCP && c.Name == ListPreferences {
 		out.text = AsOfChange(out.text, st.Version-1)
 	}
-	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips}
+	res := Result{OK: true, Content: Envelope{OK: true, Result: out.text}.encode(), Text: out.text, LockedSkips: out.lockedSkips, Untrusted: out.outcome}
 	return called{Plan: workspace.Plan{Call: record(c, reasoning, res), Write: out.write}, res: res, out: &out, view: view}, nil
 }
 
@@ -215,6 +219,9 @@ func (p called) ran(c Call, st workspace.State) {
 		p.view.show(p.out.shown)
 	}
 	p.view.ran(p.out.kept, p.out.removed)
+	if p.out.ungrounded {
+		p.view.ungrounded = true
+	}
 	if c.View != nil {
 		next := after(st, *p.out)
 		p.view.knows = &next
@@ -255,12 +262,26 @@ type toolOutput struct {
 	removed     []int64                // the preferences the call removed
 	shown       []workspace.Preference // the list a list_preferences call showed
 	write       workspace.Write
+	// outcome is what became of a write of a tainted turn (docs/spec.md §19; "" for an untainted
+	// turn's); ungrounded: the write was not grounded, so no later write of the turn is.
+	outcome    string
+	ungrounded bool
 }
 
 var errUnknownTool = errors.New("unknown tool")
 
-// plan plans a call of the tool name on st, its indices naming view.
-func (s planner) plan(name string, args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
+// plan plans the call c on st, its indices naming view: the tool's plan, and what provenance
+// makes of its write (untrusted).
+func (s planner) plan(c Call, args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
+	out, err := s.planTool(c.Name, args, st, view)
+	if err != nil {
+		return out, err
+	}
+	return s.untrusted(c, args, st, view, out)
+}
+
+// planTool plans a call of the tool name on st, its indices naming view.
+func (s planner) planTool(name string, args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
 	switch name {
 	case AddPreferences:
 		return s.addPreferences(args, st, view)

@@ -16,6 +16,8 @@ import (
 // planner plans the tools' calls within the limits of the store they run against.
 type planner struct {
 	limits workspace.Limits
+	// untrustedWrites is the store's setting for a tainted turn's ungrounded writes.
+	untrustedWrites string
 }
 
 func listText(list []workspace.Preference) string {

@@ -35,6 +35,11 @@ type View struct {
 	// knows is the workspace as the turn's start or its last call left it, on which its next
 	// call is planned (the call checks that it still stands); nil: not known, the call reads it.
 	knows *workspace.State
+	// readingOf is what the turn's model read (SetReading), read into read at the turn's first
+	// write; ungrounded: a write of the turn was not grounded, and no later one is.
+	readingOf  func() workspace.Reading
+	read       *workspace.Reading
+	ungrounded bool
 }
 
 // NewView is the view of a turn's first round: the list its start showed the model.

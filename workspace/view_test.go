@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/tools"
 	. "github.com/wsproxy/wsproxy/workspace"
 )
@@ -130,7 +131,7 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 // rewritten or removed since is reported; once the events after it are pruned, as_of is refused.
 func TestAsOfRebuildsTheListOfThatChange(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f := setupOn(t, dbtest.NewPool(t, nil), Options{UntrustedWrites: UntrustedApply}) // MCP's writes apply (docs/spec.md §19)
 	ctx := context.Background()
 	mcp := func(tool, args string) tools.Result {
 		t.Helper()

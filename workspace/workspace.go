@@ -117,6 +117,8 @@ type Store struct {
 	limits  Limits
 	timeout time.Duration
 	starter *turnStarter
+	// untrusted is Options.UntrustedWrites.
+	untrusted string
 	// inherited keeps the turn starts' inherited lists decoded (docs/spec.md §17).
 	inherited inheritedCache
 }
@@ -131,6 +133,25 @@ type Options struct {
 	// Timeout bounds each workspace operation: the wait for a pooled connection (all busy: the
 	// operation waits, then fails) and its statements. Zero means DefaultTimeout.
 	Timeout time.Duration
+	// UntrustedWrites is what becomes of an agent's write that a tainted turn made and the user's
+	// words do not ground (docs/spec.md §19): UntrustedPropose ("" too), UntrustedApply or
+	// UntrustedRefuse.
+	UntrustedWrites string
+}
+
+// What becomes of an untrusted, ungrounded write (docs/spec.md §19, UNTRUSTED_WRITES).
+const (
+	UntrustedPropose = "propose"
+	UntrustedApply   = "apply"
+	UntrustedRefuse  = "refuse"
+)
+
+// UntrustedWrites is the store's untrusted_writes: UntrustedPropose unless set.
+func (w *Workspace) UntrustedWrites() string {
+	if w.store.untrusted == "" {
+		return UntrustedPropose
+	}
+	return w.store.untrusted
 }
 
 // DefaultTimeout is a workspace operation's default time bound.
@@ -160,7 +181,8 @@ func NewStore(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout, starter: &turnStarter{pool: pool, timeout: opts.Timeout}}
+	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout, untrusted: opts.UntrustedWrites,
+		starter: &turnStarter{pool: pool, timeout: opts.Timeout}}
 }
 
 // ErrUnavailable marks the failures of an operation that are Postgres's, not the operation's:

@@ -848,7 +848,7 @@ func TestEveryChangeReachesTheNextTurn(t *testing.T) {
 func TestCallOverMCP(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store := NewStore(dbtest.NewPool(t, nil), Options{})
+	store := NewStore(dbtest.NewPool(t, nil), Options{UntrustedWrites: UntrustedApply}) // its writes apply (docs/spec.md §19)
 	ws := store.Workspace(ThreadID{Client: "alice", Name: "elsewhere"})
 	res, err := tools.Run(ctx, ws, tools.Call{Name: tools.AddPreferences, Via: ViaMCP,
 		Arguments: `{"items":[{"title":"Window seat"}],"action_and_reasoning":"The user said so."}`})

@@ -68,6 +68,13 @@ type Config struct {
 	// HistoryRetention prunes events, snapshots, tool-call records, response turns and client
 	// responses older than it (0 keeps them).
 	HistoryRetention time.Duration
+	// UntrustedWrites is what becomes of a write a turn that read content the user did not
+	// write makes, when the user's words do not ground it (docs/spec.md §19): propose, apply or
+	// refuse.
+	UntrustedWrites string
+	// UntrustedMarkers begin text a client adds to a user's message (comma-separated), beside
+	// the markers wsproxy knows of the clients it has captured.
+	UntrustedMarkers string
 	// TrustedProxies are the proxies in front whose X-Forwarded-* headers are believed (CIDRs).
 	TrustedProxies string
 	// UI is "on" or "off": the workspace panel.
@@ -158,6 +165,8 @@ func (c *Config) settings() []setting {
 		{"WORKSPACE_BUDGET", "workspace-budget", "with WORKSPACE_UNAVAILABLE=bypass, how long a thread turn waits for its workspace before it is forwarded without it", (*durationValue)(&c.WorkspaceBudget)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "a direct Postgres connection for LISTEN (the panel's live updates, MCP's subscriptions), when DATABASE_URL is a transaction-pooling PgBouncer; default DATABASE_URL", (*secretValue)(&c.DatabaseListenURL)},
+		{"UNTRUSTED_WRITES", "untrusted-writes", "what becomes of a write of a turn that read content the user did not write, when the user's own words do not ground it: propose (a proposal the user reviews), apply (applied) or refuse", (*stringValue)(&c.UntrustedWrites)},
+		{"UNTRUSTED_MARKERS", "untrusted-markers", "comma-separated texts that begin what a client adds to a user's message (like <my-context>): from one to the end of its part, the text is not the user's", (*stringValue)(&c.UntrustedMarkers)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last), tool-call records, response turns and client responses older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
 		{"METRICS_TOKEN", "metrics-token", "bearer token /metrics needs (Authorization: Bearer <token>); unset: /metrics is open", (*secretValue)(&c.MetricsToken)},
@@ -250,6 +259,11 @@ func (c Config) Validate() error {
 	}
 	if c.MCP != "on" && c.MCP != "off" {
 		return fmt.Errorf("MCP: %q is not on or off", c.MCP)
+	}
+	switch c.UntrustedWrites {
+	case "", workspace.UntrustedPropose, workspace.UntrustedApply, workspace.UntrustedRefuse:
+	default:
+		return fmt.Errorf("UNTRUSTED_WRITES: %q must be propose, apply or refuse", c.UntrustedWrites)
 	}
 	if c.HistoryRetention < 0 {
 		return fmt.Errorf("HISTORY_RETENTION: %s must not be negative", c.HistoryRetention)

@@ -322,13 +322,15 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	limits := workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	return proxy.Options{
-		Store:          workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits}),
+		Store: workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits,
+			UntrustedWrites: m.Config.UntrustedWrites}),
 		UpstreamURL:    upstreamURL,
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
 			"gemini": {URL: geminiURL, APIKey: m.Config.GeminiUpstreamAPIKey}},
 		ThreadHeader:         m.Config.ThreadHeader,
 		ThreadParents:        m.Config.threadParents(),
+		UntrustedMarkers:     strings.Split(m.Config.UntrustedMarkers, ","),
 		UpstreamTimeout:      m.Config.UpstreamTimeout,
 		StreamKeepalive:      m.Config.StreamKeepalive,
 		AdminToken:           m.AdminToken,

@@ -96,7 +96,9 @@ func runTSClient(t *testing.T, m *Main, token, thread string) map[string]any {
 // are the agent's, via MCP. A wrong token is refused.
 func TestMCPTypeScriptSDK(t *testing.T) {
 	t.Parallel()
-	m, _ := MustRunMain(t, nil)
+	// Every MCP write is untrusted, a proposal by default (docs/spec.md §19, TestMCPClaudeCode):
+	// this test is about the SDK's calls, so they apply.
+	m, _ := MustRunMain(t, func(c *Config) { c.UntrustedWrites = "apply" })
 
 	got := runTSClient(t, m, m.AdminToken, "ts-admin")
 	require.Nil(t, got["error"])
@@ -209,9 +211,10 @@ func messagesText(w http.ResponseWriter, text string) {
 
 // TestMCPClaudeCode: Claude Code (pinned in scripts/npm) adds wsproxy as an HTTP MCP server
 // with a thread token (claude mcp add --transport http … --header "Authorization: Bearer …"),
-// and its model, scripted by a fake Messages upstream, calls add_preferences: the preference
-// lands in the thread, the admin REST shows the agent's event via "mcp", and the model got the
-// tool's result and wsproxy's description of it.
+// and its model, scripted by a fake Messages upstream, calls add_preferences: an MCP write is
+// untrusted (docs/spec.md §19), so it waits for the user as a proposal, which the admin REST
+// shows as the agent's event via "mcp" and applies; the model got the tool's result and
+// wsproxy's description of it.
 func TestMCPClaudeCode(t *testing.T) {
 	t.Parallel()
 	m, _ := MustRunMain(t, nil)
@@ -238,15 +241,21 @@ func TestMCPClaudeCode(t *testing.T) {
 
 	var ws adminWorkspace
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/claude-code", "", &ws))
+	require.Empty(t, ws.Preferences, "an MCP write waits for the user")
+	require.Equal(t, []string{"user admin objective_set", "agent mcp proposed"}, mcpEvents(t, m, "claude-code"))
+	var proposals struct{ Data []struct{ ID int64 } }
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/claude-code/proposals", "", &proposals))
+	require.Len(t, proposals.Data, 1)
+	require.Equal(t, 200, adminCall(t, m, "POST", fmt.Sprintf("/admin/v1/threads/claude-code/events/%d/apply", proposals.Data[0].ID), "", nil))
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/claude-code", "", &ws))
 	require.Len(t, ws.Preferences, 1)
 	require.Equal(t, "Window seat", ws.Preferences[0].Title)
-	require.Equal(t, []string{"user admin objective_set", "agent mcp preference_added"}, mcpEvents(t, m, "claude-code"))
 
 	// What Claude Code's model saw: the tool with wsproxy's description (once loaded), and its result.
 	var sawTool, sawResult bool
 	for _, body := range rounds.all() {
 		sawTool = sawTool || strings.Contains(string(body), `"name":"mcp__wsproxy__add_preferences","description":"Record one or more decoded user preferences`)
-		sawResult = sawResult || strings.Contains(string(body), "recorded 1 preference")
+		sawResult = sawResult || strings.Contains(string(body), "proposed; the user will review it (this turn read content the user did not write)")
 	}
 	require.True(t, sawTool, "the tool's description reached the model")
 	require.True(t, sawResult, "the tool's result reached the model")

@@ -52,7 +52,9 @@ func setup(t testing.TB, configure ...func(*Options)) *env {
 // setupWithPool is a replica on pool's schema: its own hub and guard (the same admin token).
 func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
 	t.Helper()
-	store := workspace.NewStore(pool, workspace.Options{})
+	// Every MCP write is untrusted (docs/spec.md §19), a proposal by default: these tests are
+	// about MCP itself, so its writes apply (proxy's TestUntrustedWritesOverMCP tests the default).
+	store := workspace.NewStore(pool, workspace.Options{UntrustedWrites: workspace.UntrustedApply})
 	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
 	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: readAll, MaxBatch: maxBatch}
 	for _, c := range configure {

@@ -59,7 +59,7 @@ type Options struct {
 type Metrics interface {
 	// MCPToolCall counts a workspace tool call over MCP: its tool, whether it succeeded, and the
 	// locked preferences it named and left alone.
-	MCPToolCall(tool string, ok bool, lockedSkips int)
+	MCPToolCall(tool string, ok bool, lockedSkips int, untrusted string)
 }
 
 // Server serves /mcp. Close ends its subscriptions.

@@ -86,7 +86,7 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 
 func (s *Server) metrics(name string, res tools.Result) {
 	if s.opts.Metrics != nil {
-		s.opts.Metrics.MCPToolCall(name, res.OK, res.LockedSkips)
+		s.opts.Metrics.MCPToolCall(name, res.OK, res.LockedSkips, res.Untrusted)
 	}
 }
 

@@ -44,6 +44,9 @@ type Request interface {
 	JSON(t *Turn) JSONDialect
 	// Stream is the dialect of a turn whose client gets a stream, on out.
 	Stream(t *Turn, out Emitter) StreamDialect
+	// Reading is what the request gives the model to read, by who wrote it (docs/spec.md §19):
+	// the client's conversation as it came, whatever Prepare added.
+	Reading() workspace.Reading
 }
 
 // Counted is a request of an API that counts a request's tokens (the Messages API's
@@ -175,8 +178,9 @@ func (s *streamOut) pause() error {
 // Metrics count what the loop does; the HTTP edge's Prometheus metrics implement it.
 type Metrics interface {
 	// ToolCall counts a workspace call of tool name: ok or refused, with the locked items it
-	// left alone.
-	ToolCall(name string, ok bool, lockedSkips int)
+	// left alone, and what became of its write when its turn read untrusted content (untrusted:
+	// tools.Result.Untrusted, "" for none).
+	ToolCall(name string, ok bool, lockedSkips int, untrusted string)
 	// ToolRounds records a turn's rounds that ran workspace calls.
 	ToolRounds(n int)
 	// Tokens counts the tokens one round's upstream reported, for the turn's model (the

@@ -2,6 +2,7 @@ package turn
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -28,10 +29,11 @@ var ClientMarkers = []string{
 	"<session_context>", "--- Content from referenced files ---",
 }
 
-// AddClientMarkers adds a deployment's markers to ClientMarkers (at start, before any turn).
+// AddClientMarkers adds a deployment's markers to ClientMarkers (at start, before any turn),
+// each once.
 func AddClientMarkers(markers []string) {
 	for _, m := range markers {
-		if m = strings.TrimSpace(m); m != "" {
+		if m = strings.TrimSpace(m); m != "" && !slices.Contains(ClientMarkers, m) {
 			ClientMarkers = append(ClientMarkers, m)
 		}
 	}
@@ -402,7 +404,9 @@ func geminiReading(contents []byte, tools []byte, cached bool) workspace.Reading
 func (c *ChatRequest) Reading() workspace.Reading { return chatReading(c.msgs, c.clientTools.list) }
 
 // Reading is what the turn's model read, by who wrote it (docs/spec.md §19).
-func (m *MessagesRequest) Reading() workspace.Reading { return messagesReading(m.msgs, m.clientTools.list) }
+func (m *MessagesRequest) Reading() workspace.Reading {
+	return messagesReading(m.msgs, m.clientTools.list)
+}
 
 // Reading is what the turn's model read, by who wrote it (docs/spec.md §19).
 func (r *ResponsesRequest) Reading() workspace.Reading {

@@ -77,6 +77,9 @@ type Turn struct {
 	// Usage is what the upstream reported for the turn's rounds, set when the turn ends (also
 	// when it failed after some rounds).
 	Usage workspace.Usage
+	// Reading is what the turn's model read, by who wrote it (Request.Reading; docs/spec.md
+	// §19), called at its first write; nil: nothing untrusted.
+	Reading func() workspace.Reading
 	// calls counts the workspace calls run in the turn (MaxToolCallsPerTurn).
 	calls int
 	// reached: a round's reply came from the upstream, whole or in part (the model was reached).
@@ -97,7 +100,7 @@ func (r *Runner) metrics() Metrics {
 
 type noMetrics struct{}
 
-func (noMetrics) ToolCall(string, bool, int)             {}
+func (noMetrics) ToolCall(string, bool, int, string)     {}
 func (noMetrics) ToolRounds(int)                         {}
 func (noMetrics) Tokens(string, string, workspace.Usage) {}
 func (noMetrics) UpstreamRetry()                         {}
@@ -125,6 +128,9 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	// The list the model was shown, which the indices of each round's calls name (docs/spec.md
 	// §5): the block of the turn's start, then the list as each round's calls left it.
 	view := tools.NewView(t.Start)
+	if t.Reading != nil {
+		view.SetReading(t.Reading)
+	}
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
 		body := d.request(!final)
@@ -266,7 +272,7 @@ func (r *Runner) runTools(ctx context.Context, t *Turn, n int, view *tools.View,
 			out[i] = notRun(fmt.Sprintf("a turn runs at most %d workspace calls; answer the user", perTurn))
 		}
 		if out[i].Content != "" {
-			r.metrics().ToolCall(call.Name, false, 0)
+			r.metrics().ToolCall(call.Name, false, 0, "")
 			continue
 		}
 		t.calls++
@@ -296,7 +302,7 @@ func (r *Runner) runTool(ctx context.Context, t *Turn, n int, view *tools.View, 
 	if err != nil {
 		return res, err
 	}
-	r.metrics().ToolCall(call.Name, res.OK, res.LockedSkips)
+	r.metrics().ToolCall(call.Name, res.OK, res.LockedSkips, res.Untrusted)
 	if !res.OK && r.Logger != nil {
 		r.Logger.LogAttrs(ctx, slog.LevelDebug, "tool call refused", slog.String("thread", t.Workspace.ThreadID().String()),
 			slog.String("tool", call.Name), slog.String("result", res.Content))
