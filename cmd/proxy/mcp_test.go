@@ -291,7 +291,8 @@ func mcpToolCall(t *testing.T, m *Main, token, tool, args string) string {
 // live.
 func TestMCPChangeInThePanel(t *testing.T) {
 	t.Parallel()
-	m, _ := MustRunMain(t, nil)
+	// An MCP write is a proposal by default (docs/spec.md §19): this test is about the timeline.
+	m, _ := MustRunMain(t, func(c *Config) { c.UntrustedWrites = "apply" })
 	require.Equal(t, 200, adminCall(t, m, "PUT", "/admin/v1/threads/both/objective", `{"text":"Plan a trip to Lisbon"}`, nil))
 	ctx := newBrowser(t)()
 	signIn(t, ctx, m.URL, m.AdminToken)
