@@ -57,6 +57,7 @@ type Metrics struct {
 	untrustedWrites  *prometheus.CounterVec
 	lockedSkips      *prometheus.CounterVec
 	toolRounds       prometheus.Histogram
+	roundsExhausted  prometheus.Counter
 	turns            *prometheus.CounterVec // kind
 	bypassed         prometheus.Counter
 	tokens           *prometheus.CounterVec // kind, model[, client]
@@ -108,6 +109,9 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 			Name: "wsproxy_tool_rounds", Help: "Rounds per thread turn that ran workspace tool calls: its tool rounds, and a last round that ran them beside the client's calls (0 when the model answered at once).",
 			Buckets: []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16},
 		}),
+		roundsExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_tool_rounds_exhausted_total", Help: "Thread turns whose tool rounds reached MAX_TOOL_ROUNDS: their last upstream call went without the workspace tools.",
+		}),
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_turns_total", Help: "Requests of threads, by kind: turn (a thread turn: the workspace, the tools, the loop), side (an agent's side request) and compaction (an agent's summary of its history), the last two forwarded as they came.",
 		}, []string{"kind"}),
@@ -134,7 +138,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	})
 	buildInfo.Set(1)
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
+		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -345,6 +349,13 @@ func (m *Metrics) turn(kind string) {
 func (m *Metrics) ToolRounds(n int) {
 	if m != nil {
 		m.toolRounds.Observe(float64(n))
+	}
+}
+
+// ToolRoundsExhausted counts a turn whose tool rounds reached MAX_TOOL_ROUNDS (turn.Metrics).
+func (m *Metrics) ToolRoundsExhausted() {
+	if m != nil {
+		m.roundsExhausted.Inc()
 	}
 }
 

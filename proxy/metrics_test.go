@@ -94,6 +94,25 @@ func TestToolRoundsCountAMixedRound(t *testing.T) {
 	require.Equal(t, []string{`wsproxy_tool_rounds_bucket{le="0"} 0`, "wsproxy_tool_rounds_sum 1", "wsproxy_tool_rounds_count 1"}, got)
 }
 
+// TestToolRoundsExhaustedCounted: a turn whose tool rounds reach MAX_TOOL_ROUNDS, so that its
+// last call goes without the workspace tools, is counted in wsproxy_tool_rounds_exhausted_total;
+// a turn that ends within the bound is not.
+func TestToolRoundsExhaustedCounted(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) { o.MaxToolRounds = 1 })
+	e.up.Script(
+		reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Celsius"}]}`})),
+		reply(cmpl("done")),
+		reply(cmpl("at once")),
+	)
+	for _, thread := range []string{"bounded", "within"} {
+		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": thread}, `{"messages":[{"role":"user","content":"go"}]}`)
+		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(e.opts().Metrics.roundsExhausted))
+	require.True(t, strings.Contains(scrape(t, e), "\nwsproxy_tool_rounds_exhausted_total 1\n"), "the scrape shows it")
+}
+
 // lint runs promtool check metrics on a scrape's text (when promtool is installed).
 func lint(t *testing.T, text string) {
 	t.Helper()

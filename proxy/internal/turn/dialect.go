@@ -183,6 +183,9 @@ type Metrics interface {
 	ToolCall(name string, ok bool, lockedSkips int, untrusted string)
 	// ToolRounds records a turn's rounds that ran workspace calls.
 	ToolRounds(n int)
+	// ToolRoundsExhausted counts a turn whose tool rounds reached the bound (MaxToolRounds): its
+	// last upstream call goes without the workspace tools (docs/spec.md §6).
+	ToolRoundsExhausted()
 	// Tokens counts the tokens one round's upstream reported, for the turn's model (the
 	// request's) and client ("" without client keys).
 	Tokens(model, client string, u workspace.Usage)

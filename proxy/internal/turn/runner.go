@@ -102,6 +102,7 @@ type noMetrics struct{}
 
 func (noMetrics) ToolCall(string, bool, int, string)     {}
 func (noMetrics) ToolRounds(int)                         {}
+func (noMetrics) ToolRoundsExhausted()                   {}
 func (noMetrics) Tokens(string, string, workspace.Usage) {}
 func (noMetrics) UpstreamRetry()                         {}
 
@@ -133,6 +134,9 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 	}
 	for n := 1; ; n++ {
 		final := toolRounds >= r.maxToolRounds()
+		if final {
+			r.metrics().ToolRoundsExhausted()
+		}
 		body := d.request(!final)
 		var calls []toolCall
 		var roundUsage usage
