@@ -193,10 +193,14 @@ var (
 	poolTotal    = prometheus.NewDesc("wsproxy_db_pool_connections", "Postgres connections open (in use, idle and being opened).", nil, nil)
 	poolMax      = prometheus.NewDesc("wsproxy_db_pool_max_connections", "The pool's size (pool_max_conns).", nil, nil)
 	poolWaits    = prometheus.NewDesc("wsproxy_db_pool_acquire_waits_total", "Acquires that waited for a connection because none was idle.", nil, nil)
+	postgresUp   = prometheus.NewDesc("wsproxy_postgres_up", "1 when Postgres answered a ping through the pool within 2 s at this scrape (what /readyz asks), else 0.", nil, nil)
 )
 
+// postgresPing bounds the ping of wsproxy_postgres_up, as /readyz bounds its own.
+const postgresPing = 2 * time.Second
+
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits} {
+	for _, d := range []*prometheus.Desc{poolAcquired, poolIdle, poolTotal, poolMax, poolWaits, postgresUp} {
 		ch <- d
 	}
 }
@@ -208,14 +212,22 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolTotal, prometheus.GaugeValue, float64(s.TotalConns()))
 	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
 	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+	ctx, cancel := context.WithTimeout(context.Background(), postgresPing)
+	defer cancel()
+	up := 1.0
+	if c.pool.Ping(ctx) != nil {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(postgresUp, prometheus.GaugeValue, up)
 }
 
 // PoolTracer times every wait for a pooled Postgres connection: set it as the pool's
 // ConnConfig.Tracer (with pgx's multitracer beside another) before the pool is made.
 func (m *Metrics) PoolTracer() pgx.QueryTracer { return poolTracer{m} }
 
-// WatchPool reports pool's state at each scrape (the wsproxy_db_pool_* gauges, and the acquires
-// that waited); the time of each acquire comes from PoolTracer.
+// WatchPool reports pool's state at each scrape (the wsproxy_db_pool_* gauges, the acquires that
+// waited, and wsproxy_postgres_up: whether Postgres answers a ping); the time of each acquire
+// comes from PoolTracer.
 func (m *Metrics) WatchPool(pool *pgxpool.Pool) {
 	if m != nil {
 		m.registry.MustRegister(poolCollector{pool})

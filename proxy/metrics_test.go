@@ -113,6 +113,31 @@ func TestToolRoundsExhaustedCounted(t *testing.T) {
 	require.True(t, strings.Contains(scrape(t, e), "\nwsproxy_tool_rounds_exhausted_total 1\n"), "the scrape shows it")
 }
 
+// TestPostgresUp: wsproxy_postgres_up is 1 while Postgres answers through the pool, 0 at a
+// scrape that finds it cut off, and 1 again once it is back.
+func TestPostgresUp(t *testing.T) {
+	t.Parallel()
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, MetricsOptions{}).WatchPool(pool)
+	up := func() float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "wsproxy_postgres_up" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no wsproxy_postgres_up")
+		return 0
+	}
+	require.Equal(t, 1.0, up())
+	fault.Cut()
+	require.Equal(t, 0.0, up())
+	fault.Restore()
+	require.Eventually(t, func() bool { return up() == 1 }, 10*time.Second, 10*time.Millisecond)
+}
+
 // lint runs promtool check metrics on a scrape's text (when promtool is installed).
 func lint(t *testing.T, text string) {
 	t.Helper()
