@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,7 +66,10 @@ type Metrics struct {
 	inflight         prometheus.Gauge
 	poolWait         prometheus.Histogram
 	byClient         bool // the token counters have a client label
-	models           modelLabels
+	// usageLag is the usage writer's lag (wsproxy_usage_lag_seconds); unset until a server
+	// watches its writer.
+	usageLag atomic.Pointer[func() time.Duration]
+	models   modelLabels
 }
 
 // NewMetrics registers the metrics, and the Go and process collectors, on reg.
@@ -137,8 +141,16 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		ConstLabels: prometheus.Labels{"version": cmp.Or(opts.Version, "unknown"), "goversion": runtime.Version()},
 	})
 	buildInfo.Set(1)
+	usageLag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wsproxy_usage_lag_seconds", Help: "How long the oldest turn's usage not yet written to Postgres has waited (0 when all is written).",
+	}, func() float64 {
+		if lag := m.usageLag.Load(); lag != nil {
+			return (*lag)().Seconds()
+		}
+		return 0
+	})
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo,
+		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo, usageLag,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -158,6 +170,13 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		m.lockedSkips.WithLabelValues(name)
 	}
 	return m
+}
+
+// watchUsage has wsproxy_usage_lag_seconds report lag (the usage writer's).
+func (m *Metrics) watchUsage(lag func() time.Duration) {
+	if m != nil {
+		m.usageLag.Store(&lag)
+	}
 }
 
 // modelLabels bounds the model label's values: the first max distinct models keep their name.

@@ -60,7 +60,7 @@ func TestMetrics(t *testing.T) {
 	for _, name := range []string{
 		"wsproxy_http_requests_total", "wsproxy_http_request_duration_seconds", "wsproxy_upstream_requests_total",
 		"wsproxy_upstream_request_duration_seconds", "wsproxy_tool_calls_total", "wsproxy_locked_skips_total",
-		"wsproxy_tool_rounds", "wsproxy_tokens_total", "wsproxy_cached_prompt_tokens_total", "wsproxy_inflight_requests",
+		"wsproxy_tool_rounds", "wsproxy_tool_rounds_exhausted_total", "wsproxy_usage_lag_seconds", "wsproxy_tokens_total", "wsproxy_cached_prompt_tokens_total", "wsproxy_inflight_requests",
 		"go_goroutines", "process_cpu_seconds_total",
 	} {
 		require.Contains(t, text, "# TYPE "+name+" ", name)

@@ -231,6 +231,7 @@ func NewServer(opts Options) *Server {
 		}
 	}
 	s.runner.Logger = s.fromUpstream().redactingLog(opts.Logger)
+	opts.Metrics.watchUsage(s.usage.lag)
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	s.hub = eventhub.New(opts.ListenURL, opts.Logger)

@@ -38,6 +38,10 @@ type usageWriter struct {
 	closing  chan struct{} // closed by close: write what is left at once, then stop
 	closeOne sync.Once
 	wg       sync.WaitGroup
+
+	// pendingSince is when the oldest usage of pending was queued, batchSince that of the batch
+	// being written (zero while there is none): what lag reports. Under mu.
+	pendingSince, batchSince time.Time
 }
 
 func newUsageWriter(store *workspace.Store, log *slog.Logger) *usageWriter {
@@ -56,6 +60,9 @@ func (u *usageWriter) add(id workspace.ThreadID, usage workspace.Usage) {
 		u.log.LogAttrs(context.Background(), slog.LevelError, "a turn's usage lost: it ended after the usage writer stopped",
 			slog.String("thread", id.String()))
 		return
+	}
+	if len(u.pending) == 0 {
+		u.pendingSince = time.Now()
 	}
 	addTo(u.pending, id, usage)
 	if !u.running {
@@ -87,6 +94,7 @@ func (u *usageWriter) run() {
 			u.number++
 			batch = workspace.UsageBatch{Writer: u.id, Number: u.number, Usage: u.pending}
 			u.pending = map[workspace.ThreadID]workspace.Usage{}
+			u.batchSince, u.pendingSince = u.pendingSince, time.Time{}
 		}
 		u.mu.Unlock()
 
@@ -96,9 +104,11 @@ func (u *usageWriter) run() {
 		case err == nil:
 			wait = usageInterval
 			batch = workspace.UsageBatch{}
+			u.written()
 		case closing:
 			u.log.LogAttrs(context.Background(), slog.LevelError, "turns' usage lost at shutdown", slog.Int("threads", len(batch.Usage)), slog.Any("err", err))
 			batch = workspace.UsageBatch{}
+			u.written()
 		default:
 			wait = min(wait*2, maxUsageBackoff)
 			u.log.LogAttrs(context.Background(), slog.LevelWarn, "turns' usage not written yet; retrying", slog.Int("threads", len(batch.Usage)),
@@ -113,6 +123,28 @@ func (u *usageWriter) run() {
 			}
 		}
 	}
+}
+
+// written notes that the batch being written is gone (written, or lost at shutdown).
+func (u *usageWriter) written() {
+	u.mu.Lock()
+	u.batchSince = time.Time{}
+	u.mu.Unlock()
+}
+
+// lag is how long the oldest usage not yet written has waited: 0 when all is written. It grows
+// while Postgres refuses the writes (wsproxy_usage_lag_seconds).
+func (u *usageWriter) lag() time.Duration {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	since := u.batchSince
+	if since.IsZero() {
+		since = u.pendingSince
+	}
+	if since.IsZero() {
+		return 0
+	}
+	return time.Since(since)
 }
 
 func (u *usageWriter) isClosing() bool {

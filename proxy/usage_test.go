@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
@@ -70,6 +71,47 @@ func TestUsageKeptWhilePostgresIsAway(t *testing.T) {
 	d, err := store.Workspace(id).Get(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, workspace.Usage{PromptTokens: 8, CachedPromptTokens: 2, CompletionTokens: 1}, d.Usage)
+}
+
+// TestUsageLag: wsproxy_usage_lag_seconds is 0 while every turn's usage is written, grows while
+// Postgres refuses the writes, and is 0 again once they went through.
+func TestUsageLag(t *testing.T) {
+	t.Parallel()
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	store := workspace.NewStore(pool, workspace.Options{})
+	id := workspace.ThreadID{Name: "lagging"}
+	_, err := store.Workspace(id).StartTurn(context.Background(), workspace.TurnOptions{})
+	require.NoError(t, err)
+	logs := &lockedBuffer{}
+	u := newUsageWriter(store, slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(u.close)
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg, MetricsOptions{}).watchUsage(u.lag)
+	lag := func() float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "wsproxy_usage_lag_seconds" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no wsproxy_usage_lag_seconds")
+		return 0
+	}
+	require.Zero(t, lag())
+
+	fault.Cut()
+	u.add(id, workspace.Usage{PromptTokens: 5, CompletionTokens: 1})
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "retrying") }, 10e9, 1e7)
+	behind := lag()
+	require.Positive(t, behind)
+	require.Eventually(t, func() bool { return lag() > behind }, 10e9, 1e7, "the lag grows while the writes fail")
+
+	fault.Restore()
+	require.Eventually(t, func() bool { return lag() == 0 }, 20e9, 1e7)
+	d, err := store.Workspace(id).Get(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, workspace.Usage{PromptTokens: 5, CompletionTokens: 1}, d.Usage)
 }
 
 // TestUsageCountedOnceWhenTheAnswerIsLost: a batch that committed but whose answer was lost
