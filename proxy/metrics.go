@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/admin"
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
@@ -64,6 +65,8 @@ type Metrics struct {
 	tokens           *prometheus.CounterVec // kind, model[, client]
 	cachedTokens     *prometheus.CounterVec // model[, client]
 	inflight         prometheus.Gauge
+	eventStreams     prometheus.Gauge
+	streamsFailed    prometheus.Counter
 	poolWait         prometheus.Histogram
 	byClient         bool // the token counters have a client label
 	// usageLag is the usage writer's lag (wsproxy_usage_lag_seconds); unset until a server
@@ -131,6 +134,12 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wsproxy_inflight_requests", Help: "HTTP requests being served.",
 		}),
+		eventStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wsproxy_event_streams", Help: "Event streams open (the admin REST's and the panel's live history).",
+		}),
+		streamsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wsproxy_event_streams_failed_total", Help: "Event streams the server ended on an error (Postgres failed), not by their client's leaving, a session's end or a shutdown.",
+		}),
 		poolWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "wsproxy_db_pool_acquire_duration_seconds", Help: "Time to get a Postgres connection from the pool (waiting while all are in use).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
@@ -150,7 +159,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		return 0
 	})
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.poolWait, buildInfo, usageLag,
+		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.eventStreams, m.streamsFailed, m.poolWait, buildInfo, usageLag,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -332,6 +341,28 @@ func (m *Metrics) ToolCall(name string, ok bool, lockedSkips int, untrusted stri
 // MCPToolCall counts a workspace call over MCP (mcp.Metrics).
 func (m *Metrics) MCPToolCall(name string, ok bool, lockedSkips int, untrusted string) {
 	m.toolCall(workspace.ViaMCP, name, ok, lockedSkips, untrusted)
+}
+
+// EventStreams adds delta to the event streams open (admin.Metrics).
+func (m *Metrics) EventStreams(delta int) {
+	if m != nil {
+		m.eventStreams.Add(float64(delta))
+	}
+}
+
+// EventStreamFailed counts an event stream ended on an error (admin.Metrics).
+func (m *Metrics) EventStreamFailed() {
+	if m != nil {
+		m.streamsFailed.Inc()
+	}
+}
+
+// admin is m as the user path's metrics: nil (an interface holding none) when m is.
+func (m *Metrics) admin() admin.Metrics {
+	if m == nil {
+		return nil
+	}
+	return m
 }
 
 // mcp is m as MCP's metrics: nil (an interface holding none) when m is.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"io"
 	"net/http"
 	"os/exec"
 	"runtime"
@@ -136,6 +137,44 @@ func TestPostgresUp(t *testing.T) {
 	require.Equal(t, 0.0, up())
 	fault.Restore()
 	require.Eventually(t, func() bool { return up() == 1 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestEventStreamMetrics: wsproxy_event_streams counts the event streams open; one its client
+// closes is no failure, one the server ends because Postgres went away counts in
+// wsproxy_event_streams_failed_total.
+func TestEventStreamMetrics(t *testing.T) {
+	t.Parallel()
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	e := setupWithPool(t, pool, func(o *Options) { o.StreamKeepalive = 20 * time.Millisecond }) // reads at each heartbeat
+	e.admin("POST", "/admin/v1/threads/watched/preferences", map[string]any{"title": "Small hotels"}, 201, nil)
+	m := e.opts().Metrics
+	open := func() *http.Response {
+		req, err := http.NewRequest("GET", e.srv.URL+"/admin/v1/threads/watched/events/stream", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	streams := func(n float64) func() bool {
+		return func() bool { return testutil.ToFloat64(m.eventStreams) == n }
+	}
+
+	resp := open()
+	require.Eventually(t, streams(1), 10*time.Second, 5*time.Millisecond)
+	resp.Body.Close()
+	require.Eventually(t, streams(0), 10*time.Second, 5*time.Millisecond)
+	require.Zero(t, testutil.ToFloat64(m.streamsFailed), "a stream its client closed did not fail")
+
+	resp = open()
+	require.Eventually(t, streams(1), 10*time.Second, 5*time.Millisecond)
+	fault.Cut()
+	_, err := io.Copy(io.Discard, resp.Body) // the server ends the stream
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(m.streamsFailed) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, streams(0), 10*time.Second, 5*time.Millisecond)
 }
 
 // lint runs promtool check metrics on a scrape's text (when promtool is installed).

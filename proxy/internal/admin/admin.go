@@ -678,6 +678,8 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 	if err := rc.Flush(); err != nil {
 		return nil
 	}
+	s.opts.Metrics.EventStreams(1)
+	defer s.opts.Metrics.EventStreams(-1)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
@@ -712,6 +714,7 @@ func (s *Server) adminEventStream(w http.ResponseWriter, r *http.Request) error 
 		return es.sendScopes(ctx)
 	})
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errSessionEnded) {
+		s.opts.Metrics.EventStreamFailed()
 		s.log.LogAttrs(ctx, slog.LevelWarn, "event stream ended", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
 	}
 	return nil

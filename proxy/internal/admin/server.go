@@ -34,9 +34,25 @@ type Options struct {
 	// Heartbeat is how often an idle event stream gets a comment line and reads its thread
 	// unwoken. Zero means eventhub.Heartbeat.
 	Heartbeat time.Duration
+	// Metrics, when set, counts the event streams.
+	Metrics Metrics
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
+
+// Metrics count the event streams; the HTTP edge's Prometheus metrics implement it.
+type Metrics interface {
+	// EventStreams adds delta to the event streams open: 1 when one starts, -1 when it ends.
+	EventStreams(delta int)
+	// EventStreamFailed counts an event stream the server ended on an error (Postgres failed),
+	// not its client's leaving, its session's end or a shutdown.
+	EventStreamFailed()
+}
+
+type noMetrics struct{}
+
+func (noMetrics) EventStreams(int)   {}
+func (noMetrics) EventStreamFailed() {}
 
 // Server serves the user path. Close ends its event streams.
 type Server struct {
@@ -55,6 +71,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = eventhub.Heartbeat
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = noMetrics{}
 	}
 	s := &Server{opts: opts, log: opts.Logger, signer: opts.Guard.Signer()}
 	s.closing, s.close = context.WithCancel(context.Background())
