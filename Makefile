@@ -13,12 +13,14 @@ LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 
 ## test: vet, check the generated code is current, and run every test with -race on a real
 ## Postgres (TEST_DATABASE_URL or DATABASE_URL, else a throwaway local cluster); then the tests of
-## PGBOUNCER_TESTS again through a PgBouncer in transaction mode. A package may take longer than
+## deploy/, a module of its own (the Helm chart rendered and decoded, the alert rules through
+## promtool, every dashboard and rule query against a running wsproxy's /metrics); then the tests
+## of PGBOUNCER_TESTS again through a PgBouncer in transaction mode. A package may take longer than
 ## go test's default 10 minutes on a machine whose Go build cache is cold (cmd/proxy cross-builds
 ## the release binaries): TEST_TIMEOUT bounds each package instead.
 TEST_TIMEOUT ?= 30m
 test: vet check-generated chromium buildah npm-clients jq
-	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./workspace ./proxy/... ./cmd/proxy'
+	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && (cd deploy && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./workspace ./proxy/... ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
 ## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions and links, client scoping,
@@ -31,6 +33,7 @@ vet: check-size
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy && $(GO) vet ./...
 
 ## check-size: no committed file over 1 MiB outside testdata/ and docs/ (a build output, a dump).
 check-size:
