@@ -172,6 +172,11 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 			}
 		}
 	}
+	for _, outcome := range []string{tools.OutcomeGrounded, tools.OutcomeProposed, tools.OutcomeUnconfirmed, tools.OutcomeRefused, tools.OutcomeOverLimit} {
+		for _, via := range []string{workspace.ViaProxy, workspace.ViaMCP} {
+			m.untrustedWrites.WithLabelValues(outcome, via)
+		}
+	}
 	for _, kind := range []string{turn.KindTurn, turn.KindSide, turn.KindCompaction} {
 		m.turns.WithLabelValues(kind)
 	}
