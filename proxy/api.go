@@ -132,10 +132,10 @@ func apiPath(escaped string) string {
 	return escaped
 }
 
-// upstreamRequest is where a request of a goes: its upstream's URL for the request's path, with
-// the query a.query says (a thread turn's: none without it; a pass-through's: the client's); it
-// strips h, the request's header toward it, of what headers.go strips and sets the operator's
-// key there.
+// upstreamRequest is where a request of a goes: its upstream's URL for the request's path (as
+// the client escaped it, which inbound checked: pathAllowed), with the query a.query says (a
+// thread turn's: none without it; a pass-through's: the client's); it strips h, the request's
+// header toward it, of what headers.go strips and sets the operator's key there.
 func (s *Server) upstreamRequest(a *wireAPI, r *http.Request, h http.Header, passThrough bool) (*url.URL, Upstream) {
 	up := s.upstream(a)
 	query := ""

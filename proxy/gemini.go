@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
@@ -67,6 +68,9 @@ func geminiCall(call string) (model, method string) {
 // thread, a pass-through to the Gemini upstream.
 func (s *Server) gemini(w http.ResponseWriter, r *http.Request) {
 	model, method := geminiCall(r.PathValue("call"))
+	// The model goes on as a path segment escapes it (it went upstream so): the metrics' model
+	// label, the spans and a count's body never carry decoded path text ("/" as %2F).
+	model = url.PathEscape(model)
 	switch method {
 	case "generateContent", "streamGenerateContent":
 	case "countTokens":

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // hopHeaders are the hop-by-hop headers of RFC 9110 §7.6.1 (the list net/http/httputil strips),
@@ -32,7 +34,7 @@ func rewrittenHeader(in http.Header) http.Header {
 }
 
 // strip removes, from a request to the upstream (a thread turn's or a pass-through), the
-// proxy's own headers, those that tell of the client's network (Forwarded, X-Forwarded-*,
+// proxy's own headers (the thread's, its placement's and parents'), those that tell of the client's network (Forwarded, X-Forwarded-*,
 // X-Real-IP), its cookies (the panel's session among them: the upstream is no party to them).
 // With client keys it also removes every header that may carry a client's credential
 // (clientCredential) and those by which a client could pick the operator's organization or
@@ -43,7 +45,7 @@ func (s *Server) strip(h http.Header) {
 			delete(h, k)
 		}
 	}
-	for _, k := range []string{threadHeader, placementHeader, "Forwarded", "X-Real-Ip", "Cookie"} {
+	for _, k := range []string{threadHeader, placementHeader, parentsHeader, "Forwarded", "X-Real-Ip", "Cookie"} {
 		h.Del(k)
 	}
 	if s.opts.ClientKeys != nil {
@@ -99,27 +101,175 @@ func (f fromUpstream) header(h http.Header) {
 			h.Del(k)
 		}
 	}
-	for _, key := range f.keys {
-		for _, vs := range h {
-			for i, v := range vs {
-				if strings.Contains(v, string(key)) {
-					vs[i] = strings.ReplaceAll(v, string(key), redacted)
-				}
+	if len(f.keys) == 0 {
+		return
+	}
+	for _, vs := range h {
+		for i, v := range vs {
+			if f.mayQuote(v) {
+				vs[i] = string(f.redact([]byte(v)))
 			}
 		}
 	}
 }
 
+// mayQuote reports whether v may hold a copy of a key: the key as it is, or an escape.
+func (f fromUpstream) mayQuote(v string) bool {
+	if strings.IndexByte(v, '\\') >= 0 {
+		return true
+	}
+	for _, key := range f.keys {
+		if strings.Contains(v, string(key)) {
+			return true
+		}
+	}
+	return false
+}
+
 // redacted stands where a response quoted the operator's key.
 const redacted = "[redacted]"
 
+// redact is body with every copy of the operator's keys replaced by redacted: a key as it is,
+// or as a JSON string may write it (keyAt), any of its characters escaped.
 func (f fromUpstream) redact(body []byte) []byte {
 	for _, key := range f.keys {
 		if bytes.Contains(body, key) {
 			body = bytes.ReplaceAll(body, key, []byte(redacted))
 		}
+		if bytes.IndexByte(body, '\\') >= 0 {
+			body = redactEscaped(body, key)
+		}
 	}
 	return body
+}
+
+// redactEscaped is body with every escaped copy of key (keyAt) replaced by redacted; body itself
+// when it holds none.
+func redactEscaped(body, key []byte) []byte {
+	var out []byte // nil until the first copy
+	copied := 0    // body[:copied] is in out
+	for i := 0; i < len(body); i++ {
+		if c := body[i]; c != key[0] && c != '\\' {
+			continue
+		}
+		if n, _ := keyAt(body, i, key); n > 0 {
+			out = append(append(out, body[copied:i]...), redacted...)
+			copied = i + n
+			i += n - 1
+		}
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[copied:]...)
+}
+
+// keyAt is the length of the copy of key that b holds at i as a JSON string may write it: each
+// character as it is or escaped — \uXXXX in either case of hex (a surrogate pair past U+FFFF),
+// \/, \" and \\ for those three, \b \f \n \r \t for theirs — and 0 when it holds none there.
+// partial reports that b ends inside what could still be one.
+func keyAt(b []byte, i int, key []byte) (n int, partial bool) {
+	j := i
+	for k := 0; k < len(key); {
+		if j >= len(b) {
+			return 0, true
+		}
+		r, size := utf8.DecodeRune(key[k:])
+		if b[j] != '\\' {
+			for end := k + size; k < end; k, j = k+1, j+1 {
+				if j >= len(b) {
+					return 0, true
+				}
+				if b[j] != key[k] {
+					return 0, false
+				}
+			}
+			continue
+		}
+		m, got, part := escapeAt(b, j)
+		if part {
+			return 0, true
+		}
+		if m == 0 || got != r {
+			return 0, false
+		}
+		j, k = j+m, k+size
+	}
+	return j - i, false
+}
+
+// escapeAt reads the JSON escape that begins at b[j] ('\\'): its length and the character it
+// writes (m 0: none); partial when b ends inside one.
+func escapeAt(b []byte, j int) (m int, r rune, partial bool) {
+	if j+1 >= len(b) {
+		return 0, 0, true
+	}
+	switch c := b[j+1]; c {
+	case '"', '\\', '/':
+		return 2, rune(c), false
+	case 'b':
+		return 2, '\b', false
+	case 'f':
+		return 2, '\f', false
+	case 'n':
+		return 2, '\n', false
+	case 'r':
+		return 2, '\r', false
+	case 't':
+		return 2, '\t', false
+	case 'u':
+	default:
+		return 0, 0, false
+	}
+	v, n, part := hex4(b, j+2)
+	if part || n == 0 {
+		return 0, 0, part
+	}
+	if !utf16.IsSurrogate(rune(v)) || v >= 0xdc00 {
+		return 6, rune(v), false
+	}
+	if j+6 >= len(b) || (b[j+6] == '\\' && j+7 >= len(b)) {
+		return 0, 0, true
+	}
+	if b[j+6] != '\\' || b[j+7] != 'u' {
+		return 0, 0, false
+	}
+	lo, n, part := hex4(b, j+8)
+	if part || n == 0 {
+		return 0, 0, part
+	}
+	if r := utf16.DecodeRune(rune(v), rune(lo)); r != utf8.RuneError {
+		return 12, r, false
+	}
+	return 0, 0, false
+}
+
+// hex4 reads the four hex digits at b[i:]: n 4 and their value, n 0 when they are not; partial
+// when b ends after fewer, all of them digits.
+func hex4(b []byte, i int) (v uint16, n int, partial bool) {
+	for n = 0; n < 4; n++ {
+		if i+n >= len(b) {
+			return 0, 0, true
+		}
+		d, ok := hexDigit(b[i+n])
+		if !ok {
+			return 0, 0, false
+		}
+		v = v<<4 | uint16(d)
+	}
+	return v, 4, false
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // passThroughResponse applies f to a pass-through's response (ReverseProxy.ModifyResponse), its
@@ -211,26 +361,27 @@ func (b *redactingBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// longestKey is the longest a copy of a key may be: escaped, a character takes at most six times
+// its bytes (\uXXXX for one byte; a surrogate pair, twelve, for four).
 func (f fromUpstream) longestKey() int {
 	n := 0
 	for _, key := range f.keys {
-		n = max(n, len(key))
+		n = max(n, 6*len(key))
 	}
 	return n
 }
 
-// keyStart is the length of b's longest tail that begins one of the keys (0 when none).
+// keyStart is the length of b's longest tail that begins a copy of one of the keys, as it is or
+// escaped (keyAt; 0 when none).
 func (f fromUpstream) keyStart(b []byte) int {
 	hold := 0
 	for _, key := range f.keys {
-		tail := b[max(0, len(b)-len(key)+1):]
-		for i := 0; i < len(tail); i++ {
-			j := bytes.IndexByte(tail[i:], key[0])
-			if j < 0 {
-				break
+		for i := max(0, len(b)-6*len(key)+1); i < len(b)-hold; i++ {
+			if c := b[i]; c != key[0] && c != '\\' {
+				continue
 			}
-			if i += j; bytes.HasPrefix(key, tail[i:]) {
-				hold = max(hold, len(tail)-i)
+			if _, partial := keyAt(b, i, key); partial {
+				hold = len(b) - i
 				break
 			}
 		}

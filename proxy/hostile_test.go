@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
 // do sends a request to the proxy and returns its response, body read.
@@ -120,15 +122,16 @@ func TestClientKeysScopeUpstreamObjects(t *testing.T) {
 	}
 }
 
-// TestClientHeadersNotForwarded: the client's network headers and the proxy's own never reach
-// the upstream, on thread turns and pass-through alike; two thread headers that differ are a
+// TestClientHeadersNotForwarded: the client's network headers and the proxy's own (the thread's
+// placement and parents among them) never reach the upstream, on thread turns and pass-through
+// alike; two thread headers that differ are a
 // thread_mismatch, an empty one counts as absent; the admin scheme is case-insensitive.
 func TestClientHeadersNotForwarded(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.up.Fallback = reply(cmpl("ok"))
 	h := map[string]string{"Forwarded": "for=10.0.0.1", "X-Forwarded-For": "10.0.0.1", "X-Forwarded-Host": "internal",
-		"X-Real-IP": "10.0.0.1", "X-Workspace-Placement": "system"}
+		"X-Real-IP": "10.0.0.1", "X-Workspace-Placement": "system", "X-Workspace-Parents": "hdrs-parent"}
 	for _, thread := range []string{"", "hdrs"} {
 		hh := map[string]string{"X-Thread-Id": thread}
 		for k, v := range h {
@@ -204,4 +207,42 @@ func TestErrorsInOneShape(t *testing.T) {
 	resp, body = e.do("DELETE", "/admin/v1/threads/known/preferences/999", auth, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
 	require.Equal(t, `thread "known" has no preference "999"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+}
+
+// TestThreadPathEscapeRefused: every route that builds its upstream path from the client's
+// bytes refuses a path with a dot segment as the pass-through does — a Gemini thread turn,
+// streamed or not, a count, a side request — before anything reaches the upstream with the
+// operator's key (docs/spec.md §10); an escaped slash in a model name goes on escaped, and the
+// metrics' model label carries it escaped, never decoded.
+func TestThreadPathEscapeRefused(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseClientKeys("alice=sk-alice-secret-0123456789")
+	require.NoError(t, err)
+	e := setup(t, withGemini("AIza-operator"), func(o *Options) { o.ClientKeys = keys })
+	e.up.Fallback = upstreamtest.Gemini(upstreamtest.GeminiReply{ID: "r", Parts: []upstreamtest.GeminiPart{upstreamtest.GeminiText("Hi.")}})
+	alice := map[string]string{"X-Goog-Api-Key": "sk-alice-secret-0123456789", "Content-Type": "application/json"}
+	turn := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
+	side := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"generationConfig":{"responseMimeType":"application/json"}}`
+	for _, c := range []struct{ path, body string }{
+		{"/threads/g2/v1beta/models/..%2f..%2f..%2fx:generateContent", turn},
+		{"/threads/g2/v1beta/models/..%2f..%2f..%2fx:streamGenerateContent?alt=sse", turn},
+		{"/threads/g2/v1beta/models/..%2f..%2f..%2fx:countTokens", turn},
+		{"/threads/g2/v1beta/models/..%2f..%2f..%2fx:generateContent", side},
+		{"/threads/g2/v1beta/models/..%5C..%5Cx:generateContent", turn},
+		{"/threads/g2/v1beta/models/%2E%2E%2F%2E%2E%2Fx:generateContent", turn},
+		{"/v1beta/models/..%2f..%2fx:generateContent", turn},
+	} {
+		resp, body := e.do("POST", c.path, alice, c.body)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", c.path, body)
+		require.Contains(t, body, `"status":"INVALID_ARGUMENT"`, c.path)
+		require.Contains(t, body, "dot segment", c.path)
+	}
+	require.Empty(t, e.up.Requests(), "nothing reached the upstream")
+
+	resp, body := e.do("POST", "/threads/g2/v1beta/models/tuned%2Fm1:generateContent", alice, turn)
+	require.Equal(t, 200, resp.StatusCode, body)
+	require.Equal(t, "/v1beta/models/tuned%2Fm1:generateContent", e.up.Requests()[0].Path)
+	text := scrape(t, e)
+	require.NotContains(t, text, `model="tuned/m1"`, "the model label is never decoded path text")
+	require.Contains(t, text, `model="tuned%2Fm1"`)
 }

@@ -25,9 +25,10 @@ type inbound struct {
 	release   func()
 }
 
-// inbound reads what every /v1 request brings: its client when there are client keys, the
-// thread it names, and its body; the caller calls in.release when done with the body, whatever
-// the error. check, when set, runs once the client is known, before anything else is read.
+// inbound reads what every /v1 request brings: its client when there are client keys, its path
+// (pathAllowed: every route builds its upstream path from it), the thread it names, and its
+// body; the caller calls in.release when done with the body, whatever the error. check, when
+// set, runs once the client and path are known, before anything else is read.
 func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*http.Request) error) (in inbound, err error) {
 	in.release = func() {}
 	client, err := s.clientOf(r)
@@ -37,6 +38,9 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 	// The client goes on the request's log line now, so that a request refused below (a route
 	// not allowed, a bad thread id) names it too.
 	noteCaller(r.Context(), workspace.ThreadID{Client: client}, false)
+	if err := pathAllowed(r); err != nil {
+		return in, err
+	}
 	if check != nil {
 		if err := check(r); err != nil {
 			return in, err
@@ -135,18 +139,30 @@ const parentsHeader = "X-Workspace-Parents"
 
 // parentsOf is what a request names of its thread's parents: X-Workspace-Parents, stored when
 // they differ; else, for a thread named by THREAD_HEADER, THREAD_PARENTS, stored when the thread
-// is new. Names are in the client's namespace; an empty header names none.
+// is new. Names are in the client's namespace; an empty header names none. A list longer than
+// workspace.MaxParentsBytes, or of more than workspace.MaxAncestors names, is refused before a name is
+// parsed (docs/spec.md §17): what it costs is bounded whatever the header holds.
 func (s *Server) parentsOf(r *http.Request, client string) (workspace.TurnOptions, error) {
 	names, from, ifNew := r.Header.Values(parentsHeader), parentsHeader, false
 	if len(names) == 0 && len(s.opts.ThreadParents) > 0 && s.opts.ThreadHeader != "" && r.PathValue("thread") == "" &&
 		r.Header.Get(threadHeader) == "" {
 		names, from, ifNew = s.opts.ThreadParents, "THREAD_PARENTS", true
 	}
+	size := 0
+	for _, v := range names {
+		size += len(v)
+	}
+	if size > workspace.MaxParentsBytes {
+		return workspace.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %s", from, workspace.ErrParentsTooLong.Error())
+	}
 	var parents []workspace.ThreadID
 	for _, v := range names {
 		for name := range strings.SplitSeq(v, ",") {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
+			}
+			if len(parents) == workspace.MaxAncestors {
+				return workspace.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %s", from, workspace.ErrTooManyParents.Error())
 			}
 			id, err := workspace.NewThreadID(client, name)
 			if err != nil {

@@ -43,8 +43,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
-	// The path goes on as the client escaped it (%2F stays %2F); passThroughAllowed refused
-	// any path with dot segments.
+	// The path goes on as the client escaped it (%2F stays %2F); pathAllowed refused any path
+	// with dot segments.
 	u, up := s.upstreamRequest(apiOf(pr.In), pr.In, pr.Out.Header, true)
 	pr.Out.URL = u
 	pr.Out.Host = ""
@@ -66,20 +66,14 @@ func (s *Server) rewritePassThrough(pr *httputil.ProxyRequest) {
 	s.tracing.inject(pr.In.Context(), pr.Out.Header)
 }
 
-// passThroughAllowed checks a request that is about to be forwarded as it is, once its client
-// is known (inbound: a client without a key learns nothing of the routes). A path with a
-// segment that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is
-// refused: an upstream that resolves dot segments would serve a path outside its base URL with
-// the operator's key. CONNECT and TRACE are refused (a tunnel; an echo of the request, its
-// credentials among them). With client keys, only the routes PASSTHROUGH_ROUTES allows are
-// forwarded.
-func (s *Server) passThroughAllowed(r *http.Request) error {
-	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
-		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-			Message: r.Method + " is not forwarded"}
-	}
-	escaped := r.URL.EscapedPath()
-	for _, seg := range strings.Split(escaped, "/") {
+// pathAllowed checks the path of every request of the wire APIs, whose upstream path is built
+// from the client's bytes (upstreamRequest: a thread turn's, a count's, a side request's, a
+// bypassed turn's, a pass-through's), once its client is known (inbound). A path with a segment
+// that decodes to "." or ".." (where "/" and "\" inside a segment also separate) is refused: an
+// upstream, or a front, that resolves dot segments would serve a path outside its base URL with
+// the operator's key (docs/spec.md §10). Anything else goes on as the client escaped it.
+func pathAllowed(r *http.Request) error {
+	for _, seg := range strings.Split(r.URL.EscapedPath(), "/") {
 		decoded, err := url.PathUnescape(seg)
 		if err != nil {
 			return apierr.BadRequest("invalid_path", "", "the path is not a valid escaped URL path")
@@ -90,7 +84,19 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 			}
 		}
 	}
-	if path := apiPath(escaped); s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, path) {
+	return nil
+}
+
+// passThroughAllowed checks a request that is about to be forwarded as it is, once its client
+// is known and its path checked (inbound: a client without a key learns nothing of the routes).
+// CONNECT and TRACE are refused (a tunnel; an echo of the request, its credentials among them).
+// With client keys, only the routes PASSTHROUGH_ROUTES allows are forwarded.
+func (s *Server) passThroughAllowed(r *http.Request) error {
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+			Message: r.Method + " is not forwarded"}
+	}
+	if path := apiPath(r.URL.EscapedPath()); s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, path) {
 		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
 			Message: r.Method + " " + path + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -281,4 +284,76 @@ func TestScopesOverMCP(t *testing.T) {
 	for _, scope := range []string{"alice", "repo-x"} {
 		require.Len(t, e.workspace(scope).Preferences, 1, "a scope is untouched: %s", scope)
 	}
+}
+
+// allocatedBy is the bytes the process allocates while fn runs (runtime.MemStats.TotalAlloc).
+// Its callers are not parallel: nothing else of the tests runs meanwhile.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestParentsBoundedBeforeSplit: a list of parents past 8 names, or past workspace.MaxParentsBytes,
+// is refused (400 invalid_parents, in the client's wire format) before it is split or decoded:
+// a 960 KB X-Workspace-Parents header or a 7.4 MB admin body costs what its refusal costs, not
+// a parse of every name (docs/spec.md §17). Not parallel: it measures the process's
+// allocations.
+func TestParentsBoundedBeforeSplit(t *testing.T) {
+	nine := "p1, p2, p3, p4, p5, p6, p7, p8, p9"
+	huge := strings.Repeat("a,", 480_000) // 960 KB
+	s := &Server{}
+	for name, v := range map[string]string{"nine names": nine, "960 KB": huge} {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+		r.Header.Set(parentsHeader, v)
+		var err error
+		allocated := allocatedBy(func() { _, err = s.parentsOf(r, "alice") })
+		require.Error(t, err, name)
+		e := apierr.From(err)
+		require.Equal(t, http.StatusBadRequest, e.Status, name)
+		require.Equal(t, "invalid_parents", e.Code, name)
+		require.Less(t, allocated, uint64(64<<10), "%s: refused before the split", name)
+	}
+
+	e := setup(t, withGemini(""))
+	e.up.Fallback = reply(cmpl("ok"))
+	for path, h := range map[string]map[string]string{
+		"/v1/chat/completions": {"X-Thread-Id": "bounded"},
+		"/threads/bounded/v1beta/models/gemini-2.5-pro:generateContent": {},
+	} {
+		h[parentsHeader] = nine
+		body := `{"messages":[{"role":"user","content":"hi"}]}`
+		if strings.Contains(path, "v1beta") {
+			body = `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
+		}
+		resp, got := e.do("POST", path, h, body)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, got)
+		require.Contains(t, got, "more than 8", path)
+		if strings.Contains(path, "v1beta") {
+			require.Contains(t, got, `"status":"INVALID_ARGUMENT"`, "Google's shape")
+		} else {
+			requireErrorBody(t, got, "invalid_request_error", "invalid_parents")
+		}
+	}
+	require.Empty(t, e.up.Requests(), "no turn began")
+
+	names := make([]string, 0, 800_000)
+	for i := range 800_000 {
+		names = append(names, "p"+strconv.Itoa(i%10))
+	}
+	b, err := json.Marshal(map[string]any{"parents": names})
+	require.NoError(t, err)
+	big := string(b)
+	var status int
+	var got string
+	allocated := allocatedBy(func() {
+		resp, body := e.do("PUT", "/admin/v1/threads/bounded/parents", map[string]string{"Authorization": "Bearer " + adminToken}, big)
+		status, got = resp.StatusCode, body
+	})
+	require.Equal(t, http.StatusBadRequest, status, got)
+	requireErrorBody(t, got, "invalid_request_error", "invalid_parents")
+	require.Less(t, allocated, uint64(len(big)), "a %d-byte body is refused before it is decoded", len(big))
+	e.admin("PUT", "/admin/v1/threads/bounded/parents", map[string]any{"parents": strings.Split(strings.ReplaceAll(nine, " ", ""), ",")}, 400, nil)
 }

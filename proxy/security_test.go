@@ -343,6 +343,44 @@ func TestRedactingBody(t *testing.T) {
 	require.Equal(t, want, string(got))
 }
 
+// TestEscapedOperatorKeyRedacted: a copy of the operator's key that JSON escapes — any of its
+// characters as a \uXXXX escape (either case of hex), "/" as "\/" — is redacted like the key
+// itself, in a body read whole or a byte at a time (an escape split across reads), on a
+// pass-through and in a thread turn's answer; what only began one comes as it was.
+func TestEscapedOperatorKeyRedacted(t *testing.T) {
+	t.Parallel()
+	const key = "sk-operator/0123"
+	f := fromUpstream{keys: [][]byte{[]byte(key)}}
+	for in, want := range map[string]string{
+		`a sk\u002doperator\/0123 b`: `a [redacted] b`,
+		`\u0073\u006B\u002D\u006f\u0070\u0065\u0072\u0061\u0074\u006f\u0072\u002f\u0030\u0031\u0032\u0033`: `[redacted]`,
+		`"sk-operator\/0123","sk-operator/0123"`:                                                           `"[redacted]","[redacted]"`,
+		`sk-op\u0065rator/0123sk\u002doperator/0123`:                                                       `[redacted][redacted]`,
+		`sk\u002doperator\/012 end`:                                                                        `sk\u002doperator\/012 end`,
+		`sk\\u002doperator/0123`:                                                                           `sk\\u002doperator/0123`,
+		`tail sk\u002doper`:                                                                                `tail sk\u002doper`,
+	} {
+		require.Equal(t, want, string(f.redact([]byte(in))), in)
+		got, err := io.ReadAll(f.body(io.NopCloser(iotest.OneByteReader(strings.NewReader(in)))))
+		require.NoError(t, err)
+		require.Equal(t, want, string(got), "a byte at a time: %s", in)
+	}
+
+	e := setup(t, func(o *Options) { o.UpstreamAPIKey = key })
+	escaped := `sk\u002doperator\/0123`
+	for _, thread := range []string{"", "t1"} {
+		e.up.Script(reply(strings.Replace(cmpl("Your key is KEY."), "KEY", escaped, 1)))
+		resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": thread}, `{"messages":[{"role":"user","content":"x"}]}`)
+		require.Equal(t, 200, resp.StatusCode, body)
+		require.NotContains(t, body, `sk\u002doperator`, "thread %q", thread)
+		require.Contains(t, body, "Your key is [redacted].", "thread %q", thread)
+	}
+	e.up.Script(upstreamtest.JSON(401, `{"error":{"message":"Incorrect API key provided: `+escaped+`"}}`))
+	resp, body := e.do("POST", "/v1/chat/completions", nil, `{"messages":[]}`)
+	require.Equal(t, 401, resp.StatusCode)
+	require.Equal(t, `{"error":{"message":"Incorrect API key provided: [redacted]"}}`, body)
+}
+
 // failedThenLocked makes auth.MaxFailures failed attempts with try(false), each a 401, and checks
 // that a further failed attempt then waits out the window (429 with a Retry-After) while the right
 // credential from the same address is served (docs/spec.md §10).

@@ -19,7 +19,7 @@ import (
 func upstreamURL(base *url.URL, rest, rawQuery string) *url.URL {
 	u := *base
 	raw := strings.TrimSuffix(base.EscapedPath(), "/") + "/" + strings.TrimPrefix(rest, "/")
-	u.Path, _ = url.PathUnescape(raw) // checked by passThroughAllowed
+	u.Path, _ = url.PathUnescape(raw) // checked by pathAllowed
 	u.RawPath = raw
 	u.RawQuery = rawQuery
 	return &u

@@ -20,6 +20,19 @@ import (
 // MaxAncestors bounds the ancestors of a thread, its parents' parents included.
 const MaxAncestors = 8
 
+// MaxParentsBytes bounds a list of parents as a request carries it (a header's values, an admin
+// body), checked before the list is split or decoded: MaxAncestors stored ids (a client's name,
+// '~', a thread's 128 characters), each character JSON-escaped, with room for spaces.
+const MaxParentsBytes = 16 << 10
+
+// ErrTooManyParents and ErrParentsTooLong refuse a list of parents before its names are read: more
+// than MaxAncestors names (each a parent: more ancestors than MaxAncestors, or a name twice), or
+// more than MaxParentsBytes bytes.
+var (
+	ErrTooManyParents = &ParentsError{Reason: fmt.Sprintf("more than %d ancestors (at most %d parents)", MaxAncestors, MaxAncestors)}
+	ErrParentsTooLong = &ParentsError{Reason: fmt.Sprintf("the list is longer than %d bytes", MaxParentsBytes)}
+)
+
 // Review settings (agent_writes): the tools write, or every change a tool would make becomes a
 // proposal the user decides.
 const (

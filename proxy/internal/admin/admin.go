@@ -274,17 +274,33 @@ func (s *Server) historyOf(r *http.Request) (ws *workspace.Workspace, limit int,
 
 // decodeBody decodes a JSON request body strictly: unknown fields are refused.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.decodeBounded(w, r, v, 0, nil)
+}
+
+// decodeBounded is decodeBody for a body of at most limit bytes (0: the edge's limits alone): a
+// longer one is tooLong before it is read (its Content-Length) or decoded. An error of a value's
+// own UnmarshalJSON that is a *workspace.ParentsError is returned as it is.
+func (s *Server) decodeBounded(w http.ResponseWriter, r *http.Request, v any, limit int64, tooLong error) error {
+	if limit > 0 && r.ContentLength > limit {
+		return tooLong
+	}
 	body, release, err := s.readBody(w, r)
 	defer release()
 	if err != nil {
 		return err
+	}
+	if limit > 0 && int64(len(body)) > limit {
+		return tooLong
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		var se *json.SyntaxError
+		var pe *workspace.ParentsError
 		switch {
+		case errors.As(err, &pe):
+			return pe
 		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
 			return apierr.InvalidJSON(body)
 		case errors.As(err, &te):

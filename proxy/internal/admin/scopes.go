@@ -1,9 +1,12 @@
 package admin
 
 import (
+	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -41,9 +44,9 @@ func (s *Server) adminSetParents(w http.ResponseWriter, r *http.Request) error {
 		return errLinkScope
 	}
 	var in struct {
-		Parents *[]string `json:"parents"`
+		Parents *parentNames `json:"parents"`
 	}
-	if err := s.decodeBody(w, r, &in); err != nil {
+	if err := s.decodeBounded(w, r, &in, workspace.MaxParentsBytes, workspace.ErrParentsTooLong); err != nil {
 		return err
 	}
 	if in.Parents == nil {
@@ -63,6 +66,24 @@ func (s *Server) adminSetParents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, d)
+}
+
+// parentNames is a list of parents as the admin REST reads it: refused, before a name is
+// decoded, past workspace.MaxAncestors names (docs/spec.md §17; its body is bounded by
+// workspace.MaxParentsBytes).
+type parentNames []string
+
+func (p *parentNames) UnmarshalJSON(b []byte) error {
+	n := 0
+	if err := rawjson.Each(b, func(int, int, int) error {
+		if n++; n > workspace.MaxAncestors {
+			return workspace.ErrTooManyParents
+		}
+		return nil
+	}); errors.Is(err, workspace.ErrTooManyParents) {
+		return err
+	}
+	return json.Unmarshal(b, (*[]string)(p))
 }
 
 // adminChildren lists the threads that name the thread among their parents.
