@@ -229,8 +229,9 @@ func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string,
 	})
 }
 
-// versions is the last event id of ws's thread (-1 for a thread that does not exist), then its
-// ancestors', and the ancestors (stored form).
+// versions is the last event id of ws's thread (0 for a thread that does not exist, as for one
+// with no event yet: a turn's start that creates a thread is no change of its workspace, its
+// first event is), then its ancestors', and the ancestors (stored form).
 func versions(ctx context.Context, ws *workspace.Workspace) ([]int64, []string, error) {
 	id, err := lastEventID(ctx, ws)
 	if err != nil {
@@ -248,11 +249,11 @@ func versions(ctx context.Context, ws *workspace.Workspace) ([]int64, []string, 
 	return now, also, nil
 }
 
-// lastEventID is the thread's last event id; -1 for a thread that does not exist.
+// lastEventID is the thread's last event id; 0 for a thread that does not exist.
 func lastEventID(ctx context.Context, ws *workspace.Workspace) (int64, error) {
 	id, err := ws.LastEventID(ctx)
 	if errors.Is(err, workspace.ErrNotFound) {
-		return -1, nil
+		return 0, nil
 	}
 	return id, err
 }

@@ -64,3 +64,30 @@ func TestMCPResourcesPaged(t *testing.T) {
 	_, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: "not-a-cursor,x"})
 	require.ErrorContains(t, err, "cursor")
 }
+
+// TestResourceVersionOfAnEmptyThread: what a subscription compares (docs/spec.md §15) moves with
+// the thread's events and its deletion only: a thread a turn's start created, with no event
+// yet, is at the version of one that does not exist — a watch that reads between a first turn's
+// start and its first event tells no change, and that event is then told once — while its
+// first event, and the deletion of a thread that had events, are changes.
+func TestResourceVersionOfAnEmptyThread(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	ws := e.ws("fresh")
+	absent, _, err := versions(ctx, ws)
+	require.NoError(t, err)
+	_, err = ws.StartTurn(ctx, workspace.TurnOptions{})
+	require.NoError(t, err)
+	created, _, err := versions(ctx, ws)
+	require.NoError(t, err)
+	require.Equal(t, absent, created, "a thread created without an event is no change")
+	e.setObjective("fresh", "Tidy")
+	changed, _, err := versions(ctx, ws)
+	require.NoError(t, err)
+	require.NotEqual(t, created, changed, "its first event is")
+	require.NoError(t, ws.Delete(ctx))
+	deleted, _, err := versions(ctx, ws)
+	require.NoError(t, err)
+	require.NotEqual(t, changed, deleted, "its deletion is")
+}
