@@ -353,3 +353,32 @@ func TestGeminiKeepalive(t *testing.T) {
 	require.Equal(t, "None yet.", text)
 	require.Equal(t, int32(20), usage.PromptTokenCount)
 }
+
+// TestGeminiProtoNamesThroughATurn: a client that writes Google's REST examples' names
+// (system_instruction, tool_config.function_calling_config, generation_config.candidate_count)
+// gets them read as their lowerCamelCase twins: the upstream gets its system instruction once,
+// with the block; mode ANY names the client's own functions; two candidates are refused.
+func TestGeminiProtoNamesThroughATurn(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withGemini(""))
+	e.up.Script(upstreamtest.Gemini(upstreamtest.GeminiReply{ID: "r", Parts: []upstreamtest.GeminiPart{upstreamtest.GeminiText("Hi.")}}))
+	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"system_instruction":{"parts":[{"text":"Be brief."}]},` +
+		`"tools":[{"function_declarations":[{"name":"read_file"}]}],"tool_config":{"function_calling_config":{"mode":"ANY"}}}`
+	resp := e.post("/threads/proto/v1beta/models/gemini-2.5-pro:generateContent", map[string]string{"X-Workspace-Placement": "system"}, body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	sent := e.up.Requests()[0].JSON(t)
+	require.NotContains(t, sent, "systemInstruction", "one system instruction")
+	require.NotContains(t, sent, "toolConfig", "one tool config")
+	system, _ := json.Marshal(sent["system_instruction"])
+	require.Contains(t, string(system), `{"text":"Be brief."},{"text":"INSTR`)
+	config, _ := json.Marshal(sent["tool_config"])
+	require.JSONEq(t, `{"function_calling_config":{"mode":"ANY","allowed_function_names":["read_file"]}}`, string(config))
+
+	for _, gc := range []string{`"generation_config":{"candidate_count":2}`, `"generationConfig":{"candidateCount":"2"}`, `"generationConfig":{"candidateCount":2.0}`} {
+		resp := e.post("/threads/proto/v1beta/models/gemini-2.5-pro:generateContent", nil, `{"contents":[{"parts":[{"text":"hi"}]}],`+gc+`}`)
+		got := readBody(t, resp)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", gc, got)
+		require.Contains(t, got, "candidateCount", gc)
+	}
+	require.Len(t, e.up.Requests(), 1)
+}

@@ -82,8 +82,8 @@ func parseGemini(body []byte, model string, streamed, side bool) (*GeminiRequest
 			return nil, err
 		}
 	}
-	if gc, err := rawjson.Parse(top.Get("generationConfig")); err == nil {
-		if n, err := strconv.Atoi(string(gc.Get("candidateCount"))); err == nil && n > 1 {
+	if gc, err := rawjson.Parse(field(&top, "generationConfig")); err == nil {
+		if n, ok := number(field(&gc, "candidateCount")); ok && n > 1 {
 			return nil, apierr.BadRequest("unsupported_parameter", "generationConfig.candidateCount",
 				"candidateCount greater than 1 is not supported on a thread turn")
 		}
@@ -199,7 +199,7 @@ func (c *GeminiRequest) InjectWorkspace(text string, placement Placement) {
 		c.contents = c.neutralizedTurn()
 	}
 	part := geminiTextPart(text)
-	switch sys := c.fields.Get("systemInstruction"); {
+	switch sys := field(&c.fields, "systemInstruction"); {
 	case isNull(sys):
 		o := rawjson.Object{}
 		o.Set("parts", rawjson.AppendArray(nil, []json.RawMessage{part}))
@@ -284,9 +284,9 @@ func neutralizedGeminiParts(parts json.RawMessage) json.RawMessage {
 	changed := false
 	for i, p := range list {
 		n := neutralizedPart(p)
-		if o, err := rawjson.Parse(n); err == nil && !isNull(o.Get("functionResponse")) {
-			if fr := neutralizedStrings(o.Get("functionResponse")); string(fr) != string(o.Get("functionResponse")) {
-				o.Set("functionResponse", fr)
+		if o, err := rawjson.Parse(n); err == nil && !isNull(field(&o, "functionResponse")) {
+			if fr := neutralizedStrings(field(&o, "functionResponse")); string(fr) != string(field(&o, "functionResponse")) {
+				o.Set(spelling(&o, "functionResponse"), fr)
 				n = o.Bytes()
 			}
 		}
@@ -373,7 +373,7 @@ func (c *GeminiRequest) appendRound(model json.RawMessage, calls []toolCall, res
 		fr.Set("name", rawjson.String(call.Name))
 		fr.Set("response", geminiResponse(results[i].Content))
 		p := rawjson.Object{}
-		p.Set("functionResponse", fr.Bytes())
+		p.Set(spelling(&p, "functionResponse"), fr.Bytes())
 		parts[i] = p.Bytes()
 	}
 	user := rawjson.Object{}
@@ -419,7 +419,8 @@ func (c *GeminiRequest) Body(withWorkspaceTools bool) Payload {
 	default:
 		runs = []Payload{{c.tools}}
 	}
-	return roundBody(c.fields, "contents", c.contents, runs, replacement{"systemInstruction", c.system}, replacement{"toolConfig", config})
+	return roundBody(c.fields, "contents", c.contents, runs, replacement{spelling(&c.fields, "systemInstruction"), c.system},
+		replacement{spelling(&c.fields, "toolConfig"), config})
 }
 
 // toolConfigFor is the toolConfig a round sends in place of the client's (nil: the client's).
@@ -430,14 +431,14 @@ func (c *GeminiRequest) Body(withWorkspaceTools bool) Payload {
 // the client declared — gets the client's functions as its allowedFunctionNames, so that the
 // call the client forces is its own, not a workspace call every round.
 func (c *GeminiRequest) toolConfigFor(off bool) json.RawMessage {
-	tc, err := rawjson.Parse(c.fields.Get("toolConfig"))
+	tc, err := rawjson.Parse(field(&c.fields, "toolConfig"))
 	if err != nil {
-		if !isNull(c.fields.Get("toolConfig")) {
+		if !isNull(field(&c.fields, "toolConfig")) {
 			return nil // not an object: the upstream's to refuse as it was
 		}
 		tc = rawjson.Object{}
 	}
-	fc, err := rawjson.Parse(tc.Get("functionCallingConfig"))
+	fc, err := rawjson.Parse(field(&tc, "functionCallingConfig"))
 	if err != nil {
 		fc = rawjson.Object{}
 	}
@@ -445,16 +446,20 @@ func (c *GeminiRequest) toolConfigFor(off bool) json.RawMessage {
 	case off:
 		fc = rawjson.Object{}
 		fc.Set("mode", rawjson.String("NONE"))
-	case mode == "ANY" && isNull(fc.Get("allowedFunctionNames")) && len(c.names) > 0:
+	case mode == "ANY" && isNull(field(&fc, "allowedFunctionNames")) && len(c.names) > 0:
 		names := make([]json.RawMessage, len(c.names))
 		for i, n := range c.names {
 			names[i] = rawjson.String(n)
 		}
-		fc.Set("allowedFunctionNames", rawjson.AppendArray(nil, names))
+		name := "allowedFunctionNames"
+		if spelling(&tc, "functionCallingConfig") != "functionCallingConfig" {
+			name = protoName(name) // the client writes this object's members by their proto names
+		}
+		fc.Set(name, rawjson.AppendArray(nil, names))
 	default:
 		return nil
 	}
-	tc.Set("functionCallingConfig", fc.Bytes())
+	tc.Set(spelling(&tc, "functionCallingConfig"), fc.Bytes())
 	return tc.Bytes()
 }
 
@@ -473,7 +478,7 @@ func ParseGeminiCount(body []byte, model string) (Counted, error) {
 	if err != nil {
 		return nil, err
 	}
-	inner := tl.fields.Get("generateContentRequest")
+	inner := field(&tl.fields, "generateContentRequest")
 	if isNull(inner) {
 		o := rawjson.Object{}
 		o.Set("model", rawjson.String("models/"+model))
@@ -498,13 +503,13 @@ func (g *geminiCount) CountBody(text string, placement Placement) Payload {
 	w := payloadWriter{buf: make([]byte, 0, 256)}
 	w.byte('{')
 	for i, k := range g.outer.Keys {
-		if k == "contents" || k == "generateContentRequest" {
+		if k == "contents" || k == "generateContentRequest" || k == "generate_content_request" {
 			continue
 		}
 		w.member(k)
 		w.raw(g.outer.Vals[i])
 	}
-	w.member("generateContentRequest")
+	w.member(spelling(&g.outer, "generateContentRequest"))
 	w.flush()
 	w.pieces = append(w.pieces, inner...)
 	w.byte('}')
@@ -556,7 +561,7 @@ var geminiWorkspaceDecls, geminiWorkspaceTool = func() (json.RawMessage, json.Ra
 		list[i] = o.Bytes()
 	}
 	tool := rawjson.Object{}
-	tool.Set("functionDeclarations", rawjson.AppendArray(nil, list))
+	tool.Set(spelling(&tool, "functionDeclarations"), rawjson.AppendArray(nil, list))
 	return elementRun(list), tool.Bytes()
 }()
 
@@ -572,9 +577,9 @@ func geminiTokens(raw json.RawMessage) usage {
 		return u
 	}
 	u.tokens = workspace.Usage{
-		PromptTokens:       workspace.AddTokens(tokenCount(o, "promptTokenCount"), tokenCount(o, "toolUsePromptTokenCount")),
-		CachedPromptTokens: tokenCount(o, "cachedContentTokenCount"),
-		CompletionTokens:   workspace.AddTokens(tokenCount(o, "candidatesTokenCount"), tokenCount(o, "thoughtsTokenCount")),
+		PromptTokens:       workspace.AddTokens(tokenCount(o, spelling(&o, "promptTokenCount")), tokenCount(o, spelling(&o, "toolUsePromptTokenCount"))),
+		CachedPromptTokens: tokenCount(o, spelling(&o, "cachedContentTokenCount")),
+		CompletionTokens:   workspace.AddTokens(tokenCount(o, spelling(&o, "candidatesTokenCount")), tokenCount(o, spelling(&o, "thoughtsTokenCount"))),
 	}
 	return u
 }
@@ -632,4 +637,51 @@ func isGeminiError(body []byte) bool {
 		Error json.RawMessage `json:"error"`
 	}
 	return json.Unmarshal(body, &b) == nil && len(b.Error) > 0 && b.Error[0] == '{'
+}
+
+// The Gemini API's JSON mapping accepts each member under its lowerCamelCase name and its proto
+// name (snake_case, as Google's REST examples write them): the dialect reads both, and writes a
+// member it replaces under the client's spelling, so that the upstream never gets one twice
+// (docs/spec.md §18).
+
+// protoName is the proto name of a lowerCamelCase member name.
+func protoName(camel string) string {
+	var b strings.Builder
+	for _, r := range camel {
+		if 'A' <= r && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// spelling is the name o holds member camel under: its proto name when o holds that and not
+// camel; camel otherwise.
+func spelling(o *rawjson.Object, camel string) string {
+	if o.Get(camel) == nil {
+		if proto := protoName(camel); o.Get(proto) != nil {
+			return proto
+		}
+	}
+	return camel
+}
+
+// field is member camel of o, under either name (nil when absent).
+func field(o *rawjson.Object, camel string) json.RawMessage {
+	return o.Get(spelling(o, camel))
+}
+
+// number reads a JSON number, or a string holding one (the JSON mapping of Google's int64
+// fields): 2, 2.0, 2e0 and "2" alike.
+func number(v json.RawMessage) (float64, bool) {
+	if s, ok := rawjson.Unquote(v); ok {
+		v = json.RawMessage(s)
+	}
+	var n float64
+	if json.Unmarshal(v, &n) != nil {
+		return 0, false
+	}
+	return n, true
 }

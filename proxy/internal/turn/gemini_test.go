@@ -434,3 +434,97 @@ func TestGeminiError(t *testing.T) {
 			string(GeminiError(&apierr.Error{Status: status, Message: "m"})))
 	}
 }
+
+// TestGeminiProtoNames: every member the dialect reads is read in both of the spellings
+// Google's JSON mapping accepts — lowerCamelCase and the proto name (snake_case, as in Google's
+// REST examples) — and a member the proxy writes in place of the client's keeps the client's
+// spelling, so the upstream never gets one field twice (docs/spec.md §18).
+func TestGeminiProtoNames(t *testing.T) {
+	t.Parallel()
+	prepared := func(t *testing.T, body string, placement Placement, withTools bool) map[string]json.RawMessage {
+		t.Helper()
+		req, err := ParseGeminiRequest([]byte(body), "m", false)
+		require.NoError(t, err)
+		req.Prepare("block", placement, "")
+		return members(t, req.Body(withTools).joined())
+	}
+	decl := `"tools":[{"function_declarations":[{"name":"a"},{"name":"b"}]}],`
+	for _, c := range []struct {
+		name, body string
+		placement  Placement
+		withTools  bool
+		want       map[string]string // member: its value (absent: "")
+	}{
+		{"system_instruction", `{"contents":[{"parts":[{"text":"x"}]}],"system_instruction":{"parts":[{"text":"Be brief."}]}}`, PlaceSystem, true,
+			map[string]string{"system_instruction": `{"parts":[{"text":"Be brief."},{"text":"block"}]}`, "systemInstruction": ""}},
+		{"system_instruction as a string", `{"contents":[{"role":"model","parts":[{"text":"x"}]}],"system_instruction":"Be brief."}`, PlaceTail, true,
+			map[string]string{"system_instruction": `{"parts":[{"text":"Be brief."},{"text":"block"}]}`, "systemInstruction": ""}},
+		{"tool_config ANY", `{"contents":[{"parts":[{"text":"x"}]}],` + decl + `"tool_config":{"function_calling_config":{"mode":"ANY"}}}`, PlaceTail, true,
+			map[string]string{"tool_config": `{"function_calling_config":{"mode":"ANY","allowed_function_names":["a","b"]}}`, "toolConfig": ""}},
+		{"toolConfig with function_calling_config", `{"contents":[{"parts":[{"text":"x"}]}],` + decl + `"toolConfig":{"function_calling_config":{"mode":"any"}}}`, PlaceTail, true,
+			map[string]string{"toolConfig": `{"function_calling_config":{"mode":"any","allowed_function_names":["a","b"]}}`, "tool_config": ""}},
+		{"allowed_function_names kept", `{"contents":[{"parts":[{"text":"x"}]}],` + decl + `"tool_config":{"function_calling_config":{"mode":"ANY","allowed_function_names":["b"]}}}`, PlaceTail, true,
+			map[string]string{"tool_config": `{"function_calling_config":{"mode":"ANY","allowed_function_names":["b"]}}`, "toolConfig": ""}},
+		{"tool_config of a last round", `{"contents":[{"parts":[{"text":"x"}]}],"tool_config":{"function_calling_config":{"mode":"AUTO"}}}`, PlaceTail, false,
+			map[string]string{"tool_config": `{"function_calling_config":{"mode":"NONE"}}`, "toolConfig": ""}},
+	} {
+		got := prepared(t, c.body, c.placement, c.withTools)
+		for k, v := range c.want {
+			require.Equal(t, v, string(got[k]), "%s: %s", c.name, k)
+		}
+	}
+
+	// The workspace tags in a function_response of the client's latest turn are neutralised.
+	got := prepared(t, `{"contents":[{"role":"model","parts":[{"function_call":{"name":"read_file","args":{}}}]},`+
+		`{"role":"user","parts":[{"function_response":{"name":"read_file","response":{"output":"x </workspace> y"}}}]}]}`, PlaceSystem, true)
+	require.Contains(t, string(got["contents"]), `{"function_response":{"name":"read_file","response":{"output":"x ‹/workspace> y"}}}`)
+
+	// candidateCount above 1, however written, is refused; 1 is not.
+	for _, gc := range []string{`"generationConfig":{"candidateCount":"2"}`, `"generationConfig":{"candidateCount":2.0}`,
+		`"generationConfig":{"candidate_count":2}`, `"generation_config":{"candidateCount":3}`, `"generation_config":{"candidate_count":"2"}`,
+		`"generationConfig":{"candidateCount":2e0}`, `"generationConfig":{"candidateCount":1.5}`} {
+		_, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"x"}]}],`+gc+`}`), "m", false)
+		var e *apierr.Error
+		require.ErrorAs(t, err, &e, gc)
+		require.Equal(t, "unsupported_parameter", e.Code, gc)
+	}
+	for _, gc := range []string{`"generationConfig":{"candidateCount":1}`, `"generation_config":{"candidate_count":"1"}`, `"generationConfig":{"candidateCount":1.0}`,
+		`"generationConfig":{"candidateCount":null}`} {
+		_, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"x"}]}],`+gc+`}`), "m", false)
+		require.NoError(t, err, gc)
+	}
+
+	// countTokens' generate_content_request is the request, once.
+	count, err := ParseGeminiCount([]byte(`{"generate_content_request":{"model":"models/x","contents":[{"parts":[{"text":"a"}]}]}}`), "x")
+	require.NoError(t, err)
+	out := members(t, count.CountBody("block", PlaceTail).joined())
+	require.Equal(t, []string{"generate_content_request"}, keys(out))
+	require.Contains(t, string(out["generate_content_request"]), `{"text":"block"}`)
+
+	// A reply in proto names: its function_call runs as the workspace's, its usage_metadata is read
+	// and summed under the name it came in.
+	round1 := `{"candidates":[{"content":{"role":"model","parts":[{"function_call":{"name":"set_objective","args":{"text":"Tidy","action_and_reasoning":"goal"}},` +
+		`"thought_signature":"c2ln"}]},"finish_reason":"STOP"}],"usage_metadata":{"prompt_token_count":10,"candidates_token_count":5},"response_id":"first"}`
+	round2 := `{"candidates":[{"content":{"role":"model","parts":[{"text":"Done."}]},"finish_reason":"STOP"}],"usage_metadata":{"prompt_token_count":20,"candidates_token_count":2},"response_id":"second"}`
+	up := &script{replies: bodies(round1, round2)}
+	req, err := ParseGeminiRequest([]byte(`{"contents":[{"parts":[{"text":"My goal: tidy."}]}]}`), "m", false)
+	require.NoError(t, err)
+	req.Prepare("block", PlaceTail, "")
+	tt := newTurn(t, workspace.Limits{}, up)
+	d := req.JSON(tt)
+	rounds, err := (&Runner{}).Run(context.Background(), tt, d)
+	require.NoError(t, err)
+	require.Equal(t, 2, rounds)
+	require.Contains(t, string(up.sent[1]), `{"functionResponse":{"name":"set_objective","response":{"ok":true`)
+	require.Equal(t, workspace.Usage{PromptTokens: 30, CompletionTokens: 7}, tt.Usage)
+	body, _ := d.Answer()
+	answer := members(t, body)
+	require.NotContains(t, answer, "usageMetadata")
+	require.NotContains(t, answer, "responseId")
+	require.Equal(t, `"first"`, string(answer["response_id"]))
+	require.JSONEq(t, `{"prompt_token_count":30,"candidates_token_count":7}`, string(answer["usage_metadata"]))
+	require.NotContains(t, string(body), "set_objective", "the workspace's call is the proxy's")
+	block, err := tt.Workspace.Block(context.Background())
+	require.NoError(t, err)
+	require.Contains(t, block, "Tidy")
+}

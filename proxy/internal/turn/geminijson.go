@@ -32,7 +32,7 @@ func (g *geminiParts) add(part json.RawMessage, client func(string) bool, genera
 	if err != nil {
 		return part
 	}
-	fc, err := rawjson.Parse(o.Get("functionCall"))
+	fc, err := rawjson.Parse(field(&o, "functionCall"))
 	if err != nil {
 		return part
 	}
@@ -51,14 +51,14 @@ func (g *geminiParts) add(part json.RawMessage, client func(string) bool, genera
 	g.calls = append(g.calls, c)
 	if !c.Client {
 		g.hidden = true
-		if sig := o.Get("thoughtSignature"); !isNull(sig) && g.sig == nil {
+		if sig := field(&o, "thoughtSignature"); !isNull(sig) && g.sig == nil {
 			g.sig = append(json.RawMessage(nil), sig...)
 		}
 		return nil
 	}
 	g.clientCall = true
-	if g.sig != nil && isNull(o.Get("thoughtSignature")) {
-		o.Set("thoughtSignature", g.sig)
+	if g.sig != nil && isNull(field(&o, "thoughtSignature")) {
+		o.Set(spelling(&o, "thoughtSignature"), g.sig)
 		g.sig = nil
 		return o.Bytes()
 	}
@@ -154,15 +154,15 @@ func (d *geminiJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usage
 		d.model = geminiModelContent(content, cand.Get("content"))
 	}
 	d.top = top
-	id := text(top.Get("responseId"))
+	id := text(field(&top, "responseId"))
 	if d.first == "" {
 		d.first = id
 	}
-	info := roundInfo{model: text(top.Get("modelVersion")), id: id}
-	if fr := text(cand.Get("finishReason")); fr != "" {
+	info := roundInfo{model: text(field(&top, "modelVersion")), id: id}
+	if fr := text(field(&cand, "finishReason")); fr != "" {
 		info.finishReasons = []string{fr}
 	}
-	return d.last.calls, geminiTokens(top.Get("usageMetadata")), info, nil
+	return d.last.calls, geminiTokens(field(&top, "usageMetadata")), info, nil
 }
 
 func (d *geminiJSON) extend(calls []toolCall, results []tools.Result) {
@@ -180,10 +180,10 @@ func (d *geminiJSON) finish(_ []toolCall, usage *usageSum, rounds int) error {
 	}
 	o := withParts(d.top, append(d.shown, d.view...))
 	if d.first != "" {
-		o.Set("responseId", rawjson.String(d.first))
+		o.Set(spelling(&o, "responseId"), rawjson.String(d.first))
 	}
 	if rounds > 1 && !usage.empty() {
-		o.Set("usageMetadata", usage.json())
+		o.Set(spelling(&o, "usageMetadata"), usage.json())
 	}
 	d.body = o.Bytes()
 	return nil

@@ -126,14 +126,14 @@ func (d *geminiSSE) event(data []byte) error {
 		return &apierr.StreamError{Data: append([]byte(nil), data...)}
 	}
 	d.cur.chunks++
-	if u := ev.Get("usageMetadata"); !isNull(u) {
+	if u := field(&ev, "usageMetadata"); !isNull(u) {
 		d.cur.usage = append(json.RawMessage(nil), u...)
 	}
 	if d.round == 1 {
-		if id := text(ev.Get("responseId")); id != "" && d.first == "" {
+		if id := text(field(&ev, "responseId")); id != "" && d.first == "" {
 			d.first = id
 		}
-		if m := text(ev.Get("modelVersion")); m != "" {
+		if m := text(field(&ev, "modelVersion")); m != "" {
 			d.model = m
 		}
 	}
@@ -152,7 +152,7 @@ func (d *geminiSSE) event(data []byte) error {
 			d.cur.keep(p)
 		}
 	}
-	finished := cand.Keys != nil && !isNull(cand.Get("finishReason"))
+	finished := cand.Keys != nil && !isNull(field(&cand, "finishReason"))
 	if finished && d.cur.parts.hidden {
 		d.cur.final = withParts(ev, nil).Own()
 		if len(view) == 0 {
@@ -160,11 +160,11 @@ func (d *geminiSSE) event(data []byte) error {
 		}
 		out := withParts(ev, view)
 		out.Set("candidates", withoutFinish(out.Get("candidates")))
-		out.Del("usageMetadata")
+		out.Del(spelling(&out, "usageMetadata"))
 		return d.send(out.Bytes())
 	}
 	d.cur.inPlace = d.cur.inPlace || finished
-	if !changed && (d.round == 1 || isNull(ev.Get("usageMetadata"))) {
+	if !changed && (d.round == 1 || isNull(field(&ev, "usageMetadata"))) {
 		return d.send(data)
 	}
 	if changed && len(view) == 0 && !finished {
@@ -174,8 +174,8 @@ func (d *geminiSSE) event(data []byte) error {
 	if changed {
 		out = withParts(ev, view)
 	}
-	if d.round > 1 && !isNull(ev.Get("usageMetadata")) {
-		out.Set("usageMetadata", d.earlier.with(d.cur.usage))
+	if d.round > 1 && !isNull(field(&ev, "usageMetadata")) {
+		out.Set(spelling(&out, "usageMetadata"), d.earlier.with(d.cur.usage))
 	}
 	return d.send(out.Bytes())
 }
@@ -190,7 +190,7 @@ func withoutFinish(list json.RawMessage) json.RawMessage {
 	if err != nil {
 		return list
 	}
-	c.Del("finishReason")
+	c.Del(spelling(&c, "finishReason"))
 	cands[0] = c.Bytes()
 	return rawjson.AppendArray(nil, cands)
 }
@@ -208,11 +208,11 @@ func (d *geminiSSE) finish(_ []toolCall, usage *usageSum, rounds int) error {
 	if d.cur.inPlace || out.Keys == nil { // a stream without a finishReason ends without one
 		return nil
 	}
-	if d.first != "" && out.Has("responseId") {
-		out.Set("responseId", rawjson.String(d.first))
+	if d.first != "" && (field(&out, "responseId") != nil) {
+		out.Set(spelling(&out, "responseId"), rawjson.String(d.first))
 	}
 	if u := usage.json(); u != nil {
-		out.Set("usageMetadata", u)
+		out.Set(spelling(&out, "usageMetadata"), u)
 	}
 	return d.send(out.Bytes())
 }

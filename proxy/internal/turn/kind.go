@@ -106,10 +106,7 @@ func kindOfResponses(top rawjson.Object) string {
 // sends the first and the last) — else KindTurn. The API's proto names (generation_config,
 // response_mime_type, …) are read too: Google's JSON mapping accepts both.
 func kindOfGemini(top rawjson.Object) string {
-	config := top.Get("generationConfig")
-	if config == nil {
-		config = top.Get("generation_config")
-	}
+	config := field(&top, "generationConfig")
 	if config == nil {
 		return KindTurn
 	}
