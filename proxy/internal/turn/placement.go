@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
-	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // Placement is where the workspace goes in a request (docs/spec.md §3.1).
@@ -70,11 +70,11 @@ func neutralizedTurn(list []byte, from, end int, isTurn func([]byte) bool) []Pay
 			return nil
 		}
 		el := list[start:stop]
-		if n := neutralizedElement(el); len(n) != len(el) || &n[0] != &el[0] {
+		if n := neutralizedElement(el); n != nil {
 			if runStart >= 0 {
 				runs, runStart = append(runs, Payload{list[runStart:runEnd]}), -1
 			}
-			runs = append(runs, Payload{n})
+			runs = append(runs, n)
 			return nil
 		}
 		if runStart < 0 {
@@ -90,21 +90,22 @@ func neutralizedTurn(list []byte, from, end int, isTurn func([]byte) bool) []Pay
 }
 
 // neutralizedElement is a message or input item with the workspace tags in the text of its
-// content (or a function_call_output's output) neutralised; el itself when it holds none.
-func neutralizedElement(el []byte) []byte {
+// content (or a function_call_output's output) neutralised, as pieces of the client's bytes
+// around the strings rewritten; nil when it holds none.
+func neutralizedElement(el []byte) Payload {
 	if !mayHoldTag(el) {
-		return el
+		return nil
 	}
 	for _, member := range []string{"content", "output"} {
 		start, end, ok := rawjson.Member(el, member)
 		if !ok || (el[start] != '"' && el[start] != '[') {
 			continue
 		}
-		if n := neutralizedContent(el[start:end]); string(n) != string(el[start:end]) {
-			return append(append(append([]byte(nil), el[:start]...), n...), el[end:]...)
+		if n := neutralizedPieces(el[start:end]); n != nil {
+			return append(append(Payload{el[:start]}, n...), el[end:])
 		}
 	}
-	return el
+	return nil
 }
 
 // neutralizedContent is a content (a JSON string, or an array of parts) with the workspace tags
@@ -113,23 +114,62 @@ func neutralizedContent(content json.RawMessage) json.RawMessage {
 	if content[0] == '"' {
 		return neutralized(content)
 	}
-	if !mayHoldTag(content) {
+	n := neutralizedPieces(content)
+	if n == nil {
 		return content
 	}
-	out, changed := []byte{'['}, false
-	_ = rawjson.Each(content, func(i, start, end int) error {
-		if i > 0 {
-			out = append(out, ',')
+	return n.joined()
+}
+
+// neutralizedPieces is neutralizedContent as pieces: the client's bytes but for the strings
+// rewritten, one copy of each; nil when content holds no tag.
+func neutralizedPieces(content json.RawMessage) Payload {
+	if !mayHoldTag(content) {
+		return nil
+	}
+	if content[0] == '"' {
+		if n := neutralized(content); &n[0] != &content[0] {
+			return Payload{n}
 		}
-		n := neutralizedPart(content[start:end])
-		changed = changed || string(n) != string(content[start:end])
-		out = append(out, n...)
+		return nil
+	}
+	var out Payload
+	copied := 0 // content[:copied] is in out
+	_ = rawjson.Each(content, func(_, start, end int) error {
+		part := content[start:end]
+		vs, ve, ok := partText(part)
+		if !ok {
+			return nil
+		}
+		n := neutralizedPieces(part[vs:ve])
+		if n == nil {
+			return nil
+		}
+		out = append(append(out, content[copied:start+vs]), n...)
+		copied = start + ve
 		return nil
 	})
-	if !changed {
-		return content
+	if out == nil {
+		return nil
 	}
-	return append(out, ']')
+	return append(out, content[copied:])
+}
+
+// partText is where a content part's text lies: its text (a string), or a Messages tool_result
+// block's content (a string or blocks); ok false for a part that has none.
+func partText(part []byte) (start, end int, ok bool) {
+	if !mayHoldTag(part) {
+		return 0, 0, false
+	}
+	key := "text"
+	if ts, te, ok := rawjson.Member(part, "type"); ok && text(json.RawMessage(part[ts:te])) == "tool_result" {
+		key = "content"
+	}
+	start, end, ok = rawjson.Member(part, key)
+	if !ok || end == start || (part[start] != '"' && (key == "text" || part[start] != '[')) {
+		return 0, 0, false
+	}
+	return start, end, true
 }
 
 // appendToSystem appends text to a system message's content: to a string (after a blank line),
@@ -162,23 +202,27 @@ func appendToLast(msg []byte, member, partType, text string) Payload {
 		o.Set(member, rawjson.String(text))
 		return Payload{o.Bytes()}
 	}
-	var open json.RawMessage // the content up to where the text goes
-	var tail []byte          // the text and what closes the content
-	content = neutralizedContent(content)
+	// The content as pieces (the strings with a tag rewritten, the rest the client's bytes), up to
+	// where the text goes: before its closing quote or bracket.
+	open := neutralizedPieces(content)
+	if open == nil {
+		open = Payload{content}
+	}
+	last := open[len(open)-1]
+	open[len(open)-1] = last[:len(last)-1]
+	var tail []byte // the text and what closes the content
 	if content[0] == '"' {
-		open = content[:len(content)-1]
 		if !blankString(content) {
 			tail = append(tail, `\n\n`...)
 		}
 		tail = append(rawjson.AppendEscaped(tail, text), '"')
 	} else {
-		open = content[:len(content)-1]
-		if len(bytes.TrimSpace(open)) > 1 {
+		if len(bytes.TrimSpace(content[:len(content)-1])) > 1 {
 			tail = append(tail, ',')
 		}
 		tail = append(append(tail, typedTextPart(partType, text)...), ']')
 	}
-	return Payload{msg[:start], open, tail, msg[end:]}
+	return append(append(Payload{msg[:start]}, open...), tail, msg[end:])
 }
 
 // appendToString is the JSON string raw with text appended, after a blank line unless raw holds
@@ -216,65 +260,153 @@ func mayHoldTag(raw []byte) bool {
 	return bytes.IndexByte(raw, '<') >= 0 || bytes.Contains(raw, []byte(`\u`))
 }
 
-// neutralized is the JSON string raw with its workspace tags neutralised; raw itself when it
-// holds none. Invalid UTF-8 keeps its bytes: each valid run between invalid bytes is neutralised
-// on its own (neither a tag nor an escape spans an invalid byte), so the string grows by its
-// tags' '‹' alone, never by escapes of invalid bytes.
+// neutralized is the JSON string raw with its workspace tags neutralised, read as
+// workspace.NeutralizeTags reads the string it encodes (a '<', then spaces, an optional '/',
+// spaces, and "workspace" in any case), each tag's '<' — written as it is or as a \u escape —
+// replaced by '‹'; every other byte is the client's, escapes and invalid UTF-8 included (an
+// invalid byte is no part of a tag). raw itself when it holds none; else one copy of it, made
+// at the first tag (docs/spec.md §3.1, §16).
 func neutralized(raw json.RawMessage) json.RawMessage {
-	if !mayHoldTag(raw) {
+	if !mayHoldTag(raw) || len(raw) < 2 {
 		return raw
 	}
-	if utf8.Valid(raw) {
-		s, _ := rawjson.Unquote(raw)
-		if n := workspace.NeutralizeTags(s); n != s {
-			return rawjson.String(n)
-		}
-		return raw
-	}
-	out := json.RawMessage{'"'}
-	for inner := raw[1 : len(raw)-1]; len(inner) > 0; {
-		n := 0
-		for n < len(inner) {
-			r, size := utf8.DecodeRune(inner[n:])
-			if r == utf8.RuneError && size == 1 {
-				break
+	var out json.RawMessage // nil until the first tag
+	copied := 0             // raw[:copied] is in out
+	for i := 1; i < len(raw)-1; {
+		r, size := jsonCharAt(raw, i)
+		if r == '<' && isTagAfter(raw, i+size) {
+			if out == nil {
+				// A tag is at least 10 bytes ("<workspace"), and its '‹' 2 more than its '<'.
+				out = make(json.RawMessage, 0, len(raw)+len(raw)/5+8)
 			}
-			n += size
+			out = append(append(out, raw[copied:i]...), "‹"...)
+			copied = i + size
 		}
-		if n == 0 {
-			out, inner = append(out, inner[0]), inner[1:]
-			continue
-		}
-		run := neutralized(append(append(json.RawMessage{'"'}, inner[:n]...), '"'))
-		out, inner = append(out, run[1:len(run)-1]...), inner[n:]
+		i += size
 	}
-	return append(out, '"')
+	if out == nil {
+		return raw
+	}
+	return append(out, raw[copied:]...)
+}
+
+// isTagAfter reports whether what follows a '<' at raw[i:] (inside a JSON string) makes it a
+// workspace tag: spaces, an optional '/', spaces, then "workspace" in any case.
+func isTagAfter(raw []byte, i int) bool {
+	end := len(raw) - 1 // the closing quote
+	skipSpaces := func() {
+		for i < end {
+			r, size := jsonCharAt(raw, i)
+			if r != ' ' && r != '\t' && r != '\n' && r != '\f' && r != '\r' {
+				return
+			}
+			i += size
+		}
+	}
+	skipSpaces()
+	if i < end {
+		if r, size := jsonCharAt(raw, i); r == '/' {
+			i += size
+			skipSpaces()
+		}
+	}
+	for _, want := range "workspace" {
+		if i >= end {
+			return false
+		}
+		r, size := jsonCharAt(raw, i)
+		if r != want && !equalFoldRune(r, want) {
+			return false
+		}
+		i += size
+	}
+	return true
+}
+
+// equalFoldRune reports whether r and want are equal under Unicode simple case folding, as a
+// case-insensitive regular expression compares them (ſ is s, the Kelvin sign is k).
+func equalFoldRune(r, want rune) bool {
+	for f := unicode.SimpleFold(want); f != want; f = unicode.SimpleFold(f) {
+		if f == r {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonCharAt reads the character of a JSON string's body at raw[i]: an escape (a surrogate pair
+// of \u escapes as one character) or a UTF-8 sequence, and its length in bytes; an invalid
+// byte or escape reads as utf8.RuneError of its one byte.
+func jsonCharAt(raw []byte, i int) (rune, int) {
+	if raw[i] != '\\' {
+		return utf8.DecodeRune(raw[i:])
+	}
+	if i+1 >= len(raw) {
+		return utf8.RuneError, 1
+	}
+	switch c := raw[i+1]; c {
+	case 'u':
+		hi, ok := hex4At(raw, i+2)
+		if !ok {
+			return utf8.RuneError, 1
+		}
+		if utf16.IsSurrogate(hi) && i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+			if lo, ok := hex4At(raw, i+8); ok {
+				if r := utf16.DecodeRune(hi, lo); r != utf8.RuneError {
+					return r, 12
+				}
+			}
+		}
+		return hi, 6
+	case 'n':
+		return '\n', 2
+	case 't':
+		return '\t', 2
+	case 'r':
+		return '\r', 2
+	case 'f':
+		return '\f', 2
+	case 'b':
+		return '\b', 2
+	default: // \" \\ \/
+		return rune(c), 2
+	}
+}
+
+// hex4At reads the four hex digits at raw[i:].
+func hex4At(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
+	}
+	var v rune
+	for _, c := range raw[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			v = v<<4 | rune(c-'0')
+		case 'a' <= c && c <= 'f':
+			v = v<<4 | rune(c-'a'+10)
+		case 'A' <= c && c <= 'F':
+			v = v<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return v, true
 }
 
 // neutralizedPart is a content part with the workspace tags of its text neutralised (of a
 // Messages tool_result block, its content: a string or blocks); the part itself when it holds
 // none.
 func neutralizedPart(part json.RawMessage) json.RawMessage {
-	if !mayHoldTag(part) {
+	vs, ve, ok := partText(part)
+	if !ok {
 		return part
 	}
-	o, err := rawjson.Parse(part)
-	if err != nil {
+	n := neutralizedPieces(part[vs:ve])
+	if n == nil {
 		return part
 	}
-	key := "text"
-	if text(o.Get("type")) == "tool_result" {
-		key = "content"
-	}
-	v := o.Get(key)
-	if len(v) == 0 || (v[0] != '"' && (key == "text" || v[0] != '[')) {
-		return part
-	}
-	if n := neutralizedContent(v); string(n) != string(v) {
-		o.Set(key, n)
-		return o.Bytes()
-	}
-	return part
+	return append(append(Payload{part[:vs]}, n...), part[ve:]).joined()
 }
 
 // blankString reports whether the JSON string raw holds nothing but white space (as
