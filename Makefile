@@ -22,8 +22,8 @@ TEST_TIMEOUT ?= 30m
 test: vet check-generated chromium buildah npm-clients jq
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && (cd deploy && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./workspace ./proxy/... ./cmd/proxy'
 
-## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (LISTEN over
-## a direct DATABASE_LISTEN_URL), the admin REST, panel sessions and links, client scoping,
+## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (followed
+## through the pool), the admin REST, panel sessions and links, client scoping,
 ## concurrency, replicas, MCP (its calls, scopes, subscriptions, replicas), a thread's scopes and
 ## review mode: what would meet session state or prepared statements kept across transactions.
 ## TestPgBouncerTestsExist fails when a name here names no test.

@@ -100,8 +100,8 @@ SELECT c::bigint AS id FROM thread_compacted($1::text) c
 `
 
 // Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
-// 013): the thread created when new (past its tombstone), a compaction event by the client under
-// the thread's row lock, and its NOTIFY. Returns the event's id.
+// 013, 018): the thread created when new (past its tombstone), a compaction event by the client
+// under the thread's row lock. Returns the event's id.
 func (q *Queries) EventCompactionInsert(ctx context.Context, db DBTX, threadID string) (int64, error) {
 	row := db.QueryRow(ctx, eventCompactionInsert, threadID)
 	var id int64
@@ -162,10 +162,8 @@ WITH n AS (
                        unnest($14::text[]), unnest($15::bigint[]), unnest($16::text[]))
          WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, answers, moved, i)
     RETURNING id
-), notify AS (
-    SELECT pg_notify('wsproxy_events', $2::text || ',' || max(id)) FROM ins HAVING count(*) > 0
 )
-SELECT n.first::bigint AS first_id, (SELECT count(*) FROM notify)::bigint AS notified FROM n
+SELECT n.first::bigint AS first_id, (SELECT count(*) FROM ins)::bigint AS inserted FROM n
 `
 
 type EventInsertParams struct {
@@ -189,13 +187,13 @@ type EventInsertParams struct {
 
 type EventInsertRow struct {
 	FirstID  int64
-	Notified int64
+	Inserted int64
 }
 
 // Appends a change's events, all by one actor via one path: ids from the thread's next_event_id
 // (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 // the same transaction when after_tool_call, at the time of the insert (under the lock: in id
-// order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
+// order). No NOTIFY: replicas follow the thread's next_event_id (docs/spec.md §13). An empty proposal
 // is none (SQL NULL); the text null is a removal's. answers 0 and moved ” are none. Returns the
 // first id.
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (EventInsertRow, error) {
@@ -218,7 +216,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.Moves,
 	)
 	var i EventInsertRow
-	err := row.Scan(&i.FirstID, &i.Notified)
+	err := row.Scan(&i.FirstID, &i.Inserted)
 	return i, err
 }
 

@@ -283,7 +283,7 @@ func QueueEventInsert(b *pgx.Batch, arg EventInsertParams, firstID *int64) {
 	b.Queue(eventInsert, arg.Kinds, arg.ThreadID, arg.Actor, arg.Via, arg.Turn, arg.Round, arg.AfterToolCall, arg.Reason,
 		arg.TargetTypes, arg.TargetIds, arg.Befores, arg.Afters, arg.Reverts, arg.Proposals, arg.Answers, arg.Moves).QueryRow(func(row pgx.Row) error {
 		var r EventInsertRow
-		if err := row.Scan(&r.FirstID, &r.Notified); err != nil {
+		if err := row.Scan(&r.FirstID, &r.Inserted); err != nil {
 			return err
 		}
 		if firstID != nil {

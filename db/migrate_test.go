@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -682,23 +683,9 @@ func TestUpgradeToCompaction(t *testing.T) {
 	require.Len(t, events, 3, "the events stored before")
 	require.Equal(t, "parents_set", events[2].Kind)
 
-	listener, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer listener.Release()
-	_, err = listener.Exec(ctx, "LISTEN wsproxy_events")
-	require.NoError(t, err)
-
 	id, err := q.EventCompactionInsert(ctx, pool, "pre-013")
 	require.NoError(t, err)
 	require.Equal(t, int64(4), id, "the thread's next event id")
-	for { // the channel is the database's: other tests' schemas notify on it too
-		n, err := listener.Conn().WaitForNotification(ctx)
-		require.NoError(t, err)
-		if thread, _, _ := strings.Cut(n.Payload, ","); thread == "pre-013" {
-			require.Equal(t, "pre-013,4", n.Payload)
-			break
-		}
-	}
 	ev, err := q.EventGet(ctx, pool, db.EventGetParams{ThreadID: "pre-013", ID: 4})
 	require.NoError(t, err)
 	require.Equal(t, "compaction", ev.Kind)
@@ -966,4 +953,57 @@ func TestUpgradeToParentsLocksAndTurnGiveBacks(t *testing.T) {
 	left, err = pgx.CollectRows(r, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b", "old"}, left, "the first turn's thread and the empty scope made with it are given back")
+}
+
+// TestUpgradeToNoNotifyInWrites: after migration 018 no function of the schema, and no query
+// wsproxy sends, calls pg_notify (docs/spec.md §13: no workspace write takes a lock shared by the
+// whole database); upgraded from a database populated under 017, a parents change and a client's
+// compaction still append their events, in the thread's order.
+func TestUpgradeToNoNotifyInWrites(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs"},
+		`INSERT INTO threads (id, turns, next_event_id) VALUES ('a', 1, 3), ('b', 0, 1)`,
+		`INSERT INTO events (thread_id, id, at, actor, via, kind, target_type, after) VALUES
+		   ('a', 1, now(), 'user', 'admin', 'objective_set', 'objective', '{"text":"x"}'),
+		   ('a', 2, now(), 'user', 'admin', 'objective_set', 'objective', '{"text":"y"}')`,
+	)
+	var notifying int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = current_schema() AND p.prosrc ILIKE '%pg_notify%'`).Scan(&notifying))
+	require.Equal(t, 2, notifying, "017's thread_set_parents and thread_compacted notify")
+	require.NoError(t, db.Migrate(ctx, pool))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = current_schema() AND p.prosrc ILIKE '%pg_notify%'`).Scan(&notifying))
+	require.Zero(t, notifying, "no function of the schema notifies")
+
+	tx, err := db.BeginParentsLocked(ctx, pool, "a", []string{"b"})
+	require.NoError(t, err)
+	refused, err := db.New().ThreadSetParents(ctx, tx.Conn(), db.ThreadSetParentsParams{ID: "a", Parents: []string{"b"}, Actor: "user", Via: "admin"})
+	require.NoError(t, err)
+	require.Empty(t, refused)
+	require.NoError(t, tx.Commit(ctx, func(*pgx.Batch) {}))
+	id, err := db.New().EventCompactionInsert(ctx, pool, "a")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), id)
+	var kinds []string
+	rows, err := pool.Query(ctx, `SELECT kind FROM events WHERE thread_id = 'a' ORDER BY id`)
+	require.NoError(t, err)
+	kinds, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"objective_set", "objective_set", "parents_set", "compaction"}, kinds)
+
+	// Nor does any query wsproxy sends (the generated code holds every one).
+	files, err := filepath.Glob("*.sql.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NotContains(t, strings.ToLower(string(b)), "pg_notify", f)
+	}
 }

@@ -520,6 +520,39 @@ func (q *Queries) ThreadUsageGet(ctx context.Context, db DBTX, id string) (Threa
 	return i, err
 }
 
+const threadVersions = `-- name: ThreadVersions :many
+SELECT id, next_event_id, created_at FROM threads WHERE id = ANY($1::text[])
+`
+
+type ThreadVersionsRow struct {
+	ID          string
+	NextEventID int64
+	CreatedAt   pgtype.Timestamptz
+}
+
+// Where the threads a replica watches stand (docs/spec.md §13): each one's next event id and
+// creation, so that a change of any — an event appended, the thread deleted or created again —
+// is seen by whoever follows them. One indexed read per interval, however many writes.
+func (q *Queries) ThreadVersions(ctx context.Context, db DBTX, ids []string) ([]ThreadVersionsRow, error) {
+	rows, err := db.Query(ctx, threadVersions, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ThreadVersionsRow{}
+	for rows.Next() {
+		var i ThreadVersionsRow
+		if err := rows.Scan(&i.ID, &i.NextEventID, &i.CreatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const toolCallGuard = `-- name: ToolCallGuard :one
 SELECT CASE WHEN (SELECT t.next_event_id FROM threads t
                   WHERE t.id = $1::text AND t.created_at = $2::timestamptz

@@ -38,7 +38,7 @@ const (
 // secretSettings are wsproxy's settings that hold a secret: the chart takes each from a key of
 // an existing Secret, never from a value.
 var secretSettings = []string{"DATABASE_URL", "ADMIN_TOKEN", "UPSTREAM_API_KEY", "ANTHROPIC_UPSTREAM_API_KEY",
-	"GEMINI_UPSTREAM_API_KEY", "CLIENT_KEYS", "METRICS_TOKEN", "DATABASE_LISTEN_URL"}
+	"GEMINI_UPSTREAM_API_KEY", "CLIENT_KEYS", "METRICS_TOKEN"}
 
 // newObject returns the Kubernetes API type of a rendered object's apiVersion and kind: every
 // kind the chart may render has one, and a kind without one fails the test.

@@ -64,7 +64,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 		Instructions:    "INSTR",
 		UpstreamTimeout: 10 * time.Second,
 		RetryBackoff:    time.Millisecond,
-		ListenURL:       dbtest.ListenURL(t, pool.Config()),
+		EventsInterval:  20 * time.Millisecond,
 	}
 	for _, c := range configure {
 		c(&opts)

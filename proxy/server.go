@@ -134,10 +134,10 @@ type Options struct {
 	// TraceContent records tool arguments and results on spans (off by default: they come from
 	// users' conversations).
 	TraceContent bool
-	// ListenURL is a direct connection to Postgres for LISTEN (DATABASE_LISTEN_URL): the event
-	// streams and MCP's subscriptions of every replica wake on its notifications. Empty: they
-	// read at each heartbeat.
-	ListenURL string
+	// EventsInterval is how often each replica reads where the threads its event streams and MCP
+	// subscriptions watch stand (docs/spec.md §13): a change reaches them within about that.
+	// Zero means eventhub.DefaultInterval.
+	EventsInterval time.Duration
 	// DisablePanel turns the workspace panel (/ui/) off (UI=off).
 	DisablePanel bool
 	// DisableMCP turns the workspace over MCP (/mcp) off (MCP=off).
@@ -234,7 +234,11 @@ func NewServer(opts Options) *Server {
 	opts.Metrics.watchUsage(s.usage.lag)
 	s.budget.max = opts.MaxBufferedBytes
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
-	s.hub = eventhub.New(opts.ListenURL, opts.Logger)
+	var versions eventhub.Versions
+	if opts.Store != nil {
+		versions = opts.Store.Versions
+	}
+	s.hub = eventhub.New(versions, opts.EventsInterval, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
 		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.StreamKeepalive, Metrics: opts.Metrics.admin(),
 		Logger: opts.Logger})

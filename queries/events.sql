@@ -2,7 +2,7 @@
 -- Appends a change's events, all by one actor via one path: ids from the thread's next_event_id
 -- (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 -- the same transaction when after_tool_call, at the time of the insert (under the lock: in id
--- order), and one NOTIFY of the last id (delivered at commit) for live streams. An empty proposal
+-- order). No NOTIFY: replicas follow the thread's next_event_id (docs/spec.md §13). An empty proposal
 -- is none (SQL NULL); the text null is a removal's. answers 0 and moved '' are none. Returns the
 -- first id.
 WITH n AS (
@@ -22,10 +22,8 @@ WITH n AS (
                        unnest(@proposals::text[]), unnest(@answers::bigint[]), unnest(@moves::text[]))
          WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, answers, moved, i)
     RETURNING id
-), notify AS (
-    SELECT pg_notify('wsproxy_events', @thread_id::text || ',' || max(id)) FROM ins HAVING count(*) > 0
 )
-SELECT n.first::bigint AS first_id, (SELECT count(*) FROM notify)::bigint AS notified FROM n;
+SELECT n.first::bigint AS first_id, (SELECT count(*) FROM ins)::bigint AS inserted FROM n;
 
 -- name: EventGet :one
 SELECT * FROM events WHERE thread_id = @thread_id AND id = @id;
@@ -90,8 +88,8 @@ ORDER BY target_id, id;
 
 -- name: EventCompactionInsert :one
 -- Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
--- 013): the thread created when new (past its tombstone), a compaction event by the client under
--- the thread's row lock, and its NOTIFY. Returns the event's id.
+-- 013, 018): the thread created when new (past its tombstone), a compaction event by the client
+-- under the thread's row lock. Returns the event's id.
 SELECT c::bigint AS id FROM thread_compacted(@thread_id::text) c;
 
 -- name: EventProposalBook :one

@@ -288,3 +288,9 @@ SELECT turn_undo(@thread_id::text, @turn::integer, @created_at::timestamptz);
 -- Takes the keys of a change of a thread's parents to parents (thread_parents_lock, migration
 -- 017), waiting for them: the statement before the transaction locks any row.
 SELECT thread_parents_lock(@id::text, @parents::text[], true);
+
+-- name: ThreadVersions :many
+-- Where the threads a replica watches stand (docs/spec.md §13): each one's next event id and
+-- creation, so that a change of any — an event appended, the thread deleted or created again —
+-- is seen by whoever follows them. One indexed read per interval, however many writes.
+SELECT id, next_event_id, created_at FROM threads WHERE id = ANY(@ids::text[]);

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,20 +49,29 @@ const (
 	TargetThread     = "thread" // its parents or review setting, or the client's compaction
 )
 
-// eventsChannel is the Postgres NOTIFY channel of new events: its payload is "thread,id", the
-// thread's last new event id.
-const eventsChannel = "wsproxy_events"
+// Version is where a thread stands in its history: its next event id and its creation. Every
+// change of its workspace appends events (which move the first), and a thread deleted and
+// created again has another creation.
+type Version struct {
+	NextEvent int64
+	Created   time.Time
+}
 
-// ListenEvents calls changed with the thread (stored form) of every change committed by any
-// replica, until ctx ends; connString must reach Postgres directly (LISTEN needs a session). When
-// notifications may have been lost (before it first listened, or while its connection was lost),
-// it calls resync, once it listens.
-func ListenEvents(ctx context.Context, connString string, changed func(thread string), resync func(), log *slog.Logger) {
-	db.Listen(ctx, connString, eventsChannel, func(payload string) {
-		if thread, _, ok := strings.Cut(payload, ","); ok {
-			changed(thread)
-		}
-	}, resync, log)
+// Versions are where the threads (stored form) stand, by thread; a thread that does not exist
+// has none. The replicas follow the threads they watch with it (docs/spec.md §13): one indexed
+// read per interval, whatever the rate of writes, and no write waits for it.
+func (s *Store) Versions(ctx context.Context, threads []string) (_ map[string]Version, err error) {
+	ctx, done := s.op(ctx)
+	defer done(&err)
+	rows, err := s.q.ThreadVersions(ctx, s.pool, threads)
+	if err != nil {
+		return nil, fmt.Errorf("read the threads' versions: %w", err)
+	}
+	out := make(map[string]Version, len(rows))
+	for _, r := range rows {
+		out[r.ID] = Version{NextEvent: r.NextEventID, Created: r.CreatedAt.Time}
+	}
+	return out, nil
 }
 
 // MaxReason is how many characters of a call's action_and_reasoning are kept.

@@ -383,7 +383,6 @@ func TestPgBouncerRestartedUnderLoad(t *testing.T) {
 	defer upSrv.Close()
 	m, _ := MustRunMain(t, func(c *Config) {
 		c.DatabaseURL = withDB(bouncer.url)
-		c.DatabaseListenURL = withDB(dbtest.URL(t))
 		c.UpstreamBaseURL = upSrv.URL + "/v1"
 		c.AdminToken = faultsAdminToken
 		c.LogLevel = "error"

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -162,6 +161,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.handler.Store(&served)
 	if m.Config.HistoryRetention > 0 {
 		m.pruning = m.prune(m.Config.HistoryRetention)
+	}
+	if m.Config.DatabaseListenURL != "" {
+		m.log.Warn("DATABASE_LISTEN_URL is no longer used: each replica follows the threads it watches through DATABASE_URL's pool (EVENTS_POLL_INTERVAL)",
+			slog.String("fix", "unset DATABASE_LISTEN_URL"))
 	}
 	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
@@ -351,7 +354,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 		Metrics:              m.metrics,
 		TracerProvider:       m.tracerProvider(),
 		TraceContent:         m.Config.TraceContent,
-		ListenURL:            cmp.Or(m.Config.DatabaseListenURL, m.Config.DatabaseURL),
+		EventsInterval:       m.Config.EventsPollInterval,
 		DisablePanel:         m.Config.UI == "off",
 		DisableMCP:           m.Config.MCP == "off",
 		Version:              version(),

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
@@ -48,9 +47,7 @@ func MustRunMain(t *testing.T, configure func(*Config)) (*Main, *syncBuffer) {
 	t.Helper()
 	m := NewMain()
 	m.Config.DatabaseURL = dbtest.SchemaURL(t)
-	cfg, err := pgxpool.ParseConfig(m.Config.DatabaseURL)
-	require.NoError(t, err)
-	m.Config.DatabaseListenURL = dbtest.ListenURL(t, cfg)
+	m.Config.EventsPollInterval = 20 * time.Millisecond
 	m.Config.ListenAddr = "127.0.0.1:0"
 	m.Config.UpstreamBaseURL = "demo"
 	m.Config.LogLevel = "debug"

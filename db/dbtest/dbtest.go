@@ -213,19 +213,3 @@ func Bypass(t testing.TB, pool *pgxpool.Pool) *pgxpool.Pool {
 	t.Cleanup(p.Close)
 	return p
 }
-
-// ListenURL is a URL of a direct connection to the database of cfg (from Schema): LISTEN cannot
-// go through PgBouncer in transaction mode (DATABASE_LISTEN_URL), so with TEST_PGBOUNCER_URL it
-// reaches Postgres itself; otherwise it is cfg's own.
-func ListenURL(t testing.TB, cfg *pgxpool.Config) string {
-	t.Helper()
-	if os.Getenv("TEST_PGBOUNCER_URL") == "" {
-		return cfg.ConnString()
-	}
-	u, err := url.Parse(URL(t))
-	if err != nil {
-		t.Fatalf("parse test database URL: %v", err)
-	}
-	u.Path = "/" + cfg.ConnConfig.Database
-	return u.String()
-}

@@ -46,7 +46,7 @@ func setup(t testing.TB, configure ...func(*Options)) *env {
 func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)) *env {
 	t.Helper()
 	store := workspace.NewStore(pool, workspace.Options{})
-	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
+	hub := eventhub.New(store.Versions, 20*time.Millisecond, slog.New(slog.DiscardHandler))
 	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, ReadBody: readAll, Hub: hub}
 	for _, c := range configure {
 		c(&opts)

@@ -1,47 +1,118 @@
 // Package eventhub wakes what a replica holds open on a thread — the admin REST's event streams
 // (docs/spec.md §13) and MCP's resource subscriptions (§15) — when the thread, or one of its
-// ancestors (§17, WatchAlso), changes on any replica: Postgres notifies every replica of each
-// commit of events (workspace.ListenEvents), and the hub wakes the subscribers of that thread, who
-// then read what is new. A wake-up carries no data,
-// so a subscriber that misses one (its buffer holds one) still reads everything at the next.
+// ancestors (§17, WatchAlso), changes on any replica. The hub follows the threads its
+// subscribers watch: every interval it reads where they stand (workspace.Store.Versions, one
+// indexed read, none while nothing is watched) and wakes the subscribers of each that moved, who
+// then read what is new. No write waits for it: a writing transaction notifies no one, so none
+// takes the lock PostgreSQL's NOTIFY takes for the whole database. A wake-up carries no data, so
+// a subscriber that misses one (its buffer holds one) still reads everything at the next.
 package eventhub
 
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
-// Hub wakes the subscribers of a thread when it changes. Close stops its listening.
+// Versions reads where threads (stored form) stand: workspace.Store.Versions.
+type Versions func(ctx context.Context, threads []string) (map[string]workspace.Version, error)
+
+// DefaultInterval is how often a hub reads where its watched threads stand: a change reaches
+// every replica's streams within about that (EVENTS_POLL_INTERVAL).
+const DefaultInterval = 250 * time.Millisecond
+
+// Hub wakes the subscribers of a thread when it changes. Close stops its following.
 type Hub struct {
-	mu        sync.Mutex
-	subs      map[string]map[chan struct{}]bool // by thread (stored form)
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]bool // by thread (stored form)
+	// seen is where each watched thread stood at the last read (absent: not read yet; a zero
+	// Version: the thread did not exist).
+	seen      map[string]workspace.Version
 	stop      context.CancelFunc
-	listening sync.WaitGroup
+	following sync.WaitGroup
 	closeOnce sync.Once
 }
 
-// New returns a hub that listens to Postgres's notifications over listenURL (a direct
-// connection: DATABASE_LISTEN_URL) until Close. An empty listenURL listens to nothing: its
-// subscribers are never woken, and read at their own heartbeat.
-func New(listenURL string, log *slog.Logger) *Hub {
+// New returns a hub that follows its watched threads with versions every interval (zero:
+// DefaultInterval) until Close. A nil versions follows nothing: its subscribers are never woken,
+// and read at their own heartbeat.
+func New(versions Versions, interval time.Duration, log *slog.Logger) *Hub {
 	ctx, stop := context.WithCancel(context.Background())
-	h := &Hub{subs: map[string]map[chan struct{}]bool{}, stop: stop}
-	if listenURL != "" {
-		h.listening.Go(func() { workspace.ListenEvents(ctx, listenURL, h.changed, h.resync, log) })
+	h := &Hub{subs: map[string]map[chan struct{}]bool{}, seen: map[string]workspace.Version{}, stop: stop}
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if versions != nil {
+		h.following.Go(func() { h.follow(ctx, versions, interval, log) })
 	}
 	return h
 }
 
-// Close stops listening, once, and waits for the listening to end.
+// Close stops following, once, and waits for it to end.
 func (h *Hub) Close() {
 	h.closeOnce.Do(func() {
 		h.stop()
-		h.listening.Wait()
+		h.following.Wait()
 	})
+}
+
+// follow reads where the watched threads stand every interval, and wakes the subscribers of
+// those that moved, and of those read for the first time (a change committed between a
+// subscriber's first read and the hub's first sight of its thread would otherwise wake no one).
+// A failed read is logged once until one succeeds; the next read finds what it missed.
+func (h *Hub) follow(ctx context.Context, versions Versions, interval time.Duration, log *slog.Logger) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		h.mu.Lock()
+		threads := slices.Collect(maps.Keys(h.subs))
+		h.mu.Unlock()
+		if len(threads) == 0 {
+			continue
+		}
+		now, err := versions(ctx, threads)
+		if err != nil {
+			if !failing && ctx.Err() == nil && log != nil {
+				log.LogAttrs(ctx, slog.LevelWarn, "the event streams cannot read where their threads stand; retrying", slog.Any("err", err))
+			}
+			failing = true
+			continue
+		}
+		failing = false
+		h.moved(threads, now)
+	}
+}
+
+// moved wakes the subscribers of each of threads whose version is not the one seen before, and
+// forgets the threads no one watches any more.
+func (h *Hub) moved(threads []string, now map[string]workspace.Version) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range threads {
+		v := now[t]
+		if was, ok := h.seen[t]; !ok || was.NextEvent != v.NextEvent || !was.Created.Equal(v.Created) {
+			h.seen[t] = v
+			for ch := range h.subs[t] {
+				wake(ch)
+			}
+		}
+	}
+	for t := range h.seen {
+		if h.subs[t] == nil {
+			delete(h.seen, t)
+		}
+	}
 }
 
 // add has thread's changes wake ch.
@@ -64,8 +135,8 @@ func (h *Hub) remove(thread string, ch chan struct{}) {
 	}
 }
 
-// Heartbeat is how often a watch reads unwoken (Watch): a lost notification (or none, without
-// LISTEN) delays what it reads by one heartbeat at most.
+// Heartbeat is how often a watch reads unwoken (Watch): a hub that follows nothing, or cannot
+// read, delays what it reads by one heartbeat at most.
 const Heartbeat = 15 * time.Second
 
 // Watch calls fn at once, then at each wake-up of thread (stored form) and, unwoken, every
@@ -131,26 +202,6 @@ func (h *Hub) watchOnly(ch chan struct{}, watched map[string]bool, thread string
 		}
 	}
 	return added
-}
-
-// changed wakes the subscribers of thread: it has new events.
-func (h *Hub) changed(thread string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.subs[thread] {
-		wake(ch)
-	}
-}
-
-// resync wakes every subscriber: notifications may have been lost.
-func (h *Hub) resync() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, chans := range h.subs {
-		for ch := range chans {
-			wake(ch)
-		}
-	}
 }
 
 func wake(ch chan struct{}) {

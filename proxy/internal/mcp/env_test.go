@@ -55,7 +55,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	// Every MCP write is untrusted (docs/spec.md §19), a proposal by default: these tests are
 	// about MCP itself, so its writes apply (proxy's TestUntrustedWritesOverMCP tests the default).
 	store := workspace.NewStore(pool, workspace.Options{UntrustedWrites: workspace.UntrustedApply})
-	hub := eventhub.New(dbtest.ListenURL(t, pool.Config()), slog.New(slog.DiscardHandler))
+	hub := eventhub.New(store.Versions, 20*time.Millisecond, slog.New(slog.DiscardHandler))
 	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: readAll, MaxBatch: maxBatch}
 	for _, c := range configure {
 		c(&opts)
