@@ -636,10 +636,10 @@ func (r *failoverRun) report(faults []*faultReport) error {
 		problems = append(problems, "writes stored twice or lost outside a fault")
 	}
 	for _, fr := range faults {
-		// Woken by LISTEN, a stream has an event within milliseconds; without it, at the
-		// stream's heartbeat (15 s).
+		// Woken by its replica's hub, a stream has an event within EVENTS_POLL_INTERVAL; without
+		// it, at the stream's heartbeat (15 s).
 		if fr.eventDelay > 10*time.Second {
-			problems = append(problems, fmt.Sprintf("an event took %v to reach the streams after a fault: the LISTEN connection did not follow the promotion", fr.eventDelay.Round(time.Millisecond)))
+			problems = append(problems, fmt.Sprintf("an event took %v to reach the streams after a fault: the event hub's reads did not follow the promotion", fr.eventDelay.Round(time.Millisecond)))
 			break
 		}
 	}
