@@ -2,6 +2,9 @@ package admin
 
 import (
 	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,8 +14,8 @@ import (
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
-// twoReplicas are two servers on one database whose event streams only Postgres's
-// notifications wake (no heartbeat).
+// twoReplicas are two servers on one database whose event streams only their hubs
+// wake, following the threads (no heartbeat).
 func twoReplicas(t *testing.T) (*env, *env) {
 	noHeartbeat := func(o *Options) { o.Heartbeat = time.Hour }
 	e := setup(t, noHeartbeat)
@@ -32,7 +35,7 @@ func TestEventStream(t *testing.T) {
 	id, ev := s.next()
 	require.Equal(t, "2", id, "only what commits after the stream opened")
 	require.Equal(t, "preference_added", ev.Kind)
-	// A change through the other replica reaches this one's stream (LISTEN/NOTIFY).
+	// A change through the other replica reaches this one's stream (its hub follows the thread).
 	other.admin("POST", "/admin/v1/threads/live/preferences", map[string]any{"title": "Two"}, 201, nil)
 	id, _ = s.next()
 	require.Equal(t, "3", id)
@@ -107,5 +110,81 @@ func TestEventStreamAfter(t *testing.T) {
 		var out struct{ Error apierr.Error }
 		e.admin("GET", "/admin/v1/threads/gap/events/stream?after="+bad, nil, 400, &out)
 		require.Equal(t, "after", out.Error.Param, bad)
+	}
+}
+
+// TestEventStreamsAcrossABurst: 1,000 events on 100 threads, written through one replica while
+// each thread's stream is open on the other and reconnects halfway with Last-Event-ID: every
+// stream gets each of its thread's events once, in order, woken only by the other replica's
+// commits (no heartbeat) — docs/spec.md §13.
+func TestEventStreamsAcrossABurst(t *testing.T) {
+	t.Parallel()
+	writer, reader := twoReplicas(t)
+	const threads, each = 100, 10
+	name := func(i int) string { return "burst-" + itoa(int64(i)) }
+	for i := range threads {
+		writer.admin("PUT", "/admin/v1/threads/"+name(i)+"/objective", map[string]any{"text": "Open"}, 200, nil)
+	}
+	streams := make([]*sseReader, threads)
+	for i := range threads {
+		streams[i] = reader.openStream(name(i), "1", "")
+	}
+
+	writes := make(chan int, threads*each)
+	for n := range each {
+		for i := range threads {
+			writes <- i*each + n
+		}
+	}
+	close(writes)
+	var wg sync.WaitGroup
+	failed := make(chan string, threads*each)
+	for range 8 {
+		wg.Go(func() {
+			for w := range writes {
+				i, n := w/each, w%each
+				req, _ := http.NewRequest("POST", writer.srv.URL+"/admin/v1/threads/"+name(i)+"/preferences",
+					strings.NewReader(`{"title":"Item `+itoa(int64(n))+`"}`))
+				req.Header.Set("Authorization", "Bearer "+adminToken)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					failed <- err.Error()
+					continue
+				}
+				if resp.StatusCode != 201 {
+					failed <- resp.Status
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+
+	got := make([][]string, threads)
+	var readers sync.WaitGroup
+	for i := range threads {
+		readers.Go(func() {
+			s := streams[i]
+			for len(got[i]) < each {
+				if len(got[i]) == each/2 { // away, then back with the last id it read
+					s.resp.Body.Close()
+					s = reader.openStream(name(i), got[i][len(got[i])-1], "")
+				}
+				id, _ := s.next()
+				got[i] = append(got[i], id)
+			}
+		})
+	}
+	wg.Wait()
+	close(failed)
+	for f := range failed {
+		t.Error("a write failed:", f)
+	}
+	readers.Wait()
+	want := make([]string, each)
+	for n := range each {
+		want[n] = itoa(int64(n + 2))
+	}
+	for i := range threads {
+		require.Equal(t, want, got[i], "thread %s", name(i))
 	}
 }
