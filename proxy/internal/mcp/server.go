@@ -9,6 +9,7 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -218,12 +219,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(withCalls(withScope(r.Context(), sc)))
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
-	if sc.bound() {
+	if sc.bound() && listens(body) {
 		go s.endWithToken(ctx, cancel, sc)
 	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	s.handler.ServeHTTP(w, r)
+}
+
+// listens reports whether body, one message or a batch, holds a subscriptions/listen request: a
+// stream held open, which ends when its thread token no longer holds (endWithToken). Any other
+// request was authenticated as it began and answers by itself: a call that meets its thread's
+// deletion is refused, not cut.
+func listens(body []byte) bool {
+	method := func(msg []byte) bool {
+		s, e, ok := rawjson.Member(msg, "method")
+		if !ok {
+			return false
+		}
+		m, _ := rawjson.Unquote(json.RawMessage(msg[s:e]))
+		return m == "subscriptions/listen"
+	}
+	if method(body) {
+		return true
+	}
+	found := false
+	_ = rawjson.Each(body, func(_, start, end int) error {
+		found = found || method(body[start:end])
+		return nil
+	})
+	return found
 }
 
 // errOverBatch stops counting a batch's messages at the first past the bound.
