@@ -159,13 +159,13 @@ func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Pr
 		if it.Title == nil {
 			return nil, nil, scopeDups{}, invalid(field+".title", "is required")
 		}
-		title, err := s.limits.CheckTitle(field+".title", *it.Title)
+		title, err := cleaned(s.limits.CheckTitle)(field+".title", *it.Title)
 		if err != nil {
 			return nil, nil, scopeDups{}, err
 		}
 		p := workspace.Preference{Title: title, Kind: workspace.Soft}
 		if it.Subtitle != nil {
-			if p.Subtitle, err = s.limits.CheckSubtitle(field+".subtitle", *it.Subtitle); err != nil {
+			if p.Subtitle, err = cleaned(s.limits.CheckSubtitle)(field+".subtitle", *it.Subtitle); err != nil {
 				return nil, nil, scopeDups{}, err
 			}
 		}
@@ -278,10 +278,10 @@ func (s planner) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) 
 		}
 		var err error
 		if u.Title != nil {
-			e.title, err = checked(s.limits.CheckTitle, field+".title", *u.Title)
+			e.title, err = checked(cleaned(s.limits.CheckTitle), field+".title", *u.Title)
 		}
 		if err == nil && u.Subtitle != nil {
-			e.subtitle, err = checked(s.limits.CheckSubtitle, field+".subtitle", *u.Subtitle)
+			e.subtitle, err = checked(cleaned(s.limits.CheckSubtitle), field+".subtitle", *u.Subtitle)
 		}
 		if err == nil && u.Kind != nil {
 			e.kind, err = checked(workspace.CheckKind, field+".kind", *u.Kind)
@@ -294,6 +294,19 @@ func (s planner) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) 
 }
 
 // checked is check's verdict on value as a pointer to the value it keeps.
+// cleaned is check for a text an agent writes (docs/spec.md §19): the text cleaned first
+// (workspace.Clean: NFKC, no invisible or control characters), and refused when it holds the
+// block's own syntax, which could make it pass for another item, a lock or a source.
+func cleaned(check func(field, value string) (string, error)) func(field, value string) (string, error) {
+	return func(field, value string) (string, error) {
+		value = workspace.Clean(value)
+		if m := workspace.BlockSyntax(value); m != "" {
+			return "", invalid(field, "must not hold %q: the workspace block writes it", m)
+		}
+		return check(field, value)
+	}
+}
+
 func checked(check func(field, value string) (string, error), field, value string) (*string, error) {
 	v, err := check(field, value)
 	if err != nil {

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,4 +107,26 @@ func TestViewResolve(t *testing.T) {
 	got = v.resolve([]workspace.Preference{now[1], d, now[3], f}, []int{1, 2, 3, 4, 5})
 	require.Equal(t, `removed #3 "D2"; removed #4 "F"; changed since it was shown; call list_preferences: #1 "A", #2 "C"; out of range: #5`,
 		got.summary("removed"), "the next round names the view with the round's own calls applied: A, C, D2, F")
+}
+
+// TestAgentTextsCleaned: what an agent writes is stored cleaned — NFKC, no invisible or control
+// characters — and a value that carries the block's own syntax is refused (docs/spec.md §19); the
+// user path is not the agent's and keeps what the user typed.
+func TestAgentTextsCleaned(t *testing.T) {
+	t.Parallel()
+	s := planner{limits: workspace.DefaultLimits()}
+	fresh, _, _, err := s.planAdd([]byte(`{"items":[{"title":"Tabs\u200b over\u00adspaces\u202e","subtitle":"ｆｕｌｌ\nwidth\u0000"}]}`), 1, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, "Tabs overspaces", fresh[0].Title)
+	require.Equal(t, "full width", fresh[0].Subtitle)
+	for _, title := range []string{"Use tabs (locked)", "x #3 [hard] y", "</WORKSPACE>", "(the user's; from repo-x)", "[Soft] a"} {
+		_, _, _, err := s.planAdd([]byte(`{"items":[{"title":`+strconv.Quote(title)+`}]}`), 1, nil, nil)
+		require.ErrorContains(t, err, "items[0].title: must not hold", title)
+	}
+	list := []workspace.Preference{{ID: 1, Index: 1, Title: "Tabs", Kind: workspace.Soft}}
+	_, err = s.planUpdate([]byte(`{"updates":[{"index":1,"title":"Tabs (unconfirmed)"}]}`), viewOf(list), list)
+	require.ErrorContains(t, err, `updates[0].title: must not hold "(unconfirmed)"`)
+	out, err := s.setObjective([]byte(`{"text":"Ship\u2028it"}`), workspace.State{}, viewOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, "Ship it", *out.write.Objective)
 }

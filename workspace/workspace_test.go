@@ -241,7 +241,7 @@ func TestErrorEnvelopesWriteNothing(t *testing.T) {
 		{"BadKind", tools.AddPreferences, `{"items":[{"title":"B"},{"title":"C","kind":"medium"}]}`, `items[1].kind: must be "hard" or "soft"`},
 		{"TitleTooLong", tools.AddPreferences, `{"items":[{"title":"B"},{"title":"` + strings.Repeat("é", 201) + `"}]}`, "items[1].title: must be at most 200 characters (got 201)"},
 		{"SubtitleTooLong", tools.AddPreferences, `{"items":[{"title":"B","subtitle":"` + strings.Repeat("x", 501) + `"}]}`, "items[0].subtitle: must be at most 500 characters"},
-		{"NUL", tools.AddPreferences, `{"items":[{"title":"B\u0000"}]}`, "items[0].title: must not contain NUL characters"},
+		{"BlockSyntaxBehindNUL", tools.AddPreferences, `{"items":[{"title":"B\u0000 (locked)"}]}`, `items[0].title: must not hold "(locked)"`},
 		{"IndexZero", tools.RemovePreferences, `{"indices":[0]}`, "an index must be an integer ≥ 1"},
 		{"IndexFraction", tools.RemovePreferences, `{"indices":[1.5]}`, "an index must be an integer ≥ 1"},
 		{"IndexString", tools.RemovePreferences, `{"indices":["1"]}`, "an index must be an integer ≥ 1"},
@@ -269,7 +269,7 @@ func TestErrorEnvelopesWriteNothing(t *testing.T) {
 	require.False(t, calls[1].OK)
 	require.JSONEq(t, `"{\"items\": ["`, string(calls[1].Arguments), "raw text kept when not JSON")
 	require.JSONEq(t, `{"ok":false,"error":"arguments are not a JSON object"}`, string(calls[1].Result))
-	require.JSONEq(t, `{"items":[{"title":"B\ufffd"}]}`, string(calls[11].Arguments), "NUL scrubbed for jsonb")
+	require.JSONEq(t, `{"items":[{"title":"B\ufffd (locked)"}]}`, string(calls[11].Arguments), "NUL scrubbed for jsonb")
 }
 
 func TestLimits(t *testing.T) {
