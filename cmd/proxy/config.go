@@ -167,7 +167,7 @@ func (c *Config) settings() []setting {
 		{"WORKSPACE_UNAVAILABLE", "workspace-unavailable", "what a thread turn gets when Postgres cannot give its workspace within WORKSPACE_BUDGET: fail (503 workspace_unavailable) or bypass (forwarded without the workspace, marked X-Workspace: unavailable, counted)", (*stringValue)(&c.WorkspaceUnavailable)},
 		{"WORKSPACE_BUDGET", "workspace-budget", "with WORKSPACE_UNAVAILABLE=bypass, how long a thread turn waits for its workspace before it is forwarded without it", (*durationValue)(&c.WorkspaceBudget)},
 		{"PROMPT_CACHE_KEY", "prompt-cache-key", "prompt_cache_key on thread turns without one: thread (an opaque key per thread), off, or auto (thread when the upstream is OpenAI's API)", (*stringValue)(&c.PromptCacheKey)},
-		{"EVENTS_POLL_INTERVAL", "events-poll-interval", "how often each replica reads where the threads its event streams and MCP subscriptions watch stand (one indexed read, none while nothing is watched): a change reaches every replica within about that; 0 means 250ms", (*durationValue)(&c.EventsPollInterval)},
+		{"EVENTS_POLL_INTERVAL", "events-poll-interval", "how often each replica reads where the threads its event streams and MCP subscriptions watch stand (one indexed read, none while nothing is watched): a change reaches every replica within about that; 0 means 250ms, at most 1s", (*durationValue)(&c.EventsPollInterval)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "no longer used (the replicas follow their threads through DATABASE_URL's pool); accepted and logged", (*secretValue)(&c.DatabaseListenURL)},
 		{"UNTRUSTED_WRITES", "untrusted-writes", "what becomes of a write of a turn that read content the user did not write, when the user's own words do not ground it: propose (a proposal the user reviews), apply (applied) or refuse", (*stringValue)(&c.UntrustedWrites)},
 		{"UNTRUSTED_MARKERS", "untrusted-markers", "comma-separated texts that begin what a client adds to a user's message (like <my-context>): from one to the end of its part, the text is not the user's", (*stringValue)(&c.UntrustedMarkers)},
@@ -260,6 +260,9 @@ func (c Config) Validate() error {
 	}
 	if c.EventsPollInterval < 0 {
 		return fmt.Errorf("EVENTS_POLL_INTERVAL: %s must not be negative", c.EventsPollInterval)
+	}
+	if c.EventsPollInterval > time.Second {
+		return fmt.Errorf("EVENTS_POLL_INTERVAL: %s is above 1s: a change must reach every replica's event streams within a second of its commit (docs/spec.md §13)", c.EventsPollInterval)
 	}
 	if c.UI != "on" && c.UI != "off" {
 		return fmt.Errorf("UI: %q is not on or off", c.UI)

@@ -306,6 +306,8 @@ func TestConfig(t *testing.T) {
 		{map[string]string{"DATABASE_URL": "x", "ANTHROPIC_UPSTREAM_BASE_URL": "api.anthropic.com"}, "ANTHROPIC_UPSTREAM_BASE_URL"},
 		{map[string]string{"DATABASE_URL": "x", "THREAD_HEADER": "X-Session Id"}, "THREAD_HEADER"},
 		{map[string]string{"DATABASE_URL": "x", "MCP": "yes"}, "MCP"},
+		// Events reach every replica's streams within a second of their commit (docs/spec.md §13).
+		{map[string]string{"DATABASE_URL": "x", "EVENTS_POLL_INTERVAL": "2s"}, "EVENTS_POLL_INTERVAL: 2s is above 1s"},
 	}
 	for _, b := range bad {
 		c := DefaultConfig()
