@@ -445,7 +445,7 @@ func (h *latencyHarness) openLoop(s latencyScenario, t target, n int) *openLoop 
 // its messages: the round a client sends after running the call itself.
 func withToolResult(body []byte) []byte {
 	i := bytes.LastIndex(body, []byte("]}"))
-	c := fake.WorkspaceCall
+	c := fake.WorkspaceCall(1) // the client's own call: what it set is not read
 	return slices.Concat(body[:i], []byte(`,{"role":"assistant","content":null,"tool_calls":[{"id":`+strconv.Quote(c.ID)+`,"type":"function","function":{"name":`+
 		strconv.Quote(c.Name)+`,"arguments":`+strconv.Quote(c.Arguments)+`}}]},{"role":"tool","tool_call_id":`+strconv.Quote(c.ID)+`,"content":"{\"ok\":true}"}]}`))
 }

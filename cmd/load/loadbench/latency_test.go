@@ -99,7 +99,7 @@ func TestModelUpstream(t *testing.T) {
 	chunks, _, name, args, finish, usage := read(post(withUsage, true))
 	require.Len(t, chunks, 6, "4 pieces of the call, the finish chunk, the usage")
 	require.Equal(t, "update_preferences", name)
-	require.Equal(t, fake.ToolArguments, args)
+	require.Equal(t, fake.ToolArguments(1), args, "the model's first workspace call")
 	require.Equal(t, "tool_calls", finish)
 	require.True(t, usage)
 
@@ -159,9 +159,39 @@ func TestOpenLoopRows(t *testing.T) {
 			}
 		})
 	}
-	d, err := store.Workspace(workspace.ThreadID{Name: threadName(0)}).Get(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, "measured", d.Preferences[0].Subtitle, "the tool round's workspace call ran")
+	// Every tool round through wsproxy that updated changed the preference (a subtitle of its
+	// own): one event a call, on every thread.
+	ctx := context.Background()
+	rounds := 0
+	for i := range threads(n) {
+		w := store.Workspace(workspace.ThreadID{Name: threadName(i)})
+		d, err := w.Get(ctx)
+		require.NoError(t, err)
+		calls, err := w.ToolCalls(ctx, 0, 1000)
+		require.NoError(t, err)
+		events, err := w.Events(ctx, workspace.EventQuery{Limit: 1000})
+		require.NoError(t, err)
+		updates := 0
+		for _, e := range events {
+			if e.Actor == workspace.ByAgent && e.Kind == workspace.PreferenceUpdated {
+				updates++
+			}
+		}
+		updated := 0 // the calls that updated: a call planned on a list another turn changed since updates nothing
+		for _, c := range calls {
+			var r struct{ Result string }
+			require.NoError(t, json.Unmarshal(c.Result, &r))
+			if strings.HasPrefix(r.Result, "updated") {
+				updated++
+			}
+		}
+		require.Equal(t, updated, updates, "thread %d: an event per tool round that updated", i)
+		if updated > 0 {
+			require.Regexp(t, `^measured \d+$`, d.Preferences[0].Subtitle, "the tool round's workspace call ran")
+		}
+		rounds += updated
+	}
+	require.Positive(t, rounds)
 }
 
 // TestHistogramQuantile: a quantile of the observations between two scrapes, interpolated

@@ -47,10 +47,11 @@ func (m *Model) chat(w http.ResponseWriter, r *http.Request, req *Request, tool 
 }
 
 // reply writes an answer encode gives: its events at the model's pace, or its JSON body once the
-// whole answer's time has passed. A constant model encodes each kind of answer (key) once.
+// whole answer's time has passed. A constant model encodes each kind of answer (key) once, but a
+// workspace call, each of which is another (WorkspaceCall).
 func (m *Model) reply(w http.ResponseWriter, r *http.Request, req *Request, start time.Time, key memoKey, encode func() [][]byte) {
 	var out [][]byte
-	if !m.constant {
+	if !m.constant || key.tool {
 		out = encode()
 	} else if v, ok := m.memo.Load(key); ok {
 		out = v.([][]byte)

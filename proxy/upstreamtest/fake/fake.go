@@ -20,7 +20,8 @@
 //     short.
 //
 // The answers of the default script, with no faults, are encoded once and kept: the fake's
-// own CPU stays out of what a load run measures.
+// own CPU stays out of what a load run measures. A workspace call is encoded for each: each one
+// sets another subtitle (WorkspaceCall), so that every tool round writes.
 package fake
 
 import (
@@ -28,8 +29,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/demo"
@@ -92,7 +95,7 @@ const (
 type Options struct {
 	Timing Timing
 	// ToolRound answers every request whose last message is not a tool result with the
-	// workspace call (WorkspaceCall), whatever the script; without it, only requests that carry
+	// next workspace call (WorkspaceCall), whatever the script; without it, only requests that carry
 	// ToolRoundHeader.
 	ToolRound bool
 	// Script decides the other answers; nil is DefaultScript.
@@ -109,15 +112,22 @@ type Options struct {
 }
 
 // ToolRoundHeader asks the fake for a round with a workspace call first: a request that carries
-// it and whose last message is not a tool result is answered with WorkspaceCall. A proxy
+// it and whose last message is not a tool result is answered with the next WorkspaceCall. A proxy
 // forwards it as any header.
 const ToolRoundHeader = "X-Load-Tool-Round"
 
-// ToolArguments are the arguments of the workspace call: the thread's first preference updated.
-const ToolArguments = `{"updates":[{"index":1,"subtitle":"measured"}],"action_and_reasoning":"load"}`
+// ToolArguments are the arguments of the n-th workspace call a Model answers (from 1): the
+// thread's first preference's subtitle set to "measured n". No two calls of a Model set the same
+// subtitle, so every tool round changes the item it updates — a write, with its event — whatever
+// thread it runs on, as a model's real call would.
+func ToolArguments(n int64) string {
+	return `{"updates":[{"index":1,"subtitle":"measured ` + strconv.FormatInt(n, 10) + `"}],"action_and_reasoning":"load"}`
+}
 
-// WorkspaceCall is the call of a tool round.
-var WorkspaceCall = Call{ID: "call_load", Name: "update_preferences", Arguments: ToolArguments}
+// WorkspaceCall is the n-th workspace call of a Model, a tool round's.
+func WorkspaceCall(n int64) Call {
+	return Call{ID: "call_load", Name: "update_preferences", Arguments: ToolArguments(n)}
+}
 
 // Call is a tool call of an answer; Arguments is JSON.
 type Call struct {
@@ -284,6 +294,8 @@ type Model struct {
 
 	mu       sync.Mutex
 	injected map[string]int
+	// calls counts the workspace calls answered (WorkspaceCall's n).
+	calls atomic.Int64
 }
 
 // New is a fake model server with opts.
@@ -349,10 +361,10 @@ func (m *Model) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.chat(w, r, req, tool, start)
 }
 
-// answer is the request's answer: the workspace call of a tool round, or the script's.
+// answer is the request's answer: the next workspace call for a tool round, or the script's.
 func (m *Model) answer(req *Request, tool bool) Answer {
 	if tool {
-		return Answer{Calls: []Call{WorkspaceCall}}
+		return Answer{Calls: []Call{WorkspaceCall(m.calls.Add(1))}}
 	}
 	return m.script(req)
 }

@@ -34,11 +34,11 @@ func TestFakeAPIs(t *testing.T) {
 	t.Parallel()
 	up := upstreamtest.Fake(t, fake.Options{ToolRound: true, Timing: fake.Timing{Chunks: 3}})
 	chat := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	for range 2 {
+	for n := range int64(2) { // each call another subtitle: every tool round writes
 		code, body := post(t, up.URL+"/chat/completions", chat)
 		require.Equal(t, 200, code)
 		require.JSONEq(t, `{"id":"chatcmpl-model","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,`+
-			`"tool_calls":[{"id":"call_load","type":"function","function":{"name":"update_preferences","arguments":`+jsonString(fake.ToolArguments)+`}}]},"finish_reason":"tool_calls"}],`+
+			`"tool_calls":[{"id":"call_load","type":"function","function":{"name":"update_preferences","arguments":`+jsonString(fake.ToolArguments(n+1))+`}}]},"finish_reason":"tool_calls"}],`+
 			`"usage":{"prompt_tokens":300,"completion_tokens":40,"total_tokens":340}}`, body)
 	}
 	code, body := post(t, up.URL+"/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"call_load","content":"ok"}]}`)
@@ -57,7 +57,7 @@ func TestFakeAPIs(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(body), &msg))
 	require.Equal(t, "tool_use", msg.StopReason)
 	require.Equal(t, "update_preferences", msg.Content[0].Name)
-	require.JSONEq(t, fake.ToolArguments, string(msg.Content[0].Input))
+	require.JSONEq(t, fake.ToolArguments(3), string(msg.Content[0].Input))
 	require.Len(t, up.Requests(), 4)
 }
 
@@ -113,6 +113,7 @@ func TestFakeReadBySDKs(t *testing.T) {
 
 	chat := openai.NewClient(oaoption.WithBaseURL(up.URL), oaoption.WithAPIKey("k"), oaoption.WithMaxRetries(0), oaoption.WithHeader(fake.ToolRoundHeader, "1"))
 	params := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}}
+	calls := int64(0) // the fake's workspace calls so far
 	for _, streamed := range []bool{false, true} {
 		var c openai.ChatCompletion
 		if streamed {
@@ -130,8 +131,9 @@ func TestFakeReadBySDKs(t *testing.T) {
 		}
 		require.Len(t, c.Choices[0].Message.ToolCalls, 1, "streamed %v", streamed)
 		call := c.Choices[0].Message.ToolCalls[0]
-		require.Equal(t, fake.WorkspaceCall.Name, call.Function.Name)
-		require.Equal(t, fake.ToolArguments, call.Function.Arguments)
+		calls++
+		require.Equal(t, fake.WorkspaceCall(calls).Name, call.Function.Name)
+		require.Equal(t, fake.ToolArguments(calls), call.Function.Arguments)
 		next := params
 		next.Messages = append(append([]openai.ChatCompletionMessageParamUnion(nil), params.Messages...), c.Choices[0].Message.ToParam(),
 			openai.ToolMessage(`{"ok":true}`, call.ID))
@@ -158,8 +160,9 @@ func TestFakeReadBySDKs(t *testing.T) {
 		}
 		require.Equal(t, anthropic.StopReasonToolUse, m.StopReason, "streamed %v", streamed)
 		require.Len(t, m.Content, 1)
-		require.Equal(t, fake.WorkspaceCall.Name, m.Content[0].Name)
-		require.JSONEq(t, fake.ToolArguments, string(m.Content[0].Input))
+		calls++
+		require.Equal(t, fake.WorkspaceCall(calls).Name, m.Content[0].Name)
+		require.JSONEq(t, fake.ToolArguments(calls), string(m.Content[0].Input))
 		next := mp
 		next.Messages = append(append([]anthropic.MessageParam(nil), mp.Messages...), m.ToParam(),
 			anthropic.NewUserMessage(anthropic.NewToolResultBlock(m.Content[0].ID, `{"ok":true}`, false)))

@@ -48,15 +48,16 @@ func TestFakeGeminiReadBySDK(t *testing.T) {
 		}
 		return b.String(), calls, usage
 	}
-	for _, streamed := range []bool{false, true} {
+	for n, streamed := range []bool{false, true} {
 		contents := genai.Text("hi")
 		got, calls, usage := run(contents, streamed)
 		require.Empty(t, got, "streamed %v", streamed)
 		require.Len(t, calls, 1)
-		require.Equal(t, fake.WorkspaceCall.Name, calls[0].Name)
-		require.Equal(t, fake.WorkspaceCall.ID, calls[0].ID)
+		want := fake.WorkspaceCall(int64(n + 1))
+		require.Equal(t, want.Name, calls[0].Name)
+		require.Equal(t, want.ID, calls[0].ID)
 		args, _ := json.Marshal(calls[0].Args)
-		require.JSONEq(t, fake.ToolArguments, string(args))
+		require.JSONEq(t, want.Arguments, string(args))
 		require.EqualValues(t, 300, usage.PromptTokenCount)
 		require.EqualValues(t, 40, usage.CandidatesTokenCount)
 		contents = append(contents, &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{FunctionCall: calls[0]}}},
