@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache soak failover
+.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache bench-writes soak failover
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line, wsproxy_build_info):
 ## the VERSION file's (CHANGELOG.md says what each version changed).
@@ -105,6 +105,18 @@ bench-load: build
 bench-latency: build
 	$(GO) build -o bin/load ./cmd/load
 	TEST_DATABASE_URL= DATABASE_URL= PG_DURABLE=1 scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load latency -wsproxy bin/wsproxy $(LATENCY_FLAGS)'
+
+## bench-writes: workspace writes per second — user edits (the admin REST) and agent tool rounds,
+## each writer on a thread of its own — beside a plain durable one-row insert, at 8, 32 and 128
+## concurrent writers, interleaved over rounds, wsproxy's pool one connection a writer; with a
+## second replica holding a stream of each writer's thread, the delay of the events to it (p50,
+## p99); and the same edits through the workspace package in this process (the floor). Its
+## Postgres is a throwaway cluster with the server's default durability (fsync on).
+## WRITES_FLAGS="-c 8,32 -d 2s -rounds 1" for a short run; WRITES_FLAGS="-wsproxy OTHER -floor=false"
+## measures another build of wsproxy with the same harness (the floor is this build's).
+bench-writes: build
+	$(GO) build -o bin/load ./cmd/load
+	TEST_DATABASE_URL= DATABASE_URL= PG_DURABLE=1 PG_OPTS='-c max_connections=400' scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load writes -wsproxy bin/wsproxy $(WRITES_FLAGS)'
 
 ## bench-cache: what each workspace placement costs a conversation's upstream prompt cache
 ## (scripted chat and agent sessions under OpenAI's caching rule, a Messages agent loop shaped

@@ -3,7 +3,8 @@
 #
 #   scripts/pg.sh exec CMD...   run CMD with TEST_DATABASE_URL set: the one given
 #                               (TEST_DATABASE_URL or DATABASE_URL), else a throwaway cluster
-#                               that is removed when CMD exits (fsync off, unless PG_DURABLE=1)
+#                               that is removed when CMD exits (fsync off, unless PG_DURABLE=1;
+#                               more server options from PG_OPTS, if set)
 #   scripts/pg.sh start DIR     start (creating when needed) a persistent cluster in DIR/pg and
 #                               print its URL on stdout (server options from PG_OPTS, if set)
 #   scripts/pg.sh bouncer CMD...
@@ -184,6 +185,7 @@ case "$cmd" in
     # server's defaults: fsync and synchronous_commit on, as users run it).
     opts="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     [ "${PG_DURABLE:-}" = 1 ] && opts=""
+    opts="$opts ${PG_OPTS:-}"
     init_and_start "$tmp/data" "$tmp/run" "$opts"
     echo "pg.sh: throwaway PostgreSQL cluster in $tmp" >&2
     TEST_DATABASE_URL=$(url "$tmp/run") "$@"

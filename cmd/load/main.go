@@ -32,6 +32,10 @@
 //	load soak -wsproxy BIN [-d 10m] [-c 16] [-instances 2]
 //	    mixed traffic with injected upstream and Postgres faults, then a check of every write,
 //	    of memory and of goroutines (needs DATABASE_URL; make soak).
+//	load writes -wsproxy BIN [-c 8,32,128] [-d 3s] [-rounds 3] [-floor]
+//	    workspace writes per second (user edits, tool rounds) beside a plain durable insert at
+//	    each number of concurrent writers, interleaved, and the delay of their events to a
+//	    stream on a second replica (needs DATABASE_URL, durable; make bench-writes).
 //	load failover -wsproxy BIN [-sync] [-lag 1s] [-c 8] [-faults 2] [-between 10s]
 //	    two local clusters with streaming replication, two wsproxy instances naming both hosts,
 //	    mixed traffic, and the primary stopped hard and the standby promoted, -faults times;
@@ -87,6 +91,7 @@ const usage = `usage: load SUBCOMMAND [flags]   (load SUBCOMMAND -h for its flag
   cache      the prompt-cache measurement (make bench-cache)
   soak       the soak (make soak)
   failover   the primary stopped hard and its standby promoted, under load (make failover)
+  writes     workspace writes per second beside a plain durable insert (make bench-writes)
 `
 
 // command is a subcommand.
@@ -122,6 +127,8 @@ func run(ctx context.Context, args []string) error {
 		cmd = &SoakCommand{}
 	case "failover":
 		cmd = &FailoverCommand{}
+	case "writes":
+		cmd = &WritesCommand{}
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stderr, usage)
 		return flag.ErrHelp
@@ -401,4 +408,40 @@ missing with -sync, or on a stream's gap with -sync.`)
 		return err
 	}
 	return f.Run(ctx)
+}
+
+// WritesCommand is load writes.
+type WritesCommand struct{}
+
+func (*WritesCommand) Run(ctx context.Context, args []string) error {
+	fs := flags("writes", `writes [flags]
+
+Workspace writes per second beside a plain durable one-row insert, at each number of concurrent
+writers (-c), each writer on a thread of its own, in one run, interleaved over rounds (make
+bench-writes): the plain insert from a pool of one connection a writer; user edits (the admin
+REST) and agent tool rounds (thread turns whose fake model calls update_preferences with a new
+subtitle) through a wsproxy with a pool of one connection a writer, while a second wsproxy on
+the same database holds an event stream of each writer's thread and times each event's delivery;
+with -floor, the user edits through the workspace package in this process (no HTTP). It needs
+DATABASE_URL, a durable Postgres, that accepts 2 x the most writers + 10 connections.`)
+	w := loadbench.Writes{DatabaseURL: os.Getenv("DATABASE_URL")}
+	fs.StringVar(&w.Wsproxy, "wsproxy", "bin/wsproxy", "the wsproxy binary")
+	writers := fs.String("c", "8,32,128", "concurrent writers of the rows, comma-separated")
+	fs.DurationVar(&w.Duration, "d", 3*time.Second, "duration of each row's run")
+	fs.IntVar(&w.Rounds, "rounds", 3, "rounds, each running every row once per number of writers; the table gives each figure's median")
+	fs.BoolVar(&w.Floor, "floor", true, "also the user edits through the workspace package in this process (this build's)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if w.DatabaseURL == "" {
+		return errors.New("DATABASE_URL is required (make bench-writes provides a durable Postgres)")
+	}
+	for _, f := range strings.Split(*writers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-c: %q is not a number of writers", f)
+		}
+		w.Writers = append(w.Writers, n)
+	}
+	return w.Run(ctx)
 }

@@ -128,8 +128,9 @@ var roomImports = map[string]struct {
 	"":          {},
 	"cmd/proxy": {may: []string{"*"}},
 	"cmd/load":  {may: []string{"cmd/load/loadbench", "proxy/upstreamtest/fake"}},
-	// The load tool's harness: from outside, over HTTP and the binary, as a client would.
-	"cmd/load/loadbench": {may: []string{"db/dbfault", "proxy/demo", "proxy/upstreamtest/fake"}},
+	// The load tool's harness: from outside, over HTTP and the binary, as a client would; and,
+	// for the floor under workspace writes (make bench-writes), the domain in its own process.
+	"cmd/load/loadbench": {may: []string{"db", "db/dbfault", "workspace", "proxy/demo", "proxy/upstreamtest/fake"}},
 	"db/dbfault":         {},
 	"db/dbtest":          {may: []string{"db", "db/dbfault"}},
 }
