@@ -147,3 +147,54 @@ func TestMember(t *testing.T) {
 		require.False(t, ok, bad)
 	}
 }
+
+// FuzzValidWalks: on valid JSON, EachValid and MemberValid, which skip strings without checking
+// them, find what Each and Member find.
+func FuzzValidWalks(f *testing.F) {
+	for _, s := range []string{`[1,"a\"b",{"k":[1,{"x":"\\"}]},null]`, `{"role":"tool","content":"a\\\"]}{","role":"user"}`,
+		`{"r\u006fle":"x","k":{"a":[]}}`, ` [ {"a" : "b" } , true ] `, `{"a":1e5,"b":-0.5,"c":false}`, `[]`, `{}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(s)
+		if !Valid(b) {
+			EachValid(b, func(start, end int) bool { // never beyond b, and it ends
+				if start < 0 || end > len(b) || start > end {
+					t.Fatalf("element %d:%d of %d bytes", start, end, len(b))
+				}
+				return true
+			})
+			MemberValid(b, "role")
+			return
+		}
+		var want, got [][2]int
+		_ = Each(b, func(_, start, end int) error { want = append(want, [2]int{start, end}); return nil })
+		EachValid(b, func(start, end int) bool { got = append(got, [2]int{start, end}); return true })
+		if len(want) != len(got) {
+			t.Fatalf("%q: Each %v, EachValid %v", s, want, got)
+		}
+		for i := range want {
+			if want[i] != got[i] {
+				t.Fatalf("%q: Each %v, EachValid %v", s, want, got)
+			}
+		}
+		for _, key := range []string{"role", "a", "k", ""} {
+			ws, we, wok := Member(b, key)
+			gs, ge, gok := MemberValid(b, key)
+			if wok != gok || (wok && (ws != gs || we != ge)) {
+				t.Fatalf("%q member %q: Member %d:%d %v, MemberValid %d:%d %v", s, key, ws, we, wok, gs, ge, gok)
+			}
+		}
+	})
+}
+
+// TestMembersValid: every member, its key as it lies (KeyIs reads escapes), its value.
+func TestMembersValid(t *testing.T) {
+	t.Parallel()
+	b := []byte(` { "r\u006fle" : "user" , "content":[{"a":"]}\""}],"n":-1.5e3 } `)
+	var got []string
+	MembersValid(b, func(k []byte, s, e int) { got = append(got, string(k)+"="+string(b[s:e])) })
+	require.Equal(t, []string{`"r\u006fle"="user"`, `"content"=[{"a":"]}\""}]`, `"n"=-1.5e3`}, got)
+	require.True(t, KeyIs([]byte(`"r\u006fle"`), "role"))
+	require.False(t, KeyIs([]byte(`"roles"`), "role"))
+}
