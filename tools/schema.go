@@ -64,8 +64,8 @@ func function(name, description string, properties obj, required ...string) Defi
 // carry the instructions of the tools' original documents.
 var All = []Definition{
 	function(AddPreferences,
-		"Record one or more decoded user preferences (hard or soft constraints) that the user explicitly stated. "+
-			"Use this for every add — pass a one-element list to record a single preference. "+
+		"Record one or more decoded user preferences (hard or soft constraints) that the user explicitly stated, "+
+			"in the user's own words. Use this for every add — pass a one-element list to record a single preference. "+
 			"A title already recorded is not recorded twice.",
 		obj{"items": obj{
 			"type":        "array",
@@ -74,8 +74,8 @@ var All = []Definition{
 			"items": obj{
 				"type": "object",
 				"properties": obj{
-					"title":    obj{"type": "string", "description": "Short label, e.g. 'Academic tone'."},
-					"subtitle": obj{"type": "string", "description": "Free-text qualifier, e.g. 'Formal and objective'."},
+					"title":    obj{"type": "string", "description": "Short label in the user's own words, e.g. 'Academic tone'."},
+					"subtitle": obj{"type": "string", "description": "Free-text qualifier in the user's own words, e.g. 'Formal and objective'."},
 					"kind":     kindProperty,
 				},
 				"required": []string{"title"},
@@ -97,8 +97,8 @@ var All = []Definition{
 				"properties": obj{
 					"index": obj{"type": "integer", "minimum": 1,
 						"description": "1-based position of the preference within this conversation (as shown by list_preferences)."},
-					"title":    obj{"type": "string", "description": "New short label; omit to keep the current value."},
-					"subtitle": obj{"type": "string", "description": "New qualifier; omit to keep the current value."},
+					"title":    obj{"type": "string", "description": "New short label in the user's own words; omit to keep the current value."},
+					"subtitle": obj{"type": "string", "description": "New qualifier in the user's own words; omit to keep the current value."},
 					"kind":     kindProperty,
 				},
 				"required": []string{"index"},
@@ -122,7 +122,7 @@ var All = []Definition{
 		obj{"text": obj{
 			"type": "string",
 			"description": "One or two sentences capturing the user's goal as you currently understand it, written " +
-				"from the user's perspective (the outcome they want), not a description of your own steps.",
+				"from the user's perspective in the user's own words (the outcome they want), not a description of your own steps.",
 		}},
 		"text"),
 }

@@ -20,7 +20,7 @@ const SystemInstructions = `You have a persistent workspace for this conversatio
 	`the objective (your one-line understanding of what the user wants to achieve) and the user's ` +
 	`preferences (hard: must-haves; soft: preferences). Keep it current with your workspace tools: ` +
 	`set the objective on the first substantive turn and whenever your understanding changes; record ` +
-	`every preference the user states; edit or remove one only when the user asks. Items marked ` +
+	`every preference the user states, in the user's own words; edit or remove one only when the user asks. Items marked ` +
 	`(locked) belong to the user: you cannot change them, so ask the user to unlock one first. ` +
 	`Follow the preferences in your answers.`
 

@@ -174,7 +174,7 @@ func oneAtATime(next mcp.MethodHandler) mcp.MethodHandler {
 const instructions = "wsproxy keeps a persistent workspace per conversation thread: an objective and the user's " +
 	"preferences (hard: must-haves; soft: preferences). The same workspace is injected into the thread's proxied " +
 	"conversations. Read it (list_preferences, or the workspace://{thread} resource) and keep it current with the " +
-	"tools: set the objective, record every preference the user states, edit or remove one only when the user asks. " +
+	"tools: set the objective, record every preference the user states in the user's own words, edit or remove one only when the user asks. " +
 	"Items marked (locked) are the user's: the tools cannot change them, so ask the user to unlock one first."
 
 // serverFor is the SDK server of the request's scope.

@@ -297,7 +297,8 @@ func TestHostileBodies(t *testing.T) {
 
 // TestSystemPlacementKeepsItsBytes: the system placement gives the upstream exactly the bytes
 // earlier versions gave (testdata/system_placement.golden was written by the version before the
-// tail placement), with and without the workspace tools.
+// tail placement, and written again when the instructions and the tools' descriptions came to
+// ask for the user's own words, docs/spec.md §19), with and without the workspace tools.
 func TestSystemPlacementKeepsItsBytes(t *testing.T) {
 	t.Parallel()
 	block := workspace.RenderBlock("Write a literature review on soil carbon", []workspace.Preference{
