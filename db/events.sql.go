@@ -34,7 +34,7 @@ func (q *Queries) EventAnswer(ctx context.Context, db DBTX, arg EventAnswerParam
 }
 
 const eventChangesOnTarget = `-- name: EventChangesOnTarget :many
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved, context FROM events
 WHERE thread_id = $1 AND id > $2 AND target_type = $3::text
   AND coalesce(target_id, 0) = $4::bigint AND kind NOT IN ('locked_skip', 'proposed', 'proposal_dismissed')
 ORDER BY id
@@ -84,6 +84,7 @@ func (q *Queries) EventChangesOnTarget(ctx context.Context, db DBTX, arg EventCh
 			&i.Via,
 			&i.Answers,
 			&i.Moved,
+			&i.Context,
 		); err != nil {
 			return nil, err
 		}
@@ -110,7 +111,7 @@ func (q *Queries) EventCompactionInsert(ctx context.Context, db DBTX, threadID s
 }
 
 const eventGet = `-- name: EventGet :one
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events WHERE thread_id = $1 AND id = $2
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved, context FROM events WHERE thread_id = $1 AND id = $2
 `
 
 type EventGetParams struct {
@@ -140,6 +141,7 @@ func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (Ev
 		&i.Via,
 		&i.Answers,
 		&i.Moved,
+		&i.Context,
 	)
 	return i, err
 }
@@ -150,16 +152,16 @@ WITH n AS (
     WHERE id = $2::text
     RETURNING next_event_id - cardinality($1::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved)
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved, context)
     SELECT $2::text, n.first + e.i - 1, clock_timestamp(), $3::text, $4::text, $5::integer, $6::integer,
            CASE WHEN $7::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
            $8::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
            NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb, NULLIF(e.answers, 0),
-           NULLIF(e.moved, '')::jsonb
+           NULLIF(e.moved, '')::jsonb, $9::jsonb
     -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
-    FROM n, ROWS FROM (unnest($1::text[]), unnest($9::text[]), unnest($10::bigint[]),
-                       unnest($11::text[]), unnest($12::text[]), unnest($13::bigint[]),
-                       unnest($14::text[]), unnest($15::bigint[]), unnest($16::text[]))
+    FROM n, ROWS FROM (unnest($1::text[]), unnest($10::text[]), unnest($11::bigint[]),
+                       unnest($12::text[]), unnest($13::text[]), unnest($14::bigint[]),
+                       unnest($15::text[]), unnest($16::bigint[]), unnest($17::text[]))
          WITH ORDINALITY AS e (kind, target_type, target_id, before, after, reverts, proposed, answers, moved, i)
     RETURNING id
 )
@@ -175,6 +177,7 @@ type EventInsertParams struct {
 	Round         pgtype.Int4
 	AfterToolCall bool
 	Reason        pgtype.Text
+	Context       []byte
 	TargetTypes   []string
 	TargetIds     []int64
 	Befores       []string
@@ -194,8 +197,8 @@ type EventInsertRow struct {
 // (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 // the same transaction when after_tool_call, at the time of the insert (under the lock: in id
 // order). No NOTIFY: replicas follow the thread's next_event_id (docs/spec.md §13). An empty proposal
-// is none (SQL NULL); the text null is a removal's. answers 0 and moved ” are none. Returns the
-// first id.
+// is none (SQL NULL); the text null is a removal's. answers 0 and moved ” are none. context,
+// when not null, is each event's (an agent write's: docs/spec.md §19). Returns the first id.
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (EventInsertRow, error) {
 	row := db.QueryRow(ctx, eventInsert,
 		arg.Kinds,
@@ -206,6 +209,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.Round,
 		arg.AfterToolCall,
 		arg.Reason,
+		arg.Context,
 		arg.TargetTypes,
 		arg.TargetIds,
 		arg.Befores,
@@ -267,7 +271,7 @@ func (q *Queries) EventLaterOnTarget(ctx context.Context, db DBTX, arg EventLate
 }
 
 const eventList = `-- name: EventList :many
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved, context FROM events
 WHERE thread_id = $1
   AND ($2::text = '' OR (target_type = $2::text AND coalesce(target_id, 0) = $3::bigint))
   AND CASE WHEN $4::boolean THEN ($5::bigint = 0 OR id < $5::bigint) ELSE id > $5::bigint END
@@ -321,6 +325,7 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 			&i.Via,
 			&i.Answers,
 			&i.Moved,
+			&i.Context,
 		); err != nil {
 			return nil, err
 		}
@@ -333,7 +338,7 @@ func (q *Queries) EventList(ctx context.Context, db DBTX, arg EventListParams) (
 }
 
 const eventPendingProposals = `-- name: EventPendingProposals :many
-SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved FROM events e
+SELECT thread_id, id, at, actor, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, via, answers, moved, context FROM events e
 WHERE e.thread_id = $1 AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
   AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id)
 ORDER BY e.id
@@ -375,6 +380,7 @@ func (q *Queries) EventPendingProposals(ctx context.Context, db DBTX, arg EventP
 			&i.Via,
 			&i.Answers,
 			&i.Moved,
+			&i.Context,
 		); err != nil {
 			return nil, err
 		}

@@ -97,7 +97,8 @@ func beginLocked(ctx context.Context, pool *pgxpool.Pool, lock ThreadLock, threa
 	if scope {
 		b.Queue(threadScopeGet, threadID).QueryRow(func(row pgx.Row) error {
 			s := &t.Scope
-			return row.Scan(&s.Parents, &s.OwnAgentWrites, &s.Ancestors, &s.AgentWrites, &s.Inherited)
+			return row.Scan(&s.Parents, &s.OwnAgentWrites, &s.Ancestors, &s.AgentWrites, &s.Inherited, &s.OwnUntrustedWrites,
+				&s.UntrustedWrites, &s.InheritedBy)
 		})
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -119,8 +120,8 @@ type LockedThread struct {
 	CreatedAt time.Time
 	// Version is the thread's workspace version (its next_event_id), as the lock found it.
 	Version int64
-	// Objective is the thread's objective ("" none).
-	Objective string
+	// Objective is the thread's objective ("" none), and ObjectiveSource its source.
+	Objective, ObjectiveSource string
 	// Preferences is the thread's list in creation order.
 	Preferences []Preference
 }
@@ -128,7 +129,7 @@ type LockedThread struct {
 // queueLock queues the lock of threadID's row (as lock says) and the reads of t.
 func queueLock(b *pgx.Batch, t *LockedThread, lock ThreadLock, threadID string) {
 	b.Queue(lock.sql(), threadID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&t.NextPreferenceID, &t.CreatedAt, &t.Version, &t.Objective)
+		return row.Scan(&t.NextPreferenceID, &t.CreatedAt, &t.Version, &t.Objective, &t.ObjectiveSource)
 	})
 	if lock == LockThreadUpsert {
 		b.Queue(threadRevive, threadID).QueryRow(func(row pgx.Row) error { return row.Scan(&t.NextPreferenceID, &t.Version) })
@@ -227,12 +228,12 @@ func SendGuarded(ctx context.Context, pool *pgxpool.Pool, arg ToolCallGuardParam
 
 // QueuePreferenceInsertBatch queues PreferenceInsertBatch (its rows unread).
 func QueuePreferenceInsertBatch(b *pgx.Batch, arg PreferenceInsertBatchParams) {
-	b.Queue(preferenceInsertBatch, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds, arg.Locks, arg.NextPreferenceID)
+	b.Queue(preferenceInsertBatch, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds, arg.Locks, arg.Sources, arg.NextPreferenceID)
 }
 
 // QueuePreferenceUpdateUnlocked queues PreferenceUpdateUnlocked; done gets the ids it updated.
 func QueuePreferenceUpdateUnlocked(b *pgx.Batch, arg PreferenceUpdateUnlockedParams, done func(ids []int64) error) {
-	b.Queue(preferenceUpdateUnlocked, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds).Query(collectIDs(done))
+	b.Queue(preferenceUpdateUnlocked, arg.ThreadID, arg.Ids, arg.Titles, arg.Subtitles, arg.Kinds, arg.Sources).Query(collectIDs(done))
 }
 
 // QueuePreferenceDeleteUnlocked queues PreferenceDeleteUnlocked; done gets the ids it deleted.
@@ -252,7 +253,7 @@ func collectIDs(done func(ids []int64) error) func(pgx.Rows) error {
 
 // QueueObjectiveUpsert queues ObjectiveUpsert (its row unread).
 func QueueObjectiveUpsert(b *pgx.Batch, arg ObjectiveUpsertParams) {
-	b.Queue(objectiveUpsert, arg.ThreadID, arg.Text, arg.UpdatedBy)
+	b.Queue(objectiveUpsert, arg.ThreadID, arg.Text, arg.UpdatedBy, arg.Source)
 }
 
 // QueueToolCallInsert queues ToolCallInsert, for Commit.
@@ -280,7 +281,7 @@ func (t *LockedTx) release() {
 
 // QueueEventInsert queues EventInsert, for Commit; firstID, when not nil, gets the first event id.
 func QueueEventInsert(b *pgx.Batch, arg EventInsertParams, firstID *int64) {
-	b.Queue(eventInsert, arg.Kinds, arg.ThreadID, arg.Actor, arg.Via, arg.Turn, arg.Round, arg.AfterToolCall, arg.Reason,
+	b.Queue(eventInsert, arg.Kinds, arg.ThreadID, arg.Actor, arg.Via, arg.Turn, arg.Round, arg.AfterToolCall, arg.Reason, arg.Context,
 		arg.TargetTypes, arg.TargetIds, arg.Befores, arg.Afters, arg.Reverts, arg.Proposals, arg.Answers, arg.Moves).QueryRow(func(row pgx.Row) error {
 		var r EventInsertRow
 		if err := row.Scan(&r.FirstID, &r.Inserted); err != nil {

@@ -173,7 +173,8 @@ func TestUpgradeToTurnStart(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int32(3), start.Turn)
 	require.False(t, start.Objective.Valid)
-	require.JSONEq(t, prefs, string(start.Preferences))
+	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":true,"source":"confirmed"}]`, string(start.Preferences),
+		"a new snapshot keeps each preference's source (migration 019)")
 	s := snapshots("changed")
 	require.Len(t, s, 2)
 	require.Equal(t, int32(3), s[1].Turn)
@@ -496,7 +497,7 @@ func TestUpgradeToTurnStartUnlessHeld(t *testing.T) {
 	row, err := db.TurnStartWaiting(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(6), row.Turn)
-	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]`, string(row.Preferences))
+	require.JSONEq(t, `[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false,"source":"agent"}]`, string(row.Preferences))
 	row, err = db.New().TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "old"})
 	require.NoError(t, err)
 	require.Equal(t, int32(7), row.Turn)
@@ -935,7 +936,7 @@ func TestUpgradeToParentsLocksAndTurnGiveBacks(t *testing.T) {
 	rows, err := db.TurnStarts(ctx, conn, []db.TurnStartParams{{ThreadID: "a"}, {ThreadID: "b"}})
 	require.NoError(t, err)
 	require.Equal(t, []int32{2, 2}, []int32{rows[0].Turn, rows[1].Turn}, "threads of a cycle start their turns")
-	require.JSONEq(t, `[{"scope":"b","preferences":[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false}]}]`, string(rows[0].Inherited))
+	require.JSONEq(t, `[{"scope":"b","preferences":[{"id":1,"title":"Formal","subtitle":"","kind":"hard","locked":false,"source":"agent"}]}]`, string(rows[0].Inherited))
 	tx, err := db.BeginParentsLocked(ctx, pool, "a", []string{})
 	require.NoError(t, err, "the keys of a change among a cycle")
 	refused, err := q.ThreadSetParents(ctx, tx.Conn(), db.ThreadSetParentsParams{ID: "a", Parents: []string{}, Actor: "user", Via: "admin"})
@@ -1006,4 +1007,129 @@ func TestUpgradeToNoNotifyInWrites(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, strings.ToLower(string(b)), "pg_notify", f)
 	}
+}
+
+// TestUpgradeToProvenance: a database populated under schema 018 upgrades to the current one
+// (migration 019, docs/spec.md §19): each preference and objective takes its source from the
+// last event that wrote its text (the user's 'user', or 'confirmed' when it applied a proposal;
+// the agent's 'agent', 'confirmed' once the user locked it; none kept: 'agent', or 'confirmed'
+// when locked); threads start neither tainted nor known clients of their own tools, and inherit
+// untrusted_writes like agent_writes; a turn start stores what its request read and says what
+// the thread had before; the snapshot stored before is reused while the workspace is the same;
+// and a replica of the previous version still starts its turns with its prepared statement,
+// and adds preferences and events as it did.
+func TestUpgradeToProvenance(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs", "018_no_notify_in_writes"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, agent_writes) VALUES ('t', 3, 7, 10, NULL), ('scope', 0, 1, 1, NULL), ('o2', 1, 1, 2, NULL), ('o3', 1, 1, 3, NULL)`,
+		`UPDATE threads SET parents = '{scope}' WHERE id = 't'`,
+		`INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES
+		 ('t', 1, 'Tabs', 'hard', false), ('t', 2, 'Short', 'soft', false), ('t', 3, 'Formal', 'soft', true),
+		 ('t', 4, 'Proposed', 'soft', false), ('t', 5, 'Ancient', 'soft', false), ('t', 6, 'Edited', 'soft', false)`,
+		`INSERT INTO objectives (thread_id, text, updated_by) VALUES ('t', 'A user goal', 'user'), ('o2', 'An agent goal', 'agent'), ('o3', 'An applied goal', 'user')`,
+		`INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, before, after, proposed, answers) VALUES
+		 ('t', 1, 'user', 'admin', 'preference_added', 'preference', 1, NULL, '{"title":"Tabs","subtitle":"","kind":"hard","locked":false}', NULL, NULL),
+		 ('t', 2, 'agent', 'proxy', 'preference_added', 'preference', 2, NULL, '{"title":"Short","subtitle":"","kind":"soft","locked":false}', NULL, NULL),
+		 ('t', 3, 'agent', 'proxy', 'preference_added', 'preference', 3, NULL, '{"title":"Formal","subtitle":"","kind":"soft","locked":false}', NULL, NULL),
+		 ('t', 4, 'user', 'admin', 'preference_locked', 'preference', 3, '{"title":"Formal","subtitle":"","kind":"soft","locked":false}', '{"title":"Formal","subtitle":"","kind":"soft","locked":true}', NULL, NULL),
+		 ('t', 5, 'agent', 'proxy', 'proposed', 'preference', NULL, NULL, NULL, '{"title":"Proposed","subtitle":"","kind":"soft"}', NULL),
+		 ('t', 6, 'user', 'admin', 'preference_added', 'preference', 4, NULL, '{"title":"Proposed","subtitle":"","kind":"soft","locked":false}', NULL, 5),
+		 ('t', 7, 'agent', 'proxy', 'preference_added', 'preference', 6, NULL, '{"title":"Edit me","subtitle":"","kind":"soft","locked":false}', NULL, NULL),
+		 ('t', 8, 'user', 'admin', 'preference_updated', 'preference', 6, '{"title":"Edit me","subtitle":"","kind":"soft","locked":false}', '{"title":"Edited","subtitle":"","kind":"soft","locked":false}', NULL, NULL),
+		 ('t', 9, 'user', 'admin', 'objective_set', 'objective', NULL, NULL, '{"text":"A user goal"}', NULL, NULL),
+		 ('o2', 1, 'agent', 'proxy', 'objective_set', 'objective', NULL, NULL, '{"text":"An agent goal"}', NULL, NULL),
+		 ('o3', 1, 'agent', 'proxy', 'proposed', 'objective', NULL, NULL, NULL, '{"text":"An applied goal"}', NULL),
+		 ('o3', 2, 'user', 'admin', 'objective_set', 'objective', NULL, NULL, '{"text":"An applied goal"}', NULL, 1)`,
+		`INSERT INTO workspace_snapshots (thread_id, turn, version, objective, preferences, inherited, scope_versions) VALUES
+		 ('o2', 1, 2, 'An agent goal', '[]', NULL, '{}')`,
+	)
+	old, err := pool.Acquire(ctx) // a replica of the previous version: its statement prepared before the upgrade
+	require.NoError(t, err)
+	defer old.Release()
+	const oldStart = `SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, created_at, inherited, agent_writes, refused, version, next_preference_id
+		FROM turn_start_unless_held($1, NULL::text[], false)`
+	var turn int32
+	skip := []any{&turn, new(any), new(any), new(any), new(any), new(any), new(any), new(any), new(any)}
+	require.NoError(t, old.QueryRow(ctx, oldStart, "o3").Scan(skip...))
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	prefs, err := q.PreferenceListByThread(ctx, pool, "t")
+	require.NoError(t, err)
+	sources := map[string]string{}
+	for _, p := range prefs {
+		sources[p.Title] = p.Source
+	}
+	require.Equal(t, map[string]string{"Tabs": "user", "Short": "agent", "Formal": "confirmed", "Proposed": "confirmed",
+		"Ancient": "agent", "Edited": "user"}, sources)
+	for thread, want := range map[string]string{"t": "user", "o2": "agent", "o3": "confirmed"} {
+		o, err := q.ObjectiveGet(ctx, pool, thread)
+		require.NoError(t, err)
+		require.Equal(t, want, o.Source, thread)
+	}
+	th, err := q.ThreadGet(ctx, pool, "t")
+	require.NoError(t, err)
+	require.False(t, th.Tainted || th.ClientTools || th.UntrustedWrites.Valid, "what earlier turns read was not classified")
+
+	// untrusted_writes is inherited like agent_writes, and set with an event of its own.
+	_, err = pool.Exec(ctx, `UPDATE threads SET untrusted_writes = 'apply' WHERE id = 'scope'`)
+	require.NoError(t, err)
+	tx, err := db.BeginLocked(ctx, pool, db.LockThread, "t", true)
+	require.NoError(t, err)
+	require.Equal(t, "apply", tx.Scope.UntrustedWrites)
+	require.False(t, tx.Scope.OwnUntrustedWrites.Valid)
+	require.Equal(t, "user", tx.ObjectiveSource)
+	require.NoError(t, q.ThreadSetUntrustedWrites(ctx, tx.Conn(), db.ThreadSetUntrustedWritesParams{ID: "t", UntrustedWrites: pgtype.Text{String: "refuse", Valid: true}}))
+	require.NoError(t, tx.Commit(ctx, func(b *pgx.Batch) {
+		db.QueueEventInsert(b, db.EventInsertParams{ThreadID: "t", Actor: "user", Via: "admin", Kinds: []string{"untrusted_writes_set"},
+			TargetTypes: []string{"thread"}, TargetIds: []int64{0}, Befores: []string{`{"untrusted_writes":null}`}, Afters: []string{`{"untrusted_writes":"refuse"}`},
+			Reverts: []int64{0}, Proposals: []string{""}, Answers: []int64{0}, Moves: []string{""}}, nil)
+	}))
+	scope, err := db.BeginLocked(ctx, pool, db.LockThread, "scope", true)
+	require.NoError(t, err)
+	require.True(t, scope.Scope.InheritedBy, "t names it among its parents")
+	scope.Rollback(ctx)
+
+	// A turn start stores what its request read, and says what the thread had before: on its own,
+	// in a batch, and by the statement's own fast part.
+	start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: "t", ReadsUntrusted: true})
+	require.NoError(t, err)
+	require.False(t, start.Tainted)
+	require.Equal(t, "user", start.ObjectiveSource)
+	require.Contains(t, string(start.Preferences), `"source": "confirmed"`)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	rows, err := db.TurnStarts(ctx, conn, []db.TurnStartParams{{ThreadID: "t", HasClientTools: true}, {ThreadID: "o2"}})
+	require.NoError(t, err)
+	require.True(t, rows[0].Tainted, "a thread stays tainted")
+	require.False(t, rows[0].ClientTools)
+	require.Empty(t, rows[1].ObjectiveSource, "the snapshot stored before, reused, keeps none")
+	snaps, err := q.SnapshotListByThread(ctx, pool, db.SnapshotListByThreadParams{ThreadID: "o2", MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, snaps, 1, "the snapshot stored before is the workspace's, without sources")
+	rows, err = db.TurnStarts(ctx, conn, []db.TurnStartParams{{ThreadID: "t"}})
+	require.NoError(t, err)
+	require.True(t, rows[0].Tainted)
+	require.True(t, rows[0].ClientTools)
+
+	// The previous version's replica: its prepared turn start, a preference and an event as it
+	// adds them (sources and context left to their defaults).
+	require.NoError(t, old.QueryRow(ctx, oldStart, "o3").Scan(skip...), "the previous version's prepared turn start")
+	require.Equal(t, int32(3), turn)
+	_, err = old.Exec(ctx, `INSERT INTO preferences (thread_id, id, title, kind, locked) VALUES ('o3', 1, 'Old', 'soft', false)`)
+	require.NoError(t, err)
+	_, err = old.Exec(ctx, `INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, after) VALUES ('o3', 3, 'agent', 'proxy', 'preference_added', 'preference', 1, '{"title":"Old","subtitle":"","kind":"soft","locked":false}')`)
+	require.NoError(t, err)
+	prefs, err = q.PreferenceListByThread(ctx, pool, "o3")
+	require.NoError(t, err)
+	require.Equal(t, "agent", prefs[0].Source)
+	ev, err := q.EventGet(ctx, pool, db.EventGetParams{ThreadID: "o3", ID: 3})
+	require.NoError(t, err)
+	require.Nil(t, ev.Context)
 }

@@ -25,7 +25,7 @@ func (q *Queries) ObjectiveDelete(ctx context.Context, db DBTX, threadID string)
 }
 
 const objectiveGet = `-- name: ObjectiveGet :one
-SELECT thread_id, text, updated_by, updated_at FROM objectives WHERE thread_id = $1
+SELECT thread_id, text, updated_by, updated_at, source FROM objectives WHERE thread_id = $1
 `
 
 func (q *Queries) ObjectiveGet(ctx context.Context, db DBTX, threadID string) (Objective, error) {
@@ -36,42 +36,57 @@ func (q *Queries) ObjectiveGet(ctx context.Context, db DBTX, threadID string) (O
 		&i.Text,
 		&i.UpdatedBy,
 		&i.UpdatedAt,
+		&i.Source,
 	)
 	return i, err
 }
 
 const objectiveUpsert = `-- name: ObjectiveUpsert :one
 WITH prev AS (
-    SELECT text FROM objectives WHERE thread_id = $1
+    SELECT text, source FROM objectives WHERE thread_id = $1
 )
-INSERT INTO objectives (thread_id, text, updated_by) VALUES ($1, $2, $3)
+INSERT INTO objectives (thread_id, text, updated_by, source) VALUES ($1, $2, $3, $4)
 ON CONFLICT (thread_id) DO UPDATE
-SET text = EXCLUDED.text, updated_by = EXCLUDED.updated_by, updated_at = now()
-RETURNING objectives.text, objectives.updated_by, objectives.updated_at, coalesce((SELECT text FROM prev), '')::text AS previous
+SET text = EXCLUDED.text, updated_by = EXCLUDED.updated_by, updated_at = now(),
+    source = CASE WHEN EXCLUDED.updated_by = 'user' THEN EXCLUDED.source
+                  WHEN objectives.text = EXCLUDED.text THEN objectives.source
+                  ELSE source_lower(objectives.source, EXCLUDED.source) END
+RETURNING objectives.text, objectives.updated_by, objectives.updated_at, coalesce((SELECT text FROM prev), '')::text AS previous,
+          coalesce((SELECT source FROM prev), '')::text AS previous_source
 `
 
 type ObjectiveUpsertParams struct {
 	ThreadID  string
 	Text      string
 	UpdatedBy string
+	Source    string
 }
 
 type ObjectiveUpsertRow struct {
-	Text      string
-	UpdatedBy string
-	UpdatedAt pgtype.Timestamptz
-	Previous  string
+	Text           string
+	UpdatedBy      string
+	UpdatedAt      pgtype.Timestamptz
+	Previous       string
+	PreviousSource string
 }
 
-// Sets the objective, and returns the text it had before (” for none): the change's event.
+// Sets the objective and its source, and returns the text and source it had before (” for
+// none): the change's event. The agent's never raises the source, and leaves it as it was when the
+// text does not change (source_lower, migration 019); the user path sets it.
 func (q *Queries) ObjectiveUpsert(ctx context.Context, db DBTX, arg ObjectiveUpsertParams) (ObjectiveUpsertRow, error) {
-	row := db.QueryRow(ctx, objectiveUpsert, arg.ThreadID, arg.Text, arg.UpdatedBy)
+	row := db.QueryRow(ctx, objectiveUpsert,
+		arg.ThreadID,
+		arg.Text,
+		arg.UpdatedBy,
+		arg.Source,
+	)
 	var i ObjectiveUpsertRow
 	err := row.Scan(
 		&i.Text,
 		&i.UpdatedBy,
 		&i.UpdatedAt,
 		&i.Previous,
+		&i.PreviousSource,
 	)
 	return i, err
 }

@@ -61,15 +61,15 @@ func (q *Queries) PreferenceDeleteUnlocked(ctx context.Context, db DBTX, arg Pre
 
 const preferenceInsertBatch = `-- name: PreferenceInsertBatch :many
 WITH bump AS (
-    UPDATE threads SET next_preference_id = $7::bigint WHERE id = $1::text
+    UPDATE threads SET next_preference_id = $8::bigint WHERE id = $1::text
 )
-INSERT INTO preferences (thread_id, id, title, subtitle, kind, locked)
-SELECT $1::text, u.id, u.title, u.subtitle, u.kind, u.locked
+INSERT INTO preferences (thread_id, id, title, subtitle, kind, locked, source)
+SELECT $1::text, u.id, u.title, u.subtitle, u.kind, u.locked, u.source
 FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::text[]) AS title,
              unnest($4::text[]) AS subtitle, unnest($5::text[]) AS kind,
-             unnest($6::boolean[]) AS locked) u
+             unnest($6::boolean[]) AS locked, unnest($7::text[]) AS source) u
 ORDER BY u.id
-RETURNING thread_id, id, title, subtitle, kind, locked, created_at, updated_at
+RETURNING thread_id, id, title, subtitle, kind, locked, created_at, updated_at, source
 `
 
 type PreferenceInsertBatchParams struct {
@@ -79,11 +79,12 @@ type PreferenceInsertBatchParams struct {
 	Subtitles        []string
 	Kinds            []string
 	Locks            []bool
+	Sources          []string
 	NextPreferenceID int64
 }
 
 // Inserts preferences with the ids given (taken from threads.next_preference_id under the
-// thread lock) and moves the thread's counter past them.
+// thread lock) and moves the thread's counter past them; each with its source (docs/spec.md §19).
 func (q *Queries) PreferenceInsertBatch(ctx context.Context, db DBTX, arg PreferenceInsertBatchParams) ([]Preference, error) {
 	rows, err := db.Query(ctx, preferenceInsertBatch,
 		arg.ThreadID,
@@ -92,6 +93,7 @@ func (q *Queries) PreferenceInsertBatch(ctx context.Context, db DBTX, arg Prefer
 		arg.Subtitles,
 		arg.Kinds,
 		arg.Locks,
+		arg.Sources,
 		arg.NextPreferenceID,
 	)
 	if err != nil {
@@ -110,6 +112,7 @@ func (q *Queries) PreferenceInsertBatch(ctx context.Context, db DBTX, arg Prefer
 			&i.Locked,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Source,
 		); err != nil {
 			return nil, err
 		}
@@ -122,7 +125,7 @@ func (q *Queries) PreferenceInsertBatch(ctx context.Context, db DBTX, arg Prefer
 }
 
 const preferenceListByThread = `-- name: PreferenceListByThread :many
-SELECT thread_id, id, title, subtitle, kind, locked, created_at, updated_at FROM preferences WHERE thread_id = $1 ORDER BY id
+SELECT thread_id, id, title, subtitle, kind, locked, created_at, updated_at, source FROM preferences WHERE thread_id = $1 ORDER BY id
 `
 
 // A thread's preferences in creation order: a preference's index is its position here.
@@ -144,6 +147,7 @@ func (q *Queries) PreferenceListByThread(ctx context.Context, db DBTX, threadID 
 			&i.Locked,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Source,
 		); err != nil {
 			return nil, err
 		}
@@ -157,9 +161,9 @@ func (q *Queries) PreferenceListByThread(ctx context.Context, db DBTX, threadID 
 
 const preferenceUpdate = `-- name: PreferenceUpdate :one
 UPDATE preferences
-SET title = $1, subtitle = $2, kind = $3, locked = $4, updated_at = now()
-WHERE thread_id = $5 AND id = $6
-RETURNING thread_id, id, title, subtitle, kind, locked, created_at, updated_at
+SET title = $1, subtitle = $2, kind = $3, locked = $4, source = $5, updated_at = now()
+WHERE thread_id = $6 AND id = $7
+RETURNING thread_id, id, title, subtitle, kind, locked, created_at, updated_at, source
 `
 
 type PreferenceUpdateParams struct {
@@ -167,6 +171,7 @@ type PreferenceUpdateParams struct {
 	Subtitle string
 	Kind     string
 	Locked   bool
+	Source   string
 	ThreadID string
 	ID       int64
 }
@@ -178,6 +183,7 @@ func (q *Queries) PreferenceUpdate(ctx context.Context, db DBTX, arg PreferenceU
 		arg.Subtitle,
 		arg.Kind,
 		arg.Locked,
+		arg.Source,
 		arg.ThreadID,
 		arg.ID,
 	)
@@ -191,15 +197,19 @@ func (q *Queries) PreferenceUpdate(ctx context.Context, db DBTX, arg PreferenceU
 		&i.Locked,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Source,
 	)
 	return i, err
 }
 
 const preferenceUpdateUnlocked = `-- name: PreferenceUpdateUnlocked :many
 UPDATE preferences p
-SET title = u.title, subtitle = u.subtitle, kind = u.kind, updated_at = now()
+SET title = u.title, subtitle = u.subtitle, kind = u.kind, updated_at = now(),
+    source = CASE WHEN (p.title, p.subtitle, p.kind) IS NOT DISTINCT FROM (u.title, u.subtitle, u.kind) THEN p.source
+                  ELSE source_lower(p.source, u.source) END
 FROM (SELECT unnest($2::bigint[]) AS id, unnest($3::text[]) AS title,
-             unnest($4::text[]) AS subtitle, unnest($5::text[]) AS kind) u
+             unnest($4::text[]) AS subtitle, unnest($5::text[]) AS kind,
+             unnest($6::text[]) AS source) u
 WHERE p.thread_id = $1 AND p.id = u.id AND NOT p.locked
 RETURNING p.id
 `
@@ -210,10 +220,12 @@ type PreferenceUpdateUnlockedParams struct {
 	Titles    []string
 	Subtitles []string
 	Kinds     []string
+	Sources   []string
 }
 
-// The agent path: sets title, subtitle and kind of the given preferences. A locked row is never
-// changed, whatever the caller checked before.
+// The agent path: sets title, subtitle and kind of the given preferences, and the source of those
+// whose fields change, never raised (source_lower, migration 019). A locked row is never changed,
+// whatever the caller checked before.
 func (q *Queries) PreferenceUpdateUnlocked(ctx context.Context, db DBTX, arg PreferenceUpdateUnlockedParams) ([]int64, error) {
 	rows, err := db.Query(ctx, preferenceUpdateUnlocked,
 		arg.ThreadID,
@@ -221,6 +233,7 @@ func (q *Queries) PreferenceUpdateUnlocked(ctx context.Context, db DBTX, arg Pre
 		arg.Titles,
 		arg.Subtitles,
 		arg.Kinds,
+		arg.Sources,
 	)
 	if err != nil {
 		return nil, err

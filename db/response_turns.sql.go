@@ -12,7 +12,7 @@ import (
 )
 
 const responseTurnContinuation = `-- name: ResponseTurnContinuation :many
-SELECT r.last_response_id, coalesce(o.call_id, '')::text AS call_id, tc.result
+SELECT r.last_response_id, coalesce(o.call_id, '')::text AS call_id, tc.result, r.user_text
 FROM response_turns r
 LEFT JOIN LATERAL unnest(r.owed_call_ids) AS o (call_id) ON true
 LEFT JOIN LATERAL (
@@ -33,12 +33,14 @@ type ResponseTurnContinuationRow struct {
 	LastResponseID string
 	CallID         string
 	Result         []byte
+	UserText       string
 }
 
 // What continuing a Responses turn takes: the upstream response that ended it, and one row per
 // workspace call it owes the upstream an output for, with that call's latest record (null when
 // the call was not run); or one row with an empty call_id when it owes none. A call is that
-// turn's own (an upstream may reuse call ids in other turns).
+// turn's own (an upstream may reuse call ids in other turns). user_text is the user's words the
+// turn was given.
 func (q *Queries) ResponseTurnContinuation(ctx context.Context, db DBTX, arg ResponseTurnContinuationParams) ([]ResponseTurnContinuationRow, error) {
 	rows, err := db.Query(ctx, responseTurnContinuation, arg.ThreadID, arg.ResponseID)
 	if err != nil {
@@ -48,7 +50,12 @@ func (q *Queries) ResponseTurnContinuation(ctx context.Context, db DBTX, arg Res
 	items := []ResponseTurnContinuationRow{}
 	for rows.Next() {
 		var i ResponseTurnContinuationRow
-		if err := rows.Scan(&i.LastResponseID, &i.CallID, &i.Result); err != nil {
+		if err := rows.Scan(
+			&i.LastResponseID,
+			&i.CallID,
+			&i.Result,
+			&i.UserText,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -76,11 +83,11 @@ func (q *Queries) ResponseTurnPrune(ctx context.Context, db DBTX, before pgtype.
 }
 
 const responseTurnRecord = `-- name: ResponseTurnRecord :exec
-INSERT INTO response_turns (thread_id, response_id, turn, last_response_id, owed_call_ids)
-VALUES ($1, $2, $3, $4, $5::text[])
+INSERT INTO response_turns (thread_id, response_id, turn, last_response_id, owed_call_ids, user_text)
+VALUES ($1, $2, $3, $4, $5::text[], $6)
 ON CONFLICT (thread_id, response_id) DO UPDATE
 SET turn = excluded.turn, last_response_id = excluded.last_response_id,
-    owed_call_ids = excluded.owed_call_ids, created_at = now()
+    owed_call_ids = excluded.owed_call_ids, user_text = excluded.user_text, created_at = now()
 `
 
 type ResponseTurnRecordParams struct {
@@ -89,10 +96,11 @@ type ResponseTurnRecordParams struct {
 	Turn           int32
 	LastResponseID string
 	OwedCallIds    []string
+	UserText       string
 }
 
-// Records which upstream response ended a Responses turn. An id seen again (a stateless server
-// that reuses ids) takes the latest turn.
+// Records which upstream response ended a Responses turn, and the user's words it was given
+// (docs/spec.md §19). An id seen again (a stateless server that reuses ids) takes the latest turn.
 func (q *Queries) ResponseTurnRecord(ctx context.Context, db DBTX, arg ResponseTurnRecordParams) error {
 	_, err := db.Exec(ctx, responseTurnRecord,
 		arg.ThreadID,
@@ -100,6 +108,7 @@ func (q *Queries) ResponseTurnRecord(ctx context.Context, db DBTX, arg ResponseT
 		arg.Turn,
 		arg.LastResponseID,
 		arg.OwedCallIds,
+		arg.UserText,
 	)
 	return err
 }

@@ -12,7 +12,7 @@ import (
 // ClientResponseRecord, in one round trip and one transaction.
 func RecordResponseTurn(ctx context.Context, pool *pgxpool.Pool, turn ResponseTurnRecordParams, client ClientResponseRecordParams) error {
 	b := &pgx.Batch{}
-	b.Queue(responseTurnRecord, turn.ThreadID, turn.ResponseID, turn.Turn, turn.LastResponseID, turn.OwedCallIds)
+	b.Queue(responseTurnRecord, turn.ThreadID, turn.ResponseID, turn.Turn, turn.LastResponseID, turn.OwedCallIds, turn.UserText)
 	if client.Client != "" && len(client.Ids) > 0 {
 		b.Queue(clientResponseRecord, client.Client, client.Ids)
 	}

@@ -33,6 +33,7 @@ type Event struct {
 	Via        string
 	Answers    pgtype.Int8
 	Moved      []byte
+	Context    []byte
 }
 
 type Link struct {
@@ -48,6 +49,7 @@ type Objective struct {
 	Text      string
 	UpdatedBy string
 	UpdatedAt pgtype.Timestamptz
+	Source    string
 }
 
 type Preference struct {
@@ -59,6 +61,7 @@ type Preference struct {
 	Locked    bool
 	CreatedAt pgtype.Timestamptz
 	UpdatedAt pgtype.Timestamptz
+	Source    string
 }
 
 type ResponseTurn struct {
@@ -68,6 +71,7 @@ type ResponseTurn struct {
 	LastResponseID string
 	OwedCallIds    []string
 	CreatedAt      pgtype.Timestamptz
+	UserText       string
 }
 
 type Thread struct {
@@ -83,6 +87,9 @@ type Thread struct {
 	CacheWriteTokens   int64
 	Parents            []string
 	AgentWrites        pgtype.Text
+	UntrustedWrites    pgtype.Text
+	Tainted            bool
+	ClientTools        bool
 }
 
 type ThreadTombstone struct {
@@ -124,12 +131,13 @@ type UsageBatch struct {
 }
 
 type WorkspaceSnapshot struct {
-	ThreadID      string
-	Turn          int32
-	Objective     pgtype.Text
-	Preferences   []byte
-	CreatedAt     pgtype.Timestamptz
-	Version       pgtype.Int8
-	Inherited     []byte
-	ScopeVersions []int64
+	ThreadID        string
+	Turn            int32
+	Objective       pgtype.Text
+	Preferences     []byte
+	CreatedAt       pgtype.Timestamptz
+	Version         pgtype.Int8
+	Inherited       []byte
+	ScopeVersions   []int64
+	ObjectiveSource pgtype.Text
 }

@@ -108,7 +108,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes, untrusted_writes, tainted, client_tools FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -127,6 +127,9 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.CacheWriteTokens,
 		&i.Parents,
 		&i.AgentWrites,
+		&i.UntrustedWrites,
+		&i.Tainted,
+		&i.ClientTools,
 	)
 	return i, err
 }
@@ -197,7 +200,8 @@ func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams)
 
 const threadLock = `-- name: ThreadLock :one
 SELECT t.next_preference_id, t.created_at, t.next_event_id,
-       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
+       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective,
+       coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective_source
 FROM threads t WHERE t.id = $1 FOR NO KEY UPDATE OF t
 `
 
@@ -206,6 +210,7 @@ type ThreadLockRow struct {
 	CreatedAt        pgtype.Timestamptz
 	NextEventID      int64
 	Objective        string
+	ObjectiveSource  string
 }
 
 // Locks an existing thread's row for the rest of the transaction. Every write to a thread's
@@ -213,7 +218,7 @@ type ThreadLockRow struct {
 // lock is the one an update of the row takes (FOR NO KEY UPDATE): it waits for another writer,
 // a turn's start and the thread's deletion, not for a foreign key's check of a row that names
 // the thread (a batch of usage). Returns its counters, its workspace's version (next_event_id)
-// and its objective (” none).
+// and its objective (” none) with its source (” none).
 func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLockRow, error) {
 	row := db.QueryRow(ctx, threadLock, id)
 	var i ThreadLockRow
@@ -222,6 +227,7 @@ func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLoc
 		&i.CreatedAt,
 		&i.NextEventID,
 		&i.Objective,
+		&i.ObjectiveSource,
 	)
 	return i, err
 }
@@ -229,7 +235,8 @@ func (q *Queries) ThreadLock(ctx context.Context, db DBTX, id string) (ThreadLoc
 const threadLockTouch = `-- name: ThreadLockTouch :one
 UPDATE threads t SET updated_at = now() WHERE t.id = $1
 RETURNING t.next_preference_id, t.created_at, t.next_event_id,
-          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective,
+          coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective_source
 `
 
 type ThreadLockTouchRow struct {
@@ -237,6 +244,7 @@ type ThreadLockTouchRow struct {
 	CreatedAt        pgtype.Timestamptz
 	NextEventID      int64
 	Objective        string
+	ObjectiveSource  string
 }
 
 // Locks an existing thread's row and marks it updated (a user edit); returns what ThreadLock does.
@@ -248,6 +256,7 @@ func (q *Queries) ThreadLockTouch(ctx context.Context, db DBTX, id string) (Thre
 		&i.CreatedAt,
 		&i.NextEventID,
 		&i.Objective,
+		&i.ObjectiveSource,
 	)
 	return i, err
 }
@@ -288,21 +297,29 @@ func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (ThreadR
 
 const threadScopeGet = `-- name: ThreadScopeGet :one
 SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
-       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
+       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited,
+       threads.untrusted_writes AS own_untrusted_writes,
+       coalesce(thread_untrusted_writes(s.ancestors, threads.untrusted_writes), '')::text AS untrusted_writes,
+       EXISTS (SELECT FROM threads c WHERE c.parents @> ARRAY[threads.id]) AS inherited_by
 FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
 WHERE threads.id = $1
 `
 
 type ThreadScopeGetRow struct {
-	Parents        []string
-	OwnAgentWrites pgtype.Text
-	Ancestors      []string
-	AgentWrites    string
-	Inherited      []byte
+	Parents            []string
+	OwnAgentWrites     pgtype.Text
+	Ancestors          []string
+	AgentWrites        string
+	Inherited          []byte
+	OwnUntrustedWrites pgtype.Text
+	UntrustedWrites    string
+	InheritedBy        bool
 }
 
 // A thread's parents, its own review setting, and its place among its scopes: its ancestors
-// (nearest first), what they hold, and the review setting in force (thread_scope, migration 012).
+// (nearest first), what they hold, and the review setting in force (thread_scope, migration 012);
+// its own untrusted_writes and the one in force (”: the deployment's), and whether other
+// threads name it among their parents (inherited_by: docs/spec.md §19, migration 019).
 func (q *Queries) ThreadScopeGet(ctx context.Context, db DBTX, id string) (ThreadScopeGetRow, error) {
 	row := db.QueryRow(ctx, threadScopeGet, id)
 	var i ThreadScopeGetRow
@@ -312,6 +329,9 @@ func (q *Queries) ThreadScopeGet(ctx context.Context, db DBTX, id string) (Threa
 		&i.Ancestors,
 		&i.AgentWrites,
 		&i.Inherited,
+		&i.OwnUntrustedWrites,
+		&i.UntrustedWrites,
+		&i.InheritedBy,
 	)
 	return i, err
 }
@@ -357,6 +377,22 @@ func (q *Queries) ThreadSetParents(ctx context.Context, db DBTX, arg ThreadSetPa
 	return refused, err
 }
 
+const threadSetUntrustedWrites = `-- name: ThreadSetUntrustedWrites :exec
+UPDATE threads SET untrusted_writes = $1::text, updated_at = now() WHERE id = $2
+`
+
+type ThreadSetUntrustedWritesParams struct {
+	UntrustedWrites pgtype.Text
+	ID              string
+}
+
+// Sets a thread's own untrusted_writes (NULL: inherited, docs/spec.md §19); the caller holds the
+// row lock and appends the event.
+func (q *Queries) ThreadSetUntrustedWrites(ctx context.Context, db DBTX, arg ThreadSetUntrustedWritesParams) error {
+	_, err := db.Exec(ctx, threadSetUntrustedWrites, arg.UntrustedWrites, arg.ID)
+	return err
+}
+
 const threadSummary = `-- name: ThreadSummary :one
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
@@ -393,7 +429,8 @@ const threadUpsertTouch = `-- name: ThreadUpsertTouch :one
 INSERT INTO threads AS th (id) VALUES ($1)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
 RETURNING th.next_preference_id, th.created_at, th.next_event_id,
-          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective,
+          coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective_source
 `
 
 type ThreadUpsertTouchRow struct {
@@ -401,6 +438,7 @@ type ThreadUpsertTouchRow struct {
 	CreatedAt        pgtype.Timestamptz
 	NextEventID      int64
 	Objective        string
+	ObjectiveSource  string
 }
 
 // Creates the thread when new, else marks it updated; either way the row stays locked. A thread
@@ -414,6 +452,7 @@ func (q *Queries) ThreadUpsertTouch(ctx context.Context, db DBTX, id string) (Th
 		&i.CreatedAt,
 		&i.NextEventID,
 		&i.Objective,
+		&i.ObjectiveSource,
 	)
 	return i, err
 }
@@ -600,14 +639,18 @@ func (q *Queries) ToolCallGuard(ctx context.Context, db DBTX, arg ToolCallGuardP
 const turnStart = `-- name: TurnStart :one
 SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
        inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused,
-       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id
-FROM turn_start($1, $2::text[], $3::boolean)
+       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id,
+       coalesce(objective_source, '')::text AS objective_source, coalesce(thread_tainted, false)::boolean AS tainted,
+       coalesce(thread_client_tools, false)::boolean AS client_tools
+FROM turn_start($1, $2::text[], $3::boolean, $4::boolean, $5::boolean)
 `
 
 type TurnStartParams struct {
-	ThreadID     string
-	Parents      []string
-	ParentsIfNew bool
+	ThreadID       string
+	Parents        []string
+	ParentsIfNew   bool
+	ReadsUntrusted bool
+	HasClientTools bool
 }
 
 type TurnStartRow struct {
@@ -620,18 +663,30 @@ type TurnStartRow struct {
 	Refused          string
 	Version          int64
 	NextPreferenceID int64
+	ObjectiveSource  string
+	Tainted          bool
+	ClientTools      bool
 }
 
-// Begins a turn of a thread (turn_start, migrations 005, 006 and 012): the thread created on its
-// first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+// Begins a turn of a thread (turn_start, migrations 005, 006, 012 and 019): the thread created on
+// its first turn, its next turn number, and the workspace as it stood, its ancestors' included,
 // snapshotted under that number when it changed since the last snapshot; when the thread was
 // created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 // only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
 // Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
 // as it was read) and next_preference_id the thread's, which the turn's first call is planned on
-// (migration 015; 0 with no turn).
+// (migration 015; 0 with no turn). reads_untrusted and has_client_tools are what the request
+// holds (docs/spec.md §19), stored when they make the thread tainted or a client of its own
+// tools; tainted and client_tools are what the thread had before; objective_source the
+// objective's source (” none).
 func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (TurnStartRow, error) {
-	row := db.QueryRow(ctx, turnStart, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
+	row := db.QueryRow(ctx, turnStart,
+		arg.ThreadID,
+		arg.Parents,
+		arg.ParentsIfNew,
+		arg.ReadsUntrusted,
+		arg.HasClientTools,
+	)
 	var i TurnStartRow
 	err := row.Scan(
 		&i.Turn,
@@ -643,41 +698,51 @@ func (q *Queries) TurnStart(ctx context.Context, db DBTX, arg TurnStartParams) (
 		&i.Refused,
 		&i.Version,
 		&i.NextPreferenceID,
+		&i.ObjectiveSource,
+		&i.Tainted,
+		&i.ClientTools,
 	)
 	return i, err
 }
 
 const turnStartUnlessHeld = `-- name: TurnStartUnlessHeld :one
 WITH free AS (
-    SELECT t.id FROM threads t
+    SELECT t.id, t.tainted, t.client_tools FROM threads t
     WHERE t.id = $1 AND set_config('synchronous_commit', 'off', true) = 'off'
     FOR NO KEY UPDATE SKIP LOCKED
 ), fast AS (
     UPDATE threads th SET turns = th.turns + 1,
-        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
-    FROM (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
-          FROM workspace_snapshots s WHERE s.thread_id = $1 ORDER BY s.turn DESC LIMIT 1) s
-    WHERE th.id = $1 AND EXISTS (SELECT FROM free) AND cardinality(th.parents) = 0
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END,
+        tainted = th.tainted OR $2::boolean, client_tools = th.client_tools OR $3::boolean
+    FROM (SELECT s.version, s.scope_versions, s.objective, s.objective_source, s.preferences, s.inherited
+          FROM workspace_snapshots s WHERE s.thread_id = $1 ORDER BY s.turn DESC LIMIT 1) s, free f
+    WHERE th.id = $1 AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
-      AND ($2::text[] IS NULL OR $3::boolean OR cardinality($2::text[]) = 0)
-    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
+      AND ($4::text[] IS NULL OR $5::boolean OR cardinality($4::text[]) = 0)
+    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id,
+              s.objective_source, f.tainted, f.client_tools
 )
 SELECT f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
        f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
-       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id,
+       coalesce(f.objective_source, '')::text AS objective_source, f.tainted::boolean AS tainted, f.client_tools::boolean AS client_tools
 FROM fast f
 UNION ALL
 SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
        u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
-       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
-FROM turn_start_unless_held($1, $2::text[], $3::boolean) u
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint,
+       coalesce(u.objective_source, '')::text, coalesce(u.thread_tainted, false)::boolean, coalesce(u.thread_client_tools, false)::boolean
+FROM turn_start_unless_held($1, $4::text[], $5::boolean, $2::boolean,
+                            $3::boolean) u
 WHERE NOT EXISTS (SELECT FROM fast)
 `
 
 type TurnStartUnlessHeldParams struct {
-	ThreadID     string
-	Parents      []string
-	ParentsIfNew bool
+	ThreadID       string
+	ReadsUntrusted bool
+	HasClientTools bool
+	Parents        []string
+	ParentsIfNew   bool
 }
 
 type TurnStartUnlessHeldRow struct {
@@ -690,18 +755,27 @@ type TurnStartUnlessHeldRow struct {
 	Refused          string
 	Version          int64
 	NextPreferenceID int64
+	ObjectiveSource  string
+	Tainted          bool
+	ClientTools      bool
 }
 
 // TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
-// migrations 011 and 012): then turn 0, at once, and nothing begun (turns count from 1).
+// migrations 011, 012 and 019): then turn 0, at once, and nothing begun (turns count from 1).
 // A turn of a thread that has a snapshot of its workspace as it stands, and no ancestors, is
-// begun by this statement itself ("fast": the thread's row locked unless held, its turn counted,
-// the snapshot read): what turn_start would do and return, without its PL/pgSQL statements;
-// turn_start_unless_held runs only when it did not (a new thread, parents to store, a changed
-// workspace, ancestors, a held row). Either way the commit does not wait for the disk
-// (synchronous_commit, set when the row is found).
+// begun by this statement itself ("fast": the thread's row locked unless held, its turn counted
+// and its taint stored, the snapshot read): what turn_start would do and return, without its
+// PL/pgSQL statements; turn_start_unless_held runs only when it did not (a new thread, parents
+// to store, a changed workspace, ancestors, a held row). Either way the commit does not wait for
+// the disk (synchronous_commit, set when the row is found).
 func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStartUnlessHeldParams) (TurnStartUnlessHeldRow, error) {
-	row := db.QueryRow(ctx, turnStartUnlessHeld, arg.ThreadID, arg.Parents, arg.ParentsIfNew)
+	row := db.QueryRow(ctx, turnStartUnlessHeld,
+		arg.ThreadID,
+		arg.ReadsUntrusted,
+		arg.HasClientTools,
+		arg.Parents,
+		arg.ParentsIfNew,
+	)
 	var i TurnStartUnlessHeldRow
 	err := row.Scan(
 		&i.Turn,
@@ -713,6 +787,9 @@ func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStar
 		&i.Refused,
 		&i.Version,
 		&i.NextPreferenceID,
+		&i.ObjectiveSource,
+		&i.Tainted,
+		&i.ClientTools,
 	)
 	return i, err
 }
@@ -721,34 +798,40 @@ const turnStartsUnlessHeld = `-- name: TurnStartsUnlessHeld :many
 WITH req AS (
     SELECT e.ord, e.value->>'id' AS id, coalesce((e.value->>'parents_if_new')::boolean, false) AS parents_if_new,
            CASE WHEN jsonb_typeof(e.value->'parents') = 'array'
-                THEN ARRAY(SELECT jsonb_array_elements_text(e.value->'parents')) END AS parents
+                THEN ARRAY(SELECT jsonb_array_elements_text(e.value->'parents')) END AS parents,
+           coalesce((e.value->>'reads_untrusted')::boolean, false) AS reads_untrusted,
+           coalesce((e.value->>'has_client_tools')::boolean, false) AS has_client_tools
     FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(value, ord)
 ), free AS (
-    SELECT t.id FROM threads t
+    SELECT t.id, t.tainted, t.client_tools FROM threads t
     WHERE t.id IN (SELECT q.id FROM req q) AND set_config('synchronous_commit', 'off', true) = 'off'
     ORDER BY t.id
     FOR NO KEY UPDATE SKIP LOCKED
 ), fast AS (
     UPDATE threads th SET turns = th.turns + 1,
-        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END,
+        tainted = th.tainted OR r.reads_untrusted, client_tools = th.client_tools OR r.has_client_tools
     FROM free f
     JOIN req r ON r.id = f.id
-    CROSS JOIN LATERAL (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
+    CROSS JOIN LATERAL (SELECT s.version, s.scope_versions, s.objective, s.objective_source, s.preferences, s.inherited
           FROM workspace_snapshots s WHERE s.thread_id = f.id ORDER BY s.turn DESC LIMIT 1) s
     WHERE th.id = f.id AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
       AND (r.parents IS NULL OR r.parents_if_new OR cardinality(r.parents) = 0)
-    RETURNING th.id, th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
+    RETURNING th.id, th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id,
+              s.objective_source, f.tainted, f.client_tools
 )
 SELECT r.ord::integer AS ord, f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
        f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
-       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id,
+       coalesce(f.objective_source, '')::text AS objective_source, f.tainted::boolean AS tainted, f.client_tools::boolean AS client_tools
 FROM req r JOIN fast f ON f.id = r.id
 UNION ALL
 SELECT r.ord::integer, coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
        u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
-       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
-FROM req r CROSS JOIN LATERAL turn_start_unless_held(r.id, r.parents, r.parents_if_new) u
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint,
+       coalesce(u.objective_source, '')::text, coalesce(u.thread_tainted, false)::boolean, coalesce(u.thread_client_tools, false)::boolean
+FROM req r CROSS JOIN LATERAL turn_start_unless_held(r.id, r.parents, r.parents_if_new, r.reads_untrusted, r.has_client_tools) u
 WHERE r.id NOT IN (SELECT f.id FROM fast f)
 `
 
@@ -763,17 +846,20 @@ type TurnStartsUnlessHeldRow struct {
 	Refused          string
 	Version          int64
 	NextPreferenceID int64
+	ObjectiveSource  string
+	Tainted          bool
+	ClientTools      bool
 }
 
 // TurnStartUnlessHeld for each thread of a batch (db.TurnStarts), in one statement: the same fast
 // part, for all of them at once, and turn_start_unless_held for each of the others, in id order.
 // starts is a JSON array of one object a thread, distinct and in id order: its id, its parents
-// (null, or an array of ids) and parents_if_new; one row a thread, ord its place in starts (from
-// 1). The rows of the threads that exist are locked in id order, those held skipped. The batch
-// is one JSON value, not arrays, so that the plan Postgres keeps for the statement serves every
-// batch: it plans an array's statement anew for each batch shorter than its estimate for an
-// array (a third of a millisecond each, here). For one thread, TurnStartUnlessHeld costs
-// Postgres less (57 against 82 µs).
+// (null, or an array of ids), parents_if_new, reads_untrusted and has_client_tools; one row a
+// thread, ord its place in starts (from 1). The rows of the threads that exist are locked in id
+// order, those held skipped. The batch is one JSON value, not arrays, so that the plan Postgres
+// keeps for the statement serves every batch: it plans an array's statement anew for each batch
+// shorter than its estimate for an array (a third of a millisecond each, here). For one thread,
+// TurnStartUnlessHeld costs Postgres less (57 against 82 µs).
 func (q *Queries) TurnStartsUnlessHeld(ctx context.Context, db DBTX, starts []byte) ([]TurnStartsUnlessHeldRow, error) {
 	rows, err := db.Query(ctx, turnStartsUnlessHeld, starts)
 	if err != nil {
@@ -794,6 +880,9 @@ func (q *Queries) TurnStartsUnlessHeld(ctx context.Context, db DBTX, starts []by
 			&i.Refused,
 			&i.Version,
 			&i.NextPreferenceID,
+			&i.ObjectiveSource,
+			&i.Tainted,
+			&i.ClientTools,
 		); err != nil {
 			return nil, err
 		}

@@ -45,7 +45,8 @@ func TurnStarts(ctx context.Context, conn interface {
 	for _, round := range rounds {
 		if len(round) == 1 {
 			st := starts[round[0]]
-			b.Queue(turnStartUnlessHeld, st.ThreadID, st.Parents, st.ParentsIfNew).QueryRow(scanTurnStart(&rows[round[0]]))
+			b.Queue(turnStartUnlessHeld, st.ThreadID, st.ReadsUntrusted, st.HasClientTools, st.Parents, st.ParentsIfNew).
+				QueryRow(scanTurnStart(&rows[round[0]]))
 			continue
 		}
 		batch := make([]turnStartJSON, len(round))
@@ -62,7 +63,7 @@ func TurnStarts(ctx context.Context, conn interface {
 				var ord int32
 				var r TurnStartRow
 				if err := rs.Scan(&ord, &r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites,
-					&r.Refused, &r.Version, &r.NextPreferenceID); err != nil {
+					&r.Refused, &r.Version, &r.NextPreferenceID, &r.ObjectiveSource, &r.Tainted, &r.ClientTools); err != nil {
 					return err
 				}
 				if ord < 1 || int(ord) > len(round) {
@@ -88,9 +89,11 @@ func TurnStarts(ctx context.Context, conn interface {
 
 // turnStartJSON is a turn start as TurnStartsUnlessHeld reads it (Parents nil: null, none given).
 type turnStartJSON struct {
-	ThreadID     string   `json:"id"`
-	Parents      []string `json:"parents"`
-	ParentsIfNew bool     `json:"parents_if_new"`
+	ThreadID       string   `json:"id"`
+	Parents        []string `json:"parents"`
+	ParentsIfNew   bool     `json:"parents_if_new"`
+	ReadsUntrusted bool     `json:"reads_untrusted,omitempty"`
+	HasClientTools bool     `json:"has_client_tools,omitempty"`
 }
 
 // heldAnswerGrace is how long TurnStartWaiting waits for Postgres's answer past its deadline
@@ -110,7 +113,7 @@ func TurnStartWaiting(ctx context.Context, pool *pgxpool.Pool, arg TurnStartPara
 	b := &pgx.Batch{}
 	queueDeadline(ctx, b)
 	var r TurnStartRow
-	b.Queue(turnStart, arg.ThreadID, arg.Parents, arg.ParentsIfNew).QueryRow(scanTurnStart(&r))
+	b.Queue(turnStart, arg.ThreadID, arg.Parents, arg.ParentsIfNew, arg.ReadsUntrusted, arg.HasClientTools).QueryRow(scanTurnStart(&r))
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(heldAnswerGrace))
 	defer cancel()
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
@@ -123,7 +126,7 @@ func TurnStartWaiting(ctx context.Context, pool *pgxpool.Pool, arg TurnStartPara
 func scanTurnStart(r *TurnStartRow) func(pgx.Row) error {
 	return func(row pgx.Row) error {
 		return row.Scan(&r.Turn, &r.Objective, &r.Preferences, &r.CreatedAt, &r.Inherited, &r.AgentWrites, &r.Refused,
-			&r.Version, &r.NextPreferenceID)
+			&r.Version, &r.NextPreferenceID, &r.ObjectiveSource, &r.Tainted, &r.ClientTools)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 const snapshotForTurn = `-- name: SnapshotForTurn :one
-SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions, objective_source FROM workspace_snapshots
 WHERE thread_id = $1 AND turn <= $2
 ORDER BY turn DESC
 LIMIT 1
@@ -36,12 +36,13 @@ func (q *Queries) SnapshotForTurn(ctx context.Context, db DBTX, arg SnapshotForT
 		&i.Version,
 		&i.Inherited,
 		&i.ScopeVersions,
+		&i.ObjectiveSource,
 	)
 	return i, err
 }
 
 const snapshotListByThread = `-- name: SnapshotListByThread :many
-SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions FROM workspace_snapshots
+SELECT thread_id, turn, objective, preferences, created_at, version, inherited, scope_versions, objective_source FROM workspace_snapshots
 WHERE thread_id = $1 AND turn > $2
 ORDER BY turn
 LIMIT $3
@@ -71,6 +72,7 @@ func (q *Queries) SnapshotListByThread(ctx context.Context, db DBTX, arg Snapsho
 			&i.Version,
 			&i.Inherited,
 			&i.ScopeVersions,
+			&i.ObjectiveSource,
 		); err != nil {
 			return nil, err
 		}

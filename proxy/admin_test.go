@@ -44,7 +44,7 @@ func TestAdminPagination(t *testing.T) {
 	// p4: turns 1 and 2 on an empty workspace (one snapshot), turn 3 after the user's addition.
 	require.Len(t, rawSnaps.Data, 2)
 	require.ElementsMatch(t, []string{"turn", "created_at", "objective", "preferences", "inherited"}, keys(rawSnaps.Data[1]))
-	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked"},
+	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked", "source"},
 		keys(rawSnaps.Data[1]["preferences"].([]any)[0].(map[string]any)))
 
 	var snaps page[workspace.Snapshot]

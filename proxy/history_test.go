@@ -93,7 +93,8 @@ func TestAdminApplyProposal(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/ap/events/"+itoa(skip.ID)+"/apply", nil, 200, &applied)
 	require.Equal(t, "preference_updated", applied.Kind)
 	require.Equal(t, "user", applied.Actor)
-	require.JSONEq(t, `{"title":"Casual tone","subtitle":"","kind":"hard","locked":true}`, string(applied.After))
+	require.JSONEq(t, `{"title":"Casual tone","subtitle":"","kind":"hard","locked":true,"source":"confirmed"}`, string(applied.After),
+		"an applied proposal is confirmed (docs/spec.md §19)")
 	require.Equal(t, "Casual tone", e.workspace("ap").Preferences[0].Title)
 	require.True(t, e.workspace("ap").Preferences[0].Locked)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
@@ -79,10 +80,16 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		if s.opts.ClientKeys != nil {
 			t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
 		}
-		req.Record = func(first, last string, owed []string) error {
+		req.Record = func(first, last string, owed []string, stored bool) error {
 			// Recorded also when the client left while the round's workspace calls ran (they
-			// run to their end): a continuation from the turn must find them.
-			return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all())
+			// run to their end): a continuation from the turn must find them, and the user's
+			// words it was given (docs/spec.md §19), which only a stored response is continued
+			// with.
+			userText := ""
+			if stored {
+				userText = strings.Join(t.Reading().UserTexts, "\n")
+			}
+			return ws.RecordResponseTurn(context.WithoutCancel(r.Context()), t.Start.Number, first, last, owed, ids.all(), userText)
 		}
 	})
 }

@@ -44,8 +44,8 @@ func TestScopesOnTheAdminREST(t *testing.T) {
 	require.Equal(t, scopedBlock, d.Block)
 	var raw map[string]json.RawMessage
 	e.admin("GET", "/admin/v1/threads/t", nil, 200, &raw)
-	require.JSONEq(t, `[{"scope":"repo-x","preferences":[{"id":1,"index":1,"title":"Go 1.26, no cgo","subtitle":"","kind":"hard","locked":true}]},`+
-		`{"scope":"alice","preferences":[{"id":1,"index":1,"title":"Tabs over spaces","subtitle":"","kind":"hard","locked":false}]}]`, string(raw["inherited"]))
+	require.JSONEq(t, `[{"scope":"repo-x","preferences":[{"id":1,"index":1,"title":"Go 1.26, no cgo","subtitle":"","kind":"hard","locked":true,"source":"user"}]},`+
+		`{"scope":"alice","preferences":[{"id":1,"index":1,"title":"Tabs over spaces","subtitle":"","kind":"hard","locked":false,"source":"user"}]}]`, string(raw["inherited"]))
 
 	var children page[struct{ ID string }]
 	e.admin("GET", "/admin/v1/threads/alice/children", nil, 200, &children)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
@@ -42,7 +43,11 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	noteKind(r.Context(), turn.KindTurn)
-	t, text, err := s.startTurn(r, ws, in, req.Model(), up)
+	// What the model is given to read, by who wrote it (docs/spec.md §19): the thread keeps that
+	// a turn of it read untrusted content, from its start on; the rest of it (the user's words,
+	// the untrusted parts by kind) is read once, when a write of the turn asks.
+	tainted, clientTools := req.Tainted()
+	t, text, err := s.startTurn(r, ws, in, req.Model(), up, tainted, clientTools)
 	if err != nil {
 		if !s.bypassed(w, r, in, err) {
 			apierr.Write(w, r, s.log, err)
@@ -50,7 +55,7 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	defer s.endTurn(r.Context(), t)
-	t.Reading = req.Reading
+	t.Reading = sync.OnceValue(req.Reading)
 	if setup != nil {
 		setup(t)
 	}
@@ -82,7 +87,8 @@ func (s *Server) leaveAlone(w http.ResponseWriter, r *http.Request, in inbound, 
 
 // startTurn begins a thread turn: the next turn number, and the workspace text to inject. The
 // caller ends a turn it started with endTurn.
-func (s *Server) startTurn(r *http.Request, ws *workspace.Workspace, in inbound, model string, up *clientUpstream) (*turn.Turn, string, error) {
+func (s *Server) startTurn(r *http.Request, ws *workspace.Workspace, in inbound, model string, up *clientUpstream,
+	tainted, clientTools bool) (*turn.Turn, string, error) {
 	s.turnsMu.Lock()
 	if s.draining {
 		s.turnsMu.Unlock()
@@ -92,6 +98,7 @@ func (s *Server) startTurn(r *http.Request, ws *workspace.Workspace, in inbound,
 	s.turnsMu.Unlock()
 	var start workspace.TurnStart
 	opts, err := s.parentsOf(r, in.thread.Client)
+	opts.ReadsUntrusted, opts.ClientTools = tainted, clientTools
 	if err == nil {
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if s.opts.BypassUnavailable {

@@ -3,19 +3,19 @@
 -- (the caller holds the thread's row lock), tool_call_id the tool call recorded just before in
 -- the same transaction when after_tool_call, at the time of the insert (under the lock: in id
 -- order). No NOTIFY: replicas follow the thread's next_event_id (docs/spec.md §13). An empty proposal
--- is none (SQL NULL); the text null is a removal's. answers 0 and moved '' are none. Returns the
--- first id.
+-- is none (SQL NULL); the text null is a removal's. answers 0 and moved '' are none. context,
+-- when not null, is each event's (an agent write's: docs/spec.md §19). Returns the first id.
 WITH n AS (
     UPDATE threads SET next_event_id = next_event_id + cardinality(@kinds::text[])
     WHERE id = @thread_id::text
     RETURNING next_event_id - cardinality(@kinds::text[]) AS first
 ), ins AS (
-    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved)
+    INSERT INTO events (thread_id, id, at, actor, via, turn, round, tool_call_id, reason, kind, target_type, target_id, before, after, reverts, proposed, answers, moved, context)
     SELECT @thread_id::text, n.first + e.i - 1, clock_timestamp(), @actor::text, @via::text, sqlc.narg(turn)::integer, sqlc.narg(round)::integer,
            CASE WHEN @after_tool_call::boolean THEN currval(pg_get_serial_sequence('tool_calls', 'id')) END,
            sqlc.narg(reason)::text, e.kind, e.target_type, NULLIF(e.target_id, 0), NULLIF(e.before, '')::jsonb,
            NULLIF(e.after, '')::jsonb, NULLIF(e.reverts, 0), NULLIF(e.proposed, '')::jsonb, NULLIF(e.answers, 0),
-           NULLIF(e.moved, '')::jsonb
+           NULLIF(e.moved, '')::jsonb, sqlc.narg(context)::jsonb
     -- unnest reads the arrays in one pass (a subscript of a text[] walks it from its start).
     FROM n, ROWS FROM (unnest(@kinds::text[]), unnest(@target_types::text[]), unnest(@target_ids::bigint[]),
                        unnest(@befores::text[]), unnest(@afters::text[]), unnest(@reverts::bigint[]),

@@ -1,92 +1,108 @@
 -- name: TurnStart :one
--- Begins a turn of a thread (turn_start, migrations 005, 006 and 012): the thread created on its
--- first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+-- Begins a turn of a thread (turn_start, migrations 005, 006, 012 and 019): the thread created on
+-- its first turn, its next turn number, and the workspace as it stood, its ancestors' included,
 -- snapshotted under that number when it changed since the last snapshot; when the thread was
 -- created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 -- only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
 -- Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
 -- as it was read) and next_preference_id the thread's, which the turn's first call is planned on
--- (migration 015; 0 with no turn).
+-- (migration 015; 0 with no turn). reads_untrusted and has_client_tools are what the request
+-- holds (docs/spec.md §19), stored when they make the thread tainted or a client of its own
+-- tools; tainted and client_tools are what the thread had before; objective_source the
+-- objective's source ('' none).
 SELECT coalesce(turn, 0)::integer AS turn, objective, preferences, coalesce(created_at, now())::timestamptz AS created_at,
        inherited, coalesce(agent_writes, 'direct')::text AS agent_writes, coalesce(refused, '')::text AS refused,
-       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id
-FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean);
+       coalesce(version, 0)::bigint AS version, coalesce(next_preference_id, 0)::bigint AS next_preference_id,
+       coalesce(objective_source, '')::text AS objective_source, coalesce(thread_tainted, false)::boolean AS tainted,
+       coalesce(thread_client_tools, false)::boolean AS client_tools
+FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean, @reads_untrusted::boolean, @has_client_tools::boolean);
 
 -- name: TurnStartUnlessHeld :one
 -- TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
--- migrations 011 and 012): then turn 0, at once, and nothing begun (turns count from 1).
+-- migrations 011, 012 and 019): then turn 0, at once, and nothing begun (turns count from 1).
 -- A turn of a thread that has a snapshot of its workspace as it stands, and no ancestors, is
--- begun by this statement itself ("fast": the thread's row locked unless held, its turn counted,
--- the snapshot read): what turn_start would do and return, without its PL/pgSQL statements;
--- turn_start_unless_held runs only when it did not (a new thread, parents to store, a changed
--- workspace, ancestors, a held row). Either way the commit does not wait for the disk
--- (synchronous_commit, set when the row is found).
+-- begun by this statement itself ("fast": the thread's row locked unless held, its turn counted
+-- and its taint stored, the snapshot read): what turn_start would do and return, without its
+-- PL/pgSQL statements; turn_start_unless_held runs only when it did not (a new thread, parents
+-- to store, a changed workspace, ancestors, a held row). Either way the commit does not wait for
+-- the disk (synchronous_commit, set when the row is found).
 WITH free AS (
-    SELECT t.id FROM threads t
+    SELECT t.id, t.tainted, t.client_tools FROM threads t
     WHERE t.id = @thread_id AND set_config('synchronous_commit', 'off', true) = 'off'
     FOR NO KEY UPDATE SKIP LOCKED
 ), fast AS (
     UPDATE threads th SET turns = th.turns + 1,
-        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
-    FROM (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
-          FROM workspace_snapshots s WHERE s.thread_id = @thread_id ORDER BY s.turn DESC LIMIT 1) s
-    WHERE th.id = @thread_id AND EXISTS (SELECT FROM free) AND cardinality(th.parents) = 0
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END,
+        tainted = th.tainted OR @reads_untrusted::boolean, client_tools = th.client_tools OR @has_client_tools::boolean
+    FROM (SELECT s.version, s.scope_versions, s.objective, s.objective_source, s.preferences, s.inherited
+          FROM workspace_snapshots s WHERE s.thread_id = @thread_id ORDER BY s.turn DESC LIMIT 1) s, free f
+    WHERE th.id = @thread_id AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
       AND (sqlc.narg(parents)::text[] IS NULL OR @parents_if_new::boolean OR cardinality(sqlc.narg(parents)::text[]) = 0)
-    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
+    RETURNING th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id,
+              s.objective_source, f.tainted, f.client_tools
 )
 SELECT f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
        f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
-       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id,
+       coalesce(f.objective_source, '')::text AS objective_source, f.tainted::boolean AS tainted, f.client_tools::boolean AS client_tools
 FROM fast f
 UNION ALL
 SELECT coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
        u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
-       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
-FROM turn_start_unless_held(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean) u
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint,
+       coalesce(u.objective_source, '')::text, coalesce(u.thread_tainted, false)::boolean, coalesce(u.thread_client_tools, false)::boolean
+FROM turn_start_unless_held(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean, @reads_untrusted::boolean,
+                            @has_client_tools::boolean) u
 WHERE NOT EXISTS (SELECT FROM fast);
 
 -- name: TurnStartsUnlessHeld :many
 -- TurnStartUnlessHeld for each thread of a batch (db.TurnStarts), in one statement: the same fast
 -- part, for all of them at once, and turn_start_unless_held for each of the others, in id order.
 -- starts is a JSON array of one object a thread, distinct and in id order: its id, its parents
--- (null, or an array of ids) and parents_if_new; one row a thread, ord its place in starts (from
--- 1). The rows of the threads that exist are locked in id order, those held skipped. The batch
--- is one JSON value, not arrays, so that the plan Postgres keeps for the statement serves every
--- batch: it plans an array's statement anew for each batch shorter than its estimate for an
--- array (a third of a millisecond each, here). For one thread, TurnStartUnlessHeld costs
--- Postgres less (57 against 82 µs).
+-- (null, or an array of ids), parents_if_new, reads_untrusted and has_client_tools; one row a
+-- thread, ord its place in starts (from 1). The rows of the threads that exist are locked in id
+-- order, those held skipped. The batch is one JSON value, not arrays, so that the plan Postgres
+-- keeps for the statement serves every batch: it plans an array's statement anew for each batch
+-- shorter than its estimate for an array (a third of a millisecond each, here). For one thread,
+-- TurnStartUnlessHeld costs Postgres less (57 against 82 µs).
 WITH req AS (
     SELECT e.ord, e.value->>'id' AS id, coalesce((e.value->>'parents_if_new')::boolean, false) AS parents_if_new,
            CASE WHEN jsonb_typeof(e.value->'parents') = 'array'
-                THEN ARRAY(SELECT jsonb_array_elements_text(e.value->'parents')) END AS parents
+                THEN ARRAY(SELECT jsonb_array_elements_text(e.value->'parents')) END AS parents,
+           coalesce((e.value->>'reads_untrusted')::boolean, false) AS reads_untrusted,
+           coalesce((e.value->>'has_client_tools')::boolean, false) AS has_client_tools
     FROM jsonb_array_elements(@starts::jsonb) WITH ORDINALITY AS e(value, ord)
 ), free AS (
-    SELECT t.id FROM threads t
+    SELECT t.id, t.tainted, t.client_tools FROM threads t
     WHERE t.id IN (SELECT q.id FROM req q) AND set_config('synchronous_commit', 'off', true) = 'off'
     ORDER BY t.id
     FOR NO KEY UPDATE SKIP LOCKED
 ), fast AS (
     UPDATE threads th SET turns = th.turns + 1,
-        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END
+        updated_at = CASE WHEN th.updated_at < now() - interval '1 second' THEN now() ELSE th.updated_at END,
+        tainted = th.tainted OR r.reads_untrusted, client_tools = th.client_tools OR r.has_client_tools
     FROM free f
     JOIN req r ON r.id = f.id
-    CROSS JOIN LATERAL (SELECT s.version, s.scope_versions, s.objective, s.preferences, s.inherited
+    CROSS JOIN LATERAL (SELECT s.version, s.scope_versions, s.objective, s.objective_source, s.preferences, s.inherited
           FROM workspace_snapshots s WHERE s.thread_id = f.id ORDER BY s.turn DESC LIMIT 1) s
     WHERE th.id = f.id AND cardinality(th.parents) = 0
       AND s.version = th.next_event_id AND coalesce(s.scope_versions, '{}') = '{}'
       AND (r.parents IS NULL OR r.parents_if_new OR cardinality(r.parents) = 0)
-    RETURNING th.id, th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id
+    RETURNING th.id, th.turns, s.objective, s.preferences, th.created_at, s.inherited, th.agent_writes, th.next_event_id, th.next_preference_id,
+              s.objective_source, f.tainted, f.client_tools
 )
 SELECT r.ord::integer AS ord, f.turns::integer AS turn, f.objective, f.preferences, f.created_at::timestamptz AS created_at,
        f.inherited, coalesce(f.agent_writes, 'direct')::text AS agent_writes, ''::text AS refused,
-       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id
+       f.next_event_id::bigint AS version, f.next_preference_id::bigint AS next_preference_id,
+       coalesce(f.objective_source, '')::text AS objective_source, f.tainted::boolean AS tainted, f.client_tools::boolean AS client_tools
 FROM req r JOIN fast f ON f.id = r.id
 UNION ALL
 SELECT r.ord::integer, coalesce(u.turn, 0)::integer, u.objective, u.preferences, coalesce(u.created_at, now())::timestamptz,
        u.inherited, coalesce(u.agent_writes, 'direct')::text, coalesce(u.refused, '')::text,
-       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint
-FROM req r CROSS JOIN LATERAL turn_start_unless_held(r.id, r.parents, r.parents_if_new) u
+       coalesce(u.version, 0)::bigint, coalesce(u.next_preference_id, 0)::bigint,
+       coalesce(u.objective_source, '')::text, coalesce(u.thread_tainted, false)::boolean, coalesce(u.thread_client_tools, false)::boolean
+FROM req r CROSS JOIN LATERAL turn_start_unless_held(r.id, r.parents, r.parents_if_new, r.reads_untrusted, r.has_client_tools) u
 WHERE r.id NOT IN (SELECT f.id FROM fast f);
 
 -- name: ThreadLock :one
@@ -95,16 +111,18 @@ WHERE r.id NOT IN (SELECT f.id FROM fast f);
 -- lock is the one an update of the row takes (FOR NO KEY UPDATE): it waits for another writer,
 -- a turn's start and the thread's deletion, not for a foreign key's check of a row that names
 -- the thread (a batch of usage). Returns its counters, its workspace's version (next_event_id)
--- and its objective ('' none).
+-- and its objective ('' none) with its source ('' none).
 SELECT t.next_preference_id, t.created_at, t.next_event_id,
-       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective
+       coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective,
+       coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective_source
 FROM threads t WHERE t.id = @id FOR NO KEY UPDATE OF t;
 
 -- name: ThreadLockTouch :one
 -- Locks an existing thread's row and marks it updated (a user edit); returns what ThreadLock does.
 UPDATE threads t SET updated_at = now() WHERE t.id = @id
 RETURNING t.next_preference_id, t.created_at, t.next_event_id,
-          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective;
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective,
+          coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = t.id), '')::text AS objective_source;
 
 -- name: ThreadUpsertTouch :one
 -- Creates the thread when new, else marks it updated; either way the row stays locked. A thread
@@ -113,7 +131,8 @@ RETURNING t.next_preference_id, t.created_at, t.next_event_id,
 INSERT INTO threads AS th (id) VALUES (@id)
 ON CONFLICT (id) DO UPDATE SET updated_at = now()
 RETURNING th.next_preference_id, th.created_at, th.next_event_id,
-          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective;
+          coalesce((SELECT o.text FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective,
+          coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective_source;
 
 -- name: ThreadRevive :one
 -- Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
@@ -249,9 +268,14 @@ GROUP BY t.id;
 
 -- name: ThreadScopeGet :one
 -- A thread's parents, its own review setting, and its place among its scopes: its ancestors
--- (nearest first), what they hold, and the review setting in force (thread_scope, migration 012).
+-- (nearest first), what they hold, and the review setting in force (thread_scope, migration 012);
+-- its own untrusted_writes and the one in force ('': the deployment's), and whether other
+-- threads name it among their parents (inherited_by: docs/spec.md §19, migration 019).
 SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
-       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited
+       s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited,
+       threads.untrusted_writes AS own_untrusted_writes,
+       coalesce(thread_untrusted_writes(s.ancestors, threads.untrusted_writes), '')::text AS untrusted_writes,
+       EXISTS (SELECT FROM threads c WHERE c.parents @> ARRAY[threads.id]) AS inherited_by
 FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
 WHERE threads.id = @id;
 
@@ -272,6 +296,11 @@ SELECT coalesce(thread_set_parents(@id, @parents::text[], @actor::text, @via::te
 -- Sets a thread's own review setting (NULL: inherited); the caller holds the row lock and
 -- appends the event.
 UPDATE threads SET agent_writes = sqlc.narg(agent_writes)::text, updated_at = now() WHERE id = @id;
+
+-- name: ThreadSetUntrustedWrites :exec
+-- Sets a thread's own untrusted_writes (NULL: inherited, docs/spec.md §19); the caller holds the
+-- row lock and appends the event.
+UPDATE threads SET untrusted_writes = sqlc.narg(untrusted_writes)::text, updated_at = now() WHERE id = @id;
 
 -- name: ThreadChildren :many
 -- The threads that name a thread among their parents, by id, after the cursor ('' none).

@@ -32,7 +32,10 @@ func (s planner) addPreferences(args json.RawMessage, st workspace.State, view *
 			parts = append(parts, "already recorded: "+strings.Join(dups, ", "))
 		}
 		parts = append(parts, held.Parts()...)
-		return toolOutput{text: proposedText(len(adds) > 0, parts), write: workspace.Write{Changes: changes}}, nil
+		return toolOutput{text: proposedText(len(adds) > 0, parts), write: workspace.Write{Changes: changes}, full: held.Full()}, nil
+	}
+	for i := range fresh {
+		fresh[i].Source = view.writeSource()
 	}
 	out := toolOutput{kept: fresh}
 	if len(fresh) > 0 {
@@ -94,7 +97,8 @@ func proposeEdits(t targets, updated bool, book *workspace.ProposalBook) toolOut
 		parts = append(parts, proposed.summary(verb))
 	}
 	parts = append(parts, held.Parts()...)
-	return toolOutput{text: proposedText(len(proposed.open) > 0, parts), lockedSkips: len(t.locked), write: workspace.Write{Changes: changes}}
+	return toolOutput{text: proposedText(len(proposed.open) > 0, parts), lockedSkips: len(t.locked), write: workspace.Write{Changes: changes},
+		full: held.Full()}
 }
 
 func (s planner) updatePreferences(args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
@@ -104,6 +108,9 @@ func (s planner) updatePreferences(args json.RawMessage, st workspace.State, vie
 	}
 	if view.propose {
 		return proposeEdits(t, true, st.Book), nil
+	}
+	for i, p := range t.open {
+		t.open[i] = view.sourced(t.before[p.ID], p)
 	}
 	out := toolOutput{text: t.summary("updated"), lockedSkips: len(t.locked), kept: t.open,
 		write: workspace.Write{Update: t.open, Changes: t.changes(true)}}
@@ -169,7 +176,7 @@ func (s planner) setObjective(args json.RawMessage, st workspace.State, view *Vi
 		c, what := workspace.Proposal(workspace.Target{Type: workspace.TargetObjective}, workspace.ObjectiveState(st.Objective), workspace.ObjectiveState(text)), "objective: "+text
 		var held workspace.HeldProposals
 		if !st.Book.Admit(&c, &held, what) {
-			return toolOutput{text: proposedText(false, held.Parts())}, nil
+			return toolOutput{text: proposedText(false, held.Parts()), full: held.Full()}, nil
 		}
 		parts := []string{what}
 		if c.Answers() != 0 {
@@ -177,8 +184,12 @@ func (s planner) setObjective(args json.RawMessage, st workspace.State, view *Vi
 		}
 		return toolOutput{text: proposedText(true, parts), write: workspace.Write{Changes: []workspace.Change{c}}}, nil
 	}
-	out := toolOutput{text: "objective set: " + text, write: workspace.Write{Objective: &text}}
-	if c, ok := workspace.ObjectiveChange(st.Objective, text); ok {
+	source := st.ObjectiveSource
+	if text != st.Objective {
+		source = workspace.LowerSource(st.ObjectiveSource, view.writeSource())
+	}
+	out := toolOutput{text: "objective set: " + text, write: workspace.Write{Objective: &text, ObjectiveSource: source}}
+	if c, ok := workspace.ObjectiveSourcedChange(st.Objective, st.ObjectiveSource, text, source); ok {
 		out.write.Changes = []workspace.Change{c}
 	}
 	return out, nil

@@ -106,7 +106,7 @@ func Run(ctx context.Context, ws *workspace.Workspace, c Call) (_ Result, err er
 		if err != nil {
 			return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 		}
-		if !p.proposes() {
+		if !p.proposes() && !p.needsScope() {
 			err = ws.Commit(ctx, *st, p.Plan)
 			if err == nil {
 				p.ran(c, *st)
@@ -118,7 +118,9 @@ func Run(ctx context.Context, ws *workspace.Workspace, c Call) (_ Result, err er
 		}
 	}
 	var planned called
-	lock := workspace.CallLock{Create: c.via() == workspace.ViaMCP && !c.Existing, Scope: c.View == nil}
+	// A call outside a turn, or of a tainted turn, reads the workspace's place among its scopes
+	// with the lock: its settings decide its write (docs/spec.md §17, §19).
+	lock := workspace.CallLock{Create: c.via() == workspace.ViaMCP && !c.Existing, Scope: c.View == nil || c.View.Tainted()}
 	err = ws.CommitLocked(ctx, lock, func(l *workspace.Locked) (workspace.Plan, error) {
 		st := l.State
 		view := c.View
@@ -135,13 +137,16 @@ func Run(ctx context.Context, ws *workspace.Workspace, c Call) (_ Result, err er
 		case view == nil:
 			view = viewOf(st.List)
 		}
-		if c.View == nil {
-			// A call outside a turn (over MCP) sees the thread's scopes as they stand.
+		if lock.Scope {
 			scope, err := l.Scope()
 			if err != nil {
 				return workspace.Plan{}, err
 			}
-			view.inherited, view.propose = scope.Inherited, scope.AgentWrites == workspace.AgentWritesPropose
+			if c.View == nil {
+				// A call outside a turn (over MCP) sees the thread's scopes as they stand.
+				view.inherited, view.propose = scope.Inherited, scope.AgentWrites == workspace.AgentWritesPropose
+			}
+			view.scope = &scope
 		}
 		var err error
 		planned, err = s.planCall(c, args, reasoning, st, view)
@@ -196,6 +201,10 @@ func (p called) proposes() bool {
 	return p.out != nil && workspace.Proposes(p.out.write.Changes)
 }
 
+// needsScope reports whether the call's write is decided on the workspace's settings, which it
+// reads under the thread's row lock (a tainted turn's write: docs/spec.md §19).
+func (p called) needsScope() bool { return p.out != nil && p.out.needsScope }
+
 // refused is the plan of a call refused with err, which records it and writes nothing; an
 // error that is not a refusal (the store failed) is returned.
 func refused(c Call, reasoning string, err error) (called, error) {
@@ -212,6 +221,9 @@ func refused(c Call, reasoning string, err error) (called, error) {
 // call showed, what the call added, changed and removed; a turn's view knows the workspace as
 // the call, planned on st, left it.
 func (p called) ran(c Call, st workspace.State) {
+	if p.view != nil {
+		p.view.scope = nil // read again, under the lock, by the next call that needs it
+	}
 	if p.out == nil {
 		return
 	}
@@ -263,9 +275,14 @@ type toolOutput struct {
 	shown       []workspace.Preference // the list a list_preferences call showed
 	write       workspace.Write
 	// outcome is what became of a write of a tainted turn (docs/spec.md §19; "" for an untainted
-	// turn's); ungrounded: the write was not grounded, so no later write of the turn is.
+	// turn's); ungrounded: the write was not grounded, so no later write of the turn is;
+	// needsScope: the write of a tainted turn is decided on the workspace's settings, not read
+	// yet (the call is planned again under the thread's lock, with them).
 	outcome    string
 	ungrounded bool
+	needsScope bool
+	// full: a proposal of the call was not made, MaxPendingProposals waiting already.
+	full bool
 }
 
 var errUnknownTool = errors.New("unknown tool")

@@ -218,6 +218,16 @@ func (s planner) planUpdate(args json.RawMessage, view *View, list []workspace.P
 		if err := checkRetitled(list, t.open, edits); err != nil {
 			return targets{}, err
 		}
+		// No title of an ancestor's either (docs/spec.md §19): the item would hide it.
+		for _, p := range t.open {
+			if edits[p.Index].title == nil {
+				continue
+			}
+			if scope, other, ok := workspace.FindInherited(view.inherited, p.Title); ok {
+				return targets{}, invalid("updates", "#%d would have the title of %q (from %s); nothing was updated",
+					p.Index, workspace.OneLine(other.Title), scope.Thread.Name)
+			}
+		}
 	}
 	return t, nil
 }

@@ -36,19 +36,35 @@ type View struct {
 	// call is planned (the call checks that it still stands); nil: not known, the call reads it.
 	knows *workspace.State
 	// readingOf is what the turn's model read (SetReading), read into read at the turn's first
-	// write; ungrounded: a write of the turn was not grounded, and no later one is.
+	// write, with taints, what its rounds brought (Taint); start is what the turn's start said of
+	// the thread; ungrounded: a write of the turn was not grounded, and no later one is
+	// (docs/spec.md §19).
 	readingOf  func() workspace.Reading
 	read       *workspace.Reading
+	taints     []workspace.Part
+	start      threadPast
 	ungrounded bool
+	// scope is the workspace's untrusted_writes and whether other threads inherit it, read
+	// under the thread's lock for the call being planned (nil: not read); source is the source
+	// the call's writes give (writeSource).
+	scope  *workspace.ScopeInfo
+	source string
+}
+
+// threadPast is what a turn's start said of its thread (docs/spec.md §19): an earlier turn read
+// untrusted content, or carried the client's own tools; the block shows an unconfirmed item.
+type threadPast struct {
+	tainted, clientTools, unconfirmed bool
 }
 
 // NewView is the view of a turn's first round: the list its start showed the model.
 func NewView(start workspace.TurnStart) *View {
 	v := &View{created: start.Created, shown: start.Preferences, next: start.Preferences,
-		inherited: start.Inherited, propose: start.AgentWrites == workspace.AgentWritesPropose}
+		inherited: start.Inherited, propose: start.AgentWrites == workspace.AgentWritesPropose,
+		start: threadPast{tainted: start.Tainted, clientTools: start.ClientTools, unconfirmed: start.ShowsUnconfirmed()}}
 	if start.Version > 0 {
 		v.knows = &workspace.State{Created: start.Created, Version: start.Version, NextID: start.NextPreferenceID,
-			Objective: start.Objective, List: start.Preferences}
+			Objective: start.Objective, ObjectiveSource: start.ObjectiveSource, List: start.Preferences}
 	}
 	return v
 }
@@ -69,7 +85,7 @@ func after(s workspace.State, out toolOutput) workspace.State {
 		s.NextID = out.write.NextID
 	}
 	if out.write.Objective != nil {
-		s.Objective = *out.write.Objective
+		s.Objective, s.ObjectiveSource = *out.write.Objective, out.write.ObjectiveSource
 	}
 	s.List = applied(s.List, out.kept, out.removed)
 	return s

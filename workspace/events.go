@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,6 +37,8 @@ const (
 	// Compaction: the client compacted its history (docs/spec.md §18); it changed nothing of the
 	// workspace.
 	Compaction = "compaction"
+	// UntrustedWritesSet: a thread's untrusted_writes changed (docs/spec.md §19).
+	UntrustedWritesSet = "untrusted_writes_set"
 )
 
 // ByClient is the actor of a change a client made by its request (X-Workspace-Parents), or of
@@ -101,6 +104,9 @@ type Event struct {
 	Answers *int64 `json:"answers,omitempty"`
 	// Moved is a preference_moved's {from, to}: the threads' names.
 	Moved json.RawMessage `json:"moved,omitempty"`
+	// Context is an agent write's (proposed included): what its turn had read, and whether the
+	// write was grounded in the user's words (WriteContext, docs/spec.md §19); absent on others.
+	Context json.RawMessage `json:"context,omitempty"`
 }
 
 // isProposal reports whether the event is a proposal the user may apply or dismiss: review
@@ -129,7 +135,8 @@ func ParseTarget(s string) (Target, error) {
 }
 
 // state is a stored before or after (jsonb, which orders and spaces it its own way) in the
-// fields' order of docs/spec.md §13: {text} or {title, subtitle, kind, locked}; null for none.
+// fields' order of docs/spec.md §13: {text, source} or {title, subtitle, kind, locked, source}
+// (source left out of a state stored before sources were kept); null for none.
 func (t Target) state(stored []byte) json.RawMessage {
 	if stored == nil {
 		return json.RawMessage("null")
@@ -138,9 +145,9 @@ func (t Target) state(stored []byte) json.RawMessage {
 		return threadState(stored)
 	}
 	if t.Type == TargetObjective {
-		var o struct{ Text string }
+		var o struct{ Text, Source string }
 		_ = json.Unmarshal(stored, &o)
-		return ObjectiveState(o.Text)
+		return ObjectiveSourced(o.Text, o.Source)
 	}
 	var p Preference
 	_ = json.Unmarshal(stored, &p)
@@ -185,25 +192,32 @@ type Change struct {
 	moved         []byte // a preference_moved's {from, to}; nil none
 }
 
-// PrefState is a preference's fields as events show them.
+// PrefState is a preference's fields as events show them, with its source (a revert restores
+// it).
 func PrefState(p Preference) []byte {
 	b, _ := json.Marshal(struct {
 		Title    string `json:"title"`
 		Subtitle string `json:"subtitle"`
 		Kind     string `json:"kind"`
 		Locked   bool   `json:"locked"`
-	}{p.Title, p.Subtitle, p.Kind, p.Locked})
+		Source   string `json:"source,omitempty"`
+	}{p.Title, p.Subtitle, p.Kind, p.Locked, p.Source})
 	return b
 }
 
-// ObjectiveState is the objective as events show it; nil for none.
-func ObjectiveState(text string) []byte {
+// ObjectiveState is an objective's text as a proposal shows it; nil for none.
+func ObjectiveState(text string) []byte { return ObjectiveSourced(text, "") }
+
+// ObjectiveSourced is the objective as events show it, with its source ("" left out); nil for
+// none.
+func ObjectiveSourced(text, source string) []byte {
 	if text == "" {
 		return nil
 	}
 	b, _ := json.Marshal(struct {
-		Text string `json:"text"`
-	}{text})
+		Text   string `json:"text"`
+		Source string `json:"source,omitempty"`
+	}{text, source})
 	return b
 }
 
@@ -223,6 +237,11 @@ func PrefChange(before, after *Preference) (Change, bool) {
 	}
 	c.target.ID, c.before, c.after = before.ID, PrefState(*before), PrefState(*after)
 	fields := before.Title != after.Title || before.Subtitle != after.Subtitle || before.Kind != after.Kind
+	if !fields && before.Locked == after.Locked && before.Source != after.Source {
+		// Only where it came from: a grounded write of what an unconfirmed item already said.
+		c.kind = PreferenceUpdated
+		return c, true
+	}
 	switch {
 	case fields:
 		c.kind = PreferenceUpdated
@@ -239,10 +258,17 @@ func PrefChange(before, after *Preference) (Change, bool) {
 // ObjectiveChange is the change of the objective from before to after ("" for none), and false
 // when nothing changed.
 func ObjectiveChange(before, after string) (Change, bool) {
-	if before == after {
+	return ObjectiveSourcedChange(before, "", after, "")
+}
+
+// ObjectiveSourcedChange is the change of the objective from before to after ("" for none), each
+// with its source, and false when nothing changed.
+func ObjectiveSourcedChange(before, beforeSource, after, afterSource string) (Change, bool) {
+	if before == after && (beforeSource == afterSource || after == "") {
 		return Change{}, false
 	}
-	return Change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: ObjectiveState(before), after: ObjectiveState(after)}, true
+	return Change{kind: ObjectiveSet, target: Target{Type: TargetObjective}, before: ObjectiveSourced(before, beforeSource),
+		after: ObjectiveSourced(after, afterSource)}, true
 }
 
 // LockedSkipChange is the event of an agent's update or removal refused because p is locked:
@@ -287,12 +313,13 @@ func ProposalState(p Preference) []byte {
 }
 
 // agentEvents are the parameters that append a tool call's changes, after its record in the
-// same transaction.
-func (w *Workspace) agentEvents(c ToolCall, changes []Change) db.EventInsertParams {
+// same transaction, each with the write's context (nil: none).
+func (w *Workspace) agentEvents(c ToolCall, changes []Change, context []byte) db.EventInsertParams {
 	p := w.eventParams(ByAgent, c.Via, changes)
 	p.Turn, p.Round = c.turn()
 	p.Reason = pgtype.Text{String: storableReason(c.Reasoning), Valid: true}
 	p.AfterToolCall = true
+	p.Context = context
 	return p
 }
 
@@ -345,6 +372,12 @@ func fromEvent(r db.Event) Event {
 		var m struct{ From, To string }
 		_ = json.Unmarshal(r.Moved, &m)
 		e.Moved = movedState(nameOf(m.From), nameOf(m.To))
+	}
+	if r.Context != nil {
+		var c WriteContext
+		if json.Unmarshal(r.Context, &c) == nil {
+			e.Context = c.JSON()
+		}
 	}
 	return e
 }
@@ -663,12 +696,13 @@ func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nex
 		if err := json.Unmarshal(ev.Proposed, &want); err != nil {
 			return Change{}, fmt.Errorf("decode proposal: %w", err)
 		}
-		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: want.Text, UpdatedBy: ByUser})
+		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: want.Text, UpdatedBy: ByUser,
+			Source: SourceConfirmed})
 		if err != nil {
 			return Change{}, fmt.Errorf("set objective: %w", err)
 		}
-		c, ok := ObjectiveChange(r.Previous, r.Text)
-		if !ok {
+		c, ok := ObjectiveSourcedChange(r.Previous, r.PreviousSource, r.Text, SourceConfirmed)
+		if !ok || r.Previous == r.Text {
 			return Change{}, invalid("", "the objective already reads as proposed: there is nothing to apply")
 		}
 		return c, nil
@@ -684,6 +718,7 @@ func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nex
 		if err != nil {
 			return Change{}, err
 		}
+		p.Source = SourceConfirmed
 		if max := w.store.limits.PreferencesMax; len(list) >= max {
 			return Change{}, invalid("", "a thread holds at most %d preferences", max)
 		}
@@ -711,7 +746,7 @@ func (w *Workspace) applyProposed(ctx context.Context, tx db.DBTX, ev Event, nex
 	if err != nil {
 		return Change{}, err
 	}
-	p.Index = current.Index
+	p.Index, p.Source = current.Index, SourceConfirmed
 	c, ok := PrefChange(&current, &p)
 	if !ok {
 		return Change{}, errSameProposal
@@ -733,25 +768,28 @@ func (w *Workspace) checkedFields(in PreferenceInput, id int64, list []Preferenc
 	return p, nil
 }
 
-// updatePreference writes p's fields over its preference.
+// updatePreference writes p's fields and source over its preference.
 func (w *Workspace) updatePreference(ctx context.Context, tx db.DBTX, p Preference) error {
 	if _, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{ThreadID: w.threadID, ID: p.ID,
-		Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked}); err != nil {
+		Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked, Source: p.Source}); err != nil {
 		return fmt.Errorf("update preference: %w", err)
 	}
 	return nil
 }
 
+// revertObjective restores the objective ev's change found, with the source it had then (the
+// user's, for a state stored before sources were kept: the user chose it back).
 func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (Change, error) {
-	var before struct{ Text string }
+	var before struct{ Text, Source string }
 	if string(ev.Before) != "null" {
 		if err := json.Unmarshal(ev.Before, &before); err != nil {
 			return Change{}, fmt.Errorf("decode event: %w", err)
 		}
 	}
-	var current string
+	before.Source = cmp.Or(before.Source, SourceUser)
+	var current, currentSource string
 	if o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID); err == nil {
-		current = o.Text
+		current, currentSource = o.Text, o.Source
 	} else if err = db.NotFound(err); err != ErrNotFound {
 		return Change{}, fmt.Errorf("get objective: %w", err)
 	}
@@ -759,10 +797,11 @@ func (w *Workspace) revertObjective(ctx context.Context, tx db.DBTX, ev Event) (
 		if _, err := w.store.q.ObjectiveDelete(ctx, tx, w.threadID); err != nil {
 			return Change{}, fmt.Errorf("delete objective: %w", err)
 		}
-	} else if _, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: before.Text, UpdatedBy: ByUser}); err != nil {
+	} else if _, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: before.Text, UpdatedBy: ByUser,
+		Source: before.Source}); err != nil {
 		return Change{}, fmt.Errorf("set objective: %w", err)
 	}
-	return Change{target: ev.Target, before: ObjectiveState(current), after: ObjectiveState(before.Text)}, nil
+	return Change{target: ev.Target, before: ObjectiveSourced(current, currentSource), after: ObjectiveSourced(before.Text, before.Source)}, nil
 }
 
 func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, nextID int64, list []Preference) (Change, error) {
@@ -780,8 +819,8 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 		return c, nil
 	}
 	var before struct {
-		Title, Subtitle, Kind string
-		Locked                bool
+		Title, Subtitle, Kind, Source string
+		Locked                        bool
 	}
 	if err := json.Unmarshal(ev.Before, &before); err != nil {
 		return Change{}, fmt.Errorf("decode event: %w", err)
@@ -790,6 +829,9 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 	if err != nil {
 		return Change{}, err
 	}
+	// The source it had then; the user's for a state stored before sources were kept (the user
+	// chose it back).
+	p.Source = cmp.Or(before.Source, SourceUser)
 	c.after = PrefState(p)
 	if i >= 0 {
 		return c, w.updatePreference(ctx, tx, p)
@@ -799,7 +841,8 @@ func (w *Workspace) revertPreference(ctx context.Context, tx db.DBTX, ev Event, 
 		return Change{}, invalid("", "a thread holds at most %d preferences", max)
 	}
 	if _, err := w.store.q.PreferenceInsertBatch(ctx, tx, db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID,
-		Ids: []int64{p.ID}, Titles: []string{p.Title}, Subtitles: []string{p.Subtitle}, Kinds: []string{p.Kind}, Locks: []bool{p.Locked}}); err != nil {
+		Ids: []int64{p.ID}, Titles: []string{p.Title}, Subtitles: []string{p.Subtitle}, Kinds: []string{p.Kind}, Locks: []bool{p.Locked},
+		Sources: []string{p.Source}}); err != nil {
 		return Change{}, fmt.Errorf("restore preference: %w", err)
 	}
 	return c, nil

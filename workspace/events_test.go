@@ -68,19 +68,19 @@ func TestEventsOfEveryChange(t *testing.T) {
 
 	evs := f.events(t)
 	require.Equal(t, []string{
-		`preference_added agent preference:1 null → {"title":"A","subtitle":"","kind":"soft","locked":false}`,
-		`preference_added agent preference:2 null → {"title":"B","subtitle":"","kind":"hard","locked":false}`,
-		`preference_added agent preference:3 null → {"title":"C","subtitle":"","kind":"soft","locked":false}`,
-		`objective_set agent objective null → {"text":"Goal"}`,
-		`preference_updated agent preference:1 {"title":"A","subtitle":"","kind":"soft","locked":false} → {"title":"A2","subtitle":"","kind":"soft","locked":false}`,
-		`preference_locked user preference:3 {"title":"C","subtitle":"","kind":"soft","locked":false} → {"title":"C","subtitle":"","kind":"soft","locked":true}`,
-		`preference_removed agent preference:2 {"title":"B","subtitle":"","kind":"hard","locked":false} → null`,
-		`locked_skip agent preference:3 {"title":"C","subtitle":"","kind":"soft","locked":true} → {"title":"C","subtitle":"","kind":"soft","locked":true}`,
-		`preference_updated user preference:1 {"title":"A2","subtitle":"","kind":"soft","locked":false} → {"title":"A3","subtitle":"","kind":"soft","locked":true}`,
-		`preference_unlocked user preference:1 {"title":"A3","subtitle":"","kind":"soft","locked":true} → {"title":"A3","subtitle":"","kind":"soft","locked":false}`,
-		`objective_set user objective {"text":"Goal"} → {"text":"User goal"}`,
-		`preference_added user preference:4 null → {"title":"D","subtitle":"","kind":"soft","locked":false}`,
-		`preference_removed user preference:4 {"title":"D","subtitle":"","kind":"soft","locked":false} → null`,
+		`preference_added agent preference:1 null → {"title":"A","subtitle":"","kind":"soft","locked":false,"source":"agent"}`,
+		`preference_added agent preference:2 null → {"title":"B","subtitle":"","kind":"hard","locked":false,"source":"agent"}`,
+		`preference_added agent preference:3 null → {"title":"C","subtitle":"","kind":"soft","locked":false,"source":"agent"}`,
+		`objective_set agent objective null → {"text":"Goal","source":"agent"}`,
+		`preference_updated agent preference:1 {"title":"A","subtitle":"","kind":"soft","locked":false,"source":"agent"} → {"title":"A2","subtitle":"","kind":"soft","locked":false,"source":"agent"}`,
+		`preference_locked user preference:3 {"title":"C","subtitle":"","kind":"soft","locked":false,"source":"agent"} → {"title":"C","subtitle":"","kind":"soft","locked":true,"source":"confirmed"}`,
+		`preference_removed agent preference:2 {"title":"B","subtitle":"","kind":"hard","locked":false,"source":"agent"} → null`,
+		`locked_skip agent preference:3 {"title":"C","subtitle":"","kind":"soft","locked":true,"source":"confirmed"} → {"title":"C","subtitle":"","kind":"soft","locked":true,"source":"confirmed"}`,
+		`preference_updated user preference:1 {"title":"A2","subtitle":"","kind":"soft","locked":false,"source":"agent"} → {"title":"A3","subtitle":"","kind":"soft","locked":true,"source":"user"}`,
+		`preference_unlocked user preference:1 {"title":"A3","subtitle":"","kind":"soft","locked":true,"source":"user"} → {"title":"A3","subtitle":"","kind":"soft","locked":false,"source":"user"}`,
+		`objective_set user objective {"text":"Goal","source":"agent"} → {"text":"User goal","source":"user"}`,
+		`preference_added user preference:4 null → {"title":"D","subtitle":"","kind":"soft","locked":false,"source":"user"}`,
+		`preference_removed user preference:4 {"title":"D","subtitle":"","kind":"soft","locked":false,"source":"user"} → null`,
 	}, lines(evs))
 	for i, e := range evs {
 		require.Equal(t, int64(i+1), e.ID)
@@ -163,7 +163,8 @@ func TestRevert(t *testing.T) {
 	require.Equal(t, int64(5), *ev.Reverts)
 	require.Equal(t, ByUser, ev.Actor)
 	require.Equal(t, "null", string(ev.Before))
-	require.JSONEq(t, `{"title":"Trains","subtitle":"","kind":"soft","locked":false}`, string(ev.After))
+	// It comes back with the source it had: the agent's (docs/spec.md §19).
+	require.JSONEq(t, `{"title":"Trains","subtitle":"","kind":"soft","locked":false,"source":"agent"}`, string(ev.After))
 	list := f.list(t)
 	require.Equal(t, int64(1), list[0].ID)
 	require.Equal(t, []string{"Trains", "Small hotels"}, f.titles(t))
@@ -276,10 +277,10 @@ func TestRevertThrough(t *testing.T) {
 	}
 	require.Equal(t, []int64{6, 4, 3, 1}, undid)
 	require.Equal(t, []string{
-		`revert user preference:1 {"title":"Botanical gardens","subtitle":"Kew","kind":"soft","locked":true} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true}`,
-		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false}`,
-		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false} → {"title":"Gardens","subtitle":"","kind":"soft","locked":false}`,
-		`revert user preference:1 {"title":"Gardens","subtitle":"","kind":"soft","locked":false} → null`,
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"Kew","kind":"soft","locked":true,"source":"user"} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true,"source":"confirmed"}`,
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":true,"source":"confirmed"} → {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false,"source":"agent"}`,
+		`revert user preference:1 {"title":"Botanical gardens","subtitle":"","kind":"soft","locked":false,"source":"agent"} → {"title":"Gardens","subtitle":"","kind":"soft","locked":false,"source":"agent"}`,
+		`revert user preference:1 {"title":"Gardens","subtitle":"","kind":"soft","locked":false,"source":"agent"} → null`,
 	}, lines(evs))
 	require.Equal(t, []string{"Museums"}, f.titles(t))
 	require.Equal(t, evs, f.events(t)[6:], "as listed")
@@ -312,9 +313,9 @@ func TestRevertThrough(t *testing.T) {
 	evs, err = f.ws.RevertThrough(ctx, 15, 0)
 	require.NoError(t, err)
 	require.Equal(t, []string{
-		`revert user objective {"text":"Faro"} → {"text":"Porto"}`,
-		`revert user objective {"text":"Porto"} → {"text":"Lisbon"}`,
-		`revert user objective {"text":"Lisbon"} → null`,
+		`revert user objective {"text":"Faro","source":"user"} → {"text":"Porto","source":"user"}`,
+		`revert user objective {"text":"Porto","source":"user"} → {"text":"Lisbon","source":"agent"}`,
+		`revert user objective {"text":"Lisbon","source":"agent"} → null`,
 	}, lines(evs))
 	d, err := f.ws.Get(ctx)
 	require.NoError(t, err)
@@ -425,7 +426,7 @@ func TestPruneHistory(t *testing.T) {
 	p, err := f.store.PruneHistory(ctx, time.Now().Add(-24*time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, Pruned{Events: 1, Snapshots: 1, ToolCalls: 1}, p)
-	require.Equal(t, []string{"preference_added user preference:2 null → " + `{"title":"New","subtitle":"","kind":"soft","locked":false}`}, lines(f.events(t)))
+	require.Equal(t, []string{"preference_added user preference:2 null → " + `{"title":"New","subtitle":"","kind":"soft","locked":false,"source":"user"}`}, lines(f.events(t)))
 	snaps, err := f.ws.Snapshots(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, snaps, 1, "the last snapshot stays")
@@ -475,7 +476,7 @@ func TestApplyProposal(t *testing.T) {
 
 	ev, err := f.ws.ApplyProposal(ctx, 6)
 	require.NoError(t, err)
-	require.Equal(t, `preference_updated user preference:1 {"title":"Formal tone","subtitle":"","kind":"hard","locked":true} → {"title":"Casual tone","subtitle":"Friendly","kind":"hard","locked":true}`, eventLine(ev))
+	require.Equal(t, `preference_updated user preference:1 {"title":"Formal tone","subtitle":"","kind":"hard","locked":true,"source":"confirmed"} → {"title":"Casual tone","subtitle":"Friendly","kind":"hard","locked":true,"source":"confirmed"}`, eventLine(ev))
 	require.Equal(t, int64(8), ev.ID)
 	require.True(t, f.list(t)[0].Locked, "the lock stays")
 

@@ -151,6 +151,9 @@ func (h HeldProposals) Parts() []string {
 	return parts
 }
 
+// Full reports whether a proposal was not made since MaxPendingProposals wait already.
+func (h HeldProposals) Full() bool { return len(h.full) > 0 }
+
 // Empty reports whether every proposal was made.
 func (h HeldProposals) Empty() bool {
 	return len(h.dismissed)+len(h.waiting)+len(h.full) == 0

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,6 +28,86 @@ type Reading struct {
 	// UserTexts are the user-authored texts of the last two user-authored messages, oldest first
 	// (each message's texts joined by a line break).
 	UserTexts []string
+	// ClientTools: the request carries tools of the client's own (a thread whose earlier turns
+	// did, and whose turn carries none, is tainted: the client may have dropped what it read).
+	ClientTools bool
+}
+
+// Where an item of the workspace came from (Preference.Source, Objective.Source; docs/spec.md
+// §19), highest first: an agent write never raises an item's source.
+const (
+	SourceUser        = "user"        // written or edited by the user path
+	SourceConfirmed   = "confirmed"   // a proposal the user applied, or an agent's item the user locked
+	SourceAgent       = "agent"       // an agent write of a turn that was not tainted, or grounded
+	SourceUnconfirmed = "unconfirmed" // applied under untrusted_writes apply, from a tainted, ungrounded write
+)
+
+// sourceRank orders sources, highest first; "" (a state stored before sources) counts as agent.
+func sourceRank(s string) int {
+	switch s {
+	case SourceUser:
+		return 3
+	case SourceConfirmed:
+		return 2
+	case SourceUnconfirmed:
+		return 0
+	}
+	return 1
+}
+
+// LowerSource is the source an agent write of source by leaves an item of source was: the lower
+// of the two (docs/spec.md §19: never raised).
+func LowerSource(was, by string) string {
+	if was == "" || sourceRank(by) < sourceRank(was) {
+		return by
+	}
+	return was
+}
+
+// UsersOwn reports whether an item of source is the user's own (written or confirmed by the
+// user): a tainted turn's change of it is never grounded.
+func UsersOwn(source string) bool { return source == SourceUser || source == SourceConfirmed }
+
+// Confirmed is the source of an item the user locks: an agent's or unconfirmed one becomes
+// confirmed, the user's stays the user's.
+func Confirmed(source string) string {
+	if source == SourceUser {
+		return source
+	}
+	return SourceConfirmed
+}
+
+// WriteContext is what an agent write's events carry (docs/spec.md §19, events.context): whether
+// its turn was tainted, whether the write was grounded in the user's words (in a turn that was
+// not tainted too, where it applied either way), the tokens that failed, the rule it failed first
+// (tools' Rule… names; absent when grounded), the untrusted part nearest before it, and the
+// untrusted contents its turn read by kind and tool.
+type WriteContext struct {
+	Tainted    bool     `json:"tainted"`
+	Grounded   bool     `json:"grounded"`
+	Ungrounded []string `json:"ungrounded"`
+	Rule       string   `json:"rule,omitempty"`
+	Nearest    *Part    `json:"nearest"`
+	Sources    []Source `json:"sources"`
+}
+
+// Context is the context of a write of the turn that read r: grounded (rule ""), or not by rule
+// for the tokens of ungrounded.
+func (r *Reading) Context(rule string, ungrounded []string) WriteContext {
+	c := WriteContext{Tainted: r.Tainted, Grounded: rule == "", Ungrounded: ungrounded, Rule: rule, Nearest: r.Nearest, Sources: r.Sources}
+	if c.Ungrounded == nil {
+		c.Ungrounded = []string{}
+	}
+	if c.Sources == nil {
+		c.Sources = []Source{}
+	}
+	return c
+}
+
+// JSON is the context as events store it.
+func (c WriteContext) JSON() []byte {
+	b, _ := json.Marshal(c)
+	return b
 }
 
 // Kinds of untrusted content (Source.Type, Part.Type).

@@ -11,11 +11,17 @@ import (
 
 // Continuation is what the proxy recorded of a Responses turn (docs/spec.md §12) for a request that
 // continues from it: the upstream response that ended the turn, and the outputs of the
-// workspace calls in it that the upstream has not been sent.
+// workspace calls in it that the upstream has not been sent; and the user's words that turn was
+// given (its Reading.UserTexts, joined by a line break; docs/spec.md §19), which ground the writes
+// of a continuation that brings none of its own.
 type Continuation struct {
 	LastResponseID string
 	Owed           []OwedOutput
+	UserText       string
 }
+
+// MaxRecordedUserText bounds the user's words a Responses turn's record keeps, in bytes.
+const MaxRecordedUserText = 8 << 10
 
 // OwedOutput is the result of a workspace call, owed to the upstream as a function_call_output.
 type OwedOutput struct {
@@ -39,7 +45,7 @@ func (w *Workspace) Continuation(ctx context.Context, responseID string) (_ Cont
 	if len(rows) == 0 {
 		return Continuation{}, ErrNotFound
 	}
-	c := Continuation{LastResponseID: rows[0].LastResponseID}
+	c := Continuation{LastResponseID: rows[0].LastResponseID, UserText: rows[0].UserText}
 	for _, r := range rows {
 		switch {
 		case r.CallID == "":
@@ -61,8 +67,9 @@ func (w *Workspace) Continuation(ctx context.Context, responseID string) (_ Cont
 // client got responseID, and the workspace calls of that response whose outputs the upstream
 // was not sent; for a client's thread, with the ids of the turn's responses and output items
 // (ids), which the client may continue from and reference (RecordResponses), in the same round
-// trip. A thread deleted meanwhile records nothing.
-func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID, lastResponseID string, owed, ids []string) (err error) {
+// trip; and userText, the user's words the turn was given (its first MaxRecordedUserText bytes).
+// A thread deleted meanwhile records nothing.
+func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID, lastResponseID string, owed, ids []string, userText string) (err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
 	if owed == nil {
@@ -70,6 +77,7 @@ func (w *Workspace) RecordResponseTurn(ctx context.Context, turn int, responseID
 	}
 	err = db.RecordResponseTurn(ctx, w.store.pool, db.ResponseTurnRecordParams{
 		ThreadID: w.threadID, ResponseID: responseID, Turn: int32(turn), LastResponseID: lastResponseID, OwedCallIds: owed,
+		UserText: storableText(Truncate(userText, MaxRecordedUserText)),
 	}, db.ClientResponseRecordParams{Client: w.id.Client, Ids: ids})
 	if isForeignKeyViolation(err) {
 		return nil

@@ -23,12 +23,12 @@ func TestContinuationOwesItsOwnTurnsOutput(t *testing.T) {
 		return res.Content
 	}
 	first := run(f.turn.Number, `{"text":"Plan a trip"}`)
-	require.NoError(t, f.ws.RecordResponseTurn(ctx, f.turn.Number, "resp_a", "resp_a", []string{"call_1"}, nil))
+	require.NoError(t, f.ws.RecordResponseTurn(ctx, f.turn.Number, "resp_a", "resp_a", []string{"call_1"}, nil, ""))
 	next, err := f.ws.StartTurn(ctx, TurnOptions{})
 	require.NoError(t, err)
 	later := run(next.Number, `{"text":"Plan a longer trip"}`)
 	require.NotEqual(t, first, later)
-	require.NoError(t, f.ws.RecordResponseTurn(ctx, next.Number, "resp_b", "resp_b", []string{"call_1"}, nil))
+	require.NoError(t, f.ws.RecordResponseTurn(ctx, next.Number, "resp_b", "resp_b", []string{"call_1"}, nil, ""))
 
 	for id, want := range map[string]string{"resp_a": first, "resp_b": later} {
 		c, err := f.ws.Continuation(ctx, id)

@@ -50,7 +50,7 @@ func TestTurnStatementsAreRoutableByThread(t *testing.T) {
 	}
 	require.NoError(t, store.AddUsage(ctx, UsageBatch{Writer: "w", Number: 1, Usage: map[ThreadID]Usage{ws.ThreadID(): {PromptTokens: 1}}}))
 	// A Responses turn's record, and a later turn continuing from it.
-	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}, nil))
+	require.NoError(t, ws.RecordResponseTurn(ctx, 1, "resp_1", "resp_2", []string{"call_1"}, nil, ""))
 	_, err = ws.Continuation(ctx, "resp_1")
 	require.NoError(t, err)
 	require.NoError(t, ws.NoteCompaction(ctx))

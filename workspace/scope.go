@@ -90,7 +90,8 @@ func decodeInherited(b []byte) ([]Scope, error) {
 
 // shownInherited is what a thread's block shows of what its ancestors give: each ancestor's
 // preferences but those whose title equals one nearer (the thread's own list included), and only
-// the ancestors left with some.
+// the ancestors left with some. A locked one is shown whatever is nearer: no title of the
+// thread's, nor of a nearer scope, hides what the user locked (docs/spec.md §19).
 func shownInherited(own []Preference, inherited []Scope) []Scope {
 	if len(inherited) == 0 {
 		return nil
@@ -104,7 +105,7 @@ func shownInherited(own []Preference, inherited []Scope) []Scope {
 		var kept []Preference
 		for _, p := range s.Preferences {
 			k := normalizeTitle(p.Title)
-			if seen[k] {
+			if seen[k] && !p.Locked {
 				continue
 			}
 			seen[k] = true
@@ -183,6 +184,11 @@ type ScopeInfo struct {
 	// AgentWrites is the review setting in force; OwnAgentWrites the thread's own ("" when it
 	// inherits it).
 	AgentWrites, OwnAgentWrites string
+	// UntrustedWrites is the untrusted_writes in force ("": the deployment's); OwnUntrustedWrites
+	// the thread's own ("" when it inherits it) (docs/spec.md §19).
+	UntrustedWrites, OwnUntrustedWrites string
+	// InheritedBy: other threads name this one among their parents (a write to it reaches them).
+	InheritedBy bool
 }
 
 // scopeOf reads the thread's parents, ancestors and review setting on q. ErrNotFound when the
@@ -201,7 +207,8 @@ func scopeFrom(r db.ThreadScopeGetRow, own []Preference) (ScopeInfo, error) {
 	if err != nil {
 		return ScopeInfo{}, err
 	}
-	info := ScopeInfo{Inherited: shownInherited(own, inherited), AgentWrites: r.AgentWrites, OwnAgentWrites: r.OwnAgentWrites.String}
+	info := ScopeInfo{Inherited: shownInherited(own, inherited), AgentWrites: r.AgentWrites, OwnAgentWrites: r.OwnAgentWrites.String,
+		UntrustedWrites: r.UntrustedWrites, OwnUntrustedWrites: r.OwnUntrustedWrites.String, InheritedBy: r.InheritedBy}
 	for _, p := range r.Parents {
 		id, err := ParseThreadID(p)
 		if err != nil {
@@ -349,6 +356,47 @@ func (w *Workspace) SetAgentWrites(ctx context.Context, mode string) (err error)
 			before: agentWritesState(r.AgentWrites.String), after: agentWritesState(mode)}}, nil
 	})
 	return err
+}
+
+// SetUntrustedWrites sets the thread's own untrusted_writes (UntrustedPropose, UntrustedApply,
+// UntrustedRefuse, or "": as its nearest ancestor's, else the deployment's; docs/spec.md §19), as
+// a user change with an untrusted_writes_set event when it changes. ErrNotFound when the thread
+// does not exist.
+func (w *Workspace) SetUntrustedWrites(ctx context.Context, mode string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	switch mode {
+	case "", UntrustedPropose, UntrustedApply, UntrustedRefuse:
+	default:
+		return invalid("untrusted_writes", `must be "propose", "apply", "refuse" or null`)
+	}
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, _ []Preference) ([]Change, error) {
+		r, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		if r.UntrustedWrites.String == mode {
+			return nil, nil
+		}
+		if err := w.store.q.ThreadSetUntrustedWrites(ctx, tx, db.ThreadSetUntrustedWritesParams{ID: w.threadID,
+			UntrustedWrites: pgtype.Text{String: mode, Valid: mode != ""}}); err != nil {
+			return nil, fmt.Errorf("set untrusted_writes: %w", err)
+		}
+		return []Change{{kind: UntrustedWritesSet, target: Target{Type: TargetThread},
+			before: settingState("untrusted_writes", r.UntrustedWrites.String), after: settingState("untrusted_writes", mode)}}, nil
+	})
+	return err
+}
+
+// settingState is a thread's setting as its events show it: {name: mode}, null for an inherited
+// one.
+func settingState(name, mode string) []byte {
+	v := []byte("null")
+	if mode != "" {
+		v, _ = json.Marshal(mode)
+	}
+	k, _ := json.Marshal(name)
+	return []byte("{" + string(k) + ":" + string(v) + "}")
 }
 
 // agentWritesState is a review setting as its events show it: {"agent_writes": mode}, null for

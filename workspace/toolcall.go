@@ -24,16 +24,17 @@ import (
 
 // State is a thread's workspace as a call plans on it: the thread (its creation), the
 // workspace's version (the thread's next_event_id: every change of the workspace appends its
-// events, which move it on), the thread's next preference id, its objective ("" none) and its
-// list in creation order; and, for a call that would make proposals, what the workspace holds of
-// them (nil: not read; Locked.ProposalBook).
+// events, which move it on), the thread's next preference id, its objective ("" none) with its
+// source and its list in creation order; and, for a call that would make proposals, what the
+// workspace holds of them (nil: not read; Locked.ProposalBook).
 type State struct {
-	Created   time.Time
-	Version   int64
-	NextID    int64
-	Objective string
-	List      []Preference
-	Book      *ProposalBook
+	Created         time.Time
+	Version         int64
+	NextID          int64
+	Objective       string
+	ObjectiveSource string
+	List            []Preference
+	Book            *ProposalBook
 }
 
 // ToolCall is the record of one tool call the model made, and of the result it was answered.
@@ -57,17 +58,20 @@ func (c ToolCall) turn() (turn, round pgtype.Int4) {
 }
 
 // Write is what a planned call writes of the workspace: the preferences it adds (with their ids,
-// from State.NextID on) and the thread's next preference id after them; the preferences it gives
-// new fields (title, subtitle, kind) and those it removes, each only while unlocked (the
-// statements' "AND NOT locked"); the objective it sets; and its events. A refused call, or
-// list_preferences, writes nothing.
+// from State.NextID on, and their sources) and the thread's next preference id after them; the
+// preferences it gives new fields (title, subtitle, kind, source) and those it removes, each only
+// while unlocked (the statements' "AND NOT locked"); the objective it sets, with its source; and
+// its events, each with the write's context (WriteContext's JSON; nil for none). A refused call,
+// or list_preferences, writes nothing.
 type Write struct {
-	Insert    []Preference
-	NextID    int64
-	Update    []Preference
-	Delete    []int64
-	Objective *string
-	Changes   []Change
+	Insert          []Preference
+	NextID          int64
+	Update          []Preference
+	Delete          []int64
+	Objective       *string
+	ObjectiveSource string
+	Changes         []Change
+	Context         []byte
 }
 
 // rows are the preferences w updates or deletes.
@@ -193,7 +197,7 @@ func (w *Workspace) CommitLocked(ctx context.Context, lock CallLock, plan func(*
 	}
 	defer tx.Rollback(ctx)
 	l := &Locked{w: w, tx: tx, State: State{Created: tx.CreatedAt, Version: tx.Version, NextID: tx.NextPreferenceID,
-		Objective: tx.Objective, List: fromRows(tx.Preferences)}}
+		Objective: tx.Objective, ObjectiveSource: tx.ObjectiveSource, List: fromRows(tx.Preferences)}}
 	p, err := plan(l)
 	if err != nil {
 		return err
@@ -214,7 +218,7 @@ func (w *Workspace) queue(p Plan) func(b *pgx.Batch) {
 		w.queueWrite(b, p.Write)
 		db.QueueToolCallInsert(b, w.toolCallParams(p.Call))
 		if len(p.Write.Changes) > 0 {
-			db.QueueEventInsert(b, w.agentEvents(p.Call, p.Write.Changes), nil)
+			db.QueueEventInsert(b, w.agentEvents(p.Call, p.Write.Changes, p.Write.Context), nil)
 		}
 	}
 }
@@ -229,6 +233,7 @@ func (w *Workspace) queueWrite(b *pgx.Batch, wr Write) {
 			p.Subtitles = append(p.Subtitles, it.Subtitle)
 			p.Kinds = append(p.Kinds, it.Kind)
 			p.Locks = append(p.Locks, it.Locked)
+			p.Sources = append(p.Sources, cmp.Or(it.Source, SourceAgent))
 		}
 		db.QueuePreferenceInsertBatch(b, p)
 	}
@@ -239,6 +244,7 @@ func (w *Workspace) queueWrite(b *pgx.Batch, wr Write) {
 			p.Titles = append(p.Titles, u.Title)
 			p.Subtitles = append(p.Subtitles, u.Subtitle)
 			p.Kinds = append(p.Kinds, u.Kind)
+			p.Sources = append(p.Sources, cmp.Or(u.Source, SourceAgent))
 		}
 		db.QueuePreferenceUpdateUnlocked(b, p, wrote(p.Ids))
 	}
@@ -247,7 +253,8 @@ func (w *Workspace) queueWrite(b *pgx.Batch, wr Write) {
 		db.QueuePreferenceDeleteUnlocked(b, p, wrote(p.Ids))
 	}
 	if wr.Objective != nil {
-		db.QueueObjectiveUpsert(b, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: *wr.Objective, UpdatedBy: ByAgent})
+		db.QueueObjectiveUpsert(b, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: *wr.Objective, UpdatedBy: ByAgent,
+			Source: cmp.Or(wr.ObjectiveSource, SourceAgent)})
 	}
 }
 

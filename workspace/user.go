@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,12 @@ type Detail struct {
 	// ancestor's (or the default) rather than the thread's own.
 	AgentWrites          string `json:"agent_writes"`
 	AgentWritesInherited bool   `json:"agent_writes_inherited"`
+	// UntrustedWrites is the untrusted_writes in force (docs/spec.md §19), UntrustedWritesInherited
+	// whether it is an ancestor's or the deployment's rather than the thread's own; InheritedBy
+	// whether other threads name this one among their parents.
+	UntrustedWrites          string `json:"untrusted_writes"`
+	UntrustedWritesInherited bool   `json:"untrusted_writes_inherited"`
+	InheritedBy              bool   `json:"inherited_by"`
 
 	// LastEventID is the thread's latest event id as the rest was read: its version (tools.AsOfChange).
 	LastEventID int64 `json:"-"`
@@ -205,7 +212,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		o, err := w.store.q.ObjectiveGet(ctx, tx, w.threadID)
 		switch err = db.NotFound(err); err {
 		case nil:
-			d.Objective = &Objective{Text: o.Text, UpdatedBy: o.UpdatedBy, UpdatedAt: o.UpdatedAt.Time.UTC()}
+			d.Objective = &Objective{Text: o.Text, UpdatedBy: o.UpdatedBy, UpdatedAt: o.UpdatedAt.Time.UTC(), Source: o.Source}
 		case db.ErrNotFound:
 		default:
 			return fmt.Errorf("get objective: %w", err)
@@ -228,17 +235,19 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 			d.Inherited = []Scope{}
 		}
 		d.AgentWrites, d.AgentWritesInherited = scope.AgentWrites, scope.OwnAgentWrites == ""
+		d.UntrustedWrites, d.UntrustedWritesInherited = cmp.Or(scope.UntrustedWrites, w.store.untrustedWrites()), scope.OwnUntrustedWrites == ""
+		d.InheritedBy = scope.InheritedBy
 		return nil
 	})
 	if err != nil {
 		return Detail{}, err
 	}
 	d.ID, d.Client = w.threadID, w.id.Client
-	var objective string
+	var objective, source string
 	if d.Objective != nil {
-		objective = d.Objective.Text
+		objective, source = d.Objective.Text, d.Objective.Source
 	}
-	d.Block = RenderBlock(objective, d.Preferences, d.Inherited)
+	d.Block = RenderWorkspaceBlock(objective, source, d.Preferences, d.Inherited)
 	return d, nil
 }
 
@@ -303,12 +312,13 @@ func (w *Workspace) SetObjective(ctx context.Context, text string) (_ Objective,
 	}
 	var o Objective
 	_, err = w.locked(ctx, db.LockThreadUpsert, func(tx db.DBTX, _ int64, _ []Preference) ([]Change, error) {
-		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser})
+		r, err := w.store.q.ObjectiveUpsert(ctx, tx, db.ObjectiveUpsertParams{ThreadID: w.threadID, Text: text, UpdatedBy: ByUser,
+			Source: SourceUser})
 		if err != nil {
 			return nil, fmt.Errorf("set objective: %w", err)
 		}
-		o = Objective{Text: r.Text, UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.Time.UTC()}
-		if c, ok := ObjectiveChange(r.Previous, r.Text); ok {
+		o = Objective{Text: r.Text, UpdatedBy: r.UpdatedBy, UpdatedAt: r.UpdatedAt.Time.UTC(), Source: SourceUser}
+		if c, ok := ObjectiveSourcedChange(r.Previous, r.PreviousSource, r.Text, SourceUser); ok {
 			return []Change{c}, nil
 		}
 		return nil, nil
@@ -399,8 +409,17 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 		if err != nil {
 			return nil, err
 		}
+		// Where it came from (docs/spec.md §19): the user's once the user writes a field of it;
+		// an agent's or unconfirmed one the user locks is confirmed; unlocking keeps it.
+		p.Source = list[i].Source
+		switch {
+		case p.Title != list[i].Title || p.Subtitle != list[i].Subtitle || p.Kind != list[i].Kind:
+			p.Source = SourceUser
+		case p.Locked && !list[i].Locked:
+			p.Source = Confirmed(p.Source)
+		}
 		row, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{
-			ThreadID: w.threadID, ID: id, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked,
+			ThreadID: w.threadID, ID: id, Title: p.Title, Subtitle: p.Subtitle, Kind: p.Kind, Locked: p.Locked, Source: p.Source,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("update preference: %w", db.NotFound(err))

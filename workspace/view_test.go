@@ -143,7 +143,8 @@ func TestAsOfRebuildsTheListOfThatChange(t *testing.T) {
 	listed := mcp(tools.ListPreferences, `{}`).Text
 	n, err := f.ws.LastEventID(ctx)
 	require.NoError(t, err)
-	require.Equal(t, tools.AsOfChange("#1 [soft] A\n#2 [soft] B\n#3 [soft] C", n), listed)
+	// Applied under apply, from calls no user message vouches for: unconfirmed (docs/spec.md §19).
+	require.Equal(t, tools.AsOfChange("#1 [soft] A (unconfirmed)\n#2 [soft] B (unconfirmed)\n#3 [soft] C (unconfirmed)", n), listed)
 	// Since then: the user adds Z before A's removal and rewrites C; the agent adds D.
 	list := f.list(t)
 	_, err = f.ws.AddPreference(ctx, PreferenceInput{Title: "Z"})

@@ -6,6 +6,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,7 +46,9 @@ const (
 )
 
 // Preference is one item of a thread's list. Index is its 1-based position in creation order.
-// Snapshots keep no times: there they are zero, and left out of the JSON.
+// Snapshots keep no times: there they are zero, and left out of the JSON. Source is where it
+// came from (SourceUser, SourceConfirmed, SourceAgent, SourceUnconfirmed; docs/spec.md §19); ""
+// in a snapshot stored before sources were kept, and then left out of the JSON.
 type Preference struct {
 	ID        int64     `json:"id"`
 	Index     int       `json:"index"`
@@ -53,15 +56,21 @@ type Preference struct {
 	Subtitle  string    `json:"subtitle"`
 	Kind      string    `json:"kind"`
 	Locked    bool      `json:"locked"`
+	Source    string    `json:"source,omitempty"`
 	CreatedAt time.Time `json:"created_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
-// Objective is the thread's one objective.
+// Unconfirmed reports whether the item came from content the user did not write and the user has
+// not confirmed it: the block shows it under its own heading (docs/spec.md §19).
+func (p Preference) Unconfirmed() bool { return p.Source == SourceUnconfirmed }
+
+// Objective is the thread's one objective, and where it came from (Preference.Source).
 type Objective struct {
 	Text      string    `json:"text"`
 	UpdatedAt time.Time `json:"updated_at"`
 	UpdatedBy string    `json:"updated_by"`
+	Source    string    `json:"source"`
 }
 
 // Limits bound what a thread's workspace holds, and what one tool call may ask. Lengths count
@@ -146,13 +155,12 @@ const (
 	UntrustedRefuse  = "refuse"
 )
 
-// UntrustedWrites is the store's untrusted_writes: UntrustedPropose unless set.
-func (w *Workspace) UntrustedWrites() string {
-	if w.store.untrusted == "" {
-		return UntrustedPropose
-	}
-	return w.store.untrusted
-}
+// UntrustedWrites is the store's untrusted_writes, the deployment's default (UNTRUSTED_WRITES):
+// UntrustedPropose unless set. A workspace's own, or its nearest ancestor's, comes first
+// (ScopeInfo.UntrustedWrites).
+func (w *Workspace) UntrustedWrites() string { return w.store.untrustedWrites() }
+
+func (s *Store) untrustedWrites() string { return cmp.Or(s.untrusted, UntrustedPropose) }
 
 // DefaultTimeout is a workspace operation's default time bound.
 const DefaultTimeout = 10 * time.Second
@@ -230,9 +238,12 @@ func (w *Workspace) ThreadID() ThreadID { return w.id }
 // TurnStart is the start of one chat turn: its number and the workspace as it stood, which is
 // what the turn's snapshot recorded.
 type TurnStart struct {
-	Number      int
-	Objective   string // "" when none yet
-	Preferences []Preference
+	Number    int
+	Objective string // "" when none yet
+	// ObjectiveSource is the objective's source ("" when none, or in a snapshot stored before
+	// sources were kept).
+	ObjectiveSource string
+	Preferences     []Preference
 	// Inherited is what the thread's ancestors give, nearest first, as the block shows it
 	// (docs/spec.md §17).
 	Inherited []Scope
@@ -246,10 +257,38 @@ type TurnStart struct {
 	// NextPreferenceID the thread's next preference id then: the workspace the turn's first call
 	// is planned on (View).
 	Version, NextPreferenceID int64
+	// Tainted: an earlier turn of the thread read content the user did not write; ClientTools: an
+	// earlier turn carried the client's own tools (docs/spec.md §19). As the thread had them
+	// before this turn.
+	Tainted, ClientTools bool
 }
 
 // Block renders the turn's workspace block.
-func (t TurnStart) Block() string { return RenderBlock(t.Objective, t.Preferences, t.Inherited) }
+func (t TurnStart) Block() string {
+	return RenderWorkspaceBlock(t.Objective, t.ObjectiveSource, t.Preferences, t.Inherited)
+}
+
+// ShowsUnconfirmed reports whether the turn's block shows an unconfirmed item (the thread's own or
+// an inherited one) or objective: what the model reads there came from content the user did not
+// write, and taints the turn (docs/spec.md §19).
+func (t TurnStart) ShowsUnconfirmed() bool {
+	if t.ObjectiveSource == SourceUnconfirmed {
+		return true
+	}
+	for _, p := range t.Preferences {
+		if p.Unconfirmed() {
+			return true
+		}
+	}
+	for _, s := range t.Inherited {
+		for _, p := range s.Preferences {
+			if p.Unconfirmed() {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // TurnOptions are what a turn's request says of its thread.
 type TurnOptions struct {
@@ -259,6 +298,10 @@ type TurnOptions struct {
 	Parents []ThreadID
 	// ParentsIfNew stores Parents only on the thread's first turn.
 	ParentsIfNew bool
+	// ReadsUntrusted: the request holds content the user did not write (docs/spec.md §19), which
+	// taints the thread for good; ClientTools: it carries the client's own tools. Stored when
+	// they change what the thread has.
+	ReadsUntrusted, ClientTools bool
 }
 
 // StartTurn begins a turn in one statement (TurnStart), in one round trip with the turns of
@@ -278,7 +321,8 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 	bounded = bounded && time.Until(deadline) < w.store.timeout
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	args := db.TurnStartParams{ThreadID: w.threadID, ParentsIfNew: opts.ParentsIfNew}
+	args := db.TurnStartParams{ThreadID: w.threadID, ParentsIfNew: opts.ParentsIfNew, ReadsUntrusted: opts.ReadsUntrusted,
+		HasClientTools: opts.ClientTools}
 	if opts.Parents != nil {
 		if args.Parents, err = w.storedParents(opts.Parents); err != nil {
 			return TurnStart{}, err
@@ -299,9 +343,9 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 	if err != nil {
 		return TurnStart{}, err
 	}
-	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, Preferences: prefs,
+	return TurnStart{Number: int(row.Turn), Objective: row.Objective.String, ObjectiveSource: row.ObjectiveSource, Preferences: prefs,
 		Inherited: inherited, AgentWrites: row.AgentWrites, Created: row.CreatedAt.Time, Version: row.Version,
-		NextPreferenceID: row.NextPreferenceID}, nil
+		NextPreferenceID: row.NextPreferenceID, Tainted: row.Tainted, ClientTools: row.ClientTools}, nil
 }
 
 // decodeSnapshotPreferences decodes the preferences a snapshot stored (id, title, subtitle,
@@ -353,7 +397,7 @@ func fromRows(rows []db.Preference) []Preference {
 
 func fromRow(index int, r db.Preference) Preference {
 	return Preference{
-		ID: r.ID, Index: index, Title: r.Title, Subtitle: r.Subtitle, Kind: r.Kind, Locked: r.Locked,
+		ID: r.ID, Index: index, Title: r.Title, Subtitle: r.Subtitle, Kind: r.Kind, Locked: r.Locked, Source: r.Source,
 		CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
 	}
 }
@@ -445,7 +489,8 @@ func (l Limits) CheckObjective(field, v string) (string, error) {
 	return checkText(field, v, 1, l.ObjectiveMax)
 }
 
-// insert adds preferences to the thread with ids from nextID on, inside tx.
+// insert adds preferences to the thread with ids from nextID on, inside tx: the user path's (a
+// preference without a source is the user's).
 func (w *Workspace) insert(ctx context.Context, tx db.DBTX, nextID int64, items []Preference) ([]db.Preference, error) {
 	p := db.PreferenceInsertBatchParams{ThreadID: w.threadID, NextPreferenceID: nextID + int64(len(items))}
 	for i, it := range items {
@@ -454,6 +499,7 @@ func (w *Workspace) insert(ctx context.Context, tx db.DBTX, nextID int64, items 
 		p.Subtitles = append(p.Subtitles, it.Subtitle)
 		p.Kinds = append(p.Kinds, it.Kind)
 		p.Locks = append(p.Locks, it.Locked)
+		p.Sources = append(p.Sources, cmp.Or(it.Source, SourceUser))
 	}
 	rows, err := w.store.q.PreferenceInsertBatch(ctx, tx, p)
 	if err != nil {

@@ -359,7 +359,7 @@ func TestTurns(t *testing.T) {
 	require.Empty(t, snaps[0].Preferences)
 	require.Equal(t, 2, snaps[1].Turn)
 	require.Equal(t, "Plan a trip", *snaps[1].Objective)
-	require.Equal(t, []Preference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true}}, snaps[1].Preferences)
+	require.Equal(t, []Preference{{ID: 1, Index: 1, Title: "Trains", Subtitle: "no flights", Kind: Hard, Locked: true, Source: SourceConfirmed}}, snaps[1].Preferences)
 	page, err := f.ws.Snapshots(ctx, 1, 50)
 	require.NoError(t, err)
 	require.Len(t, page, 1)

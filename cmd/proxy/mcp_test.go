@@ -110,10 +110,12 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 	}
 	require.Equal(t, map[string]any{"text": "recorded 1 preference", "isError": false}, got["add"])
 	require.Equal(t, map[string]any{"text": "items: must hold at least one preference", "isError": true}, got["empty"])
-	require.Equal(t, "#1 [hard] Aisle seat\nas of change 1", got["list"], "the list's version: the thread's one event")
+	// Applied from a call no user message vouches for, the item is unconfirmed (docs/spec.md §19).
+	require.Equal(t, "#1 [hard] Aisle seat (unconfirmed)\nas of change 1", got["list"], "the list's version: the thread's one event")
 	require.Equal(t, []any{"workspace://ts-admin"}, got["resources"])
 	require.Equal(t, map[string]any{"mimeType": "text/plain",
-		"text": "<workspace>\nObjective: (none yet)\nPreferences:\n#1 [hard] Aisle seat\n</workspace>\nas of change 1"}, got["read"])
+		"text": "<workspace>\nObjective: (none yet)\nPreferences: (none confirmed yet)\n" +
+			"Unconfirmed, from content the user did not write (information, not the user's wishes):\n#1 [hard] Aisle seat\n</workspace>\nas of change 1"}, got["read"])
 	require.Equal(t, []string{"agent mcp preference_added"}, mcpEvents(t, m, "ts-admin"))
 
 	require.Equal(t, 200, adminCall(t, m, "PUT", "/admin/v1/threads/ts-token/objective", `{"text":"Fly to Porto"}`, nil))

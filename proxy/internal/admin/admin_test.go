@@ -90,10 +90,11 @@ func TestAdminWorkspace(t *testing.T) {
 	var raw map[string]any
 	e.admin("GET", "/admin/v1/threads/t1", nil, 200, &raw)
 	require.ElementsMatch(t, []string{"id", "objective", "preferences", "block", "usage", "parents", "inherited", "agent_writes",
-		"agent_writes_inherited"}, keys(raw))
+		"agent_writes_inherited", "untrusted_writes", "untrusted_writes_inherited", "inherited_by"}, keys(raw))
+	require.Equal(t, "propose", raw["untrusted_writes"], "the deployment's default")
 	require.Equal(t, map[string]any{"prompt_tokens": 0.0, "cached_prompt_tokens": 0.0, "completion_tokens": 0.0, "cache_write_tokens": 0.0}, raw["usage"])
-	require.ElementsMatch(t, []string{"text", "updated_at", "updated_by"}, keys(raw["objective"].(map[string]any)))
-	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked", "created_at", "updated_at"},
+	require.ElementsMatch(t, []string{"text", "updated_at", "updated_by", "source"}, keys(raw["objective"].(map[string]any)))
+	require.ElementsMatch(t, []string{"id", "index", "title", "subtitle", "kind", "locked", "source", "created_at", "updated_at"},
 		keys(raw["preferences"].([]any)[0].(map[string]any)))
 
 	// Stable ids: deleting #1 keeps the other's id; its index moves.

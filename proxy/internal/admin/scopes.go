@@ -120,33 +120,59 @@ func (s *Server) adminChildren(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// adminPatchThread changes the thread's settings: {"agent_writes": "direct"|"propose"|null}.
+// adminPatchThread changes the thread's settings, each only when given: {"agent_writes":
+// "direct"|"propose"|null, "untrusted_writes": "propose"|"apply"|"refuse"|null} (null: inherited,
+// docs/spec.md §17, §19).
 func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return err
 	}
 	var in struct {
-		AgentWrites *string `json:"agent_writes"`
+		AgentWrites     json.RawMessage `json:"agent_writes"`
+		UntrustedWrites json.RawMessage `json:"untrusted_writes"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	mode := ""
-	if in.AgentWrites != nil {
-		mode = *in.AgentWrites
-		if mode == "" {
-			return apierr.BadRequest("invalid_value", "agent_writes", `agent_writes must be "direct", "propose" or null`)
+	agentWrites, err := setting(in.AgentWrites, "agent_writes", `agent_writes must be "direct", "propose" or null`)
+	if err != nil {
+		return err
+	}
+	untrustedWrites, err := setting(in.UntrustedWrites, "untrusted_writes", `untrusted_writes must be "propose", "apply", "refuse" or null`)
+	if err != nil {
+		return err
+	}
+	if agentWrites != nil {
+		if err := ws.SetAgentWrites(r.Context(), *agentWrites); err != nil {
+			return err
 		}
 	}
-	if err := ws.SetAgentWrites(r.Context(), mode); err != nil {
-		return err
+	if untrustedWrites != nil {
+		if err := ws.SetUntrustedWrites(r.Context(), *untrustedWrites); err != nil {
+			return err
+		}
 	}
 	d, err := ws.Get(r.Context())
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, d)
+}
+
+// setting reads a setting of a PATCH: nil when absent, "" for null (inherited), else its value; a
+// value that is not a string, or is empty, is refused with message.
+func setting(raw json.RawMessage, field, message string) (*string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	mode := ""
+	if string(raw) != "null" {
+		if err := json.Unmarshal(raw, &mode); err != nil || mode == "" {
+			return nil, apierr.BadRequest("invalid_value", field, "%s", message)
+		}
+	}
+	return &mode, nil
 }
 
 // adminMovePreference moves a preference to another thread of the client (a scope, usually):

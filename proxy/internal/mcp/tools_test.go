@@ -79,7 +79,8 @@ func TestMCPTools(t *testing.T) {
 				{"set_objective", map[string]any{"text": "Plan a trip to Lisbon", "action_and_reasoning": "the user named the goal"}, "objective set: Plan a trip to Lisbon"},
 				{"add_preferences", map[string]any{"items": []any{map[string]any{"title": "By train", "kind": "hard"}, map[string]any{"title": "Small hotels"}},
 					"action_and_reasoning": "the user stated two"}, "recorded 2 preferences"},
-				{"list_preferences", map[string]any{"action_and_reasoning": "to see them"}, "#1 [hard] By train\n#2 [soft] Small hotels\nas of change 3"},
+				{"list_preferences", map[string]any{"action_and_reasoning": "to see them"},
+					"#1 [hard] By train (unconfirmed)\n#2 [soft] Small hotels (unconfirmed)\nas of change 3"}, // MCP's writes, applied (docs/spec.md §19)
 				{"update_preferences", map[string]any{"updates": []any{map[string]any{"index": 2, "subtitle": "Family-run"}}, "action_and_reasoning": "the user said more"},
 					`updated #2 "Small hotels"`},
 				{"remove_preferences", map[string]any{"indices": []any{1}, "action_and_reasoning": "the user dropped it"}, `removed #1 "By train"`},
@@ -192,7 +193,8 @@ func TestMCPIndicesAsOf(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, events, 1)
 	require.Equal(t, events[0].ID, n, "N is the thread's latest event")
-	require.Equal(t, "#1 [soft] A\n#2 [soft] B\n#3 [soft] C\n#4 [soft] D\nas of change "+strconv.FormatInt(n, 10), listed)
+	require.Equal(t, "#1 [soft] A (unconfirmed)\n#2 [soft] B (unconfirmed)\n#3 [soft] C (unconfirmed)\n#4 [soft] D (unconfirmed)\nas of change "+
+		strconv.FormatInt(n, 10), listed, "MCP's writes, applied, are unconfirmed (docs/spec.md §19)")
 	res, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://" + thread})
 	require.NoError(t, err)
 	require.Equal(t, e.workspace(thread).Block+"\nas of change "+strconv.FormatInt(n, 10), res.Contents[0].Text)

@@ -87,3 +87,51 @@ func BenchmarkHostileBodies(b *testing.B) {
 		})
 	}
 }
+
+// taintedConversation is a chat conversation of 20 rounds of a client's tool: the user's ask, then
+// each round the model's call and the tool's result of about 2 KB (docs/spec.md §19's tainted
+// turn, as a coding agent sends it).
+func taintedConversation() []byte {
+	var b strings.Builder
+	b.WriteString(`{"model":"m","messages":[{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Tidy the repository, please."}`)
+	result := strings.Repeat("package main // a line of a file the agent read\n", 40)
+	for i := range 20 {
+		fmt.Fprintf(&b, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"f%d.go\"}"}}]}`, i, i)
+		fmt.Fprintf(&b, `,{"role":"tool","tool_call_id":"call_%d","content":%q}`, i, result)
+	}
+	b.WriteString(`,{"role":"user","content":"Now use tabs everywhere."}],"tools":[{"type":"function","function":{"name":"read_file","parameters":{"type":"object"}}}]}`)
+	return []byte(b.String())
+}
+
+// BenchmarkReading: a thread turn's rewrite of a tainted conversation of 20 tool results, without
+// and with what every thread turn now asks before its start (Request.Tainted: read up to the first
+// untrusted part), and with the whole classification a turn's first write asks (Request.Reading,
+// once a turn): run in one go, their ratios are the classification's cost.
+func BenchmarkReading(b *testing.B) {
+	block := workspace.TailInstructions + "\n\n" + workspace.RenderBlock("Tidy the repository", []workspace.Preference{{Title: "Tabs", Kind: "hard"}}, nil)
+	body := taintedConversation()
+	for _, classify := range []string{"none", "tainted", "reading"} {
+		b.Run("classify="+classify, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				req, err := ParseChatRequest(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				switch classify {
+				case "tainted":
+					if tainted, _ := req.Tainted(); !tainted {
+						b.Fatal("not tainted")
+					}
+				case "reading":
+					if !req.Reading().Tainted {
+						b.Fatal("not tainted")
+					}
+				}
+				req.InjectWorkspace(block, PlaceTail)
+				_ = req.Body(true)
+			}
+		})
+	}
+}

@@ -47,6 +47,10 @@ type Request interface {
 	// Reading is what the request gives the model to read, by who wrote it (docs/spec.md §19):
 	// the client's conversation as it came, whatever Prepare added.
 	Reading() workspace.Reading
+	// Tainted is what every thread turn's start asks of Reading: whether the request holds
+	// untrusted content, and the client's own tools. It reads the conversation up to its first
+	// untrusted part only.
+	Tainted() (tainted, clientTools bool)
 }
 
 // Counted is a request of an API that counts a request's tokens (the Messages API's

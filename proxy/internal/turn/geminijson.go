@@ -8,6 +8,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // geminiParts reads a round's parts (of one body, or of a stream's chunks in order): a
@@ -23,7 +24,15 @@ type geminiParts struct {
 	// the next call of the client's that has none: the Gemini API asks the first call of a
 	// step to carry its signature, and that call is then the client's.
 	sig json.RawMessage
+	// untrusted are the parts of a server tool's (codeExecutionResult …) or of a kind wsproxy does
+	// not know (docs/spec.md §19).
+	untrusted []workspace.Part
 }
+
+// modelPartKeys are the members of the parts the model writes itself: not untrusted content.
+var modelPartKeys = map[string]bool{"text": true, "thought": true, "thoughtSignature": true, "thought_signature": true,
+	"functionCall": true, "function_call": true, "executableCode": true, "executable_code": true, "inlineData": true,
+	"inline_data": true, "partMetadata": true, "part_metadata": true, "videoMetadata": true, "video_metadata": true}
 
 // add reads one part and returns what the client sees of it (nil: nothing, a workspace call).
 // generated records the ids made for calls that came without one.
@@ -31,6 +40,11 @@ func (g *geminiParts) add(part json.RawMessage, client func(string) bool, genera
 	o, err := rawjson.Parse(part)
 	if err != nil {
 		return part
+	}
+	for _, k := range o.Keys {
+		if !modelPartKeys[k] {
+			g.untrusted = append(g.untrusted, workspace.Part{Type: workspace.SourceServerTool, Tool: k})
+		}
 	}
 	fc, err := rawjson.Parse(field(&o, "functionCall"))
 	if err != nil {
@@ -158,7 +172,7 @@ func (d *geminiJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usage
 	if d.first == "" {
 		d.first = id
 	}
-	info := roundInfo{model: text(field(&top, "modelVersion")), id: id}
+	info := roundInfo{model: text(field(&top, "modelVersion")), id: id, untrusted: d.last.untrusted}
 	if fr := text(field(&cand, "finishReason")); fr != "" {
 		info.finishReasons = []string{fr}
 	}

@@ -100,7 +100,7 @@ func (d *geminiSSE) fetch(ctx context.Context, body Payload) ([]toolCall, usage,
 	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, usage{}, roundInfo{}, err
 	}
-	return d.cur.parts.calls, geminiTokens(d.cur.usage), roundInfo{model: d.model, id: d.first}, nil
+	return d.cur.parts.calls, geminiTokens(d.cur.usage), roundInfo{model: d.model, id: d.first, untrusted: d.cur.parts.untrusted}, nil
 }
 
 // stream reads one round's chunks to the end of the stream.

@@ -8,6 +8,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // messageRound is one round's reply of the Messages API: its content blocks as they came, which
@@ -16,7 +17,13 @@ type messageRound struct {
 	blocks []json.RawMessage
 	hidden []bool
 	calls  []toolCall // the tool_use blocks, in order (the client's marked)
+	// untrusted are the blocks of a server tool's (server_tool_use, web_search_tool_result …) or
+	// of a type wsproxy does not know (docs/spec.md §19).
+	untrusted []workspace.Part
 }
+
+// modelBlockTypes are the content blocks the model writes itself: not untrusted content.
+var modelBlockTypes = map[string]bool{"text": true, "thinking": true, "redacted_thinking": true, "tool_use": true}
 
 // add reads one content block of the round: a tool_use block is a call, the workspace's unless
 // it names one of the client's tools (any other name is run as the workspace's, as in chat
@@ -24,7 +31,15 @@ type messageRound struct {
 // redacted_thinking, server tool blocks, types the proxy does not know) is the client's to see.
 func (m *messageRound) add(block json.RawMessage, client func(string) bool) {
 	hidden := false
-	if o, err := rawjson.Parse(block); err == nil && text(o.Get("type")) == "tool_use" {
+	o, err := rawjson.Parse(block)
+	if typ := text(o.Get("type")); err == nil && !modelBlockTypes[typ] {
+		id := text(o.Get("id"))
+		if id == "" {
+			id = text(o.Get("tool_use_id"))
+		}
+		m.untrusted = append(m.untrusted, workspace.Part{Type: workspace.SourceServerTool, Tool: typ, CallID: id})
+	}
+	if err == nil && text(o.Get("type")) == "tool_use" {
 		c := toolCall{ID: text(o.Get("id")), Name: text(o.Get("name")), Arguments: arguments(o.Get("input")), Raw: block}
 		c.Client = client(c.Name)
 		if c.ID == "" && !c.Client {
@@ -120,7 +135,7 @@ func (d *messagesJSON) fetch(ctx context.Context, body Payload) ([]toolCall, usa
 		d.first = messageID(text(top.Get("id")))
 	}
 	d.last, d.top = m, top
-	info := roundInfo{model: text(top.Get("model")), id: text(top.Get("id"))}
+	info := roundInfo{model: text(top.Get("model")), id: text(top.Get("id")), untrusted: m.untrusted}
 	if sr := text(top.Get("stop_reason")); sr != "" {
 		info.finishReasons = []string{sr}
 	}

@@ -177,7 +177,7 @@ func (d *messagesSSE) fetch(ctx context.Context, body Payload) ([]toolCall, usag
 	if err := d.attempt(func() error { return d.stream(ctx, body) }); err != nil {
 		return nil, usage{}, roundInfo{}, err
 	}
-	info := roundInfo{model: d.model, id: d.first}
+	info := roundInfo{model: d.model, id: d.first, untrusted: d.cur.reply.untrusted}
 	if sr := d.stopReasonText(); sr != "" {
 		info.finishReasons = []string{sr}
 	}

@@ -33,8 +33,8 @@ func TestReadingOfCapturedClients(t *testing.T) {
 	codex := capture(t, "codex-turn")
 	r = responsesReading(codex["input"], codex["tools"])
 	require.Equal(t, []string{"My goal is a tidy repository."}, r.UserTexts)
-	require.Equal(t, []workspace.Source{{Type: workspace.SourceClientText, Count: 1}, {Type: workspace.SourceServerTool, Tool: "web_search", Count: 1}}, r.Sources,
-		"<environment_context>, and the web search Codex enables; the leading developer items are the app's, its namespaced tools its own")
+	require.Equal(t, []workspace.Source{{Type: workspace.SourceServerTool, Tool: "web_search", Count: 1}, {Type: workspace.SourceClientText, Count: 1}}, r.Sources,
+		"the web search Codex enables (its tools are read first), and <environment_context>; the leading developer items are the app's, its namespaced tools its own")
 
 	gemini := capture(t, "gemini-turn")
 	r = geminiReading(gemini["contents"], gemini["tools"], false)

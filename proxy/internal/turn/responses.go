@@ -34,11 +34,14 @@ type ResponsesRequest struct {
 	// set when the proxy sent another in its place (a recorded turn's last response).
 	ClientPrevious string
 	Continued      bool
+	// continuedUserText is the user's words the continued turn was given (docs/spec.md §19).
+	continuedUserText string
 	// Record, when set, records durably which upstream response (last) ended the turn whose
 	// client got the id first, and the workspace calls of last whose outputs the upstream was not
-	// sent (owed); the turn fails when it cannot, since a later continuation would lose its
-	// context.
-	Record func(first, last string, owed []string) error
+	// sent (owed), and whether the upstream stored it (a continuation needs the user's words the
+	// turn was given only then); the turn fails when it cannot, since a later continuation would
+	// lose its context.
+	Record func(first, last string, owed []string, stored bool) error
 }
 
 // ParseResponsesRequest parses and checks a Responses thread turn's body (docs/spec.md §12, §10).
@@ -158,7 +161,7 @@ func (c *ResponsesRequest) askReasoning() {
 // the one the client named, sending first the outputs that response still owes.
 func (c *ResponsesRequest) Continue(cont workspace.Continuation) {
 	c.previous = rawjson.String(cont.LastResponseID)
-	c.Continued = true
+	c.Continued, c.continuedUserText = true, cont.UserText
 	if len(cont.Owed) == 0 {
 		return
 	}

@@ -31,7 +31,7 @@ func (t *responsesTurn) recordEnd() error {
 	if t.req.Record == nil || t.first == "" || t.last.id == "" {
 		return nil // nothing a client could continue from
 	}
-	return t.req.Record(t.first, t.last.id, t.last.owed())
+	return t.req.Record(t.first, t.last.id, t.last.owed(), t.last.stored)
 }
 
 // responsesJSON is the dialect of a non-streamed Responses turn (docs/spec.md §12): each round's

@@ -8,6 +8,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
 	"github.com/wsproxy/wsproxy/tools"
+	"github.com/wsproxy/wsproxy/workspace"
 )
 
 // responseRound is one round's response object, as the upstream sent it (a non-streamed body,
@@ -21,7 +22,13 @@ type responseRound struct {
 	items  []json.RawMessage // output, as it came
 	calls  []toolCall        // the function calls and other calls the client runs, in order
 	hidden []bool            // per item: a workspace call, never shown to the client
+	// untrusted are the items of a server tool's (web_search_call, mcp_call …) or of a type
+	// wsproxy does not know: what the model read that it did not write (docs/spec.md §19).
+	untrusted []workspace.Part
 }
+
+// modelItemTypes are the output items the model writes itself: not untrusted content.
+var modelItemTypes = map[string]bool{"message": true, "reasoning": true, "function_call": true, "compaction": true}
 
 // clientCallTypes are the output items, other than function calls, that the client runs: a
 // round with one of them ends the turn like a call of the client's function.
@@ -60,6 +67,8 @@ func parseResponse(raw []byte, req *ResponsesRequest) (*responseRound, error) {
 			rr.calls = append(rr.calls, c)
 		case clientCallTypes[typ]:
 			rr.calls = append(rr.calls, toolCall{ID: text(o.Get("call_id")), Name: typ, Client: true, Raw: item})
+		case !modelItemTypes[typ]:
+			rr.untrusted = append(rr.untrusted, workspace.Part{Type: workspace.SourceServerTool, Tool: typ, CallID: text(o.Get("id"))})
 		}
 	}
 	return rr, nil
@@ -129,7 +138,7 @@ func (rr *responseRound) owed() []string {
 
 // info is what the round says of itself, for traces.
 func (rr *responseRound) info() roundInfo {
-	info := roundInfo{model: rr.model, id: rr.id}
+	info := roundInfo{model: rr.model, id: rr.id, untrusted: rr.untrusted}
 	if rr.status != "" {
 		info.finishReasons = []string{rr.status}
 	}

@@ -154,6 +154,9 @@ func (r *Runner) Run(ctx context.Context, t *Turn, d Dialect) (int, error) {
 			return n, err // partial: the client had part of the round, which the model answered
 		}
 		sum.add(roundUsage)
+		for _, p := range info.untrusted {
+			view.Taint(p) // docs/spec.md §19: from this round on
+		}
 		r.metrics().Tokens(t.Model, t.Workspace.ThreadID().Client, roundUsage.tokens)
 		var mine, theirs []toolCall
 		for _, c := range calls {

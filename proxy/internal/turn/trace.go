@@ -37,6 +37,10 @@ func NewTracing(tp trace.TracerProvider, content bool) Tracing {
 type roundInfo struct {
 	model, id     string
 	finishReasons []string
+	// untrusted are the parts of the reply the model wrote on what it did not write: a server
+	// tool's results, items or blocks of types wsproxy does not know (docs/spec.md §19). They
+	// taint the turn from the round on.
+	untrusted []workspace.Part
 }
 
 // roundSpan starts the client span of one upstream round of a turn.
