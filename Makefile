@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq run build image release bench bench-load bench-latency bench-cache bench-writes soak failover
+.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq promtool run build image release bench bench-load bench-latency bench-cache bench-writes soak failover
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line, wsproxy_build_info):
 ## the VERSION file's (CHANGELOG.md says what each version changed).
@@ -19,7 +19,7 @@ LDFLAGS = -s -w -X main.buildVersion=$(VERSION)
 ## go test's default 10 minutes on a machine whose Go build cache is cold (cmd/proxy cross-builds
 ## the release binaries): TEST_TIMEOUT bounds each package instead.
 TEST_TIMEOUT ?= 30m
-test: vet check-generated chromium buildah npm-clients jq
+test: vet check-generated chromium buildah npm-clients jq promtool
 	scripts/pg.sh exec sh -c '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./... && (cd deploy && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && scripts/pg.sh bouncer $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run "$(PGBOUNCER_TESTS)" ./workspace ./proxy/... ./cmd/proxy'
 
 ## PGBOUNCER_TESTS: turns, tool calls, Responses continuations, events and their live stream (followed
@@ -186,3 +186,13 @@ jq:
 	  echo "make: jq is missing; installing it (apt-get install jq) for the documentation's examples" >&2 && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null; } || \
 	echo "make: no jq found: the documentation's examples will fail (Debian/Ubuntu: apt-get install jq)" >&2
+
+## promtool: the alert rules' tests (deploy/) check and run the rules with it, and fail without
+## it; as root on Debian or Ubuntu it is installed when missing (apt-get install prometheus),
+## saying so.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "make: promtool is missing; installing it (apt-get install prometheus) for the alert rules' tests" >&2 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
+	echo "make: no promtool found: the alert rules' tests will fail (Debian/Ubuntu: apt-get install prometheus)" >&2
