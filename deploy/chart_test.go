@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/engine"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"helm.sh/helm/v4/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -357,4 +359,90 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestChartInstallAsDocumented: each `helm install` and `helm upgrade --install` of
+// docs/operations.md's Kubernetes section, with its --set flags, renders and decodes strictly,
+// and the Deployment it renders takes every secret from a key the section's `kubectl create
+// secret` before it creates, in the Secret of that name, and runs the image its `podman push`
+// pushed: the commands work as printed (no cluster here to run them on).
+func TestChartInstallAsDocumented(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## Kubernetes\n")
+	if !ok {
+		t.Fatal("docs/operations.md has no section Kubernetes")
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	// The commands of the section's shell examples, continuations joined.
+	var commands []string
+	fenced := false
+	for _, line := range strings.Split(strings.ReplaceAll(section, "\\\n", " "), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```"):
+			fenced = strings.TrimPrefix(line, "```") == "shell"
+		case fenced:
+			commands = append(commands, line)
+		}
+	}
+	version, err := os.ReadFile(filepath.Join("..", "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, secretName, secretKeys, installs := "", "", map[string]bool{}, 0
+	for _, c := range commands {
+		f := strings.Fields(strings.ReplaceAll(c, "$(cat VERSION)", strings.TrimSpace(string(version))))
+		switch {
+		case slices.Contains(f, "push"):
+			pushed = f[len(f)-1]
+		case slices.Contains(f, "secret") && slices.Contains(f, "generic"):
+			secretName, secretKeys = f[slices.Index(f, "generic")+1], map[string]bool{}
+			for _, a := range f {
+				if lit, ok := strings.CutPrefix(a, "--from-literal="); ok {
+					secretKeys[lit[:strings.Index(lit, "=")]] = true
+				}
+			}
+		case len(f) > 2 && f[0] == "helm" && (f[1] == "install" || f[1] == "upgrade"):
+			installs++
+			if !slices.Contains(f, filepath.Join("deploy", chartDir)) {
+				t.Errorf("%q installs no chart deploy/%s", c, chartDir)
+			}
+			vals := map[string]any{}
+			for i, a := range f {
+				if a == "--set" && i+1 < len(f) {
+					if err := strvals.ParseInto(f[i+1], vals); err != nil {
+						t.Fatalf("%q: --set %s: %v", c, f[i+1], err)
+					}
+				}
+			}
+			objects, err := renderValues(vals)
+			if err != nil {
+				t.Fatalf("%q: %v", c, err)
+			}
+			d := only[*appsv1.Deployment](t, objects, "Deployment")
+			checkDeployment(t, d)
+			if img := d.Spec.Template.Spec.Containers[0].Image; img != pushed {
+				t.Errorf("%q runs the image %s, not the one pushed before it (%q)", c, img, pushed)
+			}
+			if secretName == "" {
+				t.Fatalf("%q: no kubectl create secret before it", c)
+			}
+			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+				if ref := e.ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+					if ref.SecretKeyRef.Name != secretName || !secretKeys[ref.SecretKeyRef.Key] {
+						t.Errorf("%q: %s is taken from key %s of Secret %s, which the section's Secret %s (keys %v) does not have",
+							c, e.Name, ref.SecretKeyRef.Key, ref.SecretKeyRef.Name, secretName, slices.Sorted(maps.Keys(secretKeys)))
+					}
+				}
+			}
+		}
+	}
+	if installs == 0 {
+		t.Fatal("docs/operations.md's Kubernetes section has no helm install")
+	}
 }
