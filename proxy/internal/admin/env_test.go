@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -200,43 +201,69 @@ type sseReader struct {
 // are not empty.
 func (e *env) openStream(thread, lastID, after string) *sseReader {
 	e.t.Helper()
+	s, err := e.dialStream(thread, lastID, after)
+	require.NoError(e.t, err)
+	return s
+}
+
+// dialStream is openStream for a goroutine other than the test's, which must not call
+// t.FailNow: it returns what went wrong.
+func (e *env) dialStream(thread, lastID, after string) (*sseReader, error) {
 	u := e.srv.URL + "/admin/v1/threads/" + thread + "/events/stream"
 	if after != "" {
 		u += "?after=" + after
 	}
 	req, err := http.NewRequest("GET", u, nil)
-	require.NoError(e.t, err)
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
 	resp, err := http.DefaultClient.Do(req) // returns with the headers: they come at once
-	require.NoError(e.t, err)
-	require.Equal(e.t, 200, resp.StatusCode)
-	require.Equal(e.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, err
+	}
 	e.t.Cleanup(func() { resp.Body.Close() })
-	return &sseReader{t: e.t, resp: resp, rd: bufio.NewReader(resp.Body)}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		return nil, fmt.Errorf("stream of %s: %s, %s", thread, resp.Status, ct)
+	}
+	return &sseReader{t: e.t, resp: resp, rd: bufio.NewReader(resp.Body)}, nil
 }
 
 // next reads the next event: its id and data. An event that has not come within a minute (at
 // once; a minute on a busy machine) fails the test: the stream is closed.
 func (s *sseReader) next() (string, workspace.Event) {
 	s.t.Helper()
+	id, ev, err := s.read()
+	require.NoError(s.t, err)
+	return id, ev
+}
+
+// read is next for a goroutine other than the test's: it returns what went wrong.
+func (s *sseReader) read() (string, workspace.Event, error) {
 	late := time.AfterFunc(time.Minute, func() { s.resp.Body.Close() })
 	defer late.Stop()
 	var id string
 	for {
 		line, err := s.rd.ReadString('\n')
-		require.NoError(s.t, err)
+		if err != nil {
+			return "", workspace.Event{}, err
+		}
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case strings.HasPrefix(line, "id: "):
 			id = strings.TrimPrefix(line, "id: ")
 		case strings.HasPrefix(line, "data: "):
 			var ev workspace.Event
-			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
-			require.Equal(s.t, id, itoa(ev.ID))
-			return id, ev
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+				return "", ev, err
+			}
+			if id != itoa(ev.ID) {
+				return "", ev, fmt.Errorf("event %d under the id %q", ev.ID, id)
+			}
+			return id, ev, nil
 		}
 	}
 }

@@ -162,14 +162,22 @@ func TestEventStreamsAcrossABurst(t *testing.T) {
 	got := make([][]string, threads)
 	var readers sync.WaitGroup
 	for i := range threads {
-		readers.Go(func() {
+		readers.Go(func() { // t.Error only: FailNow belongs to the test's own goroutine
 			s := streams[i]
 			for len(got[i]) < each {
 				if len(got[i]) == each/2 { // away, then back with the last id it read
 					s.resp.Body.Close()
-					s = reader.openStream(name(i), got[i][len(got[i])-1], "")
+					var err error
+					if s, err = reader.dialStream(name(i), got[i][len(got[i])-1], ""); err != nil {
+						t.Error(err)
+						return
+					}
 				}
-				id, _ := s.next()
+				id, _, err := s.read()
+				if err != nil {
+					t.Errorf("thread %s after %v: %v", name(i), got[i], err)
+					return
+				}
 				got[i] = append(got[i], id)
 			}
 		})
