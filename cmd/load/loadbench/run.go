@@ -58,6 +58,33 @@ func RequestBody(size int, stream bool) []byte {
 	return []byte(`{"model":"bench",` + s + `"messages":[` + strings.Join(msgs, ",") + `]}`)
 }
 
+// ConversationBody is an agent's conversation of exchanges rounds under one client tool: with
+// tool set, each round is the model's call of read_file and its result (content the user did not
+// write: the turn is tainted, docs/spec.md §19); without, the model's words and the user's, of the
+// same sizes. The two cost the same to parse, so their difference is what classifying what the
+// model read costs.
+func ConversationBody(exchanges int, tool, stream bool) []byte {
+	msgs := []string{`{"role":"system","content":"You are a careful coding assistant."}`,
+		`{"role":"user","content":"Find why the build fails on the release branch and fix it."}`}
+	result := "package main // the file's text as the tool read it: imports, a function, a failing test. "
+	for i := range exchanges {
+		if tool {
+			msgs = append(msgs,
+				fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"cmd/main_%d.go\"}"}}]}`, i, i),
+				fmt.Sprintf(`{"role":"tool","tool_call_id":"call_%d","content":%q}`, i, result))
+		} else {
+			msgs = append(msgs,
+				fmt.Sprintf(`{"role":"assistant","content":"Reading cmd/main_%d.go next, as the build log points at it; then the test that fails on the release branch, and the imports it needs."}`, i),
+				fmt.Sprintf(`{"role":"user","content":%q}`, result))
+		}
+	}
+	s := ""
+	if stream {
+		s = `"stream":true,`
+	}
+	return []byte(`{"model":"bench",` + s + `"tools":[{"type":"function","function":{"name":"read_file","description":"Read a file of the repository.","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}}],"messages":[` + strings.Join(msgs, ",") + `]}`)
+}
+
 // Run drives the load and returns its figures. Clients loop until the duration ends; every
 // request's body is read to its end.
 func (l Load) Run(ctx context.Context) Result {

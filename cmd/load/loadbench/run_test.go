@@ -2,9 +2,11 @@ package loadbench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,4 +56,20 @@ func TestLoadThreads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConversationBodies: the suite's two agent conversations are valid requests of about the
+// same size, one with 20 tool results and one without any.
+func TestConversationBodies(t *testing.T) {
+	tainted, clean := ConversationBody(20, true, false), ConversationBody(20, false, false)
+	for _, b := range [][]byte{tainted, clean} {
+		var req struct {
+			Messages []struct{ Role string } `json:"messages"`
+		}
+		require.NoError(t, json.Unmarshal(b, &req))
+		require.Len(t, req.Messages, 42)
+	}
+	require.Equal(t, 20, strings.Count(string(tainted), `"role":"tool"`))
+	require.NotContains(t, string(clean), `"role":"tool"`)
+	require.InDelta(t, len(tainted), len(clean), 0.15*float64(len(clean)), "%d against %d bytes", len(tainted), len(clean))
 }

@@ -21,6 +21,7 @@ type scenario struct {
 	url    string
 	thread string
 	stream bool
+	body   []byte // the request's body; RequestBody's when nil
 }
 
 // Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
@@ -170,19 +171,21 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 		return nil, err
 	}
 	return []scenario{
-		{"direct", "http://" + st.up + chatPath, "", false},
-		{"bare proxy", "http://" + bare + chatPath, "", false},
-		{"wsproxy pass-through", "http://" + ws + chatPath, "", false},
-		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false},
-		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false},
-		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false},
-		{"direct, streamed", "http://" + st.up + chatPath, "", true},
-		{"bare proxy, streamed", "http://" + bare + chatPath, "", true},
-		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true},
-		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true},
-		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false},
-		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false},
-		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false},
+		{"direct", "http://" + st.up + chatPath, "", false, nil},
+		{"bare proxy", "http://" + bare + chatPath, "", false, nil},
+		{"wsproxy pass-through", "http://" + ws + chatPath, "", false, nil},
+		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false, nil},
+		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false, nil},
+		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false, nil},
+		{"direct, streamed", "http://" + st.up + chatPath, "", true, nil},
+		{"bare proxy, streamed", "http://" + bare + chatPath, "", true, nil},
+		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true, nil},
+		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true, nil},
+		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false, nil},
+		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false, nil},
+		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false, nil},
+		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false)},
+		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false)},
 	}, nil
 }
 
@@ -223,7 +226,11 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 					return nil, nil, err
 				}
 				before := st.sample(s)
-				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: RequestBody(size, s.stream)}.Run(ctx)
+				body := s.body
+				if body == nil {
+					body = RequestBody(size, s.stream)
+				}
+				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: body}.Run(ctx)
 				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
 				if c == 32 && res.Requests > 0 {
 					cpu[s.name] = append(cpu[s.name], st.sample(s).since(before, res.Requests))
@@ -280,17 +287,26 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 		m := medianCPU(cpu[s.name])
 		return m.proxy + m.postgres, len(cpu[s.name]) > 0
 	}
-	for _, t := range []struct {
-		s, floor scenario
-		what     string
-		bound    time.Duration
-	}{{turn, floorTurn, "a thread turn", 250 * time.Microsecond}, {scenarios[5], floorTool, "a turn with one tool round", 650 * time.Microsecond}} {
-		if c, ok := together(t.s); ok {
-			detail := dur(c)
-			if f, ok := together(t.floor); ok {
-				detail += fmt.Sprintf(" (the floor's: %s; %.2fx)", dur(f), float64(c)/float64(f))
-			}
-			check(t.what+" costs at most "+dur(t.bound)+" of proxy and Postgres CPU (c=32)", c <= t.bound, detail)
+	if c, ok := together(turn); ok {
+		detail := dur(c)
+		if f, ok := together(floorTurn); ok {
+			detail += fmt.Sprintf(" (the floor's: %s; %.2fx)", dur(f), float64(c)/float64(f))
+		}
+		check("a thread turn costs at most 250µs of proxy and Postgres CPU (c=32)", c <= 250*time.Microsecond, detail)
+	}
+	// A tool round's CPU is printed beside the floor's, without a target: the floor alone
+	// measured 520-761 µs against the 650 µs of issue 37's, which #51 retired (BENCHMARKS.md).
+	if c, ok := together(scenarios[5]); ok {
+		if f, ok := together(floorTool); ok {
+			fmt.Printf("  [INFO] a turn with one tool round costs %s of proxy and Postgres CPU (c=32): the floor's %s; %.2fx\n", dur(c), dur(f), float64(c)/float64(f))
+		}
+	}
+	// Classifying what the model read rides the parse a turn already makes (docs/spec.md §19):
+	// a conversation of 20 tool results costs what the same conversation in the user's words does.
+	if c, ok := together(scenarios[13]); ok {
+		if u, ok := together(scenarios[14]); ok {
+			check("a thread turn that read 20 tool results costs at most 5% more CPU than the same conversation in the user's words (c=32)",
+				float64(c) <= 1.05*float64(u), fmt.Sprintf("%s vs %s (%.3fx)", dur(c), dur(u), float64(c)/float64(u)))
 		}
 	}
 	if c, ok := together(pass); ok {
