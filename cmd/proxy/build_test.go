@@ -2,8 +2,10 @@ package main
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -174,4 +176,190 @@ func TestRoomsImports(t *testing.T) {
 	for rel := range roomImports {
 		require.True(t, seen[rel], "roomImports names %q, which is no package of the module", rel)
 	}
+}
+
+// TestRoomsFiles checks docs/architecture.md's file map ("File by file") against the tree, as
+// TestRoomsImports checks its table of rooms against the import graph. Each table of the map
+// whose first column is "file" or "path" names, in that column, paths relative to its section's
+// directory (the first path in the section's heading, else the repository's root): every one
+// must exist. A path that is a directory names its Go files in the row's other cells (names or
+// globs relative to it). Every Go file of the repository (tests, testdata and hidden directories
+// aside) must be named so, and the failure says which file is missing from which row.
+func TestRoomsFiles(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	const doc = "docs/architecture.md"
+	b, err := os.ReadFile(filepath.Join(root, doc))
+	require.NoError(t, err)
+	m := parseFileMap(string(b))
+	require.NotEmpty(t, m.sections, "%s has no \"## File by file\" tables", doc)
+
+	isDir := func(rel string) bool { fi, err := os.Stat(filepath.Join(root, rel)); return err == nil && fi.IsDir() }
+	named := map[string]bool{} // the Go files the map names, by their path in the repository
+	type dirRow struct{ section, base, row string }
+	dirRows := map[string]dirRow{} // a directory named by a row: where
+	sectionOf := map[string]string{}
+	for _, s := range m.sections {
+		base := ""
+		if s.dir != "" && isDir(s.dir) {
+			base = s.dir
+			sectionOf[base] = s.heading
+		}
+		for _, r := range s.rows {
+			for _, name := range r.names {
+				p := path.Join(base, name)
+				if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+					t.Errorf("%s, %q, row %s: %s does not exist", doc, s.heading, r.first, p)
+					continue
+				}
+				if !isDir(p) {
+					if strings.HasSuffix(p, ".go") {
+						named[p] = true
+					}
+					continue
+				}
+				dirRows[p] = dirRow{s.heading, base, r.first}
+				for _, f := range r.rest {
+					if !strings.HasSuffix(f, ".go") {
+						continue
+					}
+					matches, err := filepath.Glob(filepath.Join(root, p, f))
+					require.NoError(t, err)
+					if len(matches) == 0 {
+						t.Errorf("%s, %q, row %s: it names %s, which does not exist", doc, s.heading, r.first, path.Join(p, f))
+					}
+					for _, mt := range matches {
+						rel, err := filepath.Rel(root, mt)
+						require.NoError(t, err)
+						named[filepath.ToSlash(rel)] = true
+					}
+				}
+			}
+		}
+	}
+
+	require.NoError(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if named[rel] {
+			return nil
+		}
+		dir, file := path.Split(rel)
+		dir = strings.TrimSuffix(dir, "/")
+		switch r, ok := dirRows[dir]; {
+		case ok:
+			t.Errorf("%s names no %s: add `%s` to the row %s of %q", doc, rel, file, r.row, r.section)
+		case sectionOf[dir] != "":
+			t.Errorf("%s names no %s: add a row `%s` to the table of %q", doc, rel, file, sectionOf[dir])
+		default:
+			// The nearest directory above it that has a section or a row, else "The rest"
+			// (the repository's root).
+			where, base := `"The rest"`, ""
+			for up := path.Dir(dir); dir != "" && up != "."; up = path.Dir(up) {
+				if h := sectionOf[up]; h != "" {
+					where, base = fmt.Sprintf("the table of %q", h), up
+					break
+				}
+				if r, ok := dirRows[up]; ok {
+					where, base = fmt.Sprintf("%q (beside its row %s)", r.section, r.row), r.base
+					break
+				}
+			}
+			if dir == "" {
+				t.Errorf("%s names no %s: add a row `%s` to %s", doc, rel, file, where)
+				break
+			}
+			t.Errorf("%s names no %s, and no row or section covers %s/: add a row `%s/` naming `%s` to %s",
+				doc, rel, dir, strings.TrimPrefix(strings.TrimPrefix(dir, base), "/"), file, where)
+		}
+		return nil
+	}))
+}
+
+// fileMap is docs/architecture.md's "File by file": its sections and their file tables' rows.
+type fileMap struct {
+	sections []fileSection
+}
+
+type fileSection struct {
+	heading string // the heading's text
+	dir     string // the first path in backquotes in the heading, without its trailing slash
+	rows    []fileRow
+}
+
+type fileRow struct {
+	first string   // the first cell, as written
+	names []string // the paths in backquotes in the first cell
+	rest  []string // the names in backquotes in the other cells
+}
+
+// parseFileMap reads the tables under "## File by file" up to the next second-level heading.
+// Only tables whose header's first cell is "file" or "path" are file tables.
+func parseFileMap(doc string) fileMap {
+	quoted := regexp.MustCompile("`([^`]+)`")
+	names := func(s string) []string {
+		var out []string
+		for _, m := range quoted.FindAllStringSubmatch(s, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	var fm fileMap
+	in, fileTable, header := false, false, false
+	for line := range strings.Lines(doc) {
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case strings.HasPrefix(line, "## "):
+			in = strings.HasPrefix(line, "## File by file")
+			continue
+		case !in:
+			continue
+		case strings.HasPrefix(line, "### "):
+			s := fileSection{heading: strings.TrimPrefix(line, "### ")}
+			if n := names(s.heading); len(n) > 0 {
+				s.dir = strings.TrimSuffix(n[0], "/")
+			}
+			fm.sections = append(fm.sections, s)
+			continue
+		case !strings.HasPrefix(line, "|"):
+			header = false
+			continue
+		}
+		if len(fm.sections) == 0 {
+			fm.sections = append(fm.sections, fileSection{heading: "File by file"})
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if !header { // a table's first line
+			header = true
+			first := strings.TrimSpace(cells[0])
+			fileTable = first == "file" || first == "path"
+			continue
+		}
+		if !fileTable || strings.HasPrefix(line, "|--") || strings.HasPrefix(line, "|:-") {
+			continue
+		}
+		s := &fm.sections[len(fm.sections)-1]
+		s.rows = append(s.rows, fileRow{
+			first: strings.TrimSpace(cells[0]),
+			names: names(cells[0]),
+			rest:  names(strings.Join(cells[1:], "|")),
+		})
+	}
+	return fm
 }

@@ -1,8 +1,8 @@
 // Package turn is wsproxy's turn engine: a thread turn's request read and rewritten on raw JSON
 // (the workspace placed, the five tools added), the one loop that runs the workspace's calls and
 // calls the upstream again until the model answers (Runner), and the wire dialects it speaks —
-// chat completions, the Responses API and Anthropic's Messages API, each as JSON and as
-// server-sent events. It knows neither HTTP handlers nor Prometheus: the upstream is an
+// chat completions, the Responses API, Anthropic's Messages API and Google's Gemini API, each as
+// JSON and as server-sent events. It knows neither HTTP handlers nor Prometheus: the upstream is an
 // interface, the client of a stream an Emitter, and metrics go through Metrics
 // (docs/architecture.md).
 package turn
