@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 
-.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq promtool run build image release bench bench-load bench-latency bench-cache bench-writes soak failover
+.PHONY: test vet check-size generate check-generated chromium buildah npm-clients jq promtool run build image release bench bench-load bench-latency bench-cache bench-writes bench-poison soak failover
 
 ## VERSION: what the binaries say they are (`wsproxy version`, the start line, wsproxy_build_info):
 ## the VERSION file's (CHANGELOG.md says what each version changed).
@@ -126,6 +126,14 @@ bench-writes: build
 bench-cache: build
 	$(GO) build -o bin/load ./cmd/load
 	scripts/pg.sh exec sh -c 'DATABASE_URL=$$TEST_DATABASE_URL bin/load cache -wsproxy bin/wsproxy'
+
+## bench-poison: the memory-poisoning scorecard of BENCHMARKS.md (docs/spec.md §19): the corpus
+## of proxy/testdata/poison in every untrusted channel of every wire API and over MCP, written by
+## a scripted model that always obeys, under each untrusted_writes, streamed and not; a benign
+## corpus and an adaptive attacker beside it. Fails when a poisoned write changes a block under
+## the default or a locked item changes; prints the tables.
+bench-poison:
+	scripts/pg.sh exec env POISON_SCORECARD=1 $(GO) test -count=1 -timeout 30m -run '^TestPoisonScorecard$$' -v ./proxy
 
 ## soak: ten minutes of mixed traffic against two wsproxy instances on one Postgres, with injected
 ## upstream and Postgres faults; fails unless every recorded preference is stored exactly once and

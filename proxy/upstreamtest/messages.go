@@ -147,7 +147,7 @@ func (m MessageReply) Events() []string {
 	send("ping", map[string]any{})
 	for i, b := range m.Blocks {
 		delta := func(d map[string]any) { send("content_block_delta", map[string]any{"index": i, "delta": d}) }
-		halves := func(s string) []string { return []string{s[:len(s)/2], s[len(s)/2:]} }
+		halves := func(s string) []string { n := Cut(s, len(s)/2); return []string{s[:n], s[n:]} }
 		switch b.Type {
 		case "text":
 			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "text", "text": ""}})
@@ -163,7 +163,7 @@ func (m MessageReply) Events() []string {
 		case "tool_use":
 			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": map[string]any{}}})
 			for a := b.Input; a != ""; {
-				n := min(7, len(a))
+				n := Cut(a, 7)
 				delta(map[string]any{"type": "input_json_delta", "partial_json": a[:n]})
 				a = a[n:]
 			}

@@ -194,7 +194,7 @@ func (s ResponseSpec) pieces(text string) []string {
 	}
 	var out []string
 	for len(text) > 0 {
-		n := min(len(text), 7)
+		n := Cut(text, 7)
 		out = append(out, text[:n])
 		text = text[n:]
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy/demo"
 )
@@ -232,13 +233,31 @@ func ToolCallChunks(id string, split int, calls ...Call) []string {
 	for i, c := range calls {
 		out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.ID, c.Name), ""))
 		for a := c.Arguments; a != ""; {
-			n := min(split, len(a))
+			n := Cut(a, split)
 			b, _ := json.Marshal(a[:n])
 			out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, b), ""))
 			a = a[n:]
 		}
 	}
 	return append(out, Chunk(id, `{}`, "tool_calls"))
+}
+
+// Cut is where a piece of at most n bytes of s ends at a character's boundary (at least one
+// character, for n > 0): a streamed piece of a string is valid UTF-8, as a provider streams it.
+func Cut(s string, n int) int {
+	switch {
+	case n >= len(s):
+		return len(s)
+	case n <= 0:
+		return 0
+	}
+	for i := n; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return i
+		}
+	}
+	_, size := utf8.DecodeRuneInString(s)
+	return size
 }
 
 // Args encodes tool arguments.

@@ -635,6 +635,7 @@ func (g *GeminiRequest) Tainted() (tainted, clientTools bool) {
 	return quick(g.reading(&reader{quick: true}))
 }
 
+// The tools are read from the request's tools array (g.tools holds its elements only).
 func (g *GeminiRequest) reading(rd *reader) workspace.Reading {
-	return rd.gemini(g.list, g.tools, g.fields.Has("cachedContent") || g.fields.Has("cached_content"))
+	return rd.gemini(g.list, g.fields.Get("tools"), g.fields.Has("cachedContent") || g.fields.Has("cached_content"))
 }

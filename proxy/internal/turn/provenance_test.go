@@ -115,3 +115,20 @@ func longText() string {
 	}
 	return string(b)
 }
+
+// TestGeminiRequestReadsItsTools: a parsed Gemini request's reading sees its tools: a Google
+// Search tool taints the turn (a server tool, docs/spec.md §19), functionDeclarations are the
+// client's own tools; on the full reading and the quick one alike.
+func TestGeminiRequestReadsItsTools(t *testing.T) {
+	t.Parallel()
+	g, err := ParseGeminiRequest([]byte(`{"contents":[{"role":"user","parts":[{"text":"What is new?"}]}],`+
+		`"tools":[{"functionDeclarations":[{"name":"fetch","parameters":{"type":"object"}}]},{"googleSearch":{}}]}`), "gemini-2.5-pro", false)
+	require.NoError(t, err)
+	r := g.Reading()
+	require.True(t, r.Tainted)
+	require.True(t, r.ClientTools)
+	require.Equal(t, []workspace.Source{{Type: workspace.SourceServerTool, Tool: "googleSearch", Count: 1}}, r.Sources)
+	tainted, clientTools := g.Tainted()
+	require.True(t, tainted)
+	require.True(t, clientTools)
+}
