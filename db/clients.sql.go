@@ -389,6 +389,17 @@ func (q *Queries) ClientsExist(ctx context.Context, db DBTX) (bool, error) {
 	return exist, err
 }
 
+const clientsLock = `-- name: ClientsLock :exec
+SELECT version FROM clients_version FOR UPDATE
+`
+
+// Takes the clients' version row for the transaction: changes of the clients (a seed of every
+// replica starting at once among them) run one after the other, each seeing the one before.
+func (q *Queries) ClientsLock(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, clientsLock)
+	return err
+}
+
 const clientsTouch = `-- name: ClientsTouch :exec
 UPDATE clients SET last_used_at = greatest(last_used_at, $1) WHERE name = ANY ($2::text[])
 `

@@ -2,6 +2,11 @@
 -- Where the clients stand: it moves with every change a replica must see (docs/spec.md §20).
 SELECT version FROM clients_version;
 
+-- name: ClientsLock :exec
+-- Takes the clients' version row for the transaction: changes of the clients (a seed of every
+-- replica starting at once among them) run one after the other, each seeing the one before.
+SELECT version FROM clients_version FOR UPDATE;
+
 -- name: ClientsBump :exec
 -- Moves the clients' version, in the transaction that changes them.
 UPDATE clients_version SET version = version + 1;

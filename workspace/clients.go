@@ -107,6 +107,9 @@ func (s *Store) LiveClientKeys(ctx context.Context) (exist bool, keys []LiveKey,
 // changeClients runs fn in a transaction that moves the clients' version.
 func (s *Store) changeClients(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.q.ClientsLock(ctx, tx); err != nil {
+			return err
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -317,6 +320,11 @@ func (s *Store) SeedClients(ctx context.Context, seeds []SeedKey) (_ Seeded, err
 	var out Seeded
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		out = Seeded{}
+		// Every replica may start at once: their seeds run one after the other, each reading
+		// what the one before wrote (each statement of READ COMMITTED reads anew).
+		if err := s.q.ClientsLock(ctx, tx); err != nil {
+			return err
+		}
 		keep := make([][]byte, len(seeds))
 		for i, sk := range seeds {
 			keep[i] = sk.Hash[:]

@@ -354,3 +354,33 @@ func TestSIGHUPReloadsClientKeys(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode, "bob's key, added by the reload")
 	require.NotContains(t, r.out.String(), "hup-bob-key")
 }
+
+// TestClientKeysSeedAtOnce: replicas that start at once with the same CLIENT_KEYS seed the table
+// one after the other: every one starts, and every key works on each.
+func TestClientKeysSeedAtOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.SchemaURL(t)
+	var spec strings.Builder
+	for i := range 50 {
+		spec.WriteString("c" + itoa(int64(i)) + "=at-once-key-0123456789-" + itoa(int64(i)) + "\n")
+	}
+	file := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(file, []byte(spec.String()), 0o600))
+	var replicas [3]*Main
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			replicas[i], _ = MustRunMain(t, func(c *Config) {
+				c.DatabaseURL, c.ClientKeys, c.UpstreamAPIKey = dbURL, "@"+file, "sk-upstream-0123456789"
+			})
+		})
+	}
+	wg.Wait()
+	rec := &recorder{}
+	for _, m := range replicas {
+		require.Equal(t, 200, rec.turn(t, m, "at-once-key-0123456789-49", "t1"))
+	}
+	var n int
+	require.NoError(t, replicas[0].pool.QueryRow(context.Background(), `SELECT count(*) FROM client_keys WHERE revoked_at IS NULL`).Scan(&n))
+	require.Equal(t, 50, n)
+}
