@@ -235,6 +235,9 @@ func TestClientsAtRuntime(t *testing.T) {
 	require.Len(t, list.Data, 1)
 	require.Len(t, list.Data[0].Keys, 1)
 	require.Equal(t, second.ID, list.Data[0].Keys[0].ID)
+	eventually(t, "the last use noted (each replica notes it every 5 s)", func() bool {
+		return rec.admin(t, a, adminToken, "GET", "/admin/v1/clients", "", &list) == 200 && list.Data[0].LastUsed != nil
+	})
 
 	// A deleted client's keys end on both replicas; its threads stay, for the admin.
 	require.Equal(t, 204, rec.admin(t, b, adminToken, "DELETE", "/admin/v1/clients/alice", "", nil))
