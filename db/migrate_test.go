@@ -1133,3 +1133,49 @@ func TestUpgradeToProvenance(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, ev.Context)
 }
+
+// TestUpgradeToClients: 020 adds the clients' tables (docs/spec.md §20) beside a populated
+// database; nothing stored changes, and keys are refused unless hashed, names unless §2's.
+func TestUpgradeToClients(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs", "018_no_notify_in_writes", "019_provenance"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id) VALUES ('alice~t1', 2, 1, 1)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "alice~t1")
+	require.NoError(t, err)
+	require.Equal(t, int32(2), th.Turns)
+	exist, err := q.ClientsExist(ctx, pool)
+	require.NoError(t, err)
+	require.False(t, exist, "no client until one is made or seeded")
+	v, err := q.ClientsVersion(ctx, pool)
+	require.NoError(t, err)
+	require.Zero(t, v)
+
+	_, err = q.ClientCreate(ctx, pool, db.ClientCreateParams{Name: "alice"})
+	require.NoError(t, err)
+	hash := make([]byte, 32)
+	_, err = q.ClientKeyInsert(ctx, pool, db.ClientKeyInsertParams{Client: "alice", Hash: hash, Prefix: "wsp_abcd"})
+	require.NoError(t, err)
+	_, err = q.ClientKeyInsert(ctx, pool, db.ClientKeyInsertParams{Client: "alice", Hash: []byte("a key, not a hash"), Prefix: "wsp_"})
+	require.Error(t, err, "only a 32-byte hash is kept")
+	_, err = q.ClientKeyInsert(ctx, pool, db.ClientKeyInsertParams{Client: "alice", Hash: make([]byte, 32), Prefix: "wsp_"})
+	require.Error(t, err, "a hash is unique")
+	_, err = q.ClientKeyInsert(ctx, pool, db.ClientKeyInsertParams{Client: "alice", Hash: append(make([]byte, 31), 1), Prefix: "wsp_abcde"})
+	require.Error(t, err, "a prefix is 8 characters at most")
+	_, err = q.ClientCreate(ctx, pool, db.ClientCreateParams{Name: "al~ice"})
+	require.Error(t, err, "§2's client names")
+	require.NoError(t, q.ClientsBump(ctx, pool))
+	v, err = q.ClientsVersion(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), v)
+	live, err := q.ClientKeysLive(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, live, 1)
+}

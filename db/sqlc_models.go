@@ -8,10 +8,35 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Client struct {
+	Name              string
+	CreatedAt         pgtype.Timestamptz
+	LastUsedAt        pgtype.Timestamptz
+	DeletedAt         pgtype.Timestamptz
+	RequestsPerMinute pgtype.Int4
+	TokensPerDay      pgtype.Int8
+	MaxThreads        pgtype.Int4
+}
+
+type ClientKey struct {
+	ID        int64
+	Client    string
+	Hash      []byte
+	Prefix    string
+	Seeded    bool
+	CreatedAt pgtype.Timestamptz
+	RevokedAt pgtype.Timestamptz
+}
+
 type ClientResponse struct {
 	Client    string
 	ID        string
 	CreatedAt pgtype.Timestamptz
+}
+
+type ClientsVersion struct {
+	One     bool
+	Version int64
 }
 
 type Event struct {

@@ -141,7 +141,7 @@ func (s *Server) upstreamRequest(a *wireAPI, r *http.Request, h http.Header, pas
 	query := ""
 	switch {
 	case a.query != nil:
-		query = a.query(r, s.opts.ClientKeys != nil || up.APIKey != "")
+		query = a.query(r, s.opts.ClientKeys.On() || up.APIKey != "")
 	case passThrough:
 		query = r.URL.RawQuery
 	}
@@ -162,7 +162,7 @@ func (s *Server) turnUpstream(r *http.Request) *clientUpstream {
 	h.Set("Content-Type", "application/json") // every round's body is JSON
 	c := &clientUpstream{transport: s.transport, url: u.String(), header: h, tracing: s.tracing, back: s.fromUpstream(),
 		provider: a.providerOf(up.URL)}
-	if s.opts.ClientKeys != nil && up.APIKey == "" {
+	if s.opts.ClientKeys.On() && up.APIKey == "" {
 		c.keyless = a.keySetting
 	}
 	return c

@@ -188,7 +188,7 @@ func (u tappedUpstream) Post(ctx context.Context, body turn.Payload) (*turn.Upst
 // that fails (Postgres down) costs the client the continuation of that response (a later 404),
 // never the answer, which goes out unchanged.
 func (s *Server) forwardResponses(w http.ResponseWriter, r *http.Request, client string, body []byte) {
-	if s.opts.ClientKeys == nil {
+	if !s.opts.ClientKeys.On() {
 		s.forward(w, r, body)
 		return
 	}
@@ -225,7 +225,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 // ownedContinuation checks, with client keys, a thread turn's references: its input items' ids,
 // and its previous_response_id when it names none of the thread's turns (continuing).
 func (s *Server) ownedContinuation(ctx context.Context, thread workspace.ThreadID, body []byte, continuing bool) error {
-	if s.opts.ClientKeys == nil {
+	if !s.opts.ClientKeys.On() {
 		return nil
 	}
 	previous, items, err := referencedIDs(body)

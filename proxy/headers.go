@@ -41,14 +41,14 @@ func rewrittenHeader(in http.Header) http.Header {
 // project. The operator's key is the API's to set (upstreamRequest).
 func (s *Server) strip(h http.Header) {
 	for k := range h {
-		if strings.HasPrefix(k, "X-Forwarded-") || (s.opts.ClientKeys != nil && clientCredential(k)) {
+		if strings.HasPrefix(k, "X-Forwarded-") || (s.opts.ClientKeys.On() && clientCredential(k)) {
 			delete(h, k)
 		}
 	}
 	for _, k := range []string{threadHeader, placementHeader, parentsHeader, "Forwarded", "X-Real-Ip", "Cookie"} {
 		h.Del(k)
 	}
-	if s.opts.ClientKeys != nil {
+	if s.opts.ClientKeys.On() {
 		for _, k := range []string{"Openai-Organization", "Openai-Project"} {
 			h.Del(k)
 		}
@@ -84,7 +84,7 @@ type fromUpstream struct {
 }
 
 func (s *Server) fromUpstream() fromUpstream {
-	return fromUpstream{identity: s.opts.ClientKeys != nil, keys: s.upstreamKeys}
+	return fromUpstream{identity: s.opts.ClientKeys.On(), keys: s.upstreamKeys}
 }
 
 // identityHeaders name the operator's account, or are the upstream's cookies.

@@ -61,7 +61,7 @@ var errClientKey = &apierr.Error{Status: http.StatusUnauthorized, Type: "invalid
 // when client keys are off). A wrong key counts as a failed authentication of the client's
 // address (throttled).
 func (s *Server) clientOf(r *http.Request) (string, error) {
-	if s.opts.ClientKeys == nil {
+	if !s.opts.ClientKeys.On() {
 		return "", nil
 	}
 	key, ok := clientKey(r)

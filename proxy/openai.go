@@ -63,7 +63,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		case !errors.Is(err, workspace.ErrNotFound):
 			// With client keys the continuation's owner is checked below, which needs the
 			// database: no bypass then.
-			if s.opts.ClientKeys != nil || !s.bypassed(w, r, in, err) {
+			if s.opts.ClientKeys.On() || !s.bypassed(w, r, in, err) {
 				apierr.Write(w, r, s.log, err)
 			}
 			return
@@ -77,7 +77,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	}
 	s.serveTurn(w, r, in, req, ws, s.turnUpstream(r), func(t *turn.Turn) {
 		ids := &answerIDs{}
-		if s.opts.ClientKeys != nil {
+		if s.opts.ClientKeys.On() {
 			t.Upstream = tappedUpstream{Upstream: t.Upstream, ids: ids}
 		}
 		req.Record = func(first, last string, owed []string, stored bool) error {

@@ -96,7 +96,7 @@ func (s *Server) passThroughAllowed(r *http.Request) error {
 		return &apierr.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
 			Message: r.Method + " is not forwarded"}
 	}
-	if path := apiPath(r.URL.EscapedPath()); s.opts.ClientKeys != nil && !s.opts.PassThroughRoutes.Allows(r.Method, path) {
+	if path := apiPath(r.URL.EscapedPath()); s.opts.ClientKeys.On() && !s.opts.PassThroughRoutes.Allows(r.Method, path) {
 		return &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "route_not_allowed",
 			Message: r.Method + " " + path + " is not among the routes this proxy forwards for its clients (PASSTHROUGH_ROUTES)"}
 	}

@@ -362,6 +362,9 @@ const MinSecretLength = auth.MinSecretLength
 // ParseClientKeys reads CLIENT_KEYS: name=key pairs separated by commas or new lines.
 func ParseClientKeys(spec string) (*ClientKeys, error) { return auth.ParseClientKeys(spec) }
 
+// NewClientKeys returns client keys with no client yet, to Load from the clients' table.
+func NewClientKeys() *ClientKeys { return auth.NewClientKeys() }
+
 // ParseTrustedProxies reads TRUSTED_PROXIES: addresses or CIDRs separated by commas.
 func ParseTrustedProxies(spec string) (auth.Peers, error) { return auth.ParseTrustedProxies(spec) }
 

@@ -152,7 +152,7 @@ func (c *Config) settings() []setting {
 		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
 		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
-		{"CLIENT_KEYS", "client-keys", "clients' keys: name=key pairs separated by commas, or @FILE with one per line; when set every /v1 request needs one and threads are per client", (*secretValue)(&c.ClientKeys)},
+		{"CLIENT_KEYS", "client-keys", "clients' keys, seeding the clients' table at start (SIGHUP re-reads @FILE): name=key pairs separated by commas, or @FILE with one per line; with any client every /v1 request needs a key and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
 		{"ADMIN_TOKEN", "admin-token", "bearer token of the admin REST; generated and logged once when unset", (*secretValue)(&c.AdminToken)},
 		{"MAX_TOOL_ROUNDS", "max-tool-rounds", "tool rounds per turn before a last call without the workspace tools", (*intValue)(&c.MaxToolRounds)},

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,6 +46,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m := NewMain()
+	// SIGHUP never ends the process: it re-reads CLIENT_KEYS=@FILE (docs/spec.md §20).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		for range hup {
+			m.Reseed(ctx)
+		}
+	}()
 	if err := m.Config.Load(os.Args[1:], os.Getenv, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
@@ -91,6 +101,13 @@ type Main struct {
 	served   chan error
 	// pruning stops the HISTORY_RETENTION pruner (nil when none runs).
 	pruning func()
+
+	// clients are the clients' keys (docs/spec.md §20), followed in the database until
+	// following is called; reseeding serializes the seeds of SIGHUP.
+	clients   *proxy.ClientKeys
+	store     *workspace.Store
+	following func()
+	reseeding sync.Mutex
 }
 
 // tracerProvider is the proxy's tracer provider: nil when tracing is off.
@@ -114,6 +131,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	seeded := clientKeys != nil
+	if clientKeys == nil {
+		clientKeys = proxy.NewClientKeys()
+	}
 	out := m.LogOutput
 	if out == nil {
 		out = os.Stderr
@@ -130,7 +151,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.tp != nil {
 		m.log.Info("tracing: exporting spans over OTLP", slog.String("semconv", proxy.SemconvVersion))
 	}
-	m.metrics = proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys))
+	m.metrics = proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys, seeded))
 	upstreamURL, anthropicURL, geminiURL, err := m.upstreams()
 	if err != nil {
 		return err
@@ -156,6 +177,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.AdminToken = newToken()
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
+	m.store = workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout,
+		Limits:          workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)},
+		UntrustedWrites: m.Config.UntrustedWrites})
+	if err := m.followClients(ctx, clientKeys); err != nil {
+		return err
+	}
 	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, geminiURL, clientKeys))
 	var served http.Handler = m.proxy
 	m.handler.Store(&served)
@@ -166,15 +193,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("DATABASE_LISTEN_URL is no longer used: each replica follows the threads it watches through DATABASE_URL's pool (EVENTS_POLL_INTERVAL)",
 			slog.String("fix", "unset DATABASE_LISTEN_URL"))
 	}
-	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && clientKeys == nil && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
+	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && !clientKeys.On() && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
 		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
 			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
 	}
-	if clientKeys != nil && m.Config.AnthropicUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.AnthropicUpstreamBaseURL != "demo" {
+	if clientKeys.On() && m.Config.AnthropicUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.AnthropicUpstreamBaseURL != "demo" {
 		m.log.Warn("CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY: Messages requests reach the Anthropic upstream with no key (the clients' stay with wsproxy)",
 			slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("fix", "set ANTHROPIC_UPSTREAM_API_KEY, unless that upstream needs none"))
 	}
-	if clientKeys != nil && m.Config.GeminiUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.GeminiUpstreamBaseURL != "demo" {
+	if clientKeys.On() && m.Config.GeminiUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.GeminiUpstreamBaseURL != "demo" {
 		m.log.Warn("CLIENT_KEYS without GEMINI_UPSTREAM_API_KEY: Gemini requests reach the Gemini upstream with no key (the clients' stay with wsproxy)",
 			slog.String("gemini_upstream", m.shownUpstream(geminiURL)), slog.String("fix", "set GEMINI_UPSTREAM_API_KEY, unless that upstream needs none"))
 	}
@@ -323,10 +350,8 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
-	limits := workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
 	return proxy.Options{
-		Store: workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits,
-			UntrustedWrites: m.Config.UntrustedWrites}),
+		Store:          m.store,
 		UpstreamURL:    upstreamURL,
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
@@ -362,13 +387,96 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 	}
 }
 
-// metricsOptions are the metrics' options: the clients of CLIENT_KEYS, the version.
-func (m *Main) metricsOptions(clientKeys *proxy.ClientKeys) proxy.MetricsOptions {
+// metricsOptions are the metrics' options: the clients of CLIENT_KEYS (seeded), the version.
+func (m *Main) metricsOptions(clientKeys *proxy.ClientKeys, seeded bool) proxy.MetricsOptions {
 	o := proxy.MetricsOptions{Version: version()}
-	if clientKeys != nil {
+	if seeded {
 		o.Clients = clientKeys.Names()
 	}
 	return o
+}
+
+// followClients seeds the clients' table with CLIENT_KEYS, loads the live keys into keys, and has
+// them follow the table (docs/spec.md §20) until Close.
+func (m *Main) followClients(ctx context.Context, keys *proxy.ClientKeys) error {
+	m.reseeding.Lock()
+	defer m.reseeding.Unlock()
+	if err := m.seed(ctx, keys); err != nil {
+		return err
+	}
+	if err := keys.Load(ctx, m.store); err != nil {
+		return fmt.Errorf("read the clients: %w", err)
+	}
+	m.clients = keys
+	follow, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		keys.Follow(follow, cmp.Or(m.Config.EventsPollInterval, eventsDefaultInterval), m.log)
+	}()
+	m.following = func() { stop(); <-done }
+	return nil
+}
+
+// eventsDefaultInterval is EVENTS_POLL_INTERVAL's default (eventhub.DefaultInterval).
+const eventsDefaultInterval = 250 * time.Millisecond
+
+// seed makes the clients' table hold the entries of keys (CLIENT_KEYS), and logs what it changed
+// by client name (never a key).
+func (m *Main) seed(ctx context.Context, keys *proxy.ClientKeys) error {
+	if len(keys.Seeds()) == 0 {
+		return nil
+	}
+	changed, err := m.store.SeedClients(ctx, keys.Seeds())
+	if err != nil {
+		return err
+	}
+	if len(changed.Added) > 0 {
+		m.log.Info("CLIENT_KEYS: clients given a key", slog.Any("clients", changed.Added))
+	}
+	if len(changed.Revoked) > 0 {
+		m.log.Info("CLIENT_KEYS: keys no longer listed are revoked", slog.Any("clients", changed.Revoked))
+	}
+	if len(changed.Kept) > 0 {
+		m.log.Warn("CLIENT_KEYS lists keys revoked over the admin REST: they stay revoked", slog.Any("clients", changed.Kept),
+			slog.String("fix", "give these clients new keys in CLIENT_KEYS, or remove their entries"))
+	}
+	return nil
+}
+
+// Reseed re-reads CLIENT_KEYS=@FILE and seeds the clients' table with it (SIGHUP): what changed
+// is logged by name; a file that cannot be read or parsed changes nothing (the error is logged,
+// never a key). Before Run has loaded the clients, and after Close, it does nothing.
+func (m *Main) Reseed(ctx context.Context) {
+	m.reseeding.Lock()
+	defer m.reseeding.Unlock()
+	if m.clients == nil || m.store == nil {
+		if m.log != nil {
+			m.log.Warn("SIGHUP: wsproxy is not serving yet; CLIENT_KEYS is read as it starts")
+		}
+		return
+	}
+	if !strings.HasPrefix(m.Config.ClientKeys, "@") {
+		m.log.Warn("SIGHUP: CLIENT_KEYS is not @FILE; nothing to re-read (clients change over the admin REST)")
+		return
+	}
+	keys, err := m.Config.clientKeys()
+	if err == nil && keys.ShortKey() > 0 {
+		err = fmt.Errorf("CLIENT_KEYS: entry %d: the key is shorter than %d characters", keys.ShortKey(), proxy.MinSecretLength)
+	}
+	if err != nil {
+		m.log.Error("SIGHUP: CLIENT_KEYS not reloaded; the clients stay as they are", slog.Any("err", err))
+		return
+	}
+	if err := m.seed(ctx, keys); err != nil {
+		m.log.Error("SIGHUP: CLIENT_KEYS not reloaded; the clients stay as they are", slog.Any("err", err))
+		return
+	}
+	m.clients.SetSeeds(keys)
+	if err := m.clients.Reload(ctx); err != nil {
+		m.log.Warn("SIGHUP: the clients are seeded; this replica reloads them at its next read", slog.Any("err", err))
+	}
+	m.log.Info("SIGHUP: CLIENT_KEYS re-read", slog.Any("clients", keys.Names()))
 }
 
 // serve serves the proxy on ln until Close.
@@ -480,6 +588,12 @@ func (m *Main) Close() error {
 		m.pruning()
 		m.pruning = nil
 	}
+	m.reseeding.Lock()
+	if m.following != nil {
+		m.following() // the clients used last are noted
+		m.following, m.clients = nil, nil
+	}
+	m.reseeding.Unlock()
 	if m.demo != nil {
 		errs = append(errs, m.demo.Close())
 		m.demo = nil

@@ -58,6 +58,14 @@ var adminRouteTable = []adminRoute{
 	{"POST", "/admin/v1/threads/{thread}/links", (*Server).adminLink},
 	{"GET", "/admin/v1/threads/{thread}/links", (*Server).adminLinks},
 	{"DELETE", "/admin/v1/threads/{thread}/links/{id}", (*Server).adminRevokeLink},
+	{"POST", "/admin/v1/clients", (*Server).adminCreateClient},
+	{"GET", "/admin/v1/clients", (*Server).adminListClients},
+	{"GET", "/admin/v1/clients/{name}", (*Server).adminGetClient},
+	{"PATCH", "/admin/v1/clients/{name}", (*Server).adminPatchClient},
+	{"DELETE", "/admin/v1/clients/{name}", (*Server).adminDeleteClient},
+	{"POST", "/admin/v1/clients/{name}/keys", (*Server).adminAddClientKey},
+	{"DELETE", "/admin/v1/clients/{name}/keys/{id}", (*Server).adminRevokeClientKey},
+	{"GET", "/admin/v1/me", (*Server).adminMe},
 	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
 		apierr.WriteJSON(w, http.StatusOK, openAPIDocument)
 		return nil

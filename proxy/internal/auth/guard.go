@@ -42,7 +42,7 @@ func (g *Guard) IsMetrics(token string) bool {
 
 // Client is the client whose key key is; false without client keys.
 func (g *Guard) Client(key string) (string, bool) {
-	if g.ClientKeys == nil {
+	if !g.ClientKeys.On() {
 		return "", false
 	}
 	return g.ClientKeys.Lookup(key)
@@ -65,7 +65,7 @@ func (g *Guard) ClientFingerprint(client string) string {
 	if client == "" || g.ClientKeys == nil {
 		return ""
 	}
-	return g.Signer().fingerprint("keys", g.ClientKeys.byName[client]...)
+	return g.Signer().fingerprint("keys", g.ClientKeys.hashes(client)...)
 }
 
 // Holds reports whether what is bound to fp for the client still holds: fp is the fingerprint of
@@ -74,15 +74,19 @@ func (g *Guard) Holds(client, fp string) bool {
 	if client == "" {
 		return true
 	}
-	if g.ClientKeys == nil || fp == "" || len(g.ClientKeys.byName[client]) == 0 {
+	if g.ClientKeys == nil || fp == "" {
 		return false
 	}
-	for _, h := range g.ClientKeys.byName[client] {
+	hashes := g.ClientKeys.hashes(client) // one set: a reload meanwhile changes nothing here
+	if len(hashes) == 0 {
+		return false
+	}
+	for _, h := range hashes {
 		if fp == g.Signer().fingerprint("key", h) {
 			return true
 		}
 	}
-	return fp == g.ClientFingerprint(client)
+	return fp == g.Signer().fingerprint("keys", hashes...)
 }
 
 func equal(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

@@ -138,6 +138,7 @@ function signInView(message) {
 
 function route() {
   signedIn();
+  if (location.hash === "#/clients" && state.scope === "admin") return clientsView();
   const m = location.hash.match(/^#\/t\/(.+)$/);
   if (m) return threadView(decodeURIComponent(m[1]));
   if (state.scope.startsWith("thread:")) {
@@ -175,8 +176,71 @@ function threadsView() {
   // What the last action did, said once (a thread's deletion, from its page).
   const notice = el("p", { class: "notice", id: "notice", role: "status", hidden: !state.notice, text: state.notice });
   state.notice = "";
-  setMain(el("h2", { text: "Threads" }), notice, form, box, list, more);
+  const clients = state.scope === "admin" ? el("p", {}, el("a", { href: "#/clients", id: "clients-link" }, "Clients and their keys")) : null;
+  setMain(el("h2", { text: "Threads" }), clients, notice, form, box, list, more);
   load(true);
+}
+
+// clientsView is the admin's page of clients (docs/spec.md §20): create one, see its key once
+// (with a copy button), add a key (rotation), revoke a key, delete the client. A key is shown
+// only in the answer that made it; the list shows each key's prefix.
+function clientsView() {
+  closeStream();
+  const list = el("ul", { class: "clients", id: "clients" });
+  const box = errorBox();
+  const shown = el("section", { id: "new-key", class: "notice", role: "status", hidden: true });
+  const showKey = (name, key) => {
+    const copy = el("button", { type: "button", id: "copy-key" }, "Copy");
+    copy.addEventListener("click", () => navigator.clipboard.writeText(key).then(
+      () => { copy.textContent = "Copied"; },
+      () => { copy.textContent = "Copy failed: select the key and copy it"; }));
+    const done = el("button", { type: "button", class: "quiet", id: "key-done" }, "Done");
+    done.addEventListener("click", () => { shown.hidden = true; shown.replaceChildren(); });
+    shown.replaceChildren(el("p", { text: "The new key of " + name + ", shown this once: copy it now. wsproxy keeps only its hash." }),
+      el("code", { id: "new-key-value", text: key }), " ", copy, " ", done);
+    shown.hidden = false;
+  };
+  const load = () => act(async () => {
+    const page = await api("GET", "/admin/v1/clients");
+    list.replaceChildren(...page.data.map(clientItem));
+    if (!page.data.length) list.append(el("li", { class: "muted", text: "No clients yet. Once one exists, every /v1 request needs a client key." }));
+  }, (msg) => showIn(box, msg));
+  const change = (fn) => act(async () => { await fn(); load(); }, (msg) => showIn(box, msg));
+  const clientItem = (c) => {
+    const path = "/admin/v1/clients/" + encodeURIComponent(c.name);
+    const keys = el("ul", { class: "keys" }, ...c.keys.map((k) => el("li", { "data-key": String(k.id) },
+      el("code", { text: k.prefix + "…" }),
+      el("span", { class: "meta", text: " made " + new Date(k.created_at).toLocaleString() + (k.seeded ? " · from CLIENT_KEYS" : "") + " " }),
+      el("button", { type: "button", class: "quiet revoke-key", "aria-label": "Revoke key " + k.prefix + "… of " + c.name,
+        onclick: () => change(() => api("DELETE", path + "/keys/" + k.id)) }, "Revoke"))));
+    const add = el("button", { type: "button", class: "add-key", "aria-label": "Add a key to " + c.name,
+      onclick: () => act(async () => { const k = await api("POST", path + "/keys"); showKey(c.name, k.key); load(); }, (msg) => showIn(box, msg)) }, "Add a key");
+    // Deleting asks first, in the page: its keys end, its threads stay.
+    const sure = el("button", { type: "button", class: "danger confirm-delete", hidden: true, "aria-label": "Delete " + c.name + " for good",
+      onclick: () => change(() => api("DELETE", path)) }, "Delete " + c.name + ": its keys end, its threads stay");
+    const del = el("button", { type: "button", class: "quiet delete-client", "aria-label": "Delete client " + c.name,
+      onclick: () => { sure.hidden = false; sure.focus(); } }, "Delete");
+    return el("li", { "data-client": c.name },
+      el("strong", { text: c.name }),
+      el("div", { class: "meta", text: "made " + new Date(c.created_at).toLocaleString() + " · " +
+        (c.last_used_at ? "last used " + new Date(c.last_used_at).toLocaleString() : "never used") }),
+      keys, add, " ", del, " ", sure);
+  };
+  const name = el("input", { id: "client-name", name: "name", required: true, pattern: "[A-Za-z0-9._\\-]{1,64}",
+    "aria-describedby": "client-help" });
+  const form = el("form", { id: "client-form", onsubmit: (ev) => {
+    ev.preventDefault();
+    act(async () => {
+      const c = await api("POST", "/admin/v1/clients", { name: name.value });
+      showKey(c.name, c.key);
+      form.reset();
+      load();
+    }, (msg) => showIn(box, msg));
+  } }, el("label", { for: "client-name" }, "New client", name), el("button", { type: "submit" }, "Create"));
+  const help = el("p", { id: "client-help", class: "help", text: "A name of 1-64 letters, digits, dots, underscores and dashes: its threads are name~thread." });
+  setMain(el("nav", { class: "back", "aria-label": "Back" }, el("a", { href: "#/" }, "← All threads")),
+    el("h2", { text: "Clients" }), form, help, box, shown, list);
+  load();
 }
 
 function noSuchThreadView(id) {
