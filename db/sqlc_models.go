@@ -14,6 +14,16 @@ type ClientResponse struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+type ClientUsage struct {
+	Client   string
+	Period   string
+	StartsAt pgtype.Timestamptz
+	WriterID string
+	Requests int64
+	Tokens   int64
+	At       pgtype.Timestamptz
+}
+
 type Event struct {
 	ThreadID   string
 	ID         int64
