@@ -139,8 +139,8 @@ func (c *Counter) roll(now time.Time) {
 // lim's windows is full: requests_per_minute's, or tokens_per_day's once the day's tokens
 // reached it.
 func (c *Counter) Admit(client string, lim Limits) *Refusal {
-	now := c.now()
 	c.mu.Lock()
+	now := c.now()
 	defer c.mu.Unlock()
 	c.roll(now)
 	n := c.own[client]
@@ -166,8 +166,8 @@ func (c *Counter) AddTokens(client string, tokens int64) {
 	if tokens <= 0 {
 		return
 	}
-	now := c.now()
 	c.mu.Lock()
+	now := c.now()
 	defer c.mu.Unlock()
 	c.roll(now)
 	n := c.own[client]
@@ -181,8 +181,8 @@ func (c *Counter) AddTokens(client string, tokens int64) {
 
 // Usage is what client used in the current windows, on every replica as this one last read them.
 func (c *Counter) Usage(client string) Usage {
-	now := c.now()
 	c.mu.Lock()
+	now := c.now()
 	defer c.mu.Unlock()
 	c.roll(now)
 	var n counts
@@ -226,8 +226,8 @@ func (c *Counter) Sync(ctx context.Context) error {
 	if c.store == nil {
 		return nil
 	}
-	now := c.now()
 	c.mu.Lock()
+	now := c.now()
 	c.roll(now)
 	minute, day := c.minute, c.day
 	rows := c.past
@@ -277,4 +277,11 @@ func (c *Counter) Sync(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// SetClock replaces the counter's clock (tests: a request must not meet a window's end).
+func (c *Counter) SetClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
 }
