@@ -164,44 +164,35 @@ func (s *Server) admitThread(ctx context.Context, id workspace.ThreadID) error {
 	return nil
 }
 
-// clientOfRequest is the client a request of the wire APIs was authenticated as (inbound), ""
-// for none.
-func clientOfRequest(ctx context.Context) string {
-	info := requestInfoFrom(ctx)
+// tapUsage prepares a pass-through of a client's for its usage to be counted (what forward tells
+// modifyResponse goes in the request's info, with its client): a streamed chat completion that
+// did not ask for its usage is made to (stream_options.include_usage), and what that adds comes
+// out of the stream before the client reads it.
+func (s *Server) tapUsage(r *http.Request, body []byte) []byte {
+	info := requestInfoFrom(r.Context())
 	if info == nil {
-		return ""
+		return body
 	}
 	info.mu.Lock()
 	defer info.mu.Unlock()
-	return info.client
-}
-
-// usageTapKey marks a forwarded request whose answer's usage is counted for its client.
-type usageTapKey struct{}
-
-// usageTap is what forward tells modifyResponse of a request it counts: its client, and whether
-// wsproxy asked the upstream for a streamed chat answer's usage (stream_options.include_usage),
-// which then comes out of the stream before the client reads it.
-type usageTap struct {
-	client string
-	strip  bool
-}
-
-// tapUsage prepares a pass-through of client's for its usage to be counted: a streamed chat
-// completion that did not ask for its usage is made to (the client never sees what that adds).
-func (s *Server) tapUsage(r *http.Request, client string, body []byte) (*http.Request, []byte) {
-	tap := &usageTap{client: client}
+	if info.client == "" {
+		return body
+	}
+	info.tapped = true
 	if a := apiOf(r); a != nil && a.name == openAI && r.Method == http.MethodPost && apiPath(r.URL.EscapedPath()) == "/v1/chat/completions" {
 		if asked, ok := askChatUsage(body); ok {
-			body, tap.strip = asked, true
+			body, info.strip = asked, true
 		}
 	}
-	return r.WithContext(context.WithValue(r.Context(), usageTapKey{}, tap)), body
+	return body
 }
 
 // askChatUsage is a streamed chat request that did not ask for its usage with include_usage set
 // (its other stream_options kept); ok is false for any other body, which goes as it came.
 func askChatUsage(body []byte) ([]byte, bool) {
+	if !bytes.Contains(body, []byte(`"stream"`)) {
+		return nil, false
+	}
 	s, e, ok := rawjson.Member(body, "stream")
 	if !ok || string(body[s:e]) != "true" {
 		return nil, false
@@ -226,13 +217,19 @@ func askChatUsage(body []byte) ([]byte, bool) {
 
 // tapResponse counts the usage of a 2xx answer to a request forward tapped.
 func (s *Server) tapResponse(resp *http.Response) {
-	tap, ok := resp.Request.Context().Value(usageTapKey{}).(*usageTap)
-	if !ok || s.counter == nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+	info := requestInfoFrom(resp.Request.Context())
+	if s.counter == nil || info == nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return
 	}
-	ct := strings.ToLower(resp.Header.Get("Content-Type"))
-	sse := strings.HasPrefix(ct, "text/event-stream")
-	b := &usageBody{rc: resp.Body, sse: sse, strip: tap.strip && sse, count: func(n int64) { s.counter.AddTokens(tap.client, n) }}
+	info.mu.Lock()
+	tapped, strip, client := info.tapped, info.strip, info.client
+	info.mu.Unlock()
+	if !tapped {
+		return
+	}
+	ct := resp.Header.Get("Content-Type")
+	sse := len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
+	b := &usageBody{rc: resp.Body, sse: sse, strip: strip && sse, counter: s.counter, client: client}
 	if b.strip {
 		// What comes out changes length: the client's framing is chunked.
 		resp.Header.Del("Content-Length")
@@ -257,7 +254,8 @@ const maxPendingEvent = 1 << 20
 type usageBody struct {
 	rc         io.ReadCloser
 	sse, strip bool
-	count      func(int64)
+	counter    *limits.Counter
+	client     string
 	once       sync.Once
 
 	buf     []byte // strip: what is read from the upstream
@@ -313,7 +311,11 @@ func (b *usageBody) Close() error {
 		if b.sse && !b.strip && len(b.pending) > 0 {
 			b.event(b.pending)
 		}
-		b.count(workspace.AddTokens(b.prompt, b.completion))
+		b.counter.AddTokens(b.client, workspace.AddTokens(b.prompt, b.completion))
+		if b.tail != nil {
+			tailPool.Put(&b.tail)
+			b.tail = nil
+		}
 	})
 	return b.rc.Close()
 }
@@ -370,8 +372,14 @@ func (b *usageBody) note(raw []byte) {
 	b.prompt, b.completion = max(b.prompt, prompt), max(b.completion, completion)
 }
 
+// tailPool recycles the JSON answers' tails.
+var tailPool = sync.Pool{New: func() any { b := make([]byte, 0, maxUsageTail); return &b }}
+
 // keepTail keeps the last maxUsageTail bytes of a JSON answer.
 func (b *usageBody) keepTail(p []byte) {
+	if b.tail == nil {
+		b.tail = (*tailPool.Get().(*[]byte))[:0]
+	}
 	if len(p) >= maxUsageTail {
 		b.tail = append(b.tail[:0], p[len(p)-maxUsageTail:]...)
 		return
@@ -399,9 +407,11 @@ func (b *usageBody) jsonUsage() {
 			}
 			rest := bytes.TrimLeft(t[i+len(key):], " \t\r\n")
 			if len(rest) > 0 && rest[0] == ':' {
-				var raw json.RawMessage
-				if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&raw) == nil && len(raw) > 0 && raw[0] == '{' {
-					b.note(raw)
+				rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+				if len(rest) > 0 && rest[0] == '{' {
+					if end := valueEnd(rest, 0); end > 0 {
+						b.note(rest[:end])
+					}
 				}
 			}
 			break
@@ -488,29 +498,127 @@ func firstNonSpace(b []byte) int {
 // (completion_tokens, output_tokens, candidatesTokenCount with thoughtsTokenCount); an object
 // with a total alone (embeddings') counts it as prompt.
 func usageTokens(raw []byte) (prompt, completion int64) {
-	var u struct {
-		PromptTokens, InputTokens, CacheRead, CacheWrite, CompletionTokens, OutputTokens, TotalTokens int64
-		PromptCount, ToolUseCount, CandidatesCount, ThoughtsCount, TotalCount                         int64
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return 0, 0
-	}
-	for key, dst := range map[string]*int64{"prompt_tokens": &u.PromptTokens, "input_tokens": &u.InputTokens,
-		"cache_read_input_tokens": &u.CacheRead, "cache_creation_input_tokens": &u.CacheWrite, "completion_tokens": &u.CompletionTokens,
-		"output_tokens": &u.OutputTokens, "total_tokens": &u.TotalTokens, "promptTokenCount": &u.PromptCount,
-		"toolUsePromptTokenCount": &u.ToolUseCount, "candidatesTokenCount": &u.CandidatesCount, "thoughtsTokenCount": &u.ThoughtsCount,
-		"totalTokenCount": &u.TotalCount} {
-		if v, ok := m[key]; ok {
-			if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && n > 0 {
-				*dst = n
-			}
+	var total int64
+	eachMember(raw, func(key, val []byte) {
+		n := tokenCount(val)
+		switch string(key) { // compared without converting
+		case "prompt_tokens", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "promptTokenCount", "toolUsePromptTokenCount":
+			prompt = workspace.AddTokens(prompt, n)
+		case "completion_tokens", "output_tokens", "candidatesTokenCount", "thoughtsTokenCount":
+			completion = workspace.AddTokens(completion, n)
+		case "total_tokens", "totalTokenCount":
+			total = max(total, n)
 		}
-	}
-	prompt = u.PromptTokens + u.InputTokens + u.CacheRead + u.CacheWrite + u.PromptCount + u.ToolUseCount
-	completion = u.CompletionTokens + u.OutputTokens + u.CandidatesCount + u.ThoughtsCount
+	})
 	if prompt == 0 && completion == 0 {
-		prompt = max(u.TotalTokens, u.TotalCount)
+		prompt = total
 	}
 	return prompt, completion
+}
+
+// tokenCount is a count's value: a non-negative JSON integer, else 0.
+func tokenCount(v []byte) int64 {
+	if len(v) == 0 || len(v) > 18 {
+		return 0
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n
+}
+
+// eachMember calls fn with the name (as written, without its quotes) and raw value of each
+// member of the JSON object b, allocating nothing; it stops at the first thing that is not a
+// member. Names with escapes are not among the usage's, and are passed as written.
+func eachMember(b []byte, fn func(key, val []byte)) {
+	i := skipSpaces(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return
+	}
+	i++
+	for {
+		i = skipSpaces(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return
+		}
+		kend := stringEnd(b, i)
+		if kend < 0 {
+			return
+		}
+		key := b[i+1 : kend-1]
+		i = skipSpaces(b, kend)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		i = skipSpaces(b, i+1)
+		vend := valueEnd(b, i)
+		if vend <= i {
+			return
+		}
+		fn(key, b[i:vend])
+		i = skipSpaces(b, vend)
+		if i >= len(b) || b[i] != ',' {
+			return
+		}
+		i++
+	}
+}
+
+func skipSpaces(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index after the JSON string that begins at b[i], -1 when it does not end.
+func stringEnd(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// valueEnd is the index after the JSON value that begins at b[i] (objects and arrays by their
+// brackets, outside strings), i or less when there is none.
+func valueEnd(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				if j = stringEnd(b, j); j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && !isSpace(b[j]) {
+		j++
+	}
+	return j
 }
