@@ -463,7 +463,7 @@ func (b *usageBody) stripEvent(ev []byte) []byte {
 	}
 	from, to := ks, e
 	if j := lastNonSpace(data[:ks]); j >= 0 && data[j] == ',' {
-		from = j
+		from = lastNonSpace(data[:j]) + 1 // and the space before the comma
 	} else if k := firstNonSpace(data[e:]); k >= 0 && data[e+k] == ',' {
 		to = e + k + 1
 	} else {

@@ -360,3 +360,50 @@ func (e *env) turnsOf(thread string) int {
 	require.NoError(e.t, err)
 	return n
 }
+
+// TestUsageBodyReadsEveryAPI: what a pass-through's answer reports is read whatever its API and
+// form, and a chat stream's rewrite takes out only what wsproxy's asking added, wherever the
+// member stands and however it is spaced.
+func TestUsageBodyReadsEveryAPI(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, raw          string
+		prompt, completion int64
+	}{
+		{"chat", `{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":2}}`, 10, 5},
+		{"responses", `{"input_tokens":10,"input_tokens_details":{"cached_tokens":2},"output_tokens":5,"total_tokens":15}`, 10, 5},
+		{"messages", `{"input_tokens":10,"cache_creation_input_tokens":2,"cache_read_input_tokens":4,"output_tokens":5}`, 16, 5},
+		{"gemini", `{ "promptTokenCount": 10, "candidatesTokenCount": 5, "thoughtsTokenCount": 2, "totalTokenCount": 17 }`, 10, 7},
+		{"embeddings", `{"prompt_tokens":0,"total_tokens":3}`, 3, 0},
+		{"not counts", `{"prompt_tokens":"10","completion_tokens":-1}`, 0, 0},
+	} {
+		p, c := usageTokens([]byte(tc.raw))
+		require.Equal(t, []int64{tc.prompt, tc.completion}, []int64{p, c}, tc.name)
+	}
+
+	strip := func(in string) (string, int64) {
+		b := &usageBody{}
+		out := b.stripEvent([]byte(in))
+		return string(out), b.prompt + b.completion
+	}
+	for in, want := range map[string]string{
+		"data: {\"id\":\"c\",\"choices\":[],\"usage\":null}\n\n":   "data: {\"id\":\"c\",\"choices\":[]}\n\n",
+		"data: {\"usage\":null,\"id\":\"c\"}\n\n":                  "data: {\"id\":\"c\"}\n\n",
+		"data: {\"id\":\"c\" , \"usage\" : null }\n\n":             "data: {\"id\":\"c\" }\n\n",
+		"data: {\"id\":\"c\",\"usage\":{\"prompt_tokens\":1}}\n\n": "data: {\"id\":\"c\",\"usage\":{\"prompt_tokens\":1}}\n\n",
+		"data: [DONE]\n\n": "data: [DONE]\n\n",
+		": keepalive\n\n":  ": keepalive\n\n",
+		"data: {\"id\":\"c\",\"choices\":[ ],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n": "",
+	} {
+		got, _ := strip(in)
+		require.Equal(t, want, got, in)
+	}
+	_, n := strip("data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n")
+	require.Equal(t, int64(7), n, "the dropped usage chunk is counted")
+
+	// A JSON answer's usage is its last usage member, also past a string that names one.
+	b := &usageBody{}
+	b.keepTail([]byte(`{"choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\": 99}"}}],"usage":{"prompt_tokens":10,"completion_tokens":5}}`))
+	b.jsonUsage()
+	require.Equal(t, []int64{10, 5}, []int64{b.prompt, b.completion})
+}
