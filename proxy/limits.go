@@ -239,7 +239,7 @@ func (s *Server) tapResponse(resp *http.Response) {
 }
 
 // maxUsageTail is how much of the end of a JSON answer is kept to find its usage in.
-const maxUsageTail = 64 << 10
+const maxUsageTail = 16 << 10
 
 // maxPendingEvent bounds an event held while its end has not come (strip): past it, what is held
 // goes out as it is.
