@@ -226,16 +226,19 @@ func (q *Queries) ClientKeyRevoke(ctx context.Context, db DBTX, arg ClientKeyRev
 }
 
 const clientKeysLive = `-- name: ClientKeysLive :many
-SELECT k.hash, k.client FROM client_keys k JOIN clients c ON c.name = k.client
+SELECT k.hash, k.client, c.requests_per_minute, c.tokens_per_day, c.max_threads FROM client_keys k JOIN clients c ON c.name = k.client
 WHERE k.revoked_at IS NULL AND c.deleted_at IS NULL
 `
 
 type ClientKeysLiveRow struct {
-	Hash   []byte
-	Client string
+	Hash              []byte
+	Client            string
+	RequestsPerMinute pgtype.Int4
+	TokensPerDay      pgtype.Int8
+	MaxThreads        pgtype.Int4
 }
 
-// Every key that authenticates: not revoked, its client not deleted.
+// Every key that authenticates: not revoked, its client not deleted; with its client's limits.
 func (q *Queries) ClientKeysLive(ctx context.Context, db DBTX) ([]ClientKeysLiveRow, error) {
 	rows, err := db.Query(ctx, clientKeysLive)
 	if err != nil {
@@ -245,7 +248,13 @@ func (q *Queries) ClientKeysLive(ctx context.Context, db DBTX) ([]ClientKeysLive
 	items := []ClientKeysLiveRow{}
 	for rows.Next() {
 		var i ClientKeysLiveRow
-		if err := rows.Scan(&i.Hash, &i.Client); err != nil {
+		if err := rows.Scan(
+			&i.Hash,
+			&i.Client,
+			&i.RequestsPerMinute,
+			&i.TokensPerDay,
+			&i.MaxThreads,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

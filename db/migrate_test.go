@@ -1179,3 +1179,46 @@ func TestUpgradeToClients(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, live, 1)
 }
+
+// TestUpgradeToClientUsage: a database populated under the previous schema upgrades to the
+// current one (migration 021, docs/spec.md §20): the clients' usage is written per writer and
+// window, a write sent again changes nothing, and each writer reads the others' sums of the
+// current windows; a client's threads are counted in its namespace alone.
+func TestUpgradeToClientUsage(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs", "018_no_notify_in_writes", "019_provenance", "020_clients"},
+		`INSERT INTO threads (id) VALUES ('alice~a'), ('alice~b'), ('alicia~c'), ('bob~a')`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+	q := db.New()
+	now := time.Now().UTC()
+	minute := pgtype.Timestamptz{Time: now.Truncate(time.Minute), Valid: true}
+	day := pgtype.Timestamptz{Time: now.Truncate(24 * time.Hour), Valid: true}
+	write := func(writer string, requests, tokens int64) []db.ClientUsageSyncRow {
+		rows, err := q.ClientUsageSync(ctx, pool, db.ClientUsageSyncParams{WriterID: writer, Minute: minute, Day: day,
+			Clients: []string{"alice", "alice"}, Periods: []string{"minute", "day"}, Starts: []pgtype.Timestamptz{minute, day},
+			Requests: []int64{requests, requests}, Tokens: []int64{0, tokens}})
+		require.NoError(t, err)
+		return rows
+	}
+	require.Empty(t, write("w1", 2, 10))
+	require.Empty(t, write("w1", 2, 10), "sent again")
+	got := write("w2", 1, 5)
+	require.ElementsMatch(t, []db.ClientUsageSyncRow{{Client: "alice", Period: "minute", Requests: 2}, {Client: "alice", Period: "day", Requests: 2, Tokens: 10}}, got)
+	got = write("w3", 0, 0)
+	require.ElementsMatch(t, []db.ClientUsageSyncRow{{Client: "alice", Period: "minute", Requests: 3}, {Client: "alice", Period: "day", Requests: 3, Tokens: 15}}, got)
+	require.NoError(t, q.ClientUsagePrune(ctx, pool))
+	require.Len(t, write("w4", 0, 0), 2, "the current windows are kept")
+
+	n, err := q.ClientThreadCount(ctx, pool, db.ClientThreadCountParams{ThreadID: "alice~b", Prefix: "alice~"})
+	require.NoError(t, err)
+	require.Equal(t, db.ClientThreadCountRow{Threads: 2, Exists: true}, n, "alicia's thread is not alice's")
+	n, err = q.ClientThreadCount(ctx, pool, db.ClientThreadCountParams{ThreadID: "carol~x", Prefix: "carol~"})
+	require.NoError(t, err)
+	require.Equal(t, db.ClientThreadCountRow{}, n)
+}

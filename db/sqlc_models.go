@@ -34,6 +34,16 @@ type ClientResponse struct {
 	CreatedAt pgtype.Timestamptz
 }
 
+type ClientUsage struct {
+	Client   string
+	Period   string
+	StartsAt pgtype.Timestamptz
+	WriterID string
+	Requests int64
+	Tokens   int64
+	At       pgtype.Timestamptz
+}
+
 type ClientsVersion struct {
 	One     bool
 	Version int64

@@ -30,6 +30,9 @@ type requestInfo struct {
 	rounds   int
 	kind     string // of a thread's request (turn.KindTurn, …)
 	upstream string // a status code, or "error" when no response came
+	// tapped is set when the pass-through's answer is read for its client's usage; strip when
+	// wsproxy asked a chat stream for its usage (limits.go).
+	tapped, strip bool
 }
 
 type requestInfoKey struct{}

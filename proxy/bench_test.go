@@ -10,7 +10,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -179,4 +181,78 @@ func BenchmarkMCPToolCall(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkClientLimits is a thread turn and a pass-through of a client with a key, with its
+// limits set and counted (requests_per_minute, tokens_per_day, max_threads: never reached) and
+// with no counting at all (the counter off: what a client cost before limits), each reporting
+// the process's CPU time per request (cpu-ns/op: the proxy, the client and the upstream, all
+// in-process; Postgres apart) beside the wall time.
+func BenchmarkClientLimits(b *testing.B) {
+	answer := []byte(upstreamtest.Completion("Here is the plan."))
+	body := upstreamtest.ChatBody(1 << 10)
+	lim := ClientLimits{RequestsPerMinute: 1 << 40, TokensPerDay: 1 << 50, MaxThreads: 1 << 20}
+	for _, route := range []string{"Turn", "PassThrough"} {
+		for _, limited := range []bool{false, true} {
+			name := route + "/NoLimits"
+			if limited {
+				name = route + "/Limits"
+			}
+			b.Run(name, func(b *testing.B) {
+				keys, err := ParseClientKeys("alice=" + limitsKey("alice"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				e := setup(b, func(o *Options) {
+					o.ClientKeys, o.UpstreamAPIKey = keys, "sk-upstream-operator"
+					if limited {
+						o.Limits = func(string) ClientLimits { return lim }
+					}
+				})
+				if !limited {
+					e.proxy.stopLimits()
+					e.proxy.counter, e.proxy.stopLimits = nil, func() {}
+				}
+				e.up.Fallback = func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					_, _ = w.Write(answer)
+				}
+				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+				var clients atomic.Int64
+				b.ReportAllocs()
+				before := cpuTime()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					thread := fmt.Sprintf("bench-%d", clients.Add(1))
+					for pb.Next() {
+						req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
+						req.Header.Set("Authorization", "Bearer "+limitsKey("alice"))
+						if route == "Turn" {
+							req.Header.Set("X-Thread-Id", thread)
+						}
+						resp, err := client.Do(req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							b.Error(resp.Status)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(cpuTime()-before)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+// cpuTime is the CPU time the process has used (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

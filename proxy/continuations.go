@@ -219,6 +219,7 @@ func (s *Server) modifyResponse(resp *http.Response) error {
 	if ids, ok := resp.Request.Context().Value(answerIDsKey{}).(*answerIDs); ok && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
 		resp.Body = ids.tap(resp.Header, resp.Body)
 	}
+	s.tapResponse(resp)
 	return nil
 }
 

@@ -50,6 +50,10 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 		return in, err
 	}
 	noteCaller(r.Context(), in.thread, in.named)
+	// Counted, or refused past a limit, before its body is read (docs/spec.md §20).
+	if err := s.admit(client); err != nil {
+		return in, err
+	}
 	in.body, in.release, err = s.readBody(w, r)
 	return in, err
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/admin"
+	"github.com/wsproxy/wsproxy/proxy/internal/limits"
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/tools"
@@ -68,7 +69,8 @@ type Metrics struct {
 	eventStreams     prometheus.Gauge
 	streamsFailed    prometheus.Counter
 	poolWait         prometheus.Histogram
-	byClient         bool // the token counters have a client label
+	limited          *prometheus.CounterVec // limit[, client]
+	byClient         bool                   // the token counters have a client label
 	// usageLag is the usage writer's lag (wsproxy_usage_lag_seconds); unset until a server
 	// watches its writer.
 	usageLag atomic.Pointer[func() time.Duration]
@@ -77,14 +79,17 @@ type Metrics struct {
 
 // NewMetrics registers the metrics, and the Go and process collectors, on reg.
 func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
-	tokenLabels, cachedLabels := []string{"kind", "model"}, []string{"model"}
+	tokenLabels, cachedLabels, limitedLabels := []string{"kind", "model"}, []string{"model"}, []string{"limit"}
 	if opts.Clients != nil {
-		tokenLabels, cachedLabels = append(tokenLabels, "client"), append(cachedLabels, "client")
+		tokenLabels, cachedLabels, limitedLabels = append(tokenLabels, "client"), append(cachedLabels, "client"), append(limitedLabels, "client")
 	}
 	m := &Metrics{
 		registry: reg,
 		byClient: opts.Clients != nil,
 		models:   modelLabels{max: cmp.Or(opts.MaxModels, DefaultMaxModels), seen: map[string]bool{}},
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsproxy_client_limited_total", Help: "Requests refused (429) by a client's limit, by limit (requests_per_minute, tokens_per_day, max_threads).",
+		}, limitedLabels),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsproxy_http_requests_total", Help: "HTTP requests served, by route pattern and status code.",
 		}, []string{"route", "code"}),
@@ -159,7 +164,7 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 		return 0
 	})
 	reg.MustRegister(m.httpRequests, m.httpDuration, m.upstreamRequests, m.upstreamDuration, m.upstreamRetries, m.toolCalls,
-		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.eventStreams, m.streamsFailed, m.poolWait, buildInfo, usageLag,
+		m.untrustedWrites, m.lockedSkips, m.toolRounds, m.roundsExhausted, m.turns, m.bypassed, m.tokens, m.cachedTokens, m.inflight, m.eventStreams, m.streamsFailed, m.poolWait, m.limited, buildInfo, usageLag,
 		// The Go collector's default metrics, and the live heap at the last GC (what a leak check
 		// compares: the heap in use also counts garbage not yet collected).
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: liveHeap})),
@@ -179,6 +184,11 @@ func NewMetrics(reg *prometheus.Registry, opts MetricsOptions) *Metrics {
 	}
 	for _, kind := range []string{turn.KindTurn, turn.KindSide, turn.KindCompaction} {
 		m.turns.WithLabelValues(kind)
+	}
+	if !m.byClient {
+		for _, limit := range []string{limits.RequestsPerMinute, limits.TokensPerDay, limits.MaxThreads} {
+			m.limited.WithLabelValues(limit)
+		}
 	}
 	for _, name := range []string{tools.UpdatePreferences, tools.RemovePreferences} { // the tools that can meet a lock
 		m.lockedSkips.WithLabelValues(name)
@@ -477,4 +487,16 @@ func (w *statusWriter) status() int {
 		return http.StatusOK
 	}
 	return w.code
+}
+
+// clientLimited counts a request refused by client's limit (wsproxy_client_limited_total).
+func (m *Metrics) clientLimited(limit, client string) {
+	if m == nil {
+		return
+	}
+	if m.byClient {
+		m.limited.WithLabelValues(limit, client).Inc()
+		return
+	}
+	m.limited.WithLabelValues(limit).Inc()
 }

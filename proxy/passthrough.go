@@ -34,6 +34,9 @@ func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
 
 // forward sends the request with body to the upstream and its response back, both unchanged.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	if s.counter != nil {
+		body = s.tapUsage(r, body) // its answer's tokens count for its client
+	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 	if len(body) == 0 {

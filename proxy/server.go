@@ -23,6 +23,7 @@ import (
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/proxy/internal/limits"
 	"github.com/wsproxy/wsproxy/proxy/internal/mcp"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/workspace"
@@ -156,6 +157,14 @@ type Options struct {
 	// the admin event streams' heartbeat (admin.Options.Heartbeat). Zero means
 	// DefaultStreamKeepalive.
 	StreamKeepalive time.Duration
+	// Limits, when set, are each client's limits (docs/spec.md §20), asked on every request of a
+	// client; nil takes them from ClientKeys (the clients table's, as its keys were last loaded).
+	// The admin token is no client and has none.
+	Limits LimitsSource
+	// LimitsInterval is how often each replica writes its clients' usage to Postgres and reads
+	// the other replicas' (how far over a limit a burst can go: proxy/internal/limits). Zero
+	// means one second.
+	LimitsInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -189,6 +198,12 @@ type Server struct {
 	admin *admin.Server
 	// mcp is the workspace over MCP; nil when off.
 	mcp *mcp.Server
+	// counter counts the clients' requests and tokens and holds them to their limits (nil
+	// without client keys); stopLimits ends its sync (Shutdown). knownThreads are threads seen
+	// to exist (max_threads).
+	counter      *limits.Counter
+	stopLimits   func()
+	knownThreads knownThreads
 }
 
 // NewServer returns a server with its routes.
@@ -233,6 +248,7 @@ func NewServer(opts Options) *Server {
 	s.runner.Logger = s.fromUpstream().redactingLog(opts.Logger)
 	opts.Metrics.watchUsage(s.usage.lag)
 	s.budget.max = opts.MaxBufferedBytes
+	s.startLimits()
 	s.guard = &auth.Guard{AdminToken: opts.AdminToken, MetricsToken: opts.MetricsToken, ClientKeys: opts.ClientKeys, Peers: opts.TrustedProxies}
 	var versions eventhub.Versions
 	if opts.Store != nil {
@@ -241,10 +257,10 @@ func NewServer(opts Options) *Server {
 	s.hub = eventhub.New(versions, opts.EventsInterval, opts.Logger)
 	s.admin = admin.New(admin.Options{Store: opts.Store, Guard: s.guard, ReadBody: s.readBody, Hub: s.hub,
 		DisablePanel: opts.DisablePanel, DisableMCP: opts.DisableMCP, Heartbeat: opts.StreamKeepalive, Metrics: opts.Metrics.admin(),
-		Logger: opts.Logger})
+		Usage: func(client string) any { return s.ClientUsage(client) }, Logger: opts.Logger})
 	if !opts.DisableMCP {
 		s.mcp = mcp.New(mcp.Options{Store: opts.Store, Guard: s.guard, Hub: s.hub, ReadBody: s.readBody,
-			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(),
+			MaxBatch: cmp.Or(opts.MaxToolCallsPerRound, DefaultMaxToolCallsPerRound), Metrics: opts.Metrics.mcp(), Admit: s.admitMCP,
 			TracerProvider: opts.TracerProvider, TraceContent: opts.TraceContent, Version: opts.Version, Logger: opts.Logger})
 	}
 	s.cacheKey = opts.PromptCacheKey == PromptCacheKeyThread || (opts.PromptCacheKey != PromptCacheKeyOff && isOpenAI(opts.UpstreamURL))
@@ -437,6 +453,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 	}
 	s.usage.close()
+	if s.stopLimits != nil {
+		s.stopLimits() // writes the last counts of the turns that ended
+	}
 	return err
 }
 

@@ -100,6 +100,9 @@ func (s *Server) startTurn(r *http.Request, ws *workspace.Workspace, in inbound,
 	opts, err := s.parentsOf(r, in.thread.Client)
 	opts.ReadsUntrusted, opts.ClientTools = tainted, clientTools
 	if err == nil {
+		err = s.admitThread(r.Context(), in.thread)
+	}
+	if err == nil {
 		ctx, cancel := r.Context(), context.CancelFunc(func() {})
 		if s.opts.BypassUnavailable {
 			ctx, cancel = context.WithTimeout(ctx, s.opts.WorkspaceBudget)
@@ -162,6 +165,7 @@ func (s *Server) endTurn(ctx context.Context, t *turn.Turn) {
 	}
 	s.opts.Metrics.turn(turn.KindTurn)
 	s.usage.add(t.Workspace.ThreadID(), t.Usage)
+	s.countClientTokens(t.Workspace.ThreadID().Client, t.Usage)
 }
 
 // reply runs a non-streamed turn and answers with its body once it ended.

@@ -12,8 +12,8 @@ SELECT version FROM clients_version FOR UPDATE;
 UPDATE clients_version SET version = version + 1;
 
 -- name: ClientKeysLive :many
--- Every key that authenticates: not revoked, its client not deleted.
-SELECT k.hash, k.client FROM client_keys k JOIN clients c ON c.name = k.client
+-- Every key that authenticates: not revoked, its client not deleted; with its client's limits.
+SELECT k.hash, k.client, c.requests_per_minute, c.tokens_per_day, c.max_threads FROM client_keys k JOIN clients c ON c.name = k.client
 WHERE k.revoked_at IS NULL AND c.deleted_at IS NULL;
 
 -- name: ClientsExist :one

@@ -60,10 +60,11 @@ type NewClientKey struct {
 	Prefix string
 }
 
-// LiveKey is a key that authenticates, and its client.
+// LiveKey is a key that authenticates, its client and the client's limits.
 type LiveKey struct {
 	Hash   KeyHash
 	Client string
+	Limits ClientLimits
 }
 
 // ClientsVersion is where the clients stand: it moves with every change of them.
@@ -93,7 +94,8 @@ func (s *Store) LiveClientKeys(ctx context.Context) (exist bool, keys []LiveKey,
 		keys = make([]LiveKey, 0, len(rows))
 		for _, r := range rows {
 			if len(r.Hash) == len(KeyHash{}) {
-				keys = append(keys, LiveKey{Hash: KeyHash(r.Hash), Client: r.Client})
+				keys = append(keys, LiveKey{Hash: KeyHash(r.Hash), Client: r.Client,
+					Limits: limitsOf(r.RequestsPerMinute, r.TokensPerDay, r.MaxThreads)})
 			}
 		}
 		return nil
@@ -372,16 +374,23 @@ func fromClient(r db.Client) Client {
 		t := r.LastUsedAt.Time
 		c.LastUsedAt = &t
 	}
-	if r.RequestsPerMinute.Valid {
-		c.Limits.RequestsPerMinute = &r.RequestsPerMinute.Int32
-	}
-	if r.TokensPerDay.Valid {
-		c.Limits.TokensPerDay = &r.TokensPerDay.Int64
-	}
-	if r.MaxThreads.Valid {
-		c.Limits.MaxThreads = &r.MaxThreads.Int32
-	}
+	c.Limits = limitsOf(r.RequestsPerMinute, r.TokensPerDay, r.MaxThreads)
 	return c
+}
+
+// limitsOf are the limits of a client's row, each nil when none.
+func limitsOf(requestsPerMinute pgtype.Int4, tokensPerDay pgtype.Int8, maxThreads pgtype.Int4) ClientLimits {
+	var l ClientLimits
+	if requestsPerMinute.Valid {
+		l.RequestsPerMinute = &requestsPerMinute.Int32
+	}
+	if tokensPerDay.Valid {
+		l.TokensPerDay = &tokensPerDay.Int64
+	}
+	if maxThreads.Valid {
+		l.MaxThreads = &maxThreads.Int32
+	}
+	return l
 }
 
 func int4(v *int32) pgtype.Int4 {

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,11 +20,11 @@ import (
 var errAdminOnly = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "admin_only",
 	Message: "the clients are the admin's: this needs the admin token (or the admin's panel session)"}
 
-// clientView is a client as the REST shows it: its keys' prefixes, never a key. Usage is today's
-// usage when the limits count it (null otherwise).
+// clientView is a client as the REST shows it: its keys' prefixes, never a key, and what it used
+// in the current windows (null when nothing counts it).
 type clientView struct {
 	workspace.Client
-	Usage json.RawMessage `json:"usage"`
+	Usage any `json:"usage"`
 }
 
 // newKeyView is a key just made: the key itself, shown this once.
@@ -40,8 +39,16 @@ type createdClient struct {
 	Key string `json:"key"`
 }
 
-func view(c workspace.Client) clientView {
-	return clientView{Client: c, Usage: json.RawMessage("null")}
+func (s *Server) view(c workspace.Client) clientView {
+	return clientView{Client: c, Usage: s.usage(c.Name)}
+}
+
+// usage is what client used in the current windows, nil when nothing counts it.
+func (s *Server) usage(client string) any {
+	if s.opts.Usage == nil {
+		return nil
+	}
+	return s.opts.Usage(client)
 }
 
 // adminOnly refuses every principal but the admin.
@@ -60,12 +67,13 @@ func clientNotFound(name string) error {
 // limitsBody is a request's limits: each present field sets that limit, null to none.
 type limitsBody map[string]*int64
 
-// patch reads the limits given, each checked: a whole number from 0 (none allowed) up.
+// patch reads the limits given, each checked: a whole number from 1 up, or null for none (a
+// limit of 0 is refused rather than read as either "none" or "refuse all": revoke to refuse).
 func (l limitsBody) patch() (workspace.LimitsPatch, error) {
 	var p workspace.LimitsPatch
 	for name, v := range l {
-		if v != nil && *v < 0 {
-			return p, apierr.BadRequest("invalid_value", "limits."+name, "limits.%s must be 0 or more, or null for none", name)
+		if v != nil && *v < 1 {
+			return p, apierr.BadRequest("invalid_value", "limits."+name, "limits.%s must be 1 or more, or null for none", name)
 		}
 		switch name {
 		case "requests_per_minute", "max_threads":
@@ -131,7 +139,7 @@ func (s *Server) adminCreateClient(w http.ResponseWriter, r *http.Request) error
 	}
 	s.reloadClients(r)
 	w.Header().Set("Cache-Control", "no-store")
-	return writeJSON(w, http.StatusCreated, createdClient{clientView: view(c), Key: key})
+	return writeJSON(w, http.StatusCreated, createdClient{clientView: s.view(c), Key: key})
 }
 
 func (s *Server) adminListClients(w http.ResponseWriter, r *http.Request) error {
@@ -144,7 +152,7 @@ func (s *Server) adminListClients(w http.ResponseWriter, r *http.Request) error 
 	}
 	out := make([]clientView, len(cs))
 	for i, c := range cs {
-		out[i] = view(c)
+		out[i] = s.view(c)
 	}
 	return writeJSON(w, http.StatusOK, page[clientView]{Data: out})
 }
@@ -161,7 +169,7 @@ func (s *Server) adminGetClient(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, view(c))
+	return writeJSON(w, http.StatusOK, s.view(c))
 }
 
 func (s *Server) adminPatchClient(w http.ResponseWriter, r *http.Request) error {
@@ -187,7 +195,7 @@ func (s *Server) adminPatchClient(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	s.reloadClients(r)
-	return writeJSON(w, http.StatusOK, view(c))
+	return writeJSON(w, http.StatusOK, s.view(c))
 }
 
 func (s *Server) adminDeleteClient(w http.ResponseWriter, r *http.Request) error {
@@ -269,6 +277,6 @@ func (s *Server) adminMe(w http.ResponseWriter, r *http.Request) error {
 		Admin  bool                   `json:"admin"`
 		Name   string                 `json:"name"`
 		Limits workspace.ClientLimits `json:"limits"`
-		Usage  json.RawMessage        `json:"usage"`
-	}{Name: c.Name, Limits: c.Limits, Usage: json.RawMessage("null")})
+		Usage  any                    `json:"usage"`
+	}{Name: c.Name, Limits: c.Limits, Usage: s.usage(c.Name)})
 }

@@ -36,6 +36,10 @@ type Options struct {
 	Heartbeat time.Duration
 	// Metrics, when set, counts the event streams.
 	Metrics Metrics
+	// Usage, when set, is what a client used in the current windows on every replica (the
+	// limits' counts, docs/spec.md §20), shown by the clients listing and GET /admin/v1/me; a
+	// value JSON encodes. Nil shows null.
+	Usage func(client string) any
 	// Logger; nil discards.
 	Logger *slog.Logger
 }

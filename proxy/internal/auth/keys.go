@@ -53,6 +53,7 @@ type keySet struct {
 type clientEntry struct {
 	name   string
 	hashes [][32]byte
+	limits workspace.ClientLimits
 	used   atomic.Bool
 }
 
@@ -61,7 +62,7 @@ func newKeySet(on bool, keys []workspace.LiveKey) *keySet {
 	for _, k := range keys {
 		e := s.byName[k.Client]
 		if e == nil {
-			e = &clientEntry{name: k.Client}
+			e = &clientEntry{name: k.Client, limits: k.Limits}
 			s.byName[k.Client] = e
 		}
 		e.hashes = append(e.hashes, k.Hash)
@@ -154,6 +155,15 @@ func (k *ClientKeys) Lookup(key string) (string, bool) {
 		e.used.Store(true)
 	}
 	return e.name, true
+}
+
+// Limits are the client's limits as the keys were last loaded (none for no client): asked on
+// every request of a client, answered from memory.
+func (k *ClientKeys) Limits(client string) workspace.ClientLimits {
+	if e := k.set.Load().byName[client]; e != nil {
+		return e.limits
+	}
+	return workspace.ClientLimits{}
 }
 
 // hashes are the client's live keys' hashes, sorted (none for no client).

@@ -46,6 +46,9 @@ type Options struct {
 	MaxBatch int
 	// Metrics, when set, count the tool calls.
 	Metrics Metrics
+	// Admit, when set, counts a request of a client (its key's, or its thread token's) against
+	// its limits, and refuses it (an error to answer with) past one (docs/spec.md §20).
+	Admit func(r *http.Request, client string) error
 	// TracerProvider, when set, traces each tool call as an execute_tool span; TraceContent
 	// records its arguments and result on it.
 	TracerProvider trace.TracerProvider
@@ -202,6 +205,15 @@ func (s *Server) serverFor(sc scope) *mcp.Server {
 // longer holds.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sc, err := s.authenticate(r)
+	if err == nil && s.opts.Admit != nil && !sc.admin {
+		client := sc.client
+		if sc.bound() {
+			client = sc.thread.Client
+		}
+		if client != "" {
+			err = s.opts.Admit(r, client)
+		}
+	}
 	if err != nil {
 		apierr.Write(w, r, s.log, err)
 		return
