@@ -39,6 +39,8 @@ const (
 	Compaction = "compaction"
 	// UntrustedWritesSet: a thread's untrusted_writes changed (docs/spec.md §19).
 	UntrustedWritesSet = "untrusted_writes_set"
+	// SharedWithSet: the clients a workspace is shared with changed (docs/spec.md §20).
+	SharedWithSet = "shared_with_set"
 )
 
 // ByClient is the actor of a change a client made by its request (X-Workspace-Parents), or of
