@@ -82,6 +82,10 @@ func TestSharedScopeReachesClients(t *testing.T) {
 		require.Contains(t, got.Block, sharedHeading)
 	}
 	e.workspace("alice~me") // a plain name: the client's own, created empty
+	var set page[workspace.Event]
+	e.admin("GET", "/admin/v1/threads/alice~session/events", nil, 200, &set)
+	require.Equal(t, workspace.ParentsSet, set.Data[0].Kind)
+	require.JSONEq(t, `{"parents":["~repo-x","me"]}`, string(set.Data[0].After), "the history names them as alice does")
 
 	// A plain repo-x is alice's own, not the shared one.
 	e.up.Script(reply(cmpl("ok")))
