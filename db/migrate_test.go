@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -1221,4 +1222,94 @@ func TestUpgradeToClientUsage(t *testing.T) {
 	n, err = q.ClientThreadCount(ctx, pool, db.ClientThreadCountParams{ThreadID: "carol~x", Prefix: "carol~"})
 	require.NoError(t, err)
 	require.Equal(t, db.ClientThreadCountRow{}, n)
+}
+
+// TestUpgradeToSharedScopes: a database populated under schema 019 upgrades to migration 022
+// (docs/spec.md §20): no workspace is shared, and what every thread inherited it still inherits
+// (a client's thread its client's scopes, the admin's its own); a client's thread that names a
+// workspace of the admin's inherits it only while it is shared with its client ('*': every
+// client), and never another client's thread through it; a client's parent of the admin's not
+// shared with it is refused and creates nothing; shared_with_set is an event; and a replica of
+// the previous version still starts its turns with its prepared statement.
+func TestUpgradeToSharedScopes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs", "018_no_notify_in_writes", "019_provenance", "020_clients", "021_client_usage"},
+		`INSERT INTO threads (id, turns, next_preference_id, next_event_id, parents) VALUES
+		 ('repo-x', 0, 2, 1, '{bob~secret}'), ('app', 1, 1, 1, '{repo-x}'),
+		 ('alice~me', 0, 2, 1, '{}'), ('alice~t1', 1, 1, 1, '{alice~me}'), ('bob~secret', 0, 2, 1, '{}'), ('bob~t', 1, 1, 1, '{repo-x}')`,
+		`INSERT INTO preferences (thread_id, id, title, kind) VALUES ('repo-x', 1, 'Go 1.26', 'hard'), ('alice~me', 1, 'Tabs', 'soft'),
+		 ('bob~secret', 1, 'Secret', 'soft')`,
+	)
+	old, err := pool.Acquire(ctx) // a replica of the previous version: its statement prepared before the upgrade
+	require.NoError(t, err)
+	defer old.Release()
+	const oldStart = `SELECT coalesce(turn, 0)::integer AS turn, inherited FROM turn_start_unless_held($1, NULL::text[], false)`
+	var turn int32
+	var inherited []byte
+	require.NoError(t, old.QueryRow(ctx, oldStart, "alice~t1").Scan(&turn, &inherited))
+	require.NoError(t, db.Migrate(ctx, pool))
+
+	q := db.New()
+	th, err := q.ThreadGet(ctx, pool, "repo-x")
+	require.NoError(t, err)
+	require.Empty(t, th.SharedWith, "no workspace is shared")
+	scopes := func(thread string) string {
+		t.Helper()
+		start, err := q.TurnStart(ctx, pool, db.TurnStartParams{ThreadID: thread})
+		require.NoError(t, err)
+		var got []struct{ Scope string }
+		if len(start.Inherited) > 0 { // NULL: no ancestors
+			require.NoError(t, json.Unmarshal(start.Inherited, &got))
+		}
+		names := make([]string, len(got))
+		for i, s := range got {
+			names[i] = s.Scope
+		}
+		return strings.Join(names, ",")
+	}
+	require.Equal(t, "alice~me", scopes("alice~t1"), "a client's thread inherits its client's scopes")
+	require.Equal(t, "repo-x,bob~secret", scopes("app"), "the admin's thread inherits any thread")
+	require.Empty(t, scopes("bob~t"), "a workspace of the admin's not shared reaches no client's thread")
+
+	setParents := func(thread string, parents ...string) string {
+		t.Helper()
+		tx, err := db.BeginParentsLocked(ctx, pool, thread, parents)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		refused, err := q.ThreadSetParents(ctx, tx.Conn(), db.ThreadSetParentsParams{ID: thread, Parents: parents, Actor: "client", Via: "proxy"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx, nil))
+		return refused
+	}
+	require.Equal(t, "not shared: repo-x", setParents("alice~t1", "repo-x", "alice~me"))
+	require.Equal(t, "not shared: team", setParents("alice~t1", "team"))
+	require.Equal(t, "not shared: bob~secret", setParents("alice~t1", "bob~secret"))
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE id = 'team'`).Scan(&n))
+	require.Zero(t, n, "a parent refused is not created")
+
+	_, err = pool.Exec(ctx, `UPDATE threads SET shared_with = '{alice}' WHERE id = 'repo-x'`)
+	require.NoError(t, err)
+	require.Empty(t, setParents("alice~t1", "repo-x", "alice~me"))
+	require.Equal(t, "repo-x,alice~me", scopes("alice~t1"), "shared with alice: her thread inherits it, not bob's thread it names")
+	require.Empty(t, scopes("bob~t"), "not shared with bob")
+	_, err = pool.Exec(ctx, `UPDATE threads SET shared_with = '{*}' WHERE id = 'repo-x'`)
+	require.NoError(t, err)
+	require.Equal(t, "repo-x,bob~secret", scopes("bob~t"), "shared with every client, bob's own thread beyond it included")
+	_, err = pool.Exec(ctx, `UPDATE threads SET shared_with = '{}' WHERE id = 'repo-x'`)
+	require.NoError(t, err)
+	require.Equal(t, "alice~me", scopes("alice~t1"), "unshared: the next turn inherits it no more")
+
+	_, err = pool.Exec(ctx, `INSERT INTO events (thread_id, id, actor, via, kind, target_type, before, after) VALUES
+		('repo-x', 1, 'user', 'admin', 'shared_with_set', 'thread', '{"shared_with":[]}', '{"shared_with":["alice"]}')`)
+	require.NoError(t, err, "shared_with_set is an event")
+
+	require.NoError(t, old.QueryRow(ctx, oldStart, "alice~t1").Scan(&turn, &inherited), "the previous version's prepared turn start")
+	require.Contains(t, string(inherited), "alice~me")
+	require.NotContains(t, string(inherited), "Go 1.26")
 }

@@ -125,6 +125,7 @@ type Thread struct {
 	UntrustedWrites    pgtype.Text
 	Tainted            bool
 	ClientTools        bool
+	SharedWith         []string
 }
 
 type ThreadTombstone struct {

@@ -108,7 +108,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes, untrusted_writes, tainted, client_tools FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes, untrusted_writes, tainted, client_tools, shared_with FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -130,6 +130,7 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.UntrustedWrites,
 		&i.Tainted,
 		&i.ClientTools,
+		&i.SharedWith,
 	)
 	return i, err
 }
@@ -377,6 +378,22 @@ func (q *Queries) ThreadSetParents(ctx context.Context, db DBTX, arg ThreadSetPa
 	return refused, err
 }
 
+const threadSetSharedWith = `-- name: ThreadSetSharedWith :exec
+UPDATE threads SET shared_with = $1::text[], updated_at = now() WHERE id = $2
+`
+
+type ThreadSetSharedWithParams struct {
+	SharedWith []string
+	ID         string
+}
+
+// Sets the clients a thread outside every client's namespace is shared with ('*': every client;
+// docs/spec.md §20, migration 022); the caller holds the row lock and appends the event.
+func (q *Queries) ThreadSetSharedWith(ctx context.Context, db DBTX, arg ThreadSetSharedWithParams) error {
+	_, err := db.Exec(ctx, threadSetSharedWith, arg.SharedWith, arg.ID)
+	return err
+}
+
 const threadSetUntrustedWrites = `-- name: ThreadSetUntrustedWrites :exec
 UPDATE threads SET untrusted_writes = $1::text, updated_at = now() WHERE id = $2
 `
@@ -391,6 +408,23 @@ type ThreadSetUntrustedWritesParams struct {
 func (q *Queries) ThreadSetUntrustedWrites(ctx context.Context, db DBTX, arg ThreadSetUntrustedWritesParams) error {
 	_, err := db.Exec(ctx, threadSetUntrustedWrites, arg.UntrustedWrites, arg.ID)
 	return err
+}
+
+const threadSharedWith = `-- name: ThreadSharedWith :one
+SELECT EXISTS (SELECT FROM threads WHERE id = $1 AND shared_with && ARRAY[$2::text, '*'])::boolean AS shared
+`
+
+type ThreadSharedWithParams struct {
+	ID     string
+	Client string
+}
+
+// Whether a thread outside every client's namespace is shared with a client (migration 022).
+func (q *Queries) ThreadSharedWith(ctx context.Context, db DBTX, arg ThreadSharedWithParams) (bool, error) {
+	row := db.QueryRow(ctx, threadSharedWith, arg.ID, arg.Client)
+	var shared bool
+	err := row.Scan(&shared)
+	return shared, err
 }
 
 const threadSummary = `-- name: ThreadSummary :one

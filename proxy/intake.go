@@ -143,7 +143,8 @@ const parentsHeader = "X-Workspace-Parents"
 
 // parentsOf is what a request names of its thread's parents: X-Workspace-Parents, stored when
 // they differ; else, for a thread named by THREAD_HEADER, THREAD_PARENTS, stored when the thread
-// is new. Names are in the client's namespace; an empty header names none. A list longer than
+// is new. Names are in the client's namespace, but ~name: a scope the admin shared with the client
+// (docs/spec.md §20); an empty header names none. A list longer than
 // workspace.MaxParentsBytes, or of more than workspace.MaxAncestors names, is refused before a name is
 // parsed (docs/spec.md §17): what it costs is bounded whatever the header holds.
 func (s *Server) parentsOf(r *http.Request, client string) (workspace.TurnOptions, error) {
@@ -168,7 +169,7 @@ func (s *Server) parentsOf(r *http.Request, client string) (workspace.TurnOption
 			if len(parents) == workspace.MaxAncestors {
 				return workspace.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %s", from, workspace.ErrTooManyParents.Error())
 			}
-			id, err := workspace.NewThreadID(client, name)
+			id, err := workspace.NewParentID(client, name)
 			if err != nil {
 				return workspace.TurnOptions{}, apierr.BadRequest("invalid_parents", from, "%s: %q: %s", from, name, err.Error())
 			}

@@ -302,6 +302,15 @@ UPDATE threads SET agent_writes = sqlc.narg(agent_writes)::text, updated_at = no
 -- row lock and appends the event.
 UPDATE threads SET untrusted_writes = sqlc.narg(untrusted_writes)::text, updated_at = now() WHERE id = @id;
 
+-- name: ThreadSetSharedWith :exec
+-- Sets the clients a thread outside every client's namespace is shared with ('*': every client;
+-- docs/spec.md §20, migration 022); the caller holds the row lock and appends the event.
+UPDATE threads SET shared_with = @shared_with::text[], updated_at = now() WHERE id = @id;
+
+-- name: ThreadSharedWith :one
+-- Whether a thread outside every client's namespace is shared with a client (migration 022).
+SELECT EXISTS (SELECT FROM threads WHERE id = @id AND shared_with && ARRAY[@client::text, '*'])::boolean AS shared;
+
 -- name: ThreadChildren :many
 -- The threads that name a thread among their parents, by id, after the cursor ('' none).
 SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::text ORDER BY id LIMIT @max_rows;

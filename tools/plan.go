@@ -179,7 +179,7 @@ func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Pr
 			continue
 		}
 		if scope, existing, ok := workspace.FindInherited(inherited, title); ok {
-			fromScopes.add(scope.Thread.Name, existing)
+			fromScopes.add(scope.Name(), existing)
 			continue
 		}
 		p.ID = nextID + int64(len(fresh)) // provisional, for the titles within the batch
@@ -225,7 +225,7 @@ func (s planner) planUpdate(args json.RawMessage, view *View, list []workspace.P
 			}
 			if scope, other, ok := workspace.FindInherited(view.inherited, p.Title); ok {
 				return targets{}, invalid("updates", "#%d would have the title of %q (from %s); nothing was updated",
-					p.Index, workspace.OneLine(other.Title), scope.Thread.Name)
+					p.Index, workspace.OneLine(other.Title), scope.Name())
 			}
 		}
 	}

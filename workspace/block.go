@@ -87,7 +87,7 @@ func RenderWorkspaceBlock(objective, objectiveSource string, prefs []Preference,
 			}
 			if !heading {
 				b.WriteString("\nFrom ")
-				b.WriteString(s.Thread.Name)
+				b.WriteString(s.Name())
 				b.WriteString(" (the user's; ask the user to change these):")
 				heading = true
 			}
@@ -110,7 +110,7 @@ func RenderWorkspaceBlock(objective, objectiveSource string, prefs []Preference,
 					b.WriteByte('\n')
 					writeLine(&b, 0, p, false)
 					b.WriteString(" (from ")
-					b.WriteString(s.Thread.Name)
+					b.WriteString(s.Name())
 					b.WriteByte(')')
 				}
 			}

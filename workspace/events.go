@@ -39,6 +39,8 @@ const (
 	Compaction = "compaction"
 	// UntrustedWritesSet: a thread's untrusted_writes changed (docs/spec.md §19).
 	UntrustedWritesSet = "untrusted_writes_set"
+	// SharedWithSet: the clients a workspace is shared with changed (docs/spec.md §20).
+	SharedWithSet = "shared_with_set"
 )
 
 // ByClient is the actor of a change a client made by its request (X-Workspace-Parents), or of
@@ -137,12 +139,16 @@ func ParseTarget(s string) (Target, error) {
 // state is a stored before or after (jsonb, which orders and spaces it its own way) in the
 // fields' order of docs/spec.md §13: {text, source} or {title, subtitle, kind, locked, source}
 // (source left out of a state stored before sources were kept); null for none.
-func (t Target) state(stored []byte) json.RawMessage {
+func (t Target) state(stored []byte) json.RawMessage { return t.stateOf("", stored) }
+
+// stateOf is state for an event of thread (stored form): a thread's parents are named as its
+// client names them.
+func (t Target) stateOf(thread string, stored []byte) json.RawMessage {
 	if stored == nil {
 		return json.RawMessage("null")
 	}
 	if t.Type == TargetThread {
-		return threadState(stored)
+		return threadState(thread, stored)
 	}
 	if t.Type == TargetObjective {
 		var o struct{ Text, Source string }
@@ -155,17 +161,25 @@ func (t Target) state(stored []byte) json.RawMessage {
 }
 
 // threadState is a thread target's stored state ({parents} of stored ids, or {agent_writes}) as
-// events show it: parents by the names their client gives them.
-func threadState(stored []byte) json.RawMessage {
+// events show it: parents by the names the client of thread (stored form) gives them (~name for
+// a shared scope, docs/spec.md §20).
+func threadState(thread string, stored []byte) json.RawMessage {
 	var st struct {
 		Parents *[]string `json:"parents"`
 	}
 	if json.Unmarshal(stored, &st) != nil || st.Parents == nil {
 		return json.RawMessage(stored)
 	}
+	client := ""
+	if id, err := ParseThreadID(thread); err == nil {
+		client = id.Client
+	}
 	names := make([]string, len(*st.Parents))
 	for i, p := range *st.Parents {
 		names[i] = nameOf(p)
+		if id, err := ParseThreadID(p); err == nil && client != "" {
+			names[i] = id.NameFor(client)
+		}
 	}
 	b, _ := json.Marshal(struct {
 		Parents []string `json:"parents"`
@@ -351,7 +365,7 @@ func (w *Workspace) eventParams(actor, via string, changes []Change) db.EventIns
 func fromEvent(r db.Event) Event {
 	e := Event{ID: r.ID, Thread: r.ThreadID, At: r.At.Time.UTC(), Actor: r.Actor, Via: r.Via, Kind: r.Kind,
 		Target: Target{Type: r.TargetType, ID: r.TargetID.Int64}}
-	e.Before, e.After = e.Target.state(r.Before), e.Target.state(r.After)
+	e.Before, e.After = e.Target.stateOf(r.ThreadID, r.Before), e.Target.stateOf(r.ThreadID, r.After)
 	e.Turn, e.Round = intOrNull(r.Turn), intOrNull(r.Round)
 	if r.ToolCallID.Valid {
 		e.ToolCallID = &r.ToolCallID.Int64

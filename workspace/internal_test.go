@@ -23,16 +23,16 @@ func TestInheritedCacheBounded(t *testing.T) {
 	own := []Preference{{ID: 1, Title: "Mine", Kind: Soft}}
 	for i := range 40000 { // past the bound: the cache starts again
 		raw := fmt.Appendf(nil, `[{"scope":"alice","preferences":[{"id":1,"title":"Rule %d of a long list of rules","subtitle":"","kind":"soft","locked":false}]}]`, i)
-		s, err := c.shown(raw, []byte(`[{"id":1,"title":"Mine"}]`), own)
+		s, err := c.shown(raw, []byte(`[{"id":1,"title":"Mine"}]`), own, "")
 		require.NoError(t, err)
 		require.Equal(t, fmt.Sprintf("Rule %d of a long list of rules", i), s[0].Preferences[0].Title)
 		require.LessOrEqual(t, c.bytes, maxInheritedCached)
 	}
 	raw := []byte(`[{"scope":"alice","preferences":[{"id":1,"title":"mine","subtitle":"","kind":"soft","locked":false}]}]`)
-	s, err := c.shown(raw, nil, own)
+	s, err := c.shown(raw, nil, own, "")
 	require.NoError(t, err)
 	require.Empty(t, s, "the thread's own title hides the inherited one")
-	again, err := c.shown(raw, nil, own)
+	again, err := c.shown(raw, nil, own, "")
 	require.NoError(t, err)
 	require.Equal(t, s, again)
 }

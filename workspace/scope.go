@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -41,10 +43,20 @@ const (
 )
 
 // Scope is what one ancestor gives a thread: its preferences, in its own order. Thread is its
-// stored id; in JSON, scope is its name in the client's namespace.
+// stored id; Shared says that it is a workspace the admin shared with the thread's client
+// (docs/spec.md §20); in JSON, scope is its name as the thread's client names it (Name).
 type Scope struct {
 	Thread      ThreadID     `json:"-"`
+	Shared      bool         `json:"-"`
 	Preferences []Preference `json:"preferences"`
+}
+
+// Name is the ancestor as the thread's client names it: its id, or ~id for a shared scope.
+func (s Scope) Name() string {
+	if s.Shared {
+		return SharedPrefix + s.Thread.Name
+	}
+	return s.Thread.Name
 }
 
 // MarshalJSON writes {scope, preferences}, scope the ancestor's id as its client names it.
@@ -52,7 +64,7 @@ func (s Scope) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Scope       string       `json:"scope"`
 		Preferences []Preference `json:"preferences"`
-	}{s.Thread.Name, s.Preferences})
+	}{s.Name(), s.Preferences})
 }
 
 // ParentsError: a list of parents that cannot be stored (a cycle, a thread of its own, more than
@@ -61,8 +73,10 @@ type ParentsError struct{ Reason string }
 
 func (e *ParentsError) Error() string { return "invalid parents: " + e.Reason }
 
-// decodeInherited reads what turn_start or ThreadScopeGet gave of the ancestors (nil for none).
-func decodeInherited(b []byte) ([]Scope, error) {
+// decodeInherited reads what turn_start or ThreadScopeGet gave of the ancestors of a thread of
+// client ("" for none) (nil for none): an ancestor outside every client's namespace is, for a
+// client's thread, a shared scope.
+func decodeInherited(b []byte, client string) ([]Scope, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
@@ -83,7 +97,7 @@ func decodeInherited(b []byte) ([]Scope, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Scope{Thread: id, Preferences: prefs})
+		out = append(out, Scope{Thread: id, Shared: client != "" && id.Client == "", Preferences: prefs})
 	}
 	return out, nil
 }
@@ -112,7 +126,7 @@ func shownInherited(own []Preference, inherited []Scope) []Scope {
 			kept = append(kept, p)
 		}
 		if len(kept) > 0 {
-			out = append(out, Scope{Thread: s.Thread, Preferences: kept})
+			out = append(out, Scope{Thread: s.Thread, Shared: s.Shared, Preferences: kept})
 		}
 	}
 	return out
@@ -131,20 +145,20 @@ type inheritedCache struct {
 
 const maxInheritedCached = 4 << 20
 
-// shown is shownInherited(own, decodeInherited(raw)), from the cache when it was seen; rawOwn are
-// the bytes own was decoded from.
-func (c *inheritedCache) shown(raw, rawOwn []byte, own []Preference) ([]Scope, error) {
+// shown is shownInherited(own, decodeInherited(raw, client)), from the cache when it was seen;
+// rawOwn are the bytes own was decoded from.
+func (c *inheritedCache) shown(raw, rawOwn []byte, own []Preference, client string) ([]Scope, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	key := string(raw) + "\x00" + string(rawOwn)
+	key := client + "\x00" + string(raw) + "\x00" + string(rawOwn)
 	c.mu.Lock()
 	s, ok := c.m[key]
 	c.mu.Unlock()
 	if ok {
 		return s, nil
 	}
-	inherited, err := decodeInherited(raw)
+	inherited, err := decodeInherited(raw, client)
 	if err != nil {
 		return nil, err
 	}
@@ -198,12 +212,13 @@ func (w *Workspace) scopeOf(ctx context.Context, q db.DBTX, own []Preference) (S
 	if err != nil {
 		return ScopeInfo{}, db.NotFound(err)
 	}
-	return scopeFrom(r, own)
+	return scopeFrom(r, own, w.id.Client)
 }
 
-// scopeFrom is the place among its scopes that r says, for a thread whose own list is own.
-func scopeFrom(r db.ThreadScopeGetRow, own []Preference) (ScopeInfo, error) {
-	inherited, err := decodeInherited(r.Inherited)
+// scopeFrom is the place among its scopes that r says, for a thread of client whose own list is
+// own.
+func scopeFrom(r db.ThreadScopeGetRow, own []Preference, client string) (ScopeInfo, error) {
+	inherited, err := decodeInherited(r.Inherited, client)
 	if err != nil {
 		return ScopeInfo{}, err
 	}
@@ -250,17 +265,32 @@ func (w *Workspace) Ancestors(ctx context.Context) (_ []Ancestor, err error) {
 	return out, nil
 }
 
-// storedParents checks parents for the thread: each in the thread's client namespace (another
-// client's is ErrNotFound: it does not exist for this one).
+// storedParents checks parents for the thread: each in the thread's client namespace, or, for a
+// client's thread, a workspace outside every client's namespace (a shared scope: whether it is
+// shared with the client, the store says as it stores them, docs/spec.md §20). Another client's
+// is ErrNotFound: it does not exist for this one.
 func (w *Workspace) storedParents(parents []ThreadID) ([]string, error) {
 	out := make([]string, len(parents))
 	for i, p := range parents {
-		if p.Client != w.id.Client {
+		if p.Client != w.id.Client && p.Client != "" {
 			return nil, ErrNotFound
 		}
 		out[i] = p.String()
 	}
 	return out, nil
+}
+
+// notSharedRefusal begins the reason thread_set_parents (migration 022) gives for a parent
+// outside the thread's client namespace that is not shared with its client: for that client
+// it does not exist (ErrNotFound), and nothing was created.
+const notSharedRefusal = "not shared: "
+
+// parentsRefused is the error of a list of parents the store refused for reason.
+func parentsRefused(reason string) error {
+	if strings.HasPrefix(reason, notSharedRefusal) {
+		return ErrNotFound
+	}
+	return &ParentsError{Reason: reason}
 }
 
 // SetParents stores the thread's parents, nearest first, as a user change (the thread and each
@@ -301,7 +331,7 @@ func (w *Workspace) setParents(ctx context.Context, stored []string) error {
 		return fmt.Errorf("set parents: %w", err)
 	}
 	if refused != "" {
-		return &ParentsError{Reason: refused}
+		return parentsRefused(refused)
 	}
 	return tx.Commit(ctx, nil)
 }
@@ -388,6 +418,78 @@ func (w *Workspace) SetUntrustedWrites(ctx context.Context, mode string) (err er
 	return err
 }
 
+// SharedEveryone in a list of clients a workspace is shared with names every client.
+const SharedEveryone = "*"
+
+// SetSharedWith sets the clients this workspace is shared with (docs/spec.md §20): client names,
+// or SharedEveryone alone for every client; none unshares it. Only a workspace outside every
+// client's namespace (the admin's) can be shared. A user change, with a shared_with_set event when
+// it changes (so that the threads that inherit it find a new version at their next turn).
+// ErrNotFound when the thread does not exist; a *ValidationError for a client's thread or a
+// name that is not a client's.
+func (w *Workspace) SetSharedWith(ctx context.Context, clients []string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if w.id.Client != "" {
+		return invalid("shared_with", "only a workspace outside every client's namespace (the admin's) can be shared; %s is client %s's", w.id.Name, w.id.Client)
+	}
+	want := make([]string, 0, len(clients))
+	for _, c := range clients {
+		switch {
+		case c == SharedEveryone && len(clients) > 1:
+			return invalid("shared_with", `"*" shares with every client: it stands alone`)
+		case c != SharedEveryone && !ValidClientName(c):
+			return invalid("shared_with", "%q: %s", c, ErrInvalidClient.Error())
+		}
+		if !slices.Contains(want, c) {
+			want = append(want, c)
+		}
+	}
+	slices.Sort(want)
+	_, err = w.locked(ctx, db.LockThreadTouch, func(tx db.DBTX, _ int64, _ []Preference) ([]Change, error) {
+		r, err := w.store.q.ThreadGet(ctx, tx, w.threadID)
+		if err != nil {
+			return nil, db.NotFound(err)
+		}
+		before := r.SharedWith
+		if before == nil {
+			before = []string{}
+		}
+		if slices.Equal(before, want) {
+			return nil, nil
+		}
+		if err := w.store.q.ThreadSetSharedWith(ctx, tx, db.ThreadSetSharedWithParams{ID: w.threadID, SharedWith: want}); err != nil {
+			return nil, fmt.Errorf("set shared_with: %w", err)
+		}
+		return []Change{{kind: SharedWithSet, target: Target{Type: TargetThread},
+			before: sharedWithState(before), after: sharedWithState(want)}}, nil
+	})
+	return err
+}
+
+// sharedWithState is a workspace's sharing as its events show it: {"shared_with": [...]}.
+func sharedWithState(clients []string) []byte {
+	b, _ := json.Marshal(struct {
+		SharedWith []string `json:"shared_with"`
+	}{clients})
+	return b
+}
+
+// SharedWithClient reports whether this workspace is one outside every client's namespace that
+// is shared with client (docs/spec.md §20); false for one that does not exist.
+func (w *Workspace) SharedWithClient(ctx context.Context, client string) (_ bool, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if w.id.Client != "" || client == "" {
+		return false, nil
+	}
+	shared, err := w.store.q.ThreadSharedWith(ctx, w.store.pool, db.ThreadSharedWithParams{ID: w.threadID, Client: client})
+	if err != nil {
+		return false, fmt.Errorf("read shared_with: %w", err)
+	}
+	return shared, nil
+}
+
 // settingState is a thread's setting as its events show it: {name: mode}, null for an inherited
 // one.
 func settingState(name, mode string) []byte {
@@ -419,8 +521,8 @@ func agentWritesState(mode string) []byte {
 func (w *Workspace) MovePreference(ctx context.Context, id int64, to ThreadID) (_ Preference, err error) {
 	ctx, done := w.store.op(ctx)
 	defer done(&err)
-	if _, err := w.storedParents([]ThreadID{to}); err != nil {
-		return Preference{}, err
+	if to.Client != w.id.Client { // another client's thread, or a shared scope: read-only to a client
+		return Preference{}, ErrNotFound
 	}
 	if to == w.id {
 		return Preference{}, invalid("to", "is the thread the preference is in")

@@ -56,6 +56,34 @@ func ParseThreadID(stored string) (ThreadID, error) {
 // ValidClientName reports whether name may name a client.
 func ValidClientName(name string) bool { return clientNamePattern.MatchString(name) }
 
+// SharedPrefix marks, where a client names a thread (a parent, a path), a workspace outside every
+// client's namespace that the admin shared with it: ~repo-x (docs/spec.md §20).
+const SharedPrefix = namespaceSep
+
+// NewParentID checks a parent as client ("" for none) names it (X-Workspace-Parents,
+// THREAD_PARENTS, the panel): ~name is a workspace outside every client's namespace (a shared
+// scope, docs/spec.md §20; for a thread without a client, the same as name), any other name the
+// client's own thread.
+func NewParentID(client, name string) (ThreadID, error) {
+	if rest, ok := strings.CutPrefix(name, SharedPrefix); ok {
+		return NewThreadID("", rest)
+	}
+	return NewThreadID(client, name)
+}
+
+// NameFor is how client ("" for none: the admin) names the thread: its own thread by the id it
+// gave it, a thread outside every client's namespace (a shared scope) as ~id, and, for the admin,
+// any thread by its stored form.
+func (t ThreadID) NameFor(client string) string {
+	switch {
+	case t.Client == client:
+		return t.Name
+	case t.Client == "":
+		return SharedPrefix + t.Name
+	}
+	return t.String()
+}
+
 // String is the stored form: the id, or client~id.
 func (t ThreadID) String() string {
 	if t.Client == "" {

@@ -133,7 +133,7 @@ type Locked struct {
 }
 
 // Scope is the thread's place among its scopes as it stands, read with the lock (CallLock.Scope).
-func (l *Locked) Scope() (ScopeInfo, error) { return scopeFrom(l.tx.Scope, l.List) }
+func (l *Locked) Scope() (ScopeInfo, error) { return scopeFrom(l.tx.Scope, l.List, l.w.id.Client) }
 
 // ErrPruned: the history after a change is no longer kept (HISTORY_RETENTION).
 var ErrPruned = errors.New("the history after the change is no longer kept")

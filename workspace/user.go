@@ -57,6 +57,9 @@ type Detail struct {
 	UntrustedWrites          string `json:"untrusted_writes"`
 	UntrustedWritesInherited bool   `json:"untrusted_writes_inherited"`
 	InheritedBy              bool   `json:"inherited_by"`
+	// SharedWith are the clients a workspace outside every client's namespace is shared with
+	// ("*": every client; docs/spec.md §20), empty for none and for a client's thread.
+	SharedWith []string `json:"shared_with"`
 
 	// LastEventID is the thread's latest event id as the rest was read: its version (tools.AsOfChange).
 	LastEventID int64 `json:"-"`
@@ -204,6 +207,10 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 			return db.NotFound(err)
 		}
 		d.LastEventID = th.NextEventID - 1
+		d.SharedWith = th.SharedWith
+		if d.SharedWith == nil || w.id.Client != "" {
+			d.SharedWith = []string{}
+		}
 		u, err := w.store.q.ThreadUsageGet(ctx, tx, w.threadID)
 		if err != nil {
 			return fmt.Errorf("get usage: %w", err)
@@ -228,7 +235,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		}
 		d.Parents = make([]string, len(scope.Parents))
 		for i, p := range scope.Parents {
-			d.Parents[i] = p.Name
+			d.Parents[i] = p.NameFor(w.id.Client)
 		}
 		d.Inherited = scope.Inherited
 		if d.Inherited == nil {
@@ -482,7 +489,7 @@ func (w *Workspace) Snapshots(ctx context.Context, after, limit int) (_ []Snapsh
 	}
 	out := make([]Snapshot, len(rows))
 	for i, r := range rows {
-		if out[i], err = fromSnapshot(r); err != nil {
+		if out[i], err = fromSnapshot(r, w.id.Client); err != nil {
 			return nil, err
 		}
 	}
@@ -505,15 +512,15 @@ func (w *Workspace) SnapshotForTurn(ctx context.Context, n int) (_ Snapshot, err
 	if err != nil {
 		return Snapshot{}, db.NotFound(err)
 	}
-	return fromSnapshot(r)
+	return fromSnapshot(r, w.id.Client)
 }
 
-func fromSnapshot(r db.WorkspaceSnapshot) (Snapshot, error) {
+func fromSnapshot(r db.WorkspaceSnapshot, client string) (Snapshot, error) {
 	prefs, err := decodeSnapshotPreferences(r.Preferences)
 	if err != nil {
 		return Snapshot{}, err
 	}
-	inherited, err := decodeInherited(r.Inherited)
+	inherited, err := decodeInherited(r.Inherited, client)
 	if err != nil {
 		return Snapshot{}, err
 	}

@@ -333,13 +333,13 @@ func (w *Workspace) StartTurn(ctx context.Context, opts TurnOptions) (_ TurnStar
 		return TurnStart{}, fmt.Errorf("start turn: %w", err)
 	}
 	if row.Refused != "" {
-		return TurnStart{}, &ParentsError{Reason: row.Refused}
+		return TurnStart{}, parentsRefused(row.Refused)
 	}
 	prefs, err := decodeSnapshotPreferences(row.Preferences)
 	if err != nil {
 		return TurnStart{}, err
 	}
-	inherited, err := w.store.inherited.shown(row.Inherited, row.Preferences, prefs)
+	inherited, err := w.store.inherited.shown(row.Inherited, row.Preferences, prefs, w.id.Client)
 	if err != nil {
 		return TurnStart{}, err
 	}

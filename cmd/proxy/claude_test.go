@@ -153,6 +153,93 @@ func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
 	require.Contains(t, first, "Preferences: (none yet)\nFrom repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo\n</workspace>")
 }
 
+// TestClaudeCodeSharedScopeAcrossClients: with client keys, THREAD_HEADER=X-Claude-Code-Session-Id
+// and THREAD_PARENTS=~repo-x, the admin's repo-x shared with alice and bob reaches a new Claude
+// Code session of each (docs/spec.md §20): every request of both sessions that reaches the
+// upstream carries repo-x's item under ~repo-x; what alice's user states lands in her session's
+// thread, repo-x is unchanged, and each session's thread is in its client's namespace.
+func TestClaudeCodeSharedScopeAcrossClients(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var turns []string // the upstream's Messages requests that carry a block, their texts joined
+	demoModel := demo.Handler()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/messages" {
+			var v any
+			if json.Unmarshal(body, &v) == nil {
+				if text := strings.Join(jsonStrings(v, nil), "\n"); strings.Contains(text, "<workspace>") {
+					mu.Lock()
+					turns = append(turns, text)
+					mu.Unlock()
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		demoModel.ServeHTTP(w, r)
+	}))
+	t.Cleanup(upstream.Close)
+	const aliceKey, bobKey = "sk-alice-0123456789abcdef", "sk-bob-0123456789abcdef00"
+	m, logs := MustRunMain(t, func(c *Config) {
+		c.AnthropicUpstreamBaseURL = upstream.URL
+		c.UpstreamAPIKey, c.AnthropicUpstreamAPIKey = "sk-upstream", "sk-upstream"
+		c.ClientKeys = "alice=" + aliceKey + ",bob=" + bobKey
+		c.ThreadHeader = "X-Claude-Code-Session-Id"
+		c.ThreadParents = "~repo-x"
+	})
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/repo-x/preferences", `{"title":"Go 1.26, no cgo","kind":"hard"}`, nil))
+	require.Equal(t, 200, adminCall(t, m, "PATCH", "/admin/v1/threads/repo-x", `{"shared_with":["alice","bob"]}`, nil))
+
+	const heading = "From ~repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo\n</workspace>"
+	seen := 0
+	for _, run := range []struct{ client, key, prompt, want string }{
+		{"alice", aliceKey, "I prefer tabs.", "recorded 1 preference"},
+		{"bob", bobKey, "What do you know about my project?", demo.Prefix},
+	} {
+		out := claude(t, m.URL, run.prompt, "ANTHROPIC_AUTH_TOKEN="+run.key)
+		require.Contains(t, out, run.want, "%s: the demo answered: %s\nproxy logs:\n%s", run.client, out, logs.String())
+		mu.Lock()
+		got := turns[seen:]
+		seen = len(turns)
+		mu.Unlock()
+		require.NotEmpty(t, got, "%s: no request reached the upstream with a block", run.client)
+		for _, text := range got {
+			require.Contains(t, text, heading, "%s: every request of the session carries repo-x's item", run.client)
+		}
+		require.Contains(t, got[0], run.prompt, run.client)
+	}
+
+	// Each session's thread is its client's, and names ~repo-x; alice's preference is hers.
+	var children struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x/children", "", &children))
+	require.Len(t, children.Data, 2)
+	owners := []string{}
+	for _, c := range children.Data {
+		owner, _, ok := strings.Cut(c.ID, "~")
+		require.True(t, ok, c.ID)
+		owners = append(owners, owner)
+		var ws struct {
+			adminWorkspace
+			Parents []string `json:"parents"`
+		}
+		require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+c.ID, "", &ws))
+		require.Equal(t, []string{"~repo-x"}, ws.Parents, c.ID)
+		if owner == "alice" {
+			require.Len(t, ws.Preferences, 1)
+			require.Equal(t, "Tabs", ws.Preferences[0].Title)
+		}
+	}
+	slices.Sort(owners)
+	require.Equal(t, []string{"alice", "bob"}, owners)
+	var scope adminWorkspace
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x", "", &scope))
+	require.Len(t, scope.Preferences, 1, "repo-x holds only what the admin set")
+}
+
 // jsonStrings appends the strings of a decoded JSON value to out, in document order (an
 // object's keys sorted).
 func jsonStrings(v any, out []string) []string {

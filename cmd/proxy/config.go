@@ -150,7 +150,7 @@ func (c *Config) settings() []setting {
 		{"GEMINI_UPSTREAM_BASE_URL", "gemini-upstream-base-url", `base URL of the Gemini API's upstream for /v1beta/models/… (default https://generativelanguage.googleapis.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.GeminiUpstreamBaseURL)},
 		{"GEMINI_UPSTREAM_API_KEY", "gemini-upstream-api-key", "replaces the client's x-goog-api-key, ?key= and Authorization toward the Gemini upstream when set", (*secretValue)(&c.GeminiUpstreamAPIKey)},
 		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
-		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
+		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice; ~repo-x for a scope the admin shared with the client) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys, seeding the clients' table at start (SIGHUP re-reads @FILE): name=key pairs separated by commas, or @FILE with one per line; with any client every /v1 request needs a key and threads are per client", (*secretValue)(&c.ClientKeys)},
 		{"PASSTHROUGH_ROUTES", "passthrough-routes", "with CLIENT_KEYS, the routes forwarded as they are: METHOD /v1/path patterns separated by commas, a trailing * matching any rest (others: 403)", (*stringValue)(&c.PassThroughRoutes)},
@@ -225,7 +225,7 @@ func (c Config) Validate() error {
 		return errors.New("THREAD_PARENTS: applies to threads named by THREAD_HEADER, which is not set")
 	}
 	for _, name := range c.threadParents() {
-		if _, err := workspace.NewThreadID("", name); err != nil {
+		if _, err := workspace.NewParentID("", name); err != nil {
 			return fmt.Errorf("THREAD_PARENTS: %q: %w", name, err)
 		}
 	}

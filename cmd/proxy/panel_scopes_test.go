@@ -250,3 +250,46 @@ func TestPanelScopeChangeLive(t *testing.T) {
 		waitFor(`document.querySelector('ul.inherited[data-scope="alice"]') !== null && document.querySelector('ul.inherited[data-scope="alice"]').textContent.includes("Answer in French")`))
 	require.True(t, eval[bool](t, ctx, `document.querySelector("#error").hidden`), "an unknown event is ignored")
 }
+
+// TestPanelSharedScopeForAClient: signed in with alice's key, the panel's parents field names the
+// admin's repo-x, shared with her, as ~repo-x (docs/spec.md §20): its item shows read-only under
+// ~repo-x, with no link to the scope's page (the admin's); a ~name not shared is refused in the
+// page and the parents stay as they were.
+func TestPanelSharedScopeForAClient(t *testing.T) {
+	t.Parallel()
+	up := upstreamtest.New(t)
+	m, _ := MustRunMain(t, func(c *Config) {
+		c.UpstreamBaseURL = up.URL
+		c.UpstreamAPIKey = "sk-upstream"
+		c.ClientKeys = "alice=" + aliceKey
+	})
+	require.Equal(t, 201, adminCall(t, m, "POST", "/admin/v1/threads/repo-x/preferences", `{"title":"Go 1.26, no cgo","kind":"hard","locked":true}`, nil))
+	require.Equal(t, 200, adminCall(t, m, "PATCH", "/admin/v1/threads/repo-x", `{"shared_with":["alice"]}`, nil))
+	up.Script(upstreamtest.JSON(200, upstreamtest.Completion("ok")))
+	clientTurn(t, m, aliceKey, "lisbon", "hi")
+
+	ctx := newBrowser(t)()
+	signIn(t, ctx, m.URL, aliceKey)
+	const inherited = `document.querySelector('ul.inherited[data-scope="~repo-x"]')`
+	save := func(parents string) chromedp.Action[chromedp.Void] {
+		return chromedp.Evaluate[chromedp.Void](`(() => { const i = document.querySelector("#parents-text"); i.value = ` + jsString(parents) +
+			`; document.querySelector("#parents-form").requestSubmit(); })()`)
+	}
+	within(t, ctx,
+		chromedp.Navigate(m.URL+"/ui/#/t/alice~lisbon"),
+		chromedp.WaitVisible(chromedp.CSS("#parents-text")),
+		save("~repo-x, me"),
+		waitFor(inherited+` !== null && `+inherited+`.textContent.includes("Go 1.26, no cgo")`))
+	require.Equal(t, "~repo-x", eval[string](t, ctx, `document.querySelector("h3.scope .scope-name").textContent`))
+	require.Equal(t, "SPAN", eval[string](t, ctx, `document.querySelector("h3.scope .scope-name").tagName`), "no link to the admin's page")
+	var ws struct {
+		Parents []string `json:"parents"`
+	}
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/alice~lisbon", "", &ws))
+	require.Equal(t, []string{"~repo-x", "me"}, ws.Parents)
+
+	within(t, ctx, waitFor(`[...document.querySelectorAll('li.event[data-kind="parents_set"]')].some(li => li.textContent.includes("~repo-x, me"))`)) // the history names it as alice does
+	within(t, ctx, save("~other"), waitFor(`[...document.querySelectorAll("p.error")].some(p => !p.hidden && p.textContent.includes("not found"))`))
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/alice~lisbon", "", &ws))
+	require.Equal(t, []string{"~repo-x", "me"}, ws.Parents, "a ~name not shared changes nothing")
+}

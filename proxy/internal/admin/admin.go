@@ -209,15 +209,45 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 
 // workspaceOf is the workspace of the path's thread, named in its stored form (client~thread for
 // a client's thread).
+//
+// A client that names a workspace outside every client's namespace (repo-x, or ~repo-x as its
+// threads name it) gets 403 when it is shared with it, whatever the route: a shared scope is
+// read-only to it, and its history and the threads that inherit it are the admin's
+// (docs/spec.md §20); 404 when it is not.
 func (s *Server) workspaceOf(r *http.Request) (*workspace.Workspace, error) {
-	id, err := workspace.ParseThreadID(r.PathValue("thread"))
+	name := r.PathValue("thread")
+	if rest, ok := strings.CutPrefix(name, workspace.SharedPrefix); ok {
+		name = rest
+	}
+	id, err := workspace.ParseThreadID(name)
 	if err != nil {
 		return nil, apierr.BadRequest("invalid_thread_id", "thread", "%s, prefixed with client~ for a client's thread", err.Error())
+	}
+	if err := s.sharedScopeRefused(r, id); err != nil {
+		return nil, err
 	}
 	if !principalFrom(r.Context()).mayThread(id.String()) {
 		return nil, workspace.ErrNotFound // another's thread is not shown to exist
 	}
 	return s.opts.Store.Workspace(id), nil
+}
+
+// sharedScopeRefused is errSharedReadOnly when a client names id, a workspace outside every
+// client's namespace shared with it, and ErrNotFound when such a workspace is not shared with it;
+// nil for any other thread or caller.
+func (s *Server) sharedScopeRefused(r *http.Request, id workspace.ThreadID) error {
+	p := principalFrom(r.Context())
+	if p.client == "" || id.Client != "" {
+		return nil
+	}
+	shared, err := s.opts.Store.Workspace(id).SharedWithClient(r.Context(), p.client)
+	switch {
+	case err != nil:
+		return err
+	case shared:
+		return errSharedReadOnly
+	}
+	return workspace.ErrNotFound
 }
 
 // notFound is the 404 of a route whose thread, or whose item of the thread, does not exist (or
@@ -796,7 +826,7 @@ func (es *eventStream) sendScopes(ctx context.Context) ([]string, error) {
 			b, err := json.Marshal(struct {
 				Scope string `json:"scope"`
 				Event int64  `json:"event"`
-			}{a.Thread.Name, a.LastEventID})
+			}{a.Thread.NameFor(es.ws.ThreadID().Client), a.LastEventID})
 			if err != nil {
 				return nil, err
 			}

@@ -90,7 +90,7 @@ func TestAdminWorkspace(t *testing.T) {
 	var raw map[string]any
 	e.admin("GET", "/admin/v1/threads/t1", nil, 200, &raw)
 	require.ElementsMatch(t, []string{"id", "objective", "preferences", "block", "usage", "parents", "inherited", "agent_writes",
-		"agent_writes_inherited", "untrusted_writes", "untrusted_writes_inherited", "inherited_by"}, keys(raw))
+		"agent_writes_inherited", "untrusted_writes", "untrusted_writes_inherited", "inherited_by", "shared_with"}, keys(raw))
 	require.Equal(t, "propose", raw["untrusted_writes"], "the deployment's default")
 	require.Equal(t, map[string]any{"prompt_tokens": 0.0, "cached_prompt_tokens": 0.0, "completion_tokens": 0.0, "cache_write_tokens": 0.0}, raw["usage"])
 	require.ElementsMatch(t, []string{"text", "updated_at", "updated_by", "source"}, keys(raw["objective"].(map[string]any)))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -17,10 +18,29 @@ import (
 var errLinkScope = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "link_not_allowed",
 	Message: "a link opens its thread; it cannot name or list other threads"}
 
+// errSharedReadOnly: a client names a shared scope where it would change or read more of it than
+// its threads inherit (docs/spec.md §20).
+var errSharedReadOnly = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "shared_scope_read_only",
+	Message: "a shared scope is read-only to clients: its items reach the threads that name it among their parents (~name), " +
+		"and only the admin changes it or reads its history"}
+
+// errShareAdminOnly: only the admin token shares a workspace (docs/spec.md §20).
+var errShareAdminOnly = &apierr.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "admin_only",
+	Param: "shared_with", Message: "only the admin token shares a workspace with clients"}
+
 // threadNamed is the thread a request names beside its path's (a parent, a move's destination):
-// a name in the path thread's client namespace, or a stored id of that namespace; another
-// client's thread does not exist for it (ErrNotFound).
+// a name in the path thread's client namespace, or a stored id of that namespace; for a client's
+// thread, ~name is a workspace outside every client's namespace (a shared scope, docs/spec.md
+// §20: whether it is shared with the client, the store checks); another client's thread does
+// not exist for it (ErrNotFound).
 func threadNamed(of workspace.ThreadID, name, field string) (workspace.ThreadID, error) {
+	if strings.HasPrefix(name, workspace.SharedPrefix) {
+		id, err := workspace.NewParentID(of.Client, name)
+		if err != nil {
+			return workspace.ThreadID{}, apierr.BadRequest("invalid_thread_id", field, "%s: %s", field, err.Error())
+		}
+		return id, nil
+	}
 	id, err := workspace.ParseThreadID(name)
 	if err != nil {
 		return workspace.ThreadID{}, apierr.BadRequest("invalid_thread_id", field, "%s: %s", field, err.Error())
@@ -131,9 +151,21 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	var in struct {
 		AgentWrites     json.RawMessage `json:"agent_writes"`
 		UntrustedWrites json.RawMessage `json:"untrusted_writes"`
+		SharedWith      json.RawMessage `json:"shared_with"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
+	}
+	var sharedWith []string
+	if in.SharedWith != nil {
+		if !principalFrom(r.Context()).admin { // docs/spec.md §20: the admin shares, no client
+			return errShareAdminOnly
+		}
+		if string(in.SharedWith) != "null" {
+			if err := json.Unmarshal(in.SharedWith, &sharedWith); err != nil {
+				return apierr.BadRequest("invalid_value", "shared_with", `shared_with must be a list of client names, or ["*"] for every client`)
+			}
+		}
 	}
 	agentWrites, err := setting(in.AgentWrites, "agent_writes", `agent_writes must be "direct", "propose" or null`)
 	if err != nil {
@@ -150,6 +182,11 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	}
 	if untrustedWrites != nil {
 		if err := ws.SetUntrustedWrites(r.Context(), *untrustedWrites); err != nil {
+			return err
+		}
+	}
+	if in.SharedWith != nil {
+		if err := ws.SetSharedWith(r.Context(), sharedWith); err != nil {
 			return err
 		}
 	}
@@ -196,6 +233,9 @@ func (s *Server) adminMovePreference(w http.ResponseWriter, r *http.Request) err
 	}
 	to, err := threadNamed(ws.ThreadID(), *in.To, "to")
 	if err != nil {
+		return err
+	}
+	if err := s.sharedScopeRefused(r, to); err != nil { // a client never writes a shared scope
 		return err
 	}
 	p, err := ws.MovePreference(r.Context(), id, to)

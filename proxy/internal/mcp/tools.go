@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -65,6 +66,9 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 		sc := scopeFrom(ctx)
 		id, err := sc.resolve(threadArgument(args))
 		if err != nil {
+			err = s.sharedScope(ctx, sc, threadArgument(args), err)
+		}
+		if err != nil {
 			s.metrics(name, tools.Result{})
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}, IsError: true}, nil
 		}
@@ -82,6 +86,32 @@ func (s *Server) callTool(name string) mcp.ToolHandler {
 		s.metrics(name, res)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Text}}, IsError: !res.OK}, nil
 	}
+}
+
+// errSharedReadOnly: a client's tool call names a shared scope (docs/spec.md §20).
+var errSharedReadOnly = errors.New("a shared scope is read-only to clients: its items reach the threads that name it among their parents; " +
+	"call the tool on one of your threads, and ask the user to change the scope")
+
+// sharedScope is what a call that names a thread the scope does not resolve (err) is told: for a
+// client that names ~name, a workspace outside every client's namespace that is shared with it,
+// errSharedReadOnly (nothing of it is written); else err, as if it did not exist.
+func (s *Server) sharedScope(ctx context.Context, sc scope, name string, err error) error {
+	rest, ok := strings.CutPrefix(name, workspace.SharedPrefix)
+	if sc.client == "" || !ok {
+		return err
+	}
+	id, perr := workspace.NewThreadID("", rest)
+	if perr != nil {
+		return err
+	}
+	shared, serr := s.opts.Store.Workspace(id).SharedWithClient(ctx, sc.client)
+	switch {
+	case serr != nil:
+		return serr
+	case shared:
+		return errSharedReadOnly
+	}
+	return err
 }
 
 func (s *Server) metrics(name string, res tools.Result) {

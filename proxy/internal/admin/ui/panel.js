@@ -313,6 +313,10 @@ function describe(e, pos, known) {
       const p = known.get(e.answers);
       return p ? "Dismissed: " + describe(p, pos, known) : "Dismissed a proposal of the assistant";
     }
+    case "shared_with_set": {
+      const cs = (e.after && e.after.shared_with) || [];
+      return cs.length ? "Shared with " + (cs[0] === "*" ? "every client" : cs.join(", ")) : "Unshared";
+    }
     case "parents_set": {
       const ps = (e.after && e.after.parents) || [];
       return ps.length ? "Set the parents: " + ps.join(", ") : "Removed the parents";
@@ -360,7 +364,7 @@ function targetKey(t) { return t.type === "preference" ? "preference:" + t.id : 
 // compaction), and SETTINGS those that are changed by setting them again, not reverted; a move is
 // undone by moving it back.
 const UNDONE = new Set(["locked_skip", "proposed", "proposal_dismissed", "compaction"]);
-const SETTINGS = new Set(["parents_set", "agent_writes_set", "preference_moved"]);
+const SETTINGS = new Set(["parents_set", "agent_writes_set", "preference_moved", "shared_with_set"]);
 
 // laterChanges maps each target to its last change (a locked_skip changed nothing), and each
 // event a revert undid to that revert.
@@ -696,12 +700,14 @@ function renderProposal(thread, e, label, report) {
 }
 
 // renderScopes shows what the parents give, nearest first, read-only, each scope's heading a link
-// to its page (a link's holder opens its one thread only: no link then).
+// to its page (a link's holder opens its one thread only: no link then; a scope the admin shared,
+// ~name, is the admin's page: no link for a client, docs/spec.md §20).
 function renderScopes(thread, d, box, linked) {
   const items = [];
   for (const s of d.inherited || []) {
-    const route = "#/t/" + encodeURIComponent(d.client ? d.client + "~" + s.scope : s.scope);
-    items.push(el("h3", { class: "scope" }, "From ", linked ? el("span", { class: "scope-name", text: s.scope }) : el("a", { href: route, class: "scope-name", text: s.scope })),
+    const shared = s.scope.startsWith("~");
+    const route = "#/t/" + encodeURIComponent(shared ? s.scope.slice(1) : d.client ? d.client + "~" + s.scope : s.scope);
+    items.push(el("h3", { class: "scope" }, "From ", linked || (shared && state.scope !== "admin") ? el("span", { class: "scope-name", text: s.scope }) : el("a", { href: route, class: "scope-name", text: s.scope })),
       el("ul", { class: "prefs inherited", "data-scope": s.scope }, ...s.preferences.map((p) => el("li", { class: "inherited-pref" },
         el("span", { class: "grow" }, el("span", { class: "title", text: p.title }), p.subtitle ? el("span", { class: "subtitle", text: " — " + p.subtitle }) : null),
         ...badges(p)))));
