@@ -90,6 +90,9 @@ type Thread struct {
 	UntrustedWrites    pgtype.Text
 	Tainted            bool
 	ClientTools        bool
+	Title              pgtype.Text
+	Agent              pgtype.Text
+	FirstWords         pgtype.Text
 }
 
 type ThreadTombstone struct {

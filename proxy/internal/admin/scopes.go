@@ -131,9 +131,23 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	var in struct {
 		AgentWrites     json.RawMessage `json:"agent_writes"`
 		UntrustedWrites json.RawMessage `json:"untrusted_writes"`
+		// Title is the user's name of the thread; "" or null for none.
+		Title json.RawMessage `json:"title"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
+	}
+	if in.Title != nil {
+		var title *string
+		if err := json.Unmarshal(in.Title, &title); err != nil {
+			return apierr.BadRequest("invalid_type", "title", "title must be a string or null")
+		}
+		if title == nil {
+			title = new(string)
+		}
+		if err := ws.SetTitle(r.Context(), *title); err != nil {
+			return err
+		}
 	}
 	agentWrites, err := setting(in.AgentWrites, "agent_writes", `agent_writes must be "direct", "propose" or null`)
 	if err != nil {
@@ -156,6 +170,27 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	d, err := ws.Get(r.Context())
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+// adminCreateThread makes the thread, empty, when it does not exist (docs/spec.md §17: a scope
+// is named before it holds anything): 201 with it when made, 200 when it existed.
+func (s *Server) adminCreateThread(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	created, err := ws.Create(r.Context())
+	if err != nil {
+		return err
+	}
+	d, err := ws.Get(r.Context())
+	if err != nil {
+		return err
+	}
+	if created {
+		return writeJSON(w, http.StatusCreated, d)
 	}
 	return writeJSON(w, http.StatusOK, d)
 }
