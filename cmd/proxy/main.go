@@ -32,6 +32,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/webhook"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -91,6 +92,8 @@ type Main struct {
 	served   chan error
 	// pruning stops the HISTORY_RETENTION pruner (nil when none runs).
 	pruning func()
+	// webhook posts proposals to PROPOSALS_WEBHOOK (nil when unset).
+	webhook *webhook.Sender
 }
 
 // tracerProvider is the proxy's tracer provider: nil when tracing is off.
@@ -324,9 +327,15 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	limits := workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)}
+	var onProposals func([]workspace.ProposalNotice)
+	if m.Config.ProposalsWebhook != "" {
+		m.webhook = webhook.New(m.Config.ProposalsWebhook, m.log)
+		onProposals = m.webhook.Notify
+		m.log.Info("PROPOSALS_WEBHOOK is set: each proposal is posted to it")
+	}
 	return proxy.Options{
 		Store: workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout, Limits: limits,
-			UntrustedWrites: m.Config.UntrustedWrites}),
+			UntrustedWrites: m.Config.UntrustedWrites, OnProposals: onProposals}),
 		UpstreamURL:    upstreamURL,
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
@@ -479,6 +488,10 @@ func (m *Main) Close() error {
 	if m.pruning != nil {
 		m.pruning()
 		m.pruning = nil
+	}
+	if m.webhook != nil {
+		m.webhook.Close()
+		m.webhook = nil
 	}
 	if m.demo != nil {
 		errs = append(errs, m.demo.Close())
