@@ -1313,3 +1313,74 @@ func TestUpgradeToSharedScopes(t *testing.T) {
 	require.Contains(t, string(inherited), "alice~me")
 	require.NotContains(t, string(inherited), "Go 1.26")
 }
+
+// TestUpgradeToThreadLabels: threads stored under 019 get no title, agent or first words; the
+// listing reads them with their parents, their children's count and their waiting proposals
+// (an answered one no longer counts), filters by parent and searches past the id; a first
+// turn's label is kept once, a later one changes nothing; a title is set without moving the
+// thread in the listing.
+func TestUpgradeToThreadLabels(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := populate(t, []string{"001_workspace", "002_thread_usage", "003_responses", "004_events", "005_turn_start",
+		"006_batches_and_tombstones", "007_client_responses", "008_cache_writes", "009_proposals", "010_mcp",
+		"011_turn_start_unless_held", "012_scopes", "013_compaction", "014_turn_undo", "015_tool_call_in_one_round_trip",
+		"016_usage_per_writer", "017_parents_locks_and_turn_give_backs", "018_no_notify_in_writes", "019_provenance", "020_clients", "021_client_usage", "022_shared_scopes"},
+		`INSERT INTO threads (id, turns, next_event_id, updated_at) VALUES ('repo-x', 0, 1, now() - interval '1 hour'), ('s1', 2, 4, now()), ('s2', 1, 1, now() - interval '1 minute')`,
+		`UPDATE threads SET parents = '{repo-x}' WHERE id IN ('s1', 's2')`,
+		`INSERT INTO objectives (thread_id, text, updated_by) VALUES ('s2', 'Fix the login redirect', 'user')`,
+		`INSERT INTO events (thread_id, id, actor, via, kind, target_type, target_id, before, after, proposed, answers) VALUES
+		 ('s1', 1, 'agent', 'proxy', 'proposed', 'preference', NULL, NULL, NULL, '{"title":"A","subtitle":"","kind":"soft"}', NULL),
+		 ('s1', 2, 'agent', 'proxy', 'proposed', 'preference', NULL, NULL, NULL, '{"title":"B","subtitle":"","kind":"soft"}', NULL),
+		 ('s1', 3, 'user', 'admin', 'proposal_dismissed', 'preference', NULL, NULL, NULL, NULL, 1)`,
+	)
+	require.NoError(t, db.Migrate(ctx, pool))
+	q := db.New()
+	rows, err := q.ThreadList(ctx, pool, db.ThreadListParams{MaxRows: 10})
+	require.NoError(t, err)
+	require.Len(t, rows, 3)
+	byID := map[string]db.ThreadListRow{}
+	for _, r := range rows {
+		byID[r.ID] = r
+		require.False(t, r.Title.Valid || r.Agent.Valid || r.FirstWords.Valid, r.ID)
+	}
+	require.Equal(t, int64(2), byID["repo-x"].Children, "a scope")
+	require.Equal(t, int64(0), byID["s1"].Children)
+	require.Equal(t, []string{"repo-x"}, byID["s1"].Parents)
+	require.Equal(t, int64(1), byID["s1"].PendingProposals, "the dismissed one no longer waits")
+	require.Equal(t, int64(0), byID["s2"].PendingProposals)
+
+	ids := func(p db.ThreadListParams) []string {
+		p.MaxRows = 10
+		rows, err := q.ThreadList(ctx, pool, p)
+		require.NoError(t, err)
+		out := []string{}
+		for _, r := range rows {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{"s1", "s2"}, ids(db.ThreadListParams{Parent: "repo-x"}))
+	require.Equal(t, []string{"s2"}, ids(db.ThreadListParams{Search: "LOGIN"}), "the objective")
+	require.Equal(t, []string{"repo-x"}, ids(db.ThreadListParams{Search: "po-"}), "past the id's start")
+
+	// A first turn's label, kept once; a title, without moving the thread.
+	require.NoError(t, q.ThreadLabel(ctx, pool, db.ThreadLabelParams{ID: "s2", Agent: pgtype.Text{String: "claude-cli/2.0.1", Valid: true},
+		FirstWords: pgtype.Text{String: "Why does Safari loop?", Valid: true}}))
+	require.NoError(t, q.ThreadLabel(ctx, pool, db.ThreadLabelParams{ID: "s2", Agent: pgtype.Text{String: "other/1", Valid: true},
+		FirstWords: pgtype.Text{String: "later words", Valid: true}}))
+	n, err := q.ThreadSetTitle(ctx, pool, db.ThreadSetTitleParams{ID: "s2", Title: pgtype.Text{String: "Safari login", Valid: true}})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	s2, err := q.ThreadSummary(ctx, pool, "s2")
+	require.NoError(t, err)
+	require.Equal(t, "claude-cli/2.0.1", s2.Agent.String)
+	require.Equal(t, "Why does Safari loop?", s2.FirstWords.String)
+	require.Equal(t, "Safari login", s2.Title.String)
+	require.Equal(t, byID["s2"].UpdatedAt, s2.UpdatedAt, "a title is no change of the workspace")
+	require.Equal(t, []string{"s2"}, ids(db.ThreadListParams{Search: "safari"}))
+	var indexed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_indexes WHERE indexname = 'events_proposals_idx')`).Scan(&indexed))
+	require.True(t, indexed, "the proposals of a thread are found without reading its events")
+}

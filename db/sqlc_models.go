@@ -126,6 +126,9 @@ type Thread struct {
 	Tainted            bool
 	ClientTools        bool
 	SharedWith         []string
+	Title              pgtype.Text
+	Agent              pgtype.Text
+	FirstWords         pgtype.Text
 }
 
 type ThreadTombstone struct {

@@ -108,7 +108,7 @@ func (q *Queries) ThreadDelete(ctx context.Context, db DBTX, id string) (int64, 
 }
 
 const threadGet = `-- name: ThreadGet :one
-SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes, untrusted_writes, tainted, client_tools, shared_with FROM threads WHERE id = $1
+SELECT id, created_at, updated_at, turns, next_preference_id, prompt_tokens, cached_prompt_tokens, completion_tokens, next_event_id, cache_write_tokens, parents, agent_writes, untrusted_writes, tainted, client_tools, shared_with, title, agent, first_words FROM threads WHERE id = $1
 `
 
 func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, error) {
@@ -131,45 +131,91 @@ func (q *Queries) ThreadGet(ctx context.Context, db DBTX, id string) (Thread, er
 		&i.Tainted,
 		&i.ClientTools,
 		&i.SharedWith,
+		&i.Title,
+		&i.Agent,
+		&i.FirstWords,
 	)
 	return i, err
 }
 
+const threadLabel = `-- name: ThreadLabel :exec
+UPDATE threads SET agent = coalesce(agent, $1::text), first_words = coalesce(first_words, $2::text)
+WHERE id = $3 AND (agent IS NULL OR first_words IS NULL)
+`
+
+type ThreadLabelParams struct {
+	Agent      pgtype.Text
+	FirstWords pgtype.Text
+	ID         string
+}
+
+// Keeps what a thread's first turn said of it (migration 023): its agent and its user's first
+// words, each only when none is kept yet.
+func (q *Queries) ThreadLabel(ctx context.Context, db DBTX, arg ThreadLabelParams) error {
+	_, err := db.Exec(ctx, threadLabel, arg.Agent, arg.FirstWords, arg.ID)
+	return err
+}
+
 const threadList = `-- name: ThreadList :many
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
-       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count,
+       t.title, t.agent, t.first_words, t.parents,
+       (SELECT count(*) FROM threads c WHERE c.parents @> ARRAY[t.id])::bigint AS children,
+       (SELECT count(*) FROM events e
+        WHERE e.thread_id = t.id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+          AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id))::bigint AS pending_proposals
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length($1::text)) = $1::text
-  AND ($2::text = ''
-   OR (t.updated_at, t.id) < (coalesce($3::timestamptz,
-                                       (SELECT c.updated_at FROM threads c WHERE c.id = $2::text)), $2::text))
+  AND ($2::text = '' OR t.parents @> ARRAY[$2::text])
+  AND ($3::text = ''
+       OR strpos(lower(substr(t.id, length($1::text) + 1)), lower($3::text)) > 0
+       OR strpos(lower(coalesce(t.title, '')), lower($3::text)) > 0
+       OR strpos(lower(coalesce(o.text, '')), lower($3::text)) > 0
+       OR strpos(lower(coalesce(t.first_words, '')), lower($3::text)) > 0)
+  AND ($4::text = ''
+   OR (t.updated_at, t.id) < (coalesce($5::timestamptz,
+                                       (SELECT c.updated_at FROM threads c WHERE c.id = $4::text)), $4::text))
 ORDER BY t.updated_at DESC, t.id DESC
-LIMIT $4
+LIMIT $6
 `
 
 type ThreadListParams struct {
 	Prefix         string
+	Parent         string
+	Search         string
 	AfterID        string
 	AfterUpdatedAt pgtype.Timestamptz
 	MaxRows        int32
 }
 
 type ThreadListRow struct {
-	ID              string
-	CreatedAt       pgtype.Timestamptz
-	UpdatedAt       pgtype.Timestamptz
-	Turns           int32
-	Objective       pgtype.Text
-	PreferenceCount int64
+	ID               string
+	CreatedAt        pgtype.Timestamptz
+	UpdatedAt        pgtype.Timestamptz
+	Turns            int32
+	Objective        pgtype.Text
+	PreferenceCount  int64
+	Title            pgtype.Text
+	Agent            pgtype.Text
+	FirstWords       pgtype.Text
+	Parents          []string
+	Children         int64
+	PendingProposals int64
 }
 
 // Threads whose id starts with prefix, most recently updated first, after the cursor: the
 // updated_at and id of the last thread of the previous page (after_id ” for none, from the
 // top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
+// parent (” none) keeps the threads that name it among their parents; search (” none) those
+// whose id past the prefix, title, objective or first words hold it (case-insensitive). Each
+// with its labels (migration 023), its parents, how many threads name it among theirs
+// (children: a scope has some) and how many proposals wait in it (no event answered them).
 func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams) ([]ThreadListRow, error) {
 	rows, err := db.Query(ctx, threadList,
 		arg.Prefix,
+		arg.Parent,
+		arg.Search,
 		arg.AfterID,
 		arg.AfterUpdatedAt,
 		arg.MaxRows,
@@ -188,6 +234,12 @@ func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams)
 			&i.Turns,
 			&i.Objective,
 			&i.PreferenceCount,
+			&i.Title,
+			&i.Agent,
+			&i.FirstWords,
+			&i.Parents,
+			&i.Children,
+			&i.PendingProposals,
 		); err != nil {
 			return nil, err
 		}
@@ -394,6 +446,25 @@ func (q *Queries) ThreadSetSharedWith(ctx context.Context, db DBTX, arg ThreadSe
 	return err
 }
 
+const threadSetTitle = `-- name: ThreadSetTitle :execrows
+UPDATE threads SET title = $1::text WHERE id = $2
+`
+
+type ThreadSetTitleParams struct {
+	Title pgtype.Text
+	ID    string
+}
+
+// Sets the user's name of a thread (NULL: none). Not the workspace: no event, and updated_at
+// stays.
+func (q *Queries) ThreadSetTitle(ctx context.Context, db DBTX, arg ThreadSetTitleParams) (int64, error) {
+	result, err := db.Exec(ctx, threadSetTitle, arg.Title, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const threadSetUntrustedWrites = `-- name: ThreadSetUntrustedWrites :exec
 UPDATE threads SET untrusted_writes = $1::text, updated_at = now() WHERE id = $2
 `
@@ -429,19 +500,30 @@ func (q *Queries) ThreadSharedWith(ctx context.Context, db DBTX, arg ThreadShare
 
 const threadSummary = `-- name: ThreadSummary :one
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
-       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count,
+       t.title, t.agent, t.first_words, t.parents,
+       (SELECT count(*) FROM threads c WHERE c.parents @> ARRAY[t.id])::bigint AS children,
+       (SELECT count(*) FROM events e
+        WHERE e.thread_id = t.id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+          AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id))::bigint AS pending_proposals
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE t.id = $1
 `
 
 type ThreadSummaryRow struct {
-	ID              string
-	CreatedAt       pgtype.Timestamptz
-	UpdatedAt       pgtype.Timestamptz
-	Turns           int32
-	Objective       pgtype.Text
-	PreferenceCount int64
+	ID               string
+	CreatedAt        pgtype.Timestamptz
+	UpdatedAt        pgtype.Timestamptz
+	Turns            int32
+	Objective        pgtype.Text
+	PreferenceCount  int64
+	Title            pgtype.Text
+	Agent            pgtype.Text
+	FirstWords       pgtype.Text
+	Parents          []string
+	Children         int64
+	PendingProposals int64
 }
 
 // One thread as the listing shows it.
@@ -455,6 +537,12 @@ func (q *Queries) ThreadSummary(ctx context.Context, db DBTX, id string) (Thread
 		&i.Turns,
 		&i.Objective,
 		&i.PreferenceCount,
+		&i.Title,
+		&i.Agent,
+		&i.FirstWords,
+		&i.Parents,
+		&i.Children,
+		&i.PendingProposals,
 	)
 	return i, err
 }

@@ -58,7 +58,7 @@ func TestPassThroughIsInvisible(t *testing.T) {
 	require.Equal(t, `{"input":"x"}`, string(reqs[2].Body))
 
 	// Pass-through needs no database: no thread was created.
-	threads, err := e.store.Threads(context.Background(), "", "", 10)
+	threads, err := e.store.Threads(context.Background(), "", "", workspace.ThreadFilter{}, 10)
 	require.NoError(t, err)
 	require.Empty(t, threads)
 }
@@ -354,7 +354,7 @@ func TestRequestErrors(t *testing.T) {
 		})
 	}
 	require.Empty(t, e.up.Requests())
-	threads, err := e.store.Threads(context.Background(), "", "", 10)
+	threads, err := e.store.Threads(context.Background(), "", "", workspace.ThreadFilter{}, 10)
 	require.NoError(t, err)
 	require.Empty(t, threads, "no turn started for a refused request")
 
@@ -363,7 +363,7 @@ func TestRequestErrors(t *testing.T) {
 	resp := e.post("/v1/chat/completions", th, `{"messages":[],"functions":[{"name":"f"}]}`)
 	require.Equal(t, `{"legacy":true}`, readBody(t, resp))
 	require.Equal(t, `{"messages":[],"functions":[{"name":"f"}]}`, string(e.up.Requests()[0].Body))
-	threads, err = e.store.Threads(context.Background(), "", "", 10)
+	threads, err = e.store.Threads(context.Background(), "", "", workspace.ThreadFilter{}, 10)
 	require.NoError(t, err)
 	require.Empty(t, threads)
 }

@@ -56,6 +56,9 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 	}
 	defer s.endTurn(r.Context(), t)
 	t.Reading = sync.OnceValue(req.Reading)
+	if t.Start.Number == 1 {
+		s.label(r, ws, t)
+	}
 	if setup != nil {
 		setup(t)
 	}
@@ -71,6 +74,19 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, in inbound, r
 		return
 	}
 	s.reply(w, r, t, req.JSON(t))
+}
+
+// label keeps what a thread's first turn says of it (docs/spec.md §13: what tells sessions
+// apart): the agent, by its request's User-Agent, and the user's words in it (the newest
+// user-authored message). A failure costs the label, never the turn.
+func (s *Server) label(r *http.Request, ws *workspace.Workspace, t *turn.Turn) {
+	first := ""
+	if texts := t.Reading().UserTexts; len(texts) > 0 {
+		first = texts[len(texts)-1]
+	}
+	if err := ws.Label(r.Context(), r.UserAgent(), first); err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelWarn, "thread label not kept", slog.String("thread", ws.ThreadID().String()), slog.Any("err", err))
+	}
 }
 
 // leaveAlone forwards an agent's own request of a thread, of kind side or compaction, as it came

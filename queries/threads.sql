@@ -177,11 +177,26 @@ SELECT * FROM threads WHERE id = @id;
 -- Threads whose id starts with prefix, most recently updated first, after the cursor: the
 -- updated_at and id of the last thread of the previous page (after_id '' for none, from the
 -- top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
+-- parent ('' none) keeps the threads that name it among their parents; search ('' none) those
+-- whose id past the prefix, title, objective or first words hold it (case-insensitive). Each
+-- with its labels (migration 023), its parents, how many threads name it among theirs
+-- (children: a scope has some) and how many proposals wait in it (no event answered them).
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
-       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count,
+       t.title, t.agent, t.first_words, t.parents,
+       (SELECT count(*) FROM threads c WHERE c.parents @> ARRAY[t.id])::bigint AS children,
+       (SELECT count(*) FROM events e
+        WHERE e.thread_id = t.id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+          AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id))::bigint AS pending_proposals
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE left(t.id, length(@prefix::text)) = @prefix::text
+  AND (@parent::text = '' OR t.parents @> ARRAY[@parent::text])
+  AND (@search::text = ''
+       OR strpos(lower(substr(t.id, length(@prefix::text) + 1)), lower(@search::text)) > 0
+       OR strpos(lower(coalesce(t.title, '')), lower(@search::text)) > 0
+       OR strpos(lower(coalesce(o.text, '')), lower(@search::text)) > 0
+       OR strpos(lower(coalesce(t.first_words, '')), lower(@search::text)) > 0)
   AND (@after_id::text = ''
    OR (t.updated_at, t.id) < (coalesce(sqlc.narg(after_updated_at)::timestamptz,
                                        (SELECT c.updated_at FROM threads c WHERE c.id = @after_id::text)), @after_id::text))
@@ -191,10 +206,26 @@ LIMIT @max_rows;
 -- name: ThreadSummary :one
 -- One thread as the listing shows it.
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
-       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count
+       (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count,
+       t.title, t.agent, t.first_words, t.parents,
+       (SELECT count(*) FROM threads c WHERE c.parents @> ARRAY[t.id])::bigint AS children,
+       (SELECT count(*) FROM events e
+        WHERE e.thread_id = t.id AND (e.kind = 'proposed' OR (e.kind = 'locked_skip' AND e.proposed IS NOT NULL))
+          AND NOT EXISTS (SELECT FROM events a WHERE a.thread_id = e.thread_id AND a.answers = e.id))::bigint AS pending_proposals
 FROM threads t
 LEFT JOIN objectives o ON o.thread_id = t.id
 WHERE t.id = @id;
+
+-- name: ThreadSetTitle :execrows
+-- Sets the user's name of a thread (NULL: none). Not the workspace: no event, and updated_at
+-- stays.
+UPDATE threads SET title = sqlc.narg(title)::text WHERE id = @id;
+
+-- name: ThreadLabel :exec
+-- Keeps what a thread's first turn said of it (migration 023): its agent and its user's first
+-- words, each only when none is kept yet.
+UPDATE threads SET agent = coalesce(agent, sqlc.narg(agent)::text), first_words = coalesce(first_words, sqlc.narg(first_words)::text)
+WHERE id = @id AND (agent IS NULL OR first_words IS NULL);
 
 -- name: ThreadDelete :execrows
 -- Erases the thread and everything of it, and leaves a tombstone of its counters: a thread

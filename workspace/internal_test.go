@@ -62,7 +62,7 @@ func TestTurnStartBatchLeavesOutGivenUp(t *testing.T) {
 	r := <-stays.done
 	require.NoError(t, r.err)
 	require.Equal(t, int32(1), r.row.Turn)
-	threads, err := store.Threads(ctx, "", "", 10)
+	threads, err := store.Threads(ctx, "", "", ThreadFilter{}, 10)
 	require.NoError(t, err)
 	require.Len(t, threads, 1, "only the start that stayed began a turn (and created its thread)")
 	require.Equal(t, stays.args.ThreadID, threads[0].ID)

@@ -165,7 +165,7 @@ func TestGiveBackOfADeletedThreadsTurn(t *testing.T) {
 			require.Equal(t, 1, turn.Number)
 
 			require.NoError(t, f.ws.UndoTurn(ctx, old)) // the old turn's first round failed
-			threads, err := f.store.Threads(ctx, "", "", 10)
+			threads, err := f.store.Threads(ctx, "", "", ThreadFilter{}, 10)
 			require.NoError(t, err)
 			require.Len(t, threads, 1, "the new thread stays")
 			require.Equal(t, 1, threads[0].Turns, "the new thread's turn 1 stays counted")

@@ -114,9 +114,14 @@ func (w *Workspace) RecordCall(ctx context.Context, c ToolCall) error {
 // statements, its record and its events, and the commit (db.SendGuarded). ErrGuardRefused, and
 // nothing written, when the workspace moved on or a row is held.
 func (w *Workspace) Commit(ctx context.Context, st State, p Plan) error {
-	return db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
+	var first int64
+	err := db.SendGuarded(ctx, w.store.pool, db.ToolCallGuardParams{ThreadID: w.threadID,
 		CreatedAt: pgtype.Timestamptz{Time: st.Created, Valid: true}, Version: st.Version,
-		Rows: p.Write.rows(), Objective: p.Write.Objective != nil}, w.queue(p))
+		Rows: p.Write.rows(), Objective: p.Write.Objective != nil}, w.queue(p, &first))
+	if err == nil {
+		w.proposed(p.Write.Changes, first)
+	}
+	return err
 }
 
 // CallLock is how CommitLocked takes the thread's row: Create creates the thread when new (a
@@ -209,17 +214,57 @@ func (w *Workspace) CommitLocked(ctx context.Context, lock CallLock, plan func(*
 			return err
 		}
 	}
-	return tx.Commit(ctx, w.queue(p))
+	var first int64
+	if err := tx.Commit(ctx, w.queue(p, &first)); err != nil {
+		return err
+	}
+	w.proposed(p.Write.Changes, first)
+	return nil
 }
 
-// queue queues p's statements, then its record, then its events.
-func (w *Workspace) queue(p Plan) func(b *pgx.Batch) {
+// queue queues p's statements, then its record, then its events, the first of whose ids goes
+// to first.
+func (w *Workspace) queue(p Plan, first *int64) func(b *pgx.Batch) {
 	return func(b *pgx.Batch) {
 		w.queueWrite(b, p.Write)
 		db.QueueToolCallInsert(b, w.toolCallParams(p.Call))
 		if len(p.Write.Changes) > 0 {
-			db.QueueEventInsert(b, w.agentEvents(p.Call, p.Write.Changes, p.Write.Context), nil)
+			db.QueueEventInsert(b, w.agentEvents(p.Call, p.Write.Changes, p.Write.Context), first)
 		}
+	}
+}
+
+// ProposalNotice is a proposal as a reviewer is told of it when it is made (Options.OnProposals,
+// PROPOSALS_WEBHOOK): its thread (stored form), its event id, and the title it would write (the
+// objective's text for an objective; the item's title for a removal). Never a key or a token.
+type ProposalNotice struct {
+	Thread   string `json:"thread"`
+	Proposal int64  `json:"proposal"`
+	Title    string `json:"title"`
+}
+
+// proposed tells Options.OnProposals of the proposals of committed changes, whose events took
+// ids from first on.
+func (w *Workspace) proposed(changes []Change, first int64) {
+	on := w.store.onProposals
+	if on == nil || first == 0 {
+		return
+	}
+	var out []ProposalNotice
+	for i, c := range changes {
+		if !c.IsProposal() {
+			continue
+		}
+		var f struct{ Title, Text string }
+		if string(c.proposed) == "null" {
+			_ = json.Unmarshal(c.before, &f)
+		} else {
+			_ = json.Unmarshal(c.proposed, &f)
+		}
+		out = append(out, ProposalNotice{Thread: w.threadID, Proposal: first + int64(i), Title: cmp.Or(f.Title, f.Text)})
+	}
+	if len(out) > 0 {
+		on(out)
 	}
 }
 

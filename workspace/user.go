@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -30,8 +32,27 @@ type Thread struct {
 	Turns           int       `json:"turns"`
 	Objective       *string   `json:"objective"`
 	PreferenceCount int       `json:"preference_count"`
+	// Title is the user's name of the thread (SetTitle); Agent the User-Agent of its first
+	// turn's request and FirstWords the user's own words in it (Label): what tells sessions
+	// apart (docs/spec.md §13). Each null when none is kept.
+	Title      *string `json:"title"`
+	Agent      *string `json:"agent"`
+	FirstWords *string `json:"first_words"`
+	// Parents are its parents, nearest first, by the names their client gives them; Children how
+	// many threads name it among theirs (a scope has some: docs/spec.md §17); PendingProposals
+	// how many proposals wait for the user in it.
+	Parents          []string `json:"parents"`
+	Children         int      `json:"children"`
+	PendingProposals int      `json:"pending_proposals"`
 	// Cursor is what a listing takes to go on after this thread (its updated_at and id).
 	Cursor string `json:"cursor"`
+}
+
+// ThreadFilter narrows a listing of threads: Parent (a stored id, "" none) keeps the threads
+// that name it among their parents; Search ("" none) those whose name, title, objective or first
+// words hold it, case-insensitively.
+type ThreadFilter struct {
+	Parent, Search string
 }
 
 // Detail is one thread's whole workspace, with the block as it would be injected now and the
@@ -60,6 +81,10 @@ type Detail struct {
 	// SharedWith are the clients a workspace outside every client's namespace is shared with
 	// ("*": every client; docs/spec.md §20), empty for none and for a client's thread.
 	SharedWith []string `json:"shared_with"`
+	// Title, Agent and FirstWords are what tells the thread apart (Thread's).
+	Title      *string `json:"title"`
+	Agent      *string `json:"agent"`
+	FirstWords *string `json:"first_words"`
 
 	// LastEventID is the thread's latest event id as the rest was read: its version (tools.AsOfChange).
 	LastEventID int64 `json:"-"`
@@ -135,6 +160,9 @@ type PreferencePatch struct {
 	Subtitle *string
 	Kind     *string
 	Locked   *bool
+	// Confirm: the user confirms the item as it reads (docs/spec.md §19): an agent's or
+	// unconfirmed item becomes confirmed, the user's stays the user's.
+	Confirm bool
 }
 
 // Threads lists the threads whose stored id starts with prefix ("" for all), most recently
@@ -143,10 +171,10 @@ type PreferencePatch struct {
 // that thread's place now; nothing when it is gone). "" lists from the top. A cursor whose thread
 // does not start with prefix is no cursor of this listing: refused, so that a caller scoped to a
 // prefix (a client's namespace) learns nothing of a thread outside it.
-func (s *Store) Threads(ctx context.Context, after, prefix string, limit int) (_ []Thread, err error) {
+func (s *Store) Threads(ctx context.Context, after, prefix string, filter ThreadFilter, limit int) (_ []Thread, err error) {
 	ctx, done := s.op(ctx)
 	defer done(&err)
-	p := db.ThreadListParams{Prefix: prefix, AfterID: after, MaxRows: int32(limit)}
+	p := db.ThreadListParams{Prefix: prefix, Parent: filter.Parent, Search: filter.Search, AfterID: after, MaxRows: int32(limit)}
 	if micros, id, ok := strings.Cut(after, cursorSep); ok {
 		n, err := strconv.ParseInt(micros, 10, 64)
 		if err != nil {
@@ -187,12 +215,107 @@ func listed(r db.ThreadSummaryRow) Thread {
 	th := Thread{
 		ID: r.ID, Client: id.Client, CreatedAt: r.CreatedAt.Time.UTC(), UpdatedAt: r.UpdatedAt.Time.UTC(),
 		Turns: int(r.Turns), PreferenceCount: int(r.PreferenceCount),
+		Title: textOrNil(r.Title), Agent: textOrNil(r.Agent), FirstWords: textOrNil(r.FirstWords), Objective: textOrNil(r.Objective),
+		Parents: make([]string, 0, len(r.Parents)), Children: int(r.Children), PendingProposals: int(r.PendingProposals),
 		Cursor: strconv.FormatInt(r.UpdatedAt.Time.UnixMicro(), 10) + cursorSep + r.ID,
 	}
-	if r.Objective.Valid {
-		th.Objective = &r.Objective.String
+	for _, p := range r.Parents {
+		pid, _ := ParseThreadID(p)
+		th.Parents = append(th.Parents, pid.Name)
 	}
 	return th
+}
+
+func textOrNil(t pgtype.Text) *string {
+	if !t.Valid {
+		return nil
+	}
+	return &t.String
+}
+
+// MaxTitle bounds a thread's title, and what Label keeps of its agent and first words, in
+// characters.
+const MaxTitle = 200
+
+// SetTitle sets the user's name of the thread ("" for none). It is no part of the workspace: no
+// event, and the thread's place in the listing stays. ErrNotFound when the thread does not exist.
+func (w *Workspace) SetTitle(ctx context.Context, title string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	title = strings.TrimSpace(title)
+	if n := utf8.RuneCountInString(title); n > MaxTitle {
+		return invalid("title", "must be at most %d characters (it has %d)", MaxTitle, n)
+	}
+	n, err := w.store.q.ThreadSetTitle(ctx, w.store.pool, db.ThreadSetTitleParams{ID: w.threadID, Title: pgtype.Text{String: title, Valid: title != ""}})
+	if err != nil {
+		return fmt.Errorf("set title: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// Label keeps what the thread's first turn says of it, unless kept already: the agent (its
+// request's User-Agent) and the user's first words, each on one line, cut to MaxTitle
+// characters ("" keeps nothing).
+func (w *Workspace) Label(ctx context.Context, agent, firstWords string) (err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	a, f := labelText(agent), labelText(firstWords)
+	if a == "" && f == "" {
+		return nil
+	}
+	if err := w.store.q.ThreadLabel(ctx, w.store.pool, db.ThreadLabelParams{ID: w.threadID,
+		Agent: pgtype.Text{String: a, Valid: a != ""}, FirstWords: pgtype.Text{String: f, Valid: f != ""}}); err != nil {
+		return fmt.Errorf("label thread: %w", err)
+	}
+	return nil
+}
+
+// labelText is s on one line (runs of white space and control characters as one space), cut to
+// MaxTitle characters, with an ellipsis where it was cut.
+func labelText(s string) string {
+	var b strings.Builder
+	n, space := 0, false
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == utf8.RuneError {
+			space = b.Len() > 0
+			continue
+		}
+		if n == MaxTitle {
+			b.WriteRune('…')
+			break
+		}
+		if space {
+			b.WriteByte(' ')
+			n++
+			space = false
+			if n == MaxTitle {
+				b.WriteRune('…')
+				break
+			}
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String()
+}
+
+// Create makes the thread, empty, when it does not exist (a scope is named before it holds
+// anything: docs/spec.md §17), and reports whether it made it.
+func (w *Workspace) Create(ctx context.Context) (created bool, err error) {
+	ctx, done := w.store.op(ctx)
+	defer done(&err)
+	if err := w.exists(ctx); err == nil {
+		return false, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	if _, err := w.locked(ctx, db.LockThreadUpsert, func(db.DBTX, int64, []Preference) ([]Change, error) { return nil, nil }); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Get returns the thread's workspace. ErrNotFound when the thread does not exist. Its reads
@@ -211,6 +334,7 @@ func (w *Workspace) Get(ctx context.Context) (_ Detail, err error) {
 		if d.SharedWith == nil || w.id.Client != "" {
 			d.SharedWith = []string{}
 		}
+		d.Title, d.Agent, d.FirstWords = textOrNil(th.Title), textOrNil(th.Agent), textOrNil(th.FirstWords)
 		u, err := w.store.q.ThreadUsageGet(ctx, tx, w.threadID)
 		if err != nil {
 			return fmt.Errorf("get usage: %w", err)
@@ -422,7 +546,7 @@ func (w *Workspace) UpdatePreference(ctx context.Context, id int64, patch Prefer
 		switch {
 		case p.Title != list[i].Title || p.Subtitle != list[i].Subtitle || p.Kind != list[i].Kind:
 			p.Source = SourceUser
-		case p.Locked && !list[i].Locked:
+		case p.Locked && !list[i].Locked, patch.Confirm:
 			p.Source = Confirmed(p.Source)
 		}
 		row, err := w.store.q.PreferenceUpdate(ctx, tx, db.PreferenceUpdateParams{

@@ -128,6 +128,8 @@ type Store struct {
 	starter *turnStarter
 	// untrusted is Options.UntrustedWrites.
 	untrusted string
+	// onProposals is Options.OnProposals.
+	onProposals func([]ProposalNotice)
 	// inherited keeps the turn starts' inherited lists decoded (docs/spec.md §17).
 	inherited inheritedCache
 }
@@ -146,6 +148,9 @@ type Options struct {
 	// words do not ground (docs/spec.md §19): UntrustedPropose ("" too), UntrustedApply or
 	// UntrustedRefuse.
 	UntrustedWrites string
+	// OnProposals, when set, is told of the proposals an agent's write made, once it committed
+	// (PROPOSALS_WEBHOOK). It must not block: it runs in the call's goroutine.
+	OnProposals func([]ProposalNotice)
 }
 
 // What becomes of an untrusted, ungrounded write (docs/spec.md §19, UNTRUSTED_WRITES).
@@ -189,7 +194,7 @@ func NewStore(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout, untrusted: opts.UntrustedWrites,
+	return &Store{pool: pool, q: db.New(), limits: limits, timeout: opts.Timeout, untrusted: opts.UntrustedWrites, onProposals: opts.OnProposals,
 		starter: &turnStarter{pool: pool, timeout: opts.Timeout}}
 }
 

@@ -374,7 +374,7 @@ func TestTurns(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotFound)
 	}
 
-	threads, err := f.store.Threads(ctx, "", "", 50)
+	threads, err := f.store.Threads(ctx, "", "", ThreadFilter{}, 50)
 	require.NoError(t, err)
 	require.Len(t, threads, 1)
 	require.Equal(t, 3, threads[0].Turns)
@@ -643,7 +643,7 @@ func TestThreadsPagination(t *testing.T) {
 	var got []string
 	after := ""
 	for {
-		page, err := store.Threads(ctx, after, "", 2)
+		page, err := store.Threads(ctx, after, "", ThreadFilter{}, 2)
 		require.NoError(t, err)
 		if len(page) == 0 {
 			break

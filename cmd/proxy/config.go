@@ -75,6 +75,9 @@ type Config struct {
 	// write makes, when the user's words do not ground it (docs/spec.md §19): propose, apply or
 	// refuse.
 	UntrustedWrites string
+	// ProposalsWebhook, when set, is an http(s) URL told of each proposal as it is made (a small
+	// JSON POST: thread, proposal id, title; docs/spec.md §19).
+	ProposalsWebhook string
 	// UntrustedMarkers begin text a client adds to a user's message (comma-separated), beside
 	// the markers wsproxy knows of the clients it has captured.
 	UntrustedMarkers string
@@ -170,6 +173,7 @@ func (c *Config) settings() []setting {
 		{"EVENTS_POLL_INTERVAL", "events-poll-interval", "how often each replica reads where the threads its event streams and MCP subscriptions watch stand (one indexed read, none while nothing is watched): a change reaches every replica within about that; 0 means 250ms, at most 1s", (*durationValue)(&c.EventsPollInterval)},
 		{"DATABASE_LISTEN_URL", "database-listen-url", "no longer used (the replicas follow their threads through DATABASE_URL's pool); accepted and logged", (*secretValue)(&c.DatabaseListenURL)},
 		{"UNTRUSTED_WRITES", "untrusted-writes", "what becomes of a write of a turn that read content the user did not write, when the user's own words do not ground it, in a workspace that sets none of its own: propose (a proposal the user reviews), apply (applied, marked unconfirmed) or refuse (not written)", (*stringValue)(&c.UntrustedWrites)},
+		{"PROPOSALS_WEBHOOK", "proposals-webhook", "an http(s) URL that gets a JSON POST ({event, thread, proposal, title}, never a key) when an assistant's change becomes a proposal for the user to review; sent in the background, never delaying a turn; off when empty", (*stringValue)(&c.ProposalsWebhook)},
 		{"UNTRUSTED_MARKERS", "untrusted-markers", "comma-separated texts that begin what a client adds to a user's message (like <my-context>): from one to the end of its part, the text is not the user's", (*stringValue)(&c.UntrustedMarkers)},
 		{"HISTORY_RETENTION", "history-retention", "prune events, snapshots (but each thread's last), tool-call records, response turns and client responses older than this Go duration (like 2160h); 0 keeps them", (*durationValue)(&c.HistoryRetention)},
 		{"TRUSTED_PROXIES", "trusted-proxies", "the proxies in front of wsproxy (CIDRs or addresses, separated by commas) whose X-Forwarded-For, X-Forwarded-Proto and X-Forwarded-Host are believed; default none", (*stringValue)(&c.TrustedProxies)},
@@ -274,6 +278,12 @@ func (c Config) Validate() error {
 	case "", workspace.UntrustedPropose, workspace.UntrustedApply, workspace.UntrustedRefuse:
 	default:
 		return fmt.Errorf("UNTRUSTED_WRITES: %q must be propose, apply or refuse", c.UntrustedWrites)
+	}
+	if c.ProposalsWebhook != "" {
+		u, err := url.Parse(c.ProposalsWebhook)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("PROPOSALS_WEBHOOK: %q must be an absolute http or https URL", c.ProposalsWebhook)
+		}
 	}
 	if c.HistoryRetention < 0 {
 		return fmt.Errorf("HISTORY_RETENTION: %s must not be negative", c.HistoryRetention)

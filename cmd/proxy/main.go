@@ -34,6 +34,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/proxy"
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/webhook"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -108,6 +109,8 @@ type Main struct {
 	store     *workspace.Store
 	following func()
 	reseeding sync.Mutex
+	// webhook posts proposals to PROPOSALS_WEBHOOK (nil when unset).
+	webhook *webhook.Sender
 }
 
 // tracerProvider is the proxy's tracer provider: nil when tracing is off.
@@ -177,9 +180,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.AdminToken = newToken()
 		m.log.Warn("ADMIN_TOKEN is unset; generated one for this run", slog.String("admin_token", m.AdminToken))
 	}
+	var onProposals func([]workspace.ProposalNotice)
+	if m.Config.ProposalsWebhook != "" {
+		m.webhook = webhook.New(m.Config.ProposalsWebhook, m.log)
+		onProposals = m.webhook.Notify
+		m.log.Info("PROPOSALS_WEBHOOK is set: each proposal is posted to it")
+	}
 	m.store = workspace.NewStore(m.pool, workspace.Options{Timeout: m.Config.DatabaseTimeout,
 		Limits:          workspace.Limits{ItemsMax: m.Config.MaxToolItems, ArgumentBytesMax: int(m.Config.MaxToolArgumentBytes)},
-		UntrustedWrites: m.Config.UntrustedWrites})
+		UntrustedWrites: m.Config.UntrustedWrites, OnProposals: onProposals})
 	if err := m.followClients(ctx, clientKeys); err != nil {
 		return err
 	}
@@ -594,6 +603,10 @@ func (m *Main) Close() error {
 		m.following, m.clients = nil, nil
 	}
 	m.reseeding.Unlock()
+	if m.webhook != nil {
+		m.webhook.Close()
+		m.webhook = nil
+	}
 	if m.demo != nil {
 		errs = append(errs, m.demo.Close())
 		m.demo = nil

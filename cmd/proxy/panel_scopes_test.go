@@ -156,6 +156,7 @@ func TestPanelScopesAndReview(t *testing.T) {
 		"The assistant proposes: objective: “Fix the login redirect loop on Safari”",
 	}, eval[[]any](t, ctx, `[...document.querySelectorAll("#proposals li.pending .what")].map(e => e.textContent)`))
 	require.Equal(t, "The user finds the answers too long.", eval[string](t, ctx, pendingItem("One-line answers")+`.querySelector(".reason").textContent`))
+	require.True(t, eval[bool](t, ctx, `document.querySelector("#proposals .ungrounded, #proposals .tainted") === null`), "a turn that read nothing untrusted: review mode's proposals, no why")
 	require.True(t, eval[bool](t, ctx, `!!(document.querySelector("#review").compareDocumentPosition(document.querySelector("#objective")) & Node.DOCUMENT_POSITION_FOLLOWING)`), "proposals first")
 	require.NotNil(t, eval[any](t, ctx, eventItem("proposed", "The assistant proposed: add “Run the tests before answering”")))
 	var ws adminWorkspace
@@ -178,6 +179,8 @@ func TestPanelScopesAndReview(t *testing.T) {
 		waitFor(`document.querySelector("#review").hidden`),
 	)
 	require.False(t, eval[bool](t, ctx, eventItem("proposed", "One-line answers")+`.querySelector("button") !== null`), "a dismissed proposal has no button")
+	require.Equal(t, "The user asked for tested answers.",
+		eval[string](t, ctx, eventItem("preference_added", "Applied the assistant's proposal: add “Run the tests before answering” [soft]")+`.querySelector(".reason").textContent`))
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/fix-login", "", &ws))
 	require.Equal(t, "Fix the login redirect loop on Safari", ws.Objective.Text)
 	require.Len(t, ws.Preferences, 2)

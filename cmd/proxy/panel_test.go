@@ -393,8 +393,14 @@ func TestPanelExplainsItself(t *testing.T) {
 	require.NotNil(t, eval[any](t, ctx, eventItem("preference_added", "Added #2 “Vegetarian restaurants”")))
 	timeline := eval[string](t, ctx, `document.querySelector("#timeline").textContent`)
 	require.NotRegexp(t, `preference \d|#\d+ ·|event \d`, timeline, "no ids")
+	// The item points to its proposal; the proposal, in the review list, says it in full.
 	require.Contains(t, eval[string](t, ctx, prefItem("Travel by train")+`.querySelector(".proposal").textContent`),
-		"The assistant wanted to change this: “Cheapest transport” — Train or plane [hard]")
+		"The assistant proposes a change to this item.")
+	require.True(t, eval[bool](t, ctx, prefItem("Travel by train")+`.querySelector("button.apply, button.dismiss") === null`), "Apply and Dismiss live in the review list")
+	require.Equal(t, "The assistant proposes: change #1 “Travel by train” (locked) to “Cheapest transport” — Train or plane [hard]",
+		eval[string](t, ctx, pendingItem("Cheapest transport")+`.querySelector(".what").textContent`))
+	require.Equal(t, "Now: “Travel by train” — No flights [hard]Would be: “Cheapest transport” — Train or plane [hard]",
+		eval[string](t, ctx, pendingItem("Cheapest transport")+`.querySelector(".full").textContent`))
 	require.Contains(t, eval[string](t, ctx, eventItem("locked_skip", "Travel by train")+`.textContent`),
 		"The assistant wanted to change #1 “Travel by train”, which is locked, to “Cheapest transport” — Train or plane [hard]")
 	saveScreenshot(t, ctx, "panel-proposal", "the assistant's proposal for a locked preference")
@@ -412,9 +418,11 @@ func TestPanelExplainsItself(t *testing.T) {
 
 	// Apply: the proposal becomes the user's change, the lock stays, the proposal is gone.
 	within(t, ctx,
-		click(prefItem("Travel by train")+`.querySelector(".proposal button.apply")`),
+		click(pendingItem("Cheapest transport")+`.querySelector("button.apply")`),
 		waitFor(prefItem("Cheapest transport")+` !== undefined`),
-		waitFor(eventItem("preference_updated", "Changed #1: “Travel by train” → “Cheapest transport”")+` !== undefined`))
+		waitFor(eventItem("preference_updated", "Applied the assistant's proposal: change #1 “Travel by train” (locked) to “Cheapest transport” — Train or plane [hard]")+` !== undefined`))
+	require.Equal(t, "The user accepts flying when it is cheaper.",
+		eval[string](t, ctx, eventItem("preference_updated", "Applied the assistant's proposal")+`.querySelector(".reason").textContent`), "the assistant's reason, kept")
 	require.True(t, eval[bool](t, ctx, prefItem("Cheapest transport")+`.querySelector(".badge.locked") !== null`))
 	require.True(t, eval[bool](t, ctx, `document.querySelector(".proposal") === null && document.querySelector("button.apply") === null`))
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/"+trip, "", &ws))

@@ -38,6 +38,7 @@ type adminRoute struct {
 var adminRouteTable = []adminRoute{
 	{"GET", "/admin/v1/threads", (*Server).adminListThreads},
 	{"GET", "/admin/v1/threads/{thread}", (*Server).adminGetThread},
+	{"PUT", "/admin/v1/threads/{thread}", (*Server).adminCreateThread},
 	{"PATCH", "/admin/v1/threads/{thread}", (*Server).adminPatchThread},
 	{"PUT", "/admin/v1/threads/{thread}/parents", (*Server).adminSetParents},
 	{"GET", "/admin/v1/threads/{thread}/children", (*Server).adminChildren},
@@ -385,8 +386,18 @@ func (s *Server) adminListThreads(w http.ResponseWriter, r *http.Request) error 
 	if !p.admin {
 		prefix = workspace.ThreadID{Client: p.client, Name: q}.String()
 	}
+	// ?parent=: the threads that name it among their parents (in the caller's namespace);
+	// ?search=: those whose name, title, objective or first words hold it.
+	filter := workspace.ThreadFilter{Search: r.URL.Query().Get("search")}
+	if v := r.URL.Query().Get("parent"); v != "" {
+		id, err := workspace.ParseThreadID(v)
+		if err != nil || id.Client != "" {
+			return apierr.BadRequest("invalid_value", "parent", "parent must be a thread's name")
+		}
+		filter.Parent = workspace.ThreadID{Client: p.client, Name: id.Name}.String()
+	}
 	return list(w, limit, func(n int) ([]workspace.Thread, error) {
-		return s.opts.Store.Threads(r.Context(), after, prefix, n)
+		return s.opts.Store.Threads(r.Context(), after, prefix, filter, n)
 	})
 }
 
@@ -469,11 +480,18 @@ func (s *Server) adminUpdatePreference(w http.ResponseWriter, r *http.Request) e
 		Subtitle *string `json:"subtitle"`
 		Kind     *string `json:"kind"`
 		Locked   *bool   `json:"locked"`
+		// Source "confirmed" confirms the item as it reads (docs/spec.md §19); no other value
+		// is the user's to set.
+		Source *string `json:"source"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
 	}
-	p, err := ws.UpdatePreference(r.Context(), id, workspace.PreferencePatch{Title: in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked})
+	if in.Source != nil && *in.Source != workspace.SourceConfirmed {
+		return apierr.BadRequest("invalid_value", "source", `source may only be set to "confirmed": an edit of a field makes an item the user's`)
+	}
+	p, err := ws.UpdatePreference(r.Context(), id, workspace.PreferencePatch{Title: in.Title, Subtitle: in.Subtitle, Kind: in.Kind, Locked: in.Locked,
+		Confirm: in.Source != nil})
 	if err != nil {
 		return err
 	}

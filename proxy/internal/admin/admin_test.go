@@ -90,7 +90,7 @@ func TestAdminWorkspace(t *testing.T) {
 	var raw map[string]any
 	e.admin("GET", "/admin/v1/threads/t1", nil, 200, &raw)
 	require.ElementsMatch(t, []string{"id", "objective", "preferences", "block", "usage", "parents", "inherited", "agent_writes",
-		"agent_writes_inherited", "untrusted_writes", "untrusted_writes_inherited", "inherited_by", "shared_with"}, keys(raw))
+		"agent_writes_inherited", "untrusted_writes", "untrusted_writes_inherited", "inherited_by", "shared_with", "title", "agent", "first_words"}, keys(raw))
 	require.Equal(t, "propose", raw["untrusted_writes"], "the deployment's default")
 	require.Equal(t, map[string]any{"prompt_tokens": 0.0, "cached_prompt_tokens": 0.0, "completion_tokens": 0.0, "cache_write_tokens": 0.0}, raw["usage"])
 	require.ElementsMatch(t, []string{"text", "updated_at", "updated_by", "source"}, keys(raw["objective"].(map[string]any)))
@@ -110,7 +110,8 @@ func TestAdminWorkspace(t *testing.T) {
 	require.Equal(t, "Write a review", threads.Data[0]["objective"])
 	require.Equal(t, float64(1), threads.Data[0]["preference_count"])
 	require.Equal(t, float64(0), threads.Data[0]["turns"])
-	require.ElementsMatch(t, []string{"id", "created_at", "updated_at", "turns", "objective", "preference_count", "cursor"}, keys(threads.Data[0]))
+	require.ElementsMatch(t, []string{"id", "created_at", "updated_at", "turns", "objective", "preference_count", "cursor",
+		"title", "agent", "first_words", "parents", "children", "pending_proposals"}, keys(threads.Data[0]))
 
 	e.admin("DELETE", "/admin/v1/threads/t1", nil, 204, nil)
 	e.admin("DELETE", "/admin/v1/threads/t1", nil, 404, nil)

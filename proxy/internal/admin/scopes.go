@@ -142,7 +142,8 @@ func (s *Server) adminChildren(w http.ResponseWriter, r *http.Request) error {
 
 // adminPatchThread changes the thread's settings, each only when given: {"agent_writes":
 // "direct"|"propose"|null, "untrusted_writes": "propose"|"apply"|"refuse"|null} (null: inherited,
-// docs/spec.md §17, §19).
+// docs/spec.md §17, §19), "title" (string or null), "shared_with" (the admin's, §20). Every value
+// is checked before any is written.
 func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error {
 	ws, err := s.workspaceOf(r)
 	if err != nil {
@@ -152,9 +153,20 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 		AgentWrites     json.RawMessage `json:"agent_writes"`
 		UntrustedWrites json.RawMessage `json:"untrusted_writes"`
 		SharedWith      json.RawMessage `json:"shared_with"`
+		// Title is the user's name of the thread; "" or null for none.
+		Title json.RawMessage `json:"title"`
 	}
 	if err := s.decodeBody(w, r, &in); err != nil {
 		return err
+	}
+	var title *string
+	if in.Title != nil {
+		if err := json.Unmarshal(in.Title, &title); err != nil {
+			return apierr.BadRequest("invalid_type", "title", "title must be a string or null")
+		}
+		if title == nil {
+			title = new(string)
+		}
 	}
 	var sharedWith []string
 	if in.SharedWith != nil {
@@ -175,6 +187,11 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if title != nil {
+		if err := ws.SetTitle(r.Context(), *title); err != nil {
+			return err
+		}
+	}
 	if agentWrites != nil {
 		if err := ws.SetAgentWrites(r.Context(), *agentWrites); err != nil {
 			return err
@@ -193,6 +210,27 @@ func (s *Server) adminPatchThread(w http.ResponseWriter, r *http.Request) error 
 	d, err := ws.Get(r.Context())
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, d)
+}
+
+// adminCreateThread makes the thread, empty, when it does not exist (docs/spec.md §17: a scope
+// is named before it holds anything): 201 with it when made, 200 when it existed.
+func (s *Server) adminCreateThread(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.workspaceOf(r)
+	if err != nil {
+		return err
+	}
+	created, err := ws.Create(r.Context())
+	if err != nil {
+		return err
+	}
+	d, err := ws.Get(r.Context())
+	if err != nil {
+		return err
+	}
+	if created {
+		return writeJSON(w, http.StatusCreated, d)
 	}
 	return writeJSON(w, http.StatusOK, d)
 }

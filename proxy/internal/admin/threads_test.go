@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,4 +89,81 @@ func TestThreadPagesKeepTheirPlace(t *testing.T) {
 	ids, _ = pageOf("p3")
 	require.Equal(t, []string{"p1", "p0"}, ids)
 	e.admin("GET", "/admin/v1/threads?after=x,p3", nil, 400, nil)
+}
+
+// TestThreadListTellsSessionsApart (docs/spec.md §13, §17; #56): the list gives each thread its
+// title, parents, children's count (a scope has some) and waiting proposals; ?parent= lists a
+// scope's sessions (in the caller's namespace), ?search= finds a thread by its title, objective or
+// a part of its name; PATCH {"title"} names a thread (null clears it) without moving it in the
+// list; PUT creates an empty thread (201, then 200); PATCH of a preference's source "confirmed"
+// confirms it, any other source is a 400.
+func TestThreadListTellsSessionsApart(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.admin("PUT", "/admin/v1/threads/repo-x", nil, 201, nil)
+	e.admin("PUT", "/admin/v1/threads/repo-x", nil, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/b9f1-session/objective", map[string]any{"text": "Fix the Safari login loop"}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/b9f1-session/parents", map[string]any{"parents": []string{"repo-x"}}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/c2aa-session/parents", map[string]any{"parents": []string{"repo-x"}}, 200, nil)
+	e.admin("PUT", "/admin/v1/threads/other/objective", map[string]any{"text": "Unrelated"}, 200, nil)
+	_, err := e.pool.Exec(t.Context(), `INSERT INTO events (thread_id, id, actor, via, kind, target_type, proposed) VALUES
+		('c2aa-session', 100, 'agent', 'proxy', 'proposed', 'preference', '{"title":"A","subtitle":"","kind":"soft"}'),
+		('c2aa-session', 101, 'agent', 'proxy', 'proposed', 'preference', '{"title":"B","subtitle":"","kind":"soft"}')`)
+	require.NoError(t, err)
+	list := func(query string) map[string]workspace.Thread {
+		var p page[workspace.Thread]
+		e.admin("GET", "/admin/v1/threads"+query, nil, 200, &p)
+		out := map[string]workspace.Thread{}
+		for _, th := range p.Data {
+			out[th.ID] = th
+		}
+		return out
+	}
+	all := list("")
+	require.Len(t, all, 4)
+	require.Equal(t, 2, all["repo-x"].Children, "a scope")
+	require.Equal(t, []string{}, all["repo-x"].Parents)
+	require.Equal(t, []string{"repo-x"}, all["c2aa-session"].Parents)
+	require.Equal(t, 2, all["c2aa-session"].PendingProposals)
+	require.Zero(t, all["b9f1-session"].PendingProposals)
+	require.Nil(t, all["b9f1-session"].Title)
+	require.Nil(t, all["b9f1-session"].Agent, "no turn yet")
+
+	keys := func(m map[string]workspace.Thread) []string {
+		out := []string{}
+		for k := range m {
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	require.Equal(t, []string{"b9f1-session", "c2aa-session"}, keys(list("?parent=repo-x")))
+	require.Equal(t, []string{"b9f1-session"}, keys(list("?search=safari")), "by its objective")
+	require.Equal(t, []string{"b9f1-session", "c2aa-session"}, keys(list("?search=SESSION")), "past the id's start")
+	e.admin("GET", "/admin/v1/threads?parent=alice~repo-x", nil, 400, nil)
+
+	// A title names it, and does not move it in the list.
+	before := list("")["c2aa-session"].UpdatedAt
+	var d map[string]any
+	e.admin("PATCH", "/admin/v1/threads/c2aa-session", map[string]any{"title": "  Payments refactor "}, 200, &d)
+	th := list("?search=payments")["c2aa-session"]
+	require.Equal(t, "Payments refactor", *th.Title)
+	require.Equal(t, before, th.UpdatedAt)
+	e.admin("PATCH", "/admin/v1/threads/c2aa-session", map[string]any{"title": strings.Repeat("x", 201)}, 400, nil)
+	e.admin("PATCH", "/admin/v1/threads/c2aa-session", map[string]any{"title": 7}, 400, nil)
+	e.admin("PATCH", "/admin/v1/threads/c2aa-session", map[string]any{"title": nil}, 200, nil)
+	require.Nil(t, list("")["c2aa-session"].Title)
+	e.admin("PATCH", "/admin/v1/threads/nobody", map[string]any{"title": "x"}, 404, nil)
+
+	// Confirming an item: the one source the user path sets.
+	var p workspace.Preference
+	e.admin("POST", "/admin/v1/threads/other/preferences", map[string]any{"title": "Tabs"}, 201, &p)
+	_, err = e.pool.Exec(t.Context(), `UPDATE preferences SET source = 'unconfirmed' WHERE thread_id = 'other'`)
+	require.NoError(t, err)
+	e.admin("PATCH", "/admin/v1/threads/other/preferences/1", map[string]any{"source": "user"}, 400, nil)
+	e.admin("PATCH", "/admin/v1/threads/other/preferences/1", map[string]any{"source": "confirmed"}, 200, &p)
+	require.Equal(t, "confirmed", p.Source)
+	var evs page[workspace.Event]
+	e.admin("GET", "/admin/v1/threads/other/events?order=desc&limit=1", nil, 200, &evs)
+	require.Equal(t, "preference_updated", evs.Data[0].Kind, "a change of its source, in the history")
 }

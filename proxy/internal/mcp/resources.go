@@ -106,7 +106,7 @@ func (s *Server) listResources(next mcp.MethodHandler) mcp.MethodHandler {
 				err = nil
 			}
 		} else {
-			threads, err = s.opts.Store.Threads(ctx, cursor, sc.listPrefix(), resourcePageSize+1)
+			threads, err = s.opts.Store.Threads(ctx, cursor, sc.listPrefix(), workspace.ThreadFilter{}, resourcePageSize+1)
 		}
 		var ve *workspace.ValidationError
 		if errors.As(err, &ve) {

@@ -145,39 +145,82 @@ function route() {
     location.hash = "#/t/" + encodeURIComponent(state.scope.slice(7));
     return;
   }
-  threadsView();
+  const p = location.hash.match(/^#\/\?parent=(.+)$/);
+  threadsView(p ? decodeURIComponent(p[1]) : "");
 }
 
-function threadsView() {
+// nameOf is a thread's name in its client's namespace (the stored id less "client~").
+function nameOf(id) {
+  const i = id.indexOf("~");
+  return i > 0 ? id.slice(i + 1) : id;
+}
+
+// storedID is the id the admin REST takes for a thread named name by the signed-in client.
+function storedID(name) {
+  return state.scope.startsWith("client:") ? state.scope.slice("client:".length) + "~" + name : name;
+}
+
+// agentName is the product of a User-Agent ("claude-cli/2.0.1 (external, cli)" → "claude-cli/2.0.1").
+function agentName(ua) { return ua.split(/\s+/)[0]; }
+
+// threadsView lists the threads, most recently active first, each with what tells it apart:
+// its title (or id), a scope's mark and its sessions, the proposals waiting in it, its first
+// words, objective, agent, parents and last activity. parent (from #/?parent=NAME) lists the
+// sessions of one scope; the search box finds a thread by its name, title, objective or first
+// words.
+function threadsView(parent) {
   closeStream();
-  const filter = el("input", { type: "search", id: "filter", name: "q", placeholder: "id prefix" });
+  const filter = el("input", { type: "search", id: "filter", name: "search", placeholder: "name, title, objective, first words" });
   const list = el("ul", { class: "threads", id: "threads" });
   const more = el("button", { type: "button", class: "quiet", hidden: true }, "More");
   const box = errorBox();
   let after = "";
   const load = (reset) => act(async () => {
-    if (reset) { after = ""; list.replaceChildren(); }
-    const q = new URLSearchParams({ q: filter.value, limit: "50" });
-    if (after) q.set("after", after);
+    const q = new URLSearchParams({ limit: "50" });
+    if (filter.value) q.set("search", filter.value);
+    if (parent) q.set("parent", parent);
+    if (!reset && after) q.set("after", after);
     const page = await api("GET", "/admin/v1/threads?" + q);
+    if (reset) { after = ""; list.replaceChildren(); }
     for (const t of page.data) {
-      list.append(el("li", {},
-        el("a", { href: "#/t/" + encodeURIComponent(t.id), text: t.id }),
-        el("div", { class: "meta", text: plural(t.turns, "turn") + " · " + plural(t.preference_count, "preference") + " · updated " + new Date(t.updated_at).toLocaleString() }),
-        t.objective ? el("div", { class: "objective", text: t.objective }) : null));
+      list.append(renderThreadRow(t));
       after = t.cursor;
     }
-    if (!list.children.length) list.append(el("li", { class: "muted", text: "No threads yet. A thread starts with its first turn: a chat request that names it (X-Thread-Id, or /threads/{thread}/v1)." }));
+    if (!list.children.length) {
+      list.append(el("li", { class: "muted", text: parent ? "No thread names " + parent + " among its parents yet."
+        : filter.value ? "No thread matches “" + filter.value + "”."
+          : "No threads yet. A thread starts with its first turn: a chat request that names it (X-Thread-Id, or /threads/{thread}/v1)." }));
+    }
     more.hidden = !page.has_more;
   }, (msg) => showIn(box, msg));
   const form = el("form", { role: "search", onsubmit: (ev) => { ev.preventDefault(); load(true); } },
-    el("label", { for: "filter" }, "Filter by id", filter), el("button", { type: "submit" }, "Filter"));
+    el("label", { for: "filter" }, "Search", filter), el("button", { type: "submit" }, "Search"));
   more.addEventListener("click", () => load(false));
+  // A new scope: a thread others will inherit from, made empty, then opened.
+  const scopeName = el("input", { type: "text", id: "new-scope-name", name: "name", required: true, placeholder: "repo-x" });
+  const scopeBox = errorBox();
+  const scopeForm = el("form", { id: "new-scope-form", hidden: true, onsubmit: (ev) => {
+    ev.preventDefault();
+    const name = scopeName.value.trim();
+    act(async () => {
+      await api("PUT", threadPath(storedID(name)));
+      location.hash = "#/t/" + encodeURIComponent(storedID(name));
+    }, (msg) => showIn(scopeBox, msg));
+  } }, el("label", { for: "new-scope-name" }, "Name of the new scope", scopeName), el("button", { type: "submit" }, "Create scope"),
+  el("p", { class: "help", text: "A scope holds preferences that other threads inherit: name it among a thread's parents (X-Workspace-Parents, or its page)." }));
+  const newScope = el("button", { type: "button", class: "quiet", id: "new-scope", "aria-expanded": "false", "aria-controls": "new-scope-form", onclick: () => {
+    scopeForm.hidden = false;
+    newScope.setAttribute("aria-expanded", "true");
+    scopeName.focus();
+  } }, "New scope");
   // What the last action did, said once (a thread's deletion, from its page).
   const notice = el("p", { class: "notice", id: "notice", role: "status", hidden: !state.notice, text: state.notice });
   state.notice = "";
   const clients = state.scope === "admin" ? el("p", {}, el("a", { href: "#/clients", id: "clients-link" }, "Clients and their keys")) : null;
-  setMain(el("h2", { text: "Threads" }), clients, notice, form, box, list, more);
+  const head = parent
+    ? [el("h2", { text: "Sessions of " + parent }), el("p", {}, el("a", { href: "#/t/" + encodeURIComponent(storedID(parent)), text: "The scope " + parent }), " · ", el("a", { href: "#/", text: "All threads" }))]
+    : [el("div", { class: "list-head" }, el("h2", { text: "Threads" }), newScope), clients, scopeForm, scopeBox];
+  setMain(...head, notice, form, box, list, more);
   load(true);
 }
 
@@ -243,11 +286,43 @@ function clientsView() {
   load();
 }
 
+// renderThreadRow is one thread of the list.
+function renderThreadRow(t) {
+  const name = t.title || nameOf(t.id);
+  const marks = [];
+  if (t.children > 0) marks.push(el("span", { class: "badge scope", text: "scope" }));
+  if (t.pending_proposals > 0) marks.push(el("span", { class: "badge waiting", text: plural(t.pending_proposals, "proposal") + " waiting" }));
+  const meta = [plural(t.turns, "turn") + " · " + plural(t.preference_count, "preference")];
+  if (t.agent) meta.push(" · ", el("span", { class: "agent", title: t.agent, text: agentName(t.agent) }));
+  if ((t.parents || []).length) {
+    meta.push(" · in ");
+    t.parents.forEach((p, i) => meta.push(i ? ", " : null, el("a", { href: "#/?parent=" + encodeURIComponent(p), class: "parent", title: "Sessions of " + p, text: p })));
+  }
+  meta.push(" · last active " + new Date(t.updated_at).toLocaleString());
+  return el("li", { "data-thread": t.id },
+    el("div", { class: "row-head" }, el("a", { href: "#/t/" + encodeURIComponent(t.id), class: "thread-link", text: name }), ...marks),
+    t.title ? el("div", { class: "thread-id", text: nameOf(t.id) }) : null,
+    t.first_words ? el("div", { class: "first-words", text: quote(t.first_words) }) : null,
+    t.objective ? el("div", { class: "objective", text: t.objective }) : null,
+    el("div", { class: "meta" }, ...meta.filter((n) => n != null)),
+    t.children > 0 ? el("a", { href: "#/?parent=" + encodeURIComponent(nameOf(t.id)), class: "sessions", text: "Its " + plural(t.children, "session") }) : null);
+}
+
+// noSuchThreadView says a thread does not exist; anyone but a link's holder may create it there,
+// empty (a scope is named before it holds anything).
 function noSuchThreadView(id) {
+  const linked = state.scope.startsWith("thread:");
+  const box = errorBox();
   setMain(el("section", { id: "no-thread" },
     el("h2", { text: "No such thread" }),
-    el("p", { text: "There is no thread “" + id + "”" + (state.scope.startsWith("thread:") ? " that this link opens." : ".") + " A thread starts with its first turn: a chat request that names it." }),
-    state.scope.startsWith("thread:") ? null : el("p", {}, el("a", { href: "#/" }, "All threads"))));
+    el("p", { text: "There is no thread “" + id + "”" + (linked ? " that this link opens." : ".") + " A thread starts with its first turn: a chat request that names it." }),
+    linked ? null : el("p", {}, "A scope, a thread whose preferences others inherit, can start empty: ",
+      el("button", { type: "button", id: "create-thread", onclick: () => act(async () => {
+        await api("PUT", threadPath(id));
+        threadView(id);
+      }, (msg) => showIn(box, msg)) }, "Create it")),
+    box,
+    linked ? null : el("p", {}, el("a", { href: "#/" }, "All threads"))));
 }
 
 // The words of events. pos names a preference by its place in the list now (#N), when it is
@@ -286,6 +361,8 @@ function sameFields(a, b) { return a.title === b.title && a.subtitle === b.subti
 // describe is what an event did, in words: "Added #2 “Small hotels”".
 function describe(e, pos, known) {
   const name = targetName(pos, e);
+  const applied = appliedProposal(e, known);
+  if (applied) return "Applied the assistant's proposal: " + proposalText(applied, pos);
   switch (e.kind) {
     case "objective_set":
       if (!e.before) return "Set the objective: " + quote(e.after.text);
@@ -322,11 +399,20 @@ function describe(e, pos, known) {
       return ps.length ? "Set the parents: " + ps.join(", ") : "Removed the parents";
     }
     case "agent_writes_set": return "Set the assistant's writes: " + writesText(e.after && e.after.agent_writes);
+    case "untrusted_writes_set": return "Set what becomes of the assistant's changes from content you did not write: " + untrustedText(e.after && e.after.untrusted_writes);
     case "preference_moved":
       return e.after ? "Moved " + name + " here from " + e.moved.from : "Moved " + quote(e.before.title) + " to " + e.moved.to;
     case "compaction": return "The client compacted its history"; // docs/spec.md §18: the workspace carries on
   }
   return e.kind.replaceAll("_", " ") + ": " + name;
+}
+
+// appliedProposal is the proposal a user's change applied (its answers), when it is known; null
+// for any other event. A proposal the page has not read yet is read (answered).
+function appliedProposal(e, known) {
+  if (!e.answers || e.actor !== "user" || e.kind === "proposal_dismissed") return null;
+  const p = known.get(e.answers);
+  return p && (p.kind === "proposed" || p.kind === "locked_skip") ? p : null;
 }
 
 // writesText is a review setting (agent_writes) in words; null is the parents'.
@@ -336,10 +422,21 @@ function writesText(mode) {
   return "as the parents say (inherited)";
 }
 
+// untrustedText is an untrusted_writes setting in words (docs/spec.md §19); null is the parents'.
+function untrustedText(mode) {
+  if (mode === "propose") return "propose (you review each)";
+  if (mode === "apply") return "apply, marked unconfirmed";
+  if (mode === "refuse") return "refuse (nothing written)";
+  return "as the parents say (inherited)";
+}
+
 // proposalText is what a proposal (review mode's, or a locked item's) would change: add “X”,
 // #n's fields, a removal, the objective.
 function proposalText(e, pos) {
-  if (e.kind === "locked_skip") return describe(e, pos, new Map());
+  if (e.kind === "locked_skip") {
+    const name = prefName(pos, e.target.id, e.before) + " (locked)";
+    return e.proposed === null ? "remove " + name : "change " + name + " to " + fieldsText(e.proposed);
+  }
   if (e.target.type === "objective") return "objective: " + quote(e.proposed.text);
   if (!e.target.id) return "add " + fieldsText(e.proposed);
   const name = prefName(pos, e.target.id, e.before);
@@ -364,7 +461,7 @@ function targetKey(t) { return t.type === "preference" ? "preference:" + t.id : 
 // compaction), and SETTINGS those that are changed by setting them again, not reverted; a move is
 // undone by moving it back.
 const UNDONE = new Set(["locked_skip", "proposed", "proposal_dismissed", "compaction"]);
-const SETTINGS = new Set(["parents_set", "agent_writes_set", "preference_moved", "shared_with_set"]);
+const SETTINGS = new Set(["parents_set", "agent_writes_set", "untrusted_writes_set", "preference_moved", "shared_with_set"]);
 
 // laterChanges maps each target to its last change (a locked_skip changed nothing), and each
 // event a revert undid to that revert.
@@ -444,7 +541,7 @@ async function threadView(id) {
   // parents, the review setting, and the threads that inherit this one.
   const proposalList = el("ul", { class: "proposals", id: "proposals" });
   const proposalSection = el("section", { "aria-labelledby": "h-proposals", id: "review", hidden: true },
-    el("h2", { id: "h-proposals", text: "Proposals to review" }), proposalList);
+    el("h2", { id: "h-proposals", text: "To review" }), proposalList);
   const inheritedList = el("div", { id: "inherited" });
   const parentsInput = el("input", { type: "text", id: "parents-text", name: "parents", placeholder: "repo-x, alice", "aria-describedby": "parents-help" });
   const parentsBox = errorBox();
@@ -501,7 +598,16 @@ async function threadView(id) {
     } }, "Delete thread…");
   // The thread's token usage, summed over its turns as the upstream reported them.
   const usage = el("dl", { class: "usage", id: "usage" });
-  setMain(back, el("div", { class: "thread-head" }, el("h2", {}, "Thread " + id + " ", reviewBadge), jump, deleteButton), deleteConfirm, el("div", { class: "columns" },
+  // The user's name of the thread (in the list, it stands for the id), and what its first turn
+  // said of it.
+  const titleInput = el("input", { type: "text", id: "title-text", name: "title", maxlength: "200", placeholder: "a name for this thread" });
+  const titleBox = errorBox();
+  const titleForm = el("form", { id: "title-form", onsubmit: (ev) => {
+    ev.preventDefault();
+    act(async () => { await api("PATCH", path, { title: titleInput.value }); titleInput.blur(); state.reload(); }, (msg) => showIn(titleBox, msg));
+  } }, el("label", { for: "title-text" }, "Thread title", titleInput), el("button", { type: "submit" }, "Save title"));
+  const origin = el("p", { class: "help", id: "origin" });
+  setMain(back, el("div", { class: "thread-head" }, el("h2", {}, "Thread " + id + " ", reviewBadge), jump, deleteButton), deleteConfirm, titleForm, titleBox, origin, el("div", { class: "columns" },
     el("div", {},
       proposalSection,
       el("section", { "aria-labelledby": "h-objective" }, el("h2", { id: "h-objective", text: "Objective" }), objectiveText, objectiveForm, objectiveBox),
@@ -524,6 +630,32 @@ async function threadView(id) {
     if (age >= FADE_MS) { fresh.delete(key); return null; }
     return age;
   };
+  // aside holds the proposals that applied changes answer, read on their own when the history
+  // read does not hold them (answered: those asked for); contexts the latest write event with a
+  // context of each unconfirmed item ("preference:N", "objective"), read once.
+  const aside = new Map();
+  const answered = new Set();
+  const lookup = { get: (eid) => known.get(eid) || aside.get(eid), has: (eid) => known.has(eid) || aside.has(eid) };
+  const contexts = new Map();
+  const readAnswered = () => {
+    for (const e of known.values()) {
+      if (!e.answers || e.actor !== "user" || lookup.has(e.answers) || answered.has(e.answers)) continue;
+      answered.add(e.answers);
+      api("GET", path + "/events?" + new URLSearchParams({ after: String(e.answers - 1), limit: "1" })).then((pg) => {
+        if (pg.data.length && pg.data[0].id === e.answers) { aside.set(e.answers, pg.data[0]); render(); }
+      }, () => {});
+    }
+  };
+  const readContexts = (targets) => {
+    for (const t of targets) {
+      if (contexts.has(t)) continue;
+      contexts.set(t, null);
+      api("GET", path + "/events?" + new URLSearchParams({ target: t, order: "desc", limit: "50" })).then((pg) => {
+        const ev = pg.data.find((e) => e.context);
+        if (ev) { contexts.set(t, ev); render(); }
+      }, () => {});
+    }
+  };
   const report = (key) => (msg) => {
     if (msg) errors.set(key, msg); else errors.delete(key);
     render();
@@ -532,15 +664,26 @@ async function threadView(id) {
     const pos = new Map(detail.preferences.map((p) => [p.id, p.index]));
     const h = history(known);
     const open = new Set(proposals.data.map((e) => e.id));
-    // A locked preference shows the assistant's latest proposal for it that still applies.
-    const lockedProposals = new Map();
-    for (const e of known.values()) {
-      if (e.kind === "locked_skip" && pending(e, h, pos, open) && (!lockedProposals.has(e.target.id) || lockedProposals.get(e.target.id).id < e.id)) lockedProposals.set(e.target.id, e);
+    // A preference names the assistant's latest proposal for it; the proposal is reviewed in
+    // the list above, the one place of Apply and Dismiss.
+    const itemProposals = new Map();
+    for (const e of proposals.data) {
+      if (e.target.type === "preference" && e.target.id && (!itemProposals.has(e.target.id) || itemProposals.get(e.target.id).id < e.id)) itemProposals.set(e.target.id, e);
     }
-    // The proposals waiting for the user come first, oldest first.
-    proposalSection.hidden = !proposals.data.length;
-    proposalList.replaceChildren(...proposals.data.map((e) => renderPending(e, pos, pending(e, h, pos, open), errors.get(e.id), report(e.id))));
+    // What waits for the user comes first: the proposals, oldest first, then the unconfirmed
+    // items (and objective), each with what its write's event says of its turn.
+    const unconfirmed = detail.preferences.filter((p) => p.source === "unconfirmed");
+    const objectiveUnconfirmed = detail.objective && detail.objective.source === "unconfirmed";
+    readContexts(unconfirmed.map((p) => "preference:" + p.id).concat(objectiveUnconfirmed ? ["objective"] : []));
+    readAnswered();
+    proposalSection.hidden = !proposals.data.length && !unconfirmed.length && !objectiveUnconfirmed;
+    proposalList.replaceChildren(...proposals.data.map((e) => renderPending(e, pos, pending(e, h, pos, open), errors.get(e.id), report(e.id))),
+      ...(objectiveUnconfirmed ? [renderUnconfirmedObjective(id, detail.objective, contexts.get("objective"), errors.get("unconfirmed:objective"), report("unconfirmed:objective"))] : []),
+      ...unconfirmed.map((p) => renderUnconfirmed(id, p, contexts.get("preference:" + p.id), errors.get("unconfirmed:" + p.id), report("unconfirmed:" + p.id))));
     reviewBadge.hidden = detail.agent_writes !== "propose";
+    if (document.activeElement !== titleInput) titleInput.value = detail.title || "";
+    origin.textContent = [detail.first_words ? "It began with: " + quote(detail.first_words) : "", detail.agent ? "Agent: " + detail.agent : ""].filter((x) => x).join(" · ");
+    origin.hidden = !origin.textContent;
     renderUsage(usage, detail.usage);
     renderScopes(id, detail, inheritedList, linked);
     if (document.activeElement !== parentsInput) parentsInput.value = (detail.parents || []).join(", ");
@@ -557,14 +700,14 @@ async function threadView(id) {
     if (document.activeElement !== objectiveInput) objectiveInput.value = text;
     // A preference being edited keeps its form.
     const items = detail.preferences.map((p) => prefList.querySelector('li.editing[data-id="' + p.id + '"]') ||
-      renderPreference(id, p, lockedProposals.get(p.id), freshness("preference:" + p.id), errors.get("preference:" + p.id), report("preference:" + p.id), linked ? null : detail.parents || []));
+      renderPreference(id, p, itemProposals.get(p.id), freshness("preference:" + p.id), errors.get("preference:" + p.id), report("preference:" + p.id), linked ? null : detail.parents || []));
     if (!items.length) items.push(el("li", { class: "muted", text: "No preferences yet." }));
     const focused = document.activeElement; // a form kept across the update keeps its focus
     prefList.replaceChildren(...items);
     if (focused !== document.activeElement && prefList.contains(focused)) focused.focus();
 
     const evs = [...known.values()].filter((e) => !state.target || targetKey(e.target) === state.target).sort((a, b) => b.id - a.id);
-    const rows = evs.map((e) => renderEvent(e, pos, known, h, open, freshness(e.id), errors.get(e.id), report(e.id)));
+    const rows = evs.map((e) => renderEvent(e, pos, lookup, h, open, freshness(e.id), errors.get(e.id), report(e.id)));
     if (state.target) rows.unshift(el("li", {}, el("button", { type: "button", class: "quiet", onclick: () => state.showTarget(null) }, "Show all history")));
     if (!evs.length) rows.push(el("li", { class: "muted", text: "No changes yet." }));
     let head = "History";
@@ -600,7 +743,7 @@ async function threadView(id) {
   };
   state.describeEvent = (eventID) => {
     const e = known.get(eventID);
-    return e ? describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), known) + " (" + whoText(e) + ", " + new Date(e.at).toLocaleString() + ")" : "";
+    return e ? describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), lookup) + " (" + whoText(e) + ", " + new Date(e.at).toLocaleString() + ")" : "";
   };
   for (const e of page.data) known.set(e.id, e);
   render();
@@ -613,7 +756,7 @@ async function threadView(id) {
     if (e.target.type === "preference") fresh.set("preference:" + e.target.id, now);
     setTimeout(render, FADE_MS + 100); // the highlight's end
     render();
-    announce(describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), known));
+    announce(describe(e, new Map(detail.preferences.map((p) => [p.id, p.index])), lookup));
   });
 }
 
@@ -643,7 +786,8 @@ function renderPreference(thread, p, proposal, age, error, report, parents) {
     el("button", { type: "button", class: "quiet", "aria-label": "History of " + label, onclick: () => state.showTarget("preference:" + p.id) }, "History"),
     parents ? el("button", { type: "button", class: "quiet move", "aria-label": "Move " + label + " to another thread", onclick: move }, "Move to…") : null,
     el("button", { type: "button", class: "danger remove", "aria-label": "Remove " + label, onclick: () => act(async () => { await api("DELETE", path); state.reload(); }, report) }, "Remove"),
-    ...(proposal ? [renderProposal(thread, proposal, label, report)] : []),
+    ...(proposal ? [el("div", { class: "proposal" }, el("span", { text: "The assistant proposes a change to this item." }),
+      toReview('#proposals li[data-event="' + proposal.id + '"]', "Review it"))] : []),
     box); };
   // move offers the thread's parents (another thread's name may be typed).
   function move() {
@@ -678,10 +822,12 @@ function renderPreference(thread, p, proposal, age, error, report, parents) {
   return li;
 }
 
-// badges are a preference's kind, and "locked" beside it when it is.
+// badges are a preference's kind, and "locked" and "unconfirmed" beside it when it is.
 function badges(p) {
-  const kind = el("span", { class: "badge kind", text: p.kind });
-  return p.locked ? [kind, el("span", { class: "badge locked", text: "locked" })] : [kind];
+  const out = [el("span", { class: "badge kind", text: p.kind })];
+  if (p.locked) out.push(el("span", { class: "badge locked", text: "locked" }));
+  if (p.source === "unconfirmed") out.push(el("span", { class: "badge unconfirmed", text: "unconfirmed" }));
+  return out;
 }
 
 // renderUsage shows the thread's token counts (tools.Usage; a thread without turns has none).
@@ -689,14 +835,6 @@ function renderUsage(box, u) {
   u = u || {};
   box.replaceChildren(...[["Prompt", u.prompt_tokens], ["Cached", u.cached_prompt_tokens], ["Completion", u.completion_tokens], ["Cache writes", u.cache_write_tokens]]
     .map(([name, n]) => el("div", { class: "stat" }, el("dt", { text: name }), el("dd", { text: (n || 0).toLocaleString("en-US") }))));
-}
-
-// renderProposal is a locked preference's pending proposal: what the assistant wanted, and Apply.
-function renderProposal(thread, e, label, report) {
-  const what = e.proposed === null ? "remove it" : fieldsText(e.proposed);
-  return el("div", { class: "proposal" },
-    el("span", { text: "The assistant wanted to change this: " + what + (e.reason ? " — " + quote(e.reason) : "") }),
-    applyButton(thread, e, "Apply the assistant's proposal for " + label, report));
 }
 
 // renderScopes shows what the parents give, nearest first, read-only, each scope's heading a link
@@ -720,20 +858,152 @@ function renderScopes(thread, d, box, linked) {
   box.replaceChildren(...items);
 }
 
-// renderPending is one proposal waiting for the user: what it would change, the assistant's
-// reason, Apply (while it still applies) and Dismiss.
+// renderPending is one proposal waiting for the user, the one place it is applied or dismissed
+// (docs/spec.md §19): why it waits first (the words of the user's it does not hold), what it
+// would change in full, what its turn had read, the assistant's reason; Apply (while it still
+// applies) and Dismiss.
 function renderPending(e, pos, applies, error, report) {
   const what = proposalText(e, pos);
   const box = errorBox();
   showIn(box, error);
-  return el("li", { class: "pending", "data-event": String(e.id), "data-kind": e.kind },
+  return el("li", { class: "pending", "data-event": String(e.id), "data-kind": e.kind, tabindex: "-1" },
     el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
-    el("div", { class: "what", text: e.kind === "locked_skip" ? what : "The assistant proposes: " + what }),
+    whyNode(e.context),
+    el("div", { class: "what", text: "The assistant proposes: " + what }),
+    fullNode(e),
+    taintNode(e.context),
     e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null,
     el("div", { class: "actions" },
       applies ? applyButton(e.thread, e, "Apply: " + what, report) : el("span", { class: "muted", text: "Its target changed since: it no longer applies." }),
       dismissButton(e.thread, e, "Dismiss: " + what, report)),
     box);
+}
+
+// renderUnconfirmed is an item applied from content the user did not write (untrusted_writes
+// apply), in the same place as the proposals: its text in full, why it is unconfirmed and what
+// its turn had read (its write's event, ev, once read), Confirm (it reads as it is) and Remove.
+function renderUnconfirmed(thread, p, ev, error, report) {
+  const box = errorBox();
+  showIn(box, error);
+  const path = threadPath(thread) + "/preferences/" + p.id;
+  const label = "#" + p.index + " " + p.title;
+  return el("li", { class: "pending unconfirmed", "data-pref": String(p.id), tabindex: "-1" },
+    ev ? el("div", { class: "meta", text: new Date(ev.at).toLocaleString() + " · " + whoText(ev) }) : null,
+    whyNode(ev && ev.context),
+    el("div", { class: "what", text: "Unconfirmed: #" + p.index + " " + fieldsText(p) }),
+    el("p", { class: "full", text: "The assistant wrote it from content you did not write; the assistant is told it is information, not your wish, until you confirm it." }),
+    taintNode(ev && ev.context),
+    ev && ev.reason ? el("blockquote", { class: "reason", text: ev.reason }) : null,
+    el("div", { class: "actions" },
+      el("button", { type: "button", class: "apply confirm-item", "aria-label": "Confirm: " + label, onclick: () => act(async () => {
+        await api("PATCH", path, { source: "confirmed" });
+        state.reload();
+      }, report) }, "Confirm"),
+      el("button", { type: "button", class: "quiet dismiss", "aria-label": "Remove: " + label, onclick: () => act(async () => {
+        await api("DELETE", path);
+        state.reload();
+      }, report) }, "Remove")),
+    box);
+}
+
+// renderUnconfirmedObjective is an unconfirmed objective: Confirm makes it the user's as it reads.
+function renderUnconfirmedObjective(thread, o, ev, error, report) {
+  const box = errorBox();
+  showIn(box, error);
+  return el("li", { class: "pending unconfirmed", "data-objective": "", tabindex: "-1" },
+    whyNode(ev && ev.context),
+    el("div", { class: "what", text: "Unconfirmed objective: " + quote(o.text) }),
+    taintNode(ev && ev.context),
+    ev && ev.reason ? el("blockquote", { class: "reason", text: ev.reason }) : null,
+    el("div", { class: "actions" },
+      el("button", { type: "button", class: "apply confirm-item", "aria-label": "Confirm the objective", onclick: () => act(async () => {
+        await api("PUT", threadPath(thread) + "/objective", { text: o.text });
+        state.reload();
+      }, report) }, "Confirm")),
+    box);
+}
+
+// RULES says in words why a write was not grounded (docs/spec.md §19, context.rule) when no
+// token of its own failed.
+const RULES = {
+  mcp: "it came over MCP, where wsproxy cannot see what the assistant read",
+  after_ungrounded: "an earlier change of the same turn was not in your words",
+  inherited_by: "other threads inherit this workspace",
+  users_item: "it changes an item you wrote or confirmed",
+  words: "its words are not in your last two messages",
+  naming: "your last message does not name the item",
+};
+
+// whyNode is why a write of a tainted turn waits, first: the words it writes that the user's
+// last two messages do not hold (as code: they are the model's), else its rule. A turn that was
+// not tainted proposes only in review mode, whatever its words: nothing to say then.
+function whyNode(ctx) {
+  if (!ctx || !ctx.tainted || ctx.grounded) return null;
+  const words = ctx.ungrounded || [];
+  if (words.length) {
+    return el("p", { class: "ungrounded" }, "Not in your words: ", ...words.flatMap((w, i) => [i ? ", " : null, el("code", { text: w })].filter((n) => n != null)));
+  }
+  return RULES[ctx.rule] ? el("p", { class: "ungrounded", text: "Not from your words: " + RULES[ctx.rule] + "." }) : null;
+}
+
+// sourceNodes is one kind of untrusted content a turn read, in words; a tool's name is code,
+// never a link.
+function sourceNodes(s) {
+  const code = (t) => el("code", { text: t });
+  switch (s.type) {
+    case "tool_result": return s.tool ? ["the result of ", code(s.tool)] : ["a tool's result"];
+    case "server_tool": return s.tool ? ["the result of the server tool ", code(s.tool)] : ["a server tool's result"];
+    case "file": return ["a file"];
+    case "image": return ["an image"];
+    case "client_text": return ["text the client added to your message"];
+    case "system": return ["a later system message"];
+    case "server_held": return ["content the request only named"];
+    case "mcp": return ["what an agent over MCP read"];
+    case "earlier_turn": return ["content an earlier turn of this thread read"];
+  }
+  return ["content of the kind ", code(s.type)];
+}
+
+// taintNode says what tainted the write's turn: the untrusted part nearest before the write, then
+// the other kinds it read ("This turn had read the result of `WebFetch`.").
+function taintNode(ctx) {
+  if (!ctx || !ctx.tainted) return null;
+  const sources = ctx.sources || [];
+  const first = ctx.nearest || sources[0];
+  const same = (a, b) => a.type === b.type && (a.tool || "") === (b.tool || "");
+  const others = sources.filter((s) => !first || !same(s, first));
+  const nodes = ["This turn had read "];
+  nodes.push(...(first ? sourceNodes(first) : ["content you did not write"]));
+  others.forEach((s, i) => nodes.push(i ? ", " : "; also ", ...sourceNodes(s)));
+  nodes.push(".");
+  return el("p", { class: "tainted" }, ...nodes);
+}
+
+// fullNode is what a proposal would change, in full: the target as it is, and as it would be.
+function fullNode(e) {
+  const rows = [];
+  const row = (label, text) => rows.push(el("div", {}, el("span", { class: "label", text: label + " " }), el("span", { text })));
+  if (e.target.type === "objective") {
+    row("Now:", e.before && e.before.text ? quote(e.before.text) : "(none)");
+    row("Would be:", quote(e.proposed.text));
+  } else if (!e.target.id) {
+    row("Would add:", fieldsText(e.proposed));
+  } else if (e.proposed === null) {
+    if (e.before) row("Would remove:", fieldsText(e.before));
+  } else {
+    if (e.before) row("Now:", fieldsText(e.before));
+    row("Would be:", fieldsText(e.proposed));
+  }
+  return el("div", { class: "full" }, ...rows);
+}
+
+// toReview is the way from an item or a history entry to its proposal: Apply and Dismiss live
+// in the review list only.
+function toReview(selector, text) {
+  return el("button", { type: "button", class: "quiet to-review", onclick: () => {
+    const li = document.querySelector(selector);
+    if (li) { li.scrollIntoView(); li.focus(); }
+  } }, text);
 }
 
 function dismissButton(thread, e, ariaLabel, report) {
@@ -771,19 +1041,24 @@ function conflictLatest(msg) {
   return m ? Number(m[1]) : 0;
 }
 
+// reasonOf is the assistant's reason of a change: its own, or that of the proposal it applied.
+function reasonOf(e, known) {
+  const p = appliedProposal(e, known);
+  return e.reason || (p && p.reason) || "";
+}
+
 function renderEvent(e, pos, known, h, open, age, error, report) {
   const reverted = h.revertedBy.get(e.id);
   const li = el("li", { class: "event" + (reverted ? " reverted" : ""), "data-kind": e.kind, "data-event": String(e.id), "data-via": e.via },
     el("div", { class: "meta", text: new Date(e.at).toLocaleString() + " · " + whoText(e) }),
     el("div", { class: "what", text: describe(e, pos, known) }),
-    e.reason ? el("blockquote", { class: "reason", text: e.reason }) : null);
+    reasonOf(e, known) ? el("blockquote", { class: "reason", text: reasonOf(e, known) }) : null);
   fade(li, age);
   const label = describe(e, pos, known);
   if (reverted) {
     li.append(el("div", { class: "reverted-by", text: "Reverted by " + whoText(reverted) + ", " + new Date(reverted.at).toLocaleString() }));
   } else if (UNDONE.has(e.kind)) {
-    if (pending(e, h, pos, open)) li.append(applyButton(e.thread, e, "Apply: " + label, report));
-    if (open.has(e.id)) li.append(dismissButton(e.thread, e, "Dismiss: " + label, report));
+    if (open.has(e.id)) li.append(toReview('#proposals li[data-event="' + e.id + '"]', "Waiting for your review"));
   } else if (!SETTINGS.has(e.kind)) {
     li.append(el("button", { type: "button", class: "quiet revert", "aria-label": "Revert: " + label, onclick: () => act(async () => {
       await api("POST", threadPath(e.thread) + "/events/" + e.id + "/revert");
