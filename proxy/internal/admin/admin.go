@@ -42,6 +42,8 @@ var adminRouteTable = []adminRoute{
 	{"PUT", "/admin/v1/threads/{thread}/parents", (*Server).adminSetParents},
 	{"GET", "/admin/v1/threads/{thread}/children", (*Server).adminChildren},
 	{"DELETE", "/admin/v1/threads/{thread}", (*Server).adminDeleteThread},
+	{"GET", "/admin/v1/threads/{thread}/export", (*Server).adminExport},
+	{"POST", "/admin/v1/threads/{thread}/import", (*Server).adminImport},
 	{"PUT", "/admin/v1/threads/{thread}/objective", (*Server).adminSetObjective},
 	{"POST", "/admin/v1/threads/{thread}/preferences", (*Server).adminAddPreference},
 	{"PATCH", "/admin/v1/threads/{thread}/preferences/{id}", (*Server).adminUpdatePreference},
