@@ -331,7 +331,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
 			"gemini": {URL: geminiURL, APIKey: m.Config.GeminiUpstreamAPIKey}},
-		ThreadHeader:         m.Config.ThreadHeader,
+		ThreadHeaders:        m.Config.threadHeaders(),
 		ThreadParents:        m.Config.threadParents(),
 		UntrustedMarkers:     strings.Split(m.Config.UntrustedMarkers, ","),
 		UpstreamTimeout:      m.Config.UpstreamTimeout,
