@@ -265,6 +265,8 @@ func TestPostgresRefusesConnections(t *testing.T) {
 					body = map[string]any{"title": "x"}
 				case strings.HasSuffix(path, "/move"):
 					body = map[string]any{"to": "p"}
+				case strings.HasSuffix(path, "/import"):
+					body = map[string]any{"format": "wsproxy.workspace/1"}
 				}
 			case "PATCH":
 				body = map[string]any{"locked": true}

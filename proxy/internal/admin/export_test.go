@@ -210,3 +210,38 @@ func TestClientExportsItsOwn(t *testing.T) {
 	require.Equal(t, 404, code, "another client's parent does not exist for bob: %s", body)
 	e.admin("GET", "/admin/v1/threads/bob~repo-y", nil, 404, nil)
 }
+
+// TestClientNotFoundHints: a client's key naming a thread without its client~ prefix gets a 404
+// that says how its threads are named.
+func TestClientNotFoundHints(t *testing.T) {
+	t.Parallel()
+	e := setup(t, withClientKeys(t, "alice=sk-alice-secret"))
+	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "goal"}, 200, nil)
+	code, body := e.callAs("sk-alice-secret", "GET", "/admin/v1/threads/t1", "")
+	require.Equal(t, 404, code, body)
+	eb := requireErrorBody(t, body, "invalid_request_error", "not_found")
+	require.Equal(t, `no thread "t1": a client's threads are named with their client, as in "alice~t1"`, eb["message"])
+	code, body = e.callAs("sk-alice-secret", "GET", "/admin/v1/threads/alice~t2", "")
+	require.Equal(t, 404, code, body)
+	require.Equal(t, `no thread "alice~t2"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+	code, body = e.callAs(adminToken, "GET", "/admin/v1/threads/t1", "")
+	require.Equal(t, 404, code, body)
+	require.Equal(t, `no thread "t1"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"], "the admin's threads are any")
+}
+
+// TestOpenAPIWithoutToken: the OpenAPI document holds no data: it is served without the admin
+// token, as a client generator fetches it; every other route still needs one.
+func TestOpenAPIWithoutToken(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	resp, err := http.Get(e.srv.URL + "/admin/v1/openapi.json")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, string(b))
+	require.JSONEq(t, string(openAPIDocument), string(b))
+	resp, err = http.Get(e.srv.URL + "/admin/v1/threads")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 401, resp.StatusCode)
+}

@@ -72,6 +72,9 @@ func (k *ClientKeys) ShortKey() int { return k.short }
 // Names are the clients' names, sorted, each once.
 func (k *ClientKeys) Names() []string { return slices.Sorted(maps.Keys(k.byName)) }
 
+// Len is the number of keys, of all clients.
+func (k *ClientKeys) Len() int { return len(k.byHash) }
+
 // Lookup returns the client whose key key is.
 func (k *ClientKeys) Lookup(key string) (string, bool) {
 	name, ok := k.byHash[hashOf(key)]
