@@ -16,6 +16,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/demo"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -265,6 +266,8 @@ func TestPostgresRefusesConnections(t *testing.T) {
 					body = map[string]any{"title": "x"}
 				case strings.HasSuffix(path, "/move"):
 					body = map[string]any{"to": "p"}
+				case strings.HasSuffix(path, "/import"):
+					body = map[string]any{"format": "wsproxy.workspace/1"}
 				}
 			case "PATCH":
 				body = map[string]any{"locked": true}
@@ -341,6 +344,31 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		require.GreaterOrEqual(t, waited, 300*time.Millisecond, "it waited for the budget")
 		require.Less(t, waited, time.Minute, "not for the store's timeout")
 	})
+}
+
+// TestDemoUnderBypass: the demo model, answering a turn wsproxy forwarded without its workspace
+// (WORKSPACE_UNAVAILABLE=bypass, Postgres cut), does not tell its user that the request named no
+// thread: it did.
+func TestDemoUnderBypass(t *testing.T) {
+	t.Parallel()
+	pool, fault := dbtest.NewFaultPool(t, nil)
+	e := setupWithPool(t, pool, func(o *Options) { o.BypassUnavailable, o.WorkspaceBudget = true, 300*time.Millisecond })
+	e.up.Fallback = demo.Handler().ServeHTTP
+	th := map[string]string{"X-Thread-Id": "named"}
+	const body = `{"model":"wsproxy-demo","messages":[{"role":"user","content":"What do you know?"}]}`
+	resp := e.post("/v1/chat/completions", th, body)
+	got := readBody(t, resp)
+	require.Equal(t, 200, resp.StatusCode, got)
+	require.Contains(t, got, "Your objective: (none yet)", "with its workspace")
+
+	fault.Cut()
+	resp = e.post("/v1/chat/completions", th, body)
+	got = readBody(t, resp)
+	require.Equal(t, 200, resp.StatusCode, got)
+	require.Equal(t, "unavailable", resp.Header.Get("X-Workspace"))
+	require.NotContains(t, got, "(no thread)")
+	require.Contains(t, got, "WORKSPACE_UNAVAILABLE=bypass")
+	fault.Restore()
 }
 
 // TestFailedTurnsAreNotTurns: a thread turn whose first upstream round fails — the upstream

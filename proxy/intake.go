@@ -46,7 +46,7 @@ func (s *Server) inbound(w http.ResponseWriter, r *http.Request, check func(*htt
 			return in, err
 		}
 	}
-	if in.thread, in.named, err = threadOf(r, client, s.opts.ThreadHeader); err != nil {
+	if in.thread, in.named, err = threadOf(r, client, s.opts.ThreadHeaders); err != nil {
 		return in, err
 	}
 	noteCaller(r.Context(), in.thread, in.named)
@@ -109,11 +109,11 @@ func (s *Server) placementOf(r *http.Request) (turn.Placement, error) {
 }
 
 // threadOf returns the thread a request names: the X-Thread-Id header or the path, else the
-// header fallback names (THREAD_HEADER, "" for none), for the request's client ("" without
+// first of the fallback headers (THREAD_HEADER's) it carries, for the request's client ("" without
 // client keys). ok is false when it names none (the id then holds the client alone). Empty
 // headers count as absent; two that differ, or a header and a path that differ, are a
 // thread_mismatch.
-func threadOf(r *http.Request, client, fallback string) (id workspace.ThreadID, ok bool, err error) {
+func threadOf(r *http.Request, client string, fallbacks []string) (id workspace.ThreadID, ok bool, err error) {
 	name, from := r.PathValue("thread"), threadHeader
 	for _, h := range r.Header.Values(threadHeader) {
 		switch {
@@ -125,8 +125,11 @@ func threadOf(r *http.Request, client, fallback string) (id workspace.ThreadID, 
 				"the %s headers and the path name different threads", threadHeader)
 		}
 	}
-	if name == "" && fallback != "" {
-		name, from = r.Header.Get(fallback), fallback
+	for _, h := range fallbacks {
+		if name != "" {
+			break
+		}
+		name, from = r.Header.Get(h), h
 	}
 	if name == "" {
 		return workspace.ThreadID{Client: client}, false, nil
@@ -142,14 +145,14 @@ func threadOf(r *http.Request, client, fallback string) (id workspace.ThreadID, 
 const parentsHeader = "X-Workspace-Parents"
 
 // parentsOf is what a request names of its thread's parents: X-Workspace-Parents, stored when
-// they differ; else, for a thread named by THREAD_HEADER, THREAD_PARENTS, stored when the thread
-// is new. Names are in the client's namespace, but ~name: a scope the admin shared with the client
-// (docs/spec.md §20); an empty header names none. A list longer than
+// they differ; else, for a thread named by a THREAD_HEADER header, THREAD_PARENTS, stored when the
+// thread is new. Names are in the client's namespace, but ~name: a scope the admin shared with the
+// client (docs/spec.md §20); an empty header names none. A list longer than
 // workspace.MaxParentsBytes, or of more than workspace.MaxAncestors names, is refused before a name is
 // parsed (docs/spec.md §17): what it costs is bounded whatever the header holds.
 func (s *Server) parentsOf(r *http.Request, client string) (workspace.TurnOptions, error) {
 	names, from, ifNew := r.Header.Values(parentsHeader), parentsHeader, false
-	if len(names) == 0 && len(s.opts.ThreadParents) > 0 && s.opts.ThreadHeader != "" && r.PathValue("thread") == "" &&
+	if len(names) == 0 && len(s.opts.ThreadParents) > 0 && len(s.opts.ThreadHeaders) > 0 && r.PathValue("thread") == "" &&
 		r.Header.Get(threadHeader) == "" {
 		names, from, ifNew = s.opts.ThreadParents, "THREAD_PARENTS", true
 	}

@@ -467,7 +467,7 @@ func TestMessagesPassThrough(t *testing.T) {
 // win over it.
 func TestThreadHeader(t *testing.T) {
 	t.Parallel()
-	e := setup(t, func(o *Options) { o.ThreadHeader = "X-Claude-Code-Session-Id" })
+	e := setup(t, func(o *Options) { o.ThreadHeaders = []string{"X-Claude-Code-Session-Id"} })
 	reply := upstreamtest.Messages(upstreamtest.MessageReply{ID: "msg_h", Blocks: []upstreamtest.Block{upstreamtest.TextBlock("Hi.")}})
 	e.up.Script(reply, reply, upstreamtest.JSON(200, upstreamtest.Completion("Hi.")))
 	body := `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
@@ -480,6 +480,34 @@ func TestThreadHeader(t *testing.T) {
 	require.Equal(t, "s3", resp.Header.Get("X-Thread-Id"))
 	require.Equal(t, 1, e.turns("c5981990-7426-4441-a822-74a12c9d01f9"))
 	require.Equal(t, 1, e.turns("s3"))
+}
+
+// TestThreadHeaders: THREAD_HEADER may name several headers, one per agent (Claude Code's,
+// Codex's, a wrapper's for Gemini CLI): the first of them a request carries names its thread.
+func TestThreadHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(o *Options) {
+		o.ThreadHeaders = []string{"X-Claude-Code-Session-Id", "session-id", "X-Gemini-Session-Id"}
+	})
+	e.up.Fallback = reply(cmpl("Hi."))
+	body := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	for _, tt := range []struct {
+		header map[string]string
+		want   string
+	}{
+		{map[string]string{"X-Gemini-Session-Id": "g1"}, "g1"},
+		{map[string]string{"Session-Id": "c1"}, "c1"},
+		{map[string]string{"X-Gemini-Session-Id": "g2", "X-Claude-Code-Session-Id": "a1"}, "a1"},
+		{map[string]string{"X-Gemini-Session-Id": "", "Session-Id": "c2"}, "c2"},
+	} {
+		resp := e.post("/v1/chat/completions", tt.header, body)
+		readBody(t, resp)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, tt.want, resp.Header.Get("X-Thread-Id"), "%v", tt.header)
+	}
+	resp := e.post("/v1/chat/completions", map[string]string{"X-Gemini-Session-Id": "not a thread id"}, body)
+	require.Equal(t, 400, resp.StatusCode)
+	requireErrorBody(t, readBody(t, resp), "invalid_request_error", "invalid_thread_id")
 }
 
 // TestMessagesKeepalivePing: while the proxy runs a round the client cannot see, the client

@@ -138,7 +138,7 @@ func TestScopesInEveryWireAPI(t *testing.T) {
 func TestThreadParentsForASession(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(o *Options) {
-		o.ThreadHeader = "X-Claude-Code-Session-Id"
+		o.ThreadHeaders = []string{"X-Claude-Code-Session-Id"}
 		o.ThreadParents = []string{"repo-x"}
 	})
 	e.admin("POST", "/admin/v1/threads/repo-x/preferences", map[string]any{"title": "Go 1.26, no cgo", "kind": "hard"}, 201, nil)

@@ -71,11 +71,12 @@ type Options struct {
 	// (§18; its key goes in x-goog-api-key). One missing, or without a URL, is the provider's own
 	// API; one without a key forwards the client's credentials.
 	Upstreams map[string]Upstream
-	// ThreadHeader, when set, names a header that names the thread of a request that names none
-	// by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route.
-	ThreadHeader string
+	// ThreadHeaders, when set, name the headers that name the thread of a request that names
+	// none by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route: the
+	// first of them the request carries (docs/spec.md §18).
+	ThreadHeaders []string
 	// ThreadParents, when set, are the parents (docs/spec.md §17; names in the client's
-	// namespace, nearest first) a thread named by ThreadHeader is created with: a new agent
+	// namespace, nearest first) a thread named by ThreadHeaders is created with: a new agent
 	// session starts with its project's and its person's preferences (THREAD_PARENTS).
 	ThreadParents []string
 	// UntrustedMarkers begin text a client adds to a user's message, beside those of the clients

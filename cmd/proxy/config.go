@@ -35,7 +35,8 @@ type Config struct {
 	// model when UpstreamBaseURL is "demo"; "demo" the demo model).
 	GeminiUpstreamBaseURL string
 	GeminiUpstreamAPIKey  string
-	// ThreadHeader names a header that names the thread when X-Thread-Id and the path do not.
+	// ThreadHeader names the headers (comma-separated) that name the thread when X-Thread-Id and
+	// the path do not: the first one a request carries.
 	ThreadHeader string
 	// ThreadParents are the parents (names, nearest first, comma-separated) a thread named by
 	// ThreadHeader starts with (docs/spec.md §17, §18).
@@ -152,7 +153,7 @@ func (c *Config) settings() []setting {
 		{"ANTHROPIC_UPSTREAM_API_KEY", "anthropic-upstream-api-key", "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set", (*secretValue)(&c.AnthropicUpstreamAPIKey)},
 		{"GEMINI_UPSTREAM_BASE_URL", "gemini-upstream-base-url", `base URL of the Gemini API's upstream for /v1beta/models/… (default https://generativelanguage.googleapis.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.GeminiUpstreamBaseURL)},
 		{"GEMINI_UPSTREAM_API_KEY", "gemini-upstream-api-key", "replaces the client's x-goog-api-key, ?key= and Authorization toward the Gemini upstream when set", (*secretValue)(&c.GeminiUpstreamAPIKey)},
-		{"THREAD_HEADER", "thread-header", "a request header that names the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id: a workspace per Claude Code session); default none", (*stringValue)(&c.ThreadHeader)},
+		{"THREAD_HEADER", "thread-header", "request headers (comma-separated, the first one a request carries wins) that name the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id, session-id, X-Gemini-Session-Id: a workspace per Claude Code, Codex or wrapped Gemini CLI session); default none", (*stringValue)(&c.ThreadHeader)},
 		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice; ~repo-x for a scope the admin shared with the client) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
 		{"CLIENT_KEYS", "client-keys", "clients' keys, seeding the clients' table at start (SIGHUP re-reads @FILE): name=key pairs separated by commas, or @FILE with one per line; with any client every /v1 request needs a key and threads are per client", (*secretValue)(&c.ClientKeys)},
@@ -222,10 +223,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", b[0], b[1])
 		}
 	}
-	if c.ThreadHeader != "" && !validHeaderName(c.ThreadHeader) {
-		return fmt.Errorf("THREAD_HEADER: %q is not a header name", c.ThreadHeader)
+	for _, h := range c.threadHeaders() {
+		if !validHeaderName(h) {
+			return fmt.Errorf("THREAD_HEADER: %q is not a header name", h)
+		}
 	}
-	if c.ThreadParents != "" && c.ThreadHeader == "" {
+	if c.ThreadParents != "" && len(c.threadHeaders()) == 0 {
 		return errors.New("THREAD_PARENTS: applies to threads named by THREAD_HEADER, which is not set")
 	}
 	for _, name := range c.threadParents() {
@@ -455,10 +458,16 @@ func (v *durationValue) Set(s string) error {
 	return nil
 }
 
+// threadHeaders are THREAD_HEADER's header names, in order.
+func (c Config) threadHeaders() []string { return commaList(c.ThreadHeader) }
+
 // threadParents are THREAD_PARENTS' names, in order.
-func (c Config) threadParents() []string {
+func (c Config) threadParents() []string { return commaList(c.ThreadParents) }
+
+// commaList is a comma-separated list's items, trimmed, the empty ones left out.
+func commaList(list string) []string {
 	var out []string
-	for name := range strings.SplitSeq(c.ThreadParents, ",") {
+	for name := range strings.SplitSeq(list, ",") {
 		if name = strings.TrimSpace(name); name != "" {
 			out = append(out, name)
 		}

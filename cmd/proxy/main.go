@@ -214,9 +214,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("CLIENT_KEYS without GEMINI_UPSTREAM_API_KEY: Gemini requests reach the Gemini upstream with no key (the clients' stay with wsproxy)",
 			slog.String("gemini_upstream", m.shownUpstream(geminiURL)), slog.String("fix", "set GEMINI_UPSTREAM_API_KEY, unless that upstream needs none"))
 	}
-	m.log.Info("wsproxy serving", slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
+	// How threads are picked, and whose keys are taken: confirmed at start (none when unset).
+	threads := []slog.Attr{slog.String("thread_header", cmp.Or(strings.Join(m.Config.threadHeaders(), ", "), "none")),
+		slog.String("thread_parents", cmp.Or(strings.Join(m.Config.threadParents(), ", "), "none"))}
+	if clientKeys.On() {
+		threads = append(threads, slog.Int("clients", len(clientKeys.Names())), slog.Int("client_keys", clientKeys.Len()))
+	} else {
+		threads = append(threads, slog.String("clients", "none"))
+	}
+	m.log.LogAttrs(ctx, slog.LevelInfo, "wsproxy serving", append([]slog.Attr{slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
 		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("gemini_upstream", m.shownUpstream(geminiURL)),
-		slog.String("version", version()))
+		slog.String("version", version())}, threads...)...)
 	return nil
 }
 
@@ -365,7 +373,7 @@ func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clien
 		UpstreamAPIKey: m.Config.UpstreamAPIKey,
 		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
 			"gemini": {URL: geminiURL, APIKey: m.Config.GeminiUpstreamAPIKey}},
-		ThreadHeader:         m.Config.ThreadHeader,
+		ThreadHeaders:        m.Config.threadHeaders(),
 		ThreadParents:        m.Config.threadParents(),
 		UntrustedMarkers:     strings.Split(m.Config.UntrustedMarkers, ","),
 		UpstreamTimeout:      m.Config.UpstreamTimeout,

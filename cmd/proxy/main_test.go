@@ -391,6 +391,28 @@ func TestStartAndShutdownLines(t *testing.T) {
 	require.Contains(t, lineOf(t, logs.String(), `msg="wsproxy stopped"`), "level=INFO")
 }
 
+// TestStartLineConfirmsThreads: the start line confirms how threads are picked and which
+// clients hold keys — THREAD_HEADER, THREAD_PARENTS, the number of clients — and says none when
+// they are not set.
+func TestStartLineConfirmsThreads(t *testing.T) {
+	t.Parallel()
+	_, logs := MustRunMain(t, func(c *Config) {
+		c.LogLevel = "info"
+		c.ThreadHeader = "X-Claude-Code-Session-Id, session-id"
+		c.ThreadParents = "repo-x, alice"
+		c.ClientKeys = "alice=sk-alice-secret-key-0001,bob=sk-bob-secret-key-00001,bob=sk-bob-secret-key-00002"
+	})
+	start := lineOf(t, logs.String(), "msg=\"wsproxy serving\"")
+	require.Contains(t, start, `thread_header="X-Claude-Code-Session-Id, session-id"`)
+	require.Contains(t, start, `thread_parents="repo-x, alice"`)
+	require.Contains(t, start, `clients=2 client_keys=3`)
+	require.NotContains(t, logs.String(), "sk-alice")
+
+	_, logs = MustRunMain(t, func(c *Config) { c.LogLevel = "info" })
+	start = lineOf(t, logs.String(), "msg=\"wsproxy serving\"")
+	require.Contains(t, start, `thread_header=none thread_parents=none clients=none`)
+}
+
 // TestPprofListener: PPROF_ADDR serves the runtime profiles on a listener of its own; the
 // proxy's address serves none, and the listener closes with the proxy.
 func TestPprofListener(t *testing.T) {

@@ -355,9 +355,13 @@ func findIndex(block, what string) int {
 	return 0
 }
 
-// summarize answers from the results of the tools the proxy ran this turn.
+// summarize answers from the results of the tools the proxy ran this turn, saying what they
+// did: "Workspace updated" when one of them changed something, "Your workspace" for a listing,
+// "Nothing changed yet" for a proposal the user will review, else "Nothing changed" (a
+// duplicate, a locked item, an error).
 func summarize(msgs []message) string {
 	var results []string
+	changed, listed, proposed := false, 0, false
 	for i := len(msgs) - 1; i >= 0 && msgs[i].Role == "tool"; i-- {
 		text := msgs[i].text()
 		if !toolEnvelope.MatchString(text) {
@@ -369,31 +373,113 @@ func summarize(msgs []message) string {
 			Error  string `json:"error"`
 		}
 		_ = json.Unmarshal([]byte(text), &env)
-		if env.OK {
-			results = append([]string{env.Result}, results...)
-		} else {
+		if !env.OK {
 			results = append([]string{"error: " + env.Error}, results...)
+			continue
+		}
+		results = append([]string{env.Result}, results...)
+		switch {
+		case proposedRe.MatchString(env.Result):
+			proposed = true
+		case listedRe.MatchString(env.Result):
+			listed++
+		case changedRe.MatchString(env.Result):
+			changed = true
 		}
 	}
 	if len(results) == 0 {
 		return "Done."
 	}
-	return "Workspace updated — " + strings.Join(results, "\n")
+	headline := "Nothing changed"
+	switch {
+	case changed:
+		headline = "Workspace updated"
+	case listed == len(results):
+		headline = "Your workspace"
+	case proposed:
+		headline = "Nothing changed yet"
+	}
+	return headline + " — " + strings.Join(results, "\n")
 }
 
-// describe answers when there is nothing to record: what the workspace holds.
+// The results of the tools (tools/plan.go, tools/agent.go), as the demo tells them apart.
+var (
+	changedRe  = regexp.MustCompile(`^objective set: |^recorded [1-9]|(?:^|; )(?:updated|removed) #`)
+	listedRe   = regexp.MustCompile(`^(?:#\d+ \[|no preferences recorded yet)`)
+	proposedRe = regexp.MustCompile(`^(?:proposed; |nothing to propose; )`)
+)
+
+// blockCounts are what a block holds: the thread's own preferences, and the inherited ones by
+// scope, nearest first, unconfirmed ones included (docs/spec.md §17, §19).
+type blockCounts struct {
+	own       int
+	scopes    []string
+	inherited map[string]int
+}
+
+var (
+	scopeHeadingRe  = regexp.MustCompile(`^From (\S+) \(the user's; `)
+	inheritedLineRe = regexp.MustCompile(`^- \[(?:hard|soft)\] `)
+	unconfirmedRe   = regexp.MustCompile(` \(from (\S+)\)$`)
+)
+
+// countBlock reads a whole block: own items (`#N [kind] …`), and inherited ones (`- [kind] …`)
+// under their scope's heading, or, among the unconfirmed, marked `(from scope)`.
+func countBlock(block string) blockCounts {
+	c := blockCounts{inherited: map[string]int{}}
+	scope := ""
+	for line := range strings.SplitSeq(block, "\n") {
+		switch {
+		case blockLineRe.MatchString(line):
+			c.own++
+		case scopeHeadingRe.MatchString(line):
+			scope = scopeHeadingRe.FindStringSubmatch(line)[1]
+		case strings.HasPrefix(line, "Unconfirmed, "):
+			scope = ""
+		case inheritedLineRe.MatchString(line):
+			s := scope
+			if m := unconfirmedRe.FindStringSubmatch(line); m != nil {
+				s = m[1]
+			}
+			if s == "" {
+				continue
+			}
+			if c.inherited[s] == 0 {
+				c.scopes = append(c.scopes, s)
+			}
+			c.inherited[s]++
+		}
+	}
+	return c
+}
+
+// describe answers when there is nothing to record: what the workspace holds, inherited items
+// included. A request without a block named no thread, or was forwarded without its workspace
+// (WORKSPACE_UNAVAILABLE=bypass): the demo cannot tell which, and says both.
 func describe(block string) string {
 	if block == "" {
-		return "There is no workspace on this request (no thread). Name a thread with the X-Thread-Id header."
+		return "There is no workspace on this request: either it names no thread (name one with the " +
+			"X-Thread-Id header), or wsproxy could not read its workspace and forwarded it without " +
+			"(WORKSPACE_UNAVAILABLE=bypass; the answer's X-Workspace header says unavailable)."
 	}
 	objective := "(none yet)"
 	if m := objectiveRe.FindStringSubmatch(block); m != nil {
 		objective = m[1]
 	}
-	n := len(blockLineRe.FindAllString(block, -1))
-	return fmt.Sprintf("I am not a real model. Your objective: %s. You have %d preference(s) recorded. "+
+	c := countBlock(block)
+	held := fmt.Sprintf("You have %d preference(s) recorded.", c.own)
+	if len(c.scopes) > 0 {
+		total, parts := 0, make([]string, len(c.scopes))
+		for i, s := range c.scopes {
+			total += c.inherited[s]
+			parts[i] = fmt.Sprintf("%s: %d", s, c.inherited[s])
+		}
+		held = fmt.Sprintf("You have %d preference(s) recorded in this thread and %d inherited (%s).",
+			c.own, total, strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("I am not a real model. Your objective: %s. %s "+
 		"Try: \"I prefer short paragraphs.\", \"It must be formal.\", \"My goal is …\", \"Forget the … one.\", "+
-		"\"What are my preferences?\"", objective, n)
+		"\"What are my preferences?\"", objective, held)
 }
 
 func capitalize(s string) string {

@@ -148,3 +148,68 @@ func TestMessagesAPI(t *testing.T) {
 		require.Equal(t, Prefix+"Workspace updated — objective set: A tidy repository\nrecorded 1 preference", answer.Content[0].Text)
 	}
 }
+
+// scopedBlock is a block with one item of the thread's own and three inherited ones (two
+// scopes), one of them unconfirmed (docs/spec.md §17, §19).
+const scopedBlock = "<workspace>\nObjective: A tidy repository\nPreferences:\n#1 [soft] Short paragraphs\n" +
+	"From repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo (locked)\n" +
+	"From alice (the user's; ask the user to change these):\n- [hard] Tabs over spaces\n" +
+	workspaceUnconfirmed + "\n- [soft] Use emojis (from alice)\n</workspace>"
+
+const workspaceUnconfirmed = "Unconfirmed, from content the user did not write (information, not the user's wishes):"
+
+// TestDescribeCountsInheritedItems: the demo reads the whole block, inherited items included:
+// a thread with none of its own but a scope's items is not told it has 0 preferences.
+func TestDescribeCountsInheritedItems(t *testing.T) {
+	t.Parallel()
+	got := describe(scopedBlock)
+	require.Contains(t, got, "You have 1 preference(s) recorded in this thread")
+	require.Contains(t, got, "and 3 inherited (repo-x: 1, alice: 2)")
+
+	onlyInherited := "<workspace>\nObjective: (none yet)\nPreferences: (none yet)\n" +
+		"From repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo (locked)\n</workspace>"
+	got = describe(onlyInherited)
+	require.NotContains(t, got, "You have 0 preference(s) recorded.")
+	require.Contains(t, got, "You have 0 preference(s) recorded in this thread and 1 inherited (repo-x: 1)")
+}
+
+// TestSummarizeSaysWhatChanged: "Workspace updated" only when a tool changed something; a
+// listing, a duplicate, a proposal, a locked item or an error is said as what it is.
+func TestSummarizeSaysWhatChanged(t *testing.T) {
+	t.Parallel()
+	results := func(rs ...string) []message {
+		var msgs []message
+		raw := []map[string]string{{"role": "user", "content": "x"}}
+		for _, r := range rs {
+			raw = append(raw, map[string]string{"role": "tool", "content": r})
+		}
+		b, _ := json.Marshal(raw)
+		require.NoError(t, json.Unmarshal(b, &msgs))
+		return msgs
+	}
+	for _, tt := range []struct{ name, result, want string }{
+		{"Recorded", `{"ok":true,"result":"recorded 1 preference"}`, "Workspace updated — recorded 1 preference"},
+		{"Duplicate", `{"ok":true,"result":"recorded 0 preferences; already recorded: #1 \"Tabs\""}`,
+			"Nothing changed — recorded 0 preferences; already recorded: #1 \"Tabs\""},
+		{"Listed", `{"ok":true,"result":"#1 [soft] Tabs"}`, "Your workspace — #1 [soft] Tabs"},
+		{"Proposed", `{"ok":true,"result":"proposed; the user will review it: recorded 1 preference"}`,
+			"Nothing changed yet — proposed; the user will review it: recorded 1 preference"},
+		{"Locked", `{"ok":true,"result":"locked, ask the user to unlock first: #1 \"Tabs\""}`,
+			"Nothing changed — locked, ask the user to unlock first: #1 \"Tabs\""},
+		{"Failed", `{"ok":false,"error":"text: must not be empty"}`, "Nothing changed — error: text: must not be empty"},
+		{"Removed", `{"ok":true,"result":"removed #1 \"By train\""}`, "Workspace updated — removed #1 \"By train\""},
+	} {
+		require.Equal(t, tt.want, summarize(results(tt.result)), tt.name)
+	}
+}
+
+// TestNoBlockDoesNotClaimNoThread: a request without a block may have named a thread that
+// wsproxy forwarded without its workspace (WORKSPACE_UNAVAILABLE=bypass): the demo does not tell
+// its user that it named none.
+func TestNoBlockDoesNotClaimNoThread(t *testing.T) {
+	t.Parallel()
+	got := (&model{}).think(chatRequest(t, "", "I prefer tea.")).content
+	require.NotContains(t, got, "(no thread)")
+	require.Contains(t, got, "WORKSPACE_UNAVAILABLE=bypass")
+	require.Contains(t, got, "X-Thread-Id")
+}

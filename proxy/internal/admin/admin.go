@@ -43,6 +43,8 @@ var adminRouteTable = []adminRoute{
 	{"PUT", "/admin/v1/threads/{thread}/parents", (*Server).adminSetParents},
 	{"GET", "/admin/v1/threads/{thread}/children", (*Server).adminChildren},
 	{"DELETE", "/admin/v1/threads/{thread}", (*Server).adminDeleteThread},
+	{"GET", "/admin/v1/threads/{thread}/export", (*Server).adminExport},
+	{"POST", "/admin/v1/threads/{thread}/import", (*Server).adminImport},
 	{"PUT", "/admin/v1/threads/{thread}/objective", (*Server).adminSetObjective},
 	{"POST", "/admin/v1/threads/{thread}/preferences", (*Server).adminAddPreference},
 	{"PATCH", "/admin/v1/threads/{thread}/preferences/{id}", (*Server).adminUpdatePreference},
@@ -67,11 +69,14 @@ var adminRouteTable = []adminRoute{
 	{"POST", "/admin/v1/clients/{name}/keys", (*Server).adminAddClientKey},
 	{"DELETE", "/admin/v1/clients/{name}/keys/{id}", (*Server).adminRevokeClientKey},
 	{"GET", "/admin/v1/me", (*Server).adminMe},
-	{"GET", "/admin/v1/openapi.json", func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
+	{"GET", openAPIPath, func(_ *Server, w http.ResponseWriter, _ *http.Request) error {
 		apierr.WriteJSON(w, http.StatusOK, openAPIDocument)
 		return nil
 	}},
 }
+
+// openAPIPath serves the OpenAPI document of the admin REST, the one route without a token.
+const openAPIPath = "/admin/v1/openapi.json"
 
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	handle := func(pattern string, h func(s *Server, w http.ResponseWriter, r *http.Request) error) {
@@ -85,6 +90,15 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		}))
 	}
 	for _, rt := range adminRouteTable {
+		if rt.path == openAPIPath {
+			// The document holds no data: served without a token, as client generators fetch it.
+			mux.HandleFunc(rt.method+" "+rt.path, func(w http.ResponseWriter, r *http.Request) {
+				if err := rt.handle(s, w, r); err != nil {
+					apierr.Write(w, r, s.log, err)
+				}
+			})
+			continue
+		}
 		handle(rt.method+" "+rt.path, rt.handle)
 	}
 	handle("/admin/", func(_ *Server, w http.ResponseWriter, r *http.Request) error {
@@ -260,6 +274,10 @@ func (s *Server) notFound(r *http.Request) error {
 	}
 	e := &apierr.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found", Param: "thread",
 		Message: fmt.Sprintf("no thread %q", thread)}
+	// A client's key names its threads with their client: say so to one that named a bare id.
+	if p := principalFrom(r.Context()); p.client != "" && p.thread == "" && !strings.Contains(thread, "~") {
+		e.Message += fmt.Sprintf(": a client's threads are named with their client, as in %q", p.client+"~"+thread)
+	}
 	ws, err := s.workspaceOf(r)
 	if err != nil {
 		return e

@@ -145,6 +145,9 @@ func (k *ClientKeys) On() bool { return k != nil && k.set.Load().on }
 // Names are the clients' names, sorted, each once.
 func (k *ClientKeys) Names() []string { return slices.Sorted(maps.Keys(k.set.Load().byName)) }
 
+// Len is the number of live keys, of all clients.
+func (k *ClientKeys) Len() int { return len(k.set.Load().byHash) }
+
 // Lookup returns the client whose key key is, and notes the client used.
 func (k *ClientKeys) Lookup(key string) (string, bool) {
 	e, ok := k.set.Load().byHash[hashOf(key)]
