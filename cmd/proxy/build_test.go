@@ -109,7 +109,7 @@ var roomImports = map[string]struct {
 		never: []string{"proxy/internal/turn", "proxy/internal/admin", "github.com/prometheus"}},
 	// The edge: the rooms and what is shared below them; the database only through workspace.
 	"proxy": {may: []string{"tools", "workspace", "proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp", "proxy/internal/apierr", "proxy/internal/auth",
-		"proxy/internal/eventhub", "proxy/internal/rawjson", "proxy/internal/sse"}},
+		"proxy/internal/eventhub", "proxy/internal/limits", "proxy/internal/rawjson", "proxy/internal/sse"}},
 	// The domain: every statement through db; never the tools, HTTP, Prometheus or the proxy.
 	"workspace": {may: []string{"db"}, never: []string{"tools", "net/http", "github.com/prometheus", "proxy"}},
 	// The five tools: the database only through workspace; no HTTP.
@@ -120,8 +120,11 @@ var roomImports = map[string]struct {
 	"proxy/internal/auth":     {may: []string{"workspace", "proxy/internal/apierr"}},
 	"proxy/internal/eventhub": {may: []string{"workspace"}},
 	"proxy/internal/genai":    {may: []string{"tools"}},
+	"proxy/internal/limits":   {may: []string{"workspace"}},
 	"proxy/internal/rawjson":  {},
 	"proxy/internal/sse":      {},
+	// The proposals' webhook, for the program: the domain's notices, no room's insides.
+	"proxy/webhook": {may: []string{"workspace"}},
 	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides.
 	"proxy/demo":              {},
 	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake"}},
