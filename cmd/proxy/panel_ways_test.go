@@ -27,13 +27,20 @@ const aliceKey = "sk-alice-0123456789abcdef"
 // computes it for assistive technology: a <label for>, aria-label, …) is name.
 func textboxesNamed(t *testing.T, ctx context.Context, name string) []string {
 	t.Helper()
+	return controlsNamed(t, ctx, "textbox", name)
+}
+
+// controlsNamed is the values of the page's controls of role (textbox, spinbutton, …) whose
+// accessible name is name.
+func controlsNamed(t *testing.T, ctx context.Context, role, name string) []string {
+	t.Helper()
 	var out []string
 	within(t, ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		body, err := cdp.Call(ctx, tg, runtime.Evaluate, runtime.EvaluateParams{Expression: "document.body"})
 		if err != nil {
 			return err
 		}
-		res, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{ObjectID: body.Result.ObjectID, AccessibleName: name, Role: "textbox"})
+		res, err := cdp.Call(ctx, tg, accessibility.QueryAXTree, accessibility.QueryAXTreeParams{ObjectID: body.Result.ObjectID, AccessibleName: name, Role: role})
 		if err != nil {
 			return err
 		}
@@ -41,9 +48,9 @@ func textboxesNamed(t *testing.T, ctx context.Context, name string) []string {
 			if n.Ignored {
 				continue
 			}
-			var v string
-			if n.Value != nil {
-				_ = json.Unmarshal(n.Value.Value, &v)
+			var v string // a text box's value is a string, a spin button's a number: its digits
+			if n.Value != nil && json.Unmarshal(n.Value.Value, &v) != nil {
+				v = string(n.Value.Value)
 			}
 			out = append(out, v)
 		}

@@ -4,7 +4,7 @@
 // as the model sees it; an event by what it changed, never by an id.
 "use strict";
 
-const state = { csrf: "", scope: "", stream: null, thread: null, target: null, notice: "" };
+const state = { csrf: "", scope: "", stream: null, poll: null, thread: null, target: null, notice: "" };
 
 // FADE_MS is how long a live change stays highlighted (panel.css's fade animation lasts as long).
 const FADE_MS = 4000;
@@ -225,12 +225,15 @@ function threadsView(parent) {
 }
 
 // clientsView is the admin's page of clients (docs/spec.md §20): create one, see its key once
-// (with a copy button), add a key (rotation), revoke a key, delete the client. A key is shown
-// only in the answer that made it; the list shows each key's prefix.
+// (with a copy button), add a key (rotation), revoke a key, delete the client; each client's
+// limits and what it used in the current windows (kept live, USAGE_MS), and a form that sets or
+// clears each limit. A key is shown only in the answer that made it; the list shows each key's
+// prefix.
 function clientsView() {
   closeStream();
   const list = el("ul", { class: "clients", id: "clients" });
   const box = errorBox();
+  box.id = "clients-error";
   const shown = el("section", { id: "new-key", class: "notice", role: "status", hidden: true });
   const showKey = (name, key) => {
     const copy = el("button", { type: "button", id: "copy-key" }, "Copy");
@@ -263,12 +266,50 @@ function clientsView() {
       onclick: () => change(() => api("DELETE", path)) }, "Delete " + c.name + ": its keys end, its threads stay");
     const del = el("button", { type: "button", class: "quiet delete-client", "aria-label": "Delete client " + c.name,
       onclick: () => { sure.hidden = false; sure.focus(); } }, "Delete");
+    const usage = el("p", { class: "usage" });
+    renderClientUsage(usage, c);
     return el("li", { "data-client": c.name },
       el("strong", { text: c.name }),
       el("div", { class: "meta", text: "made " + new Date(c.created_at).toLocaleString() + " · " +
         (c.last_used_at ? "last used " + new Date(c.last_used_at).toLocaleString() : "never used") }),
-      keys, add, " ", del, " ", sure);
+      usage, limitsForm(c, path), keys, add, " ", del, " ", sure);
   };
+  // limitsForm sets or clears each of a client's limits (docs/spec.md §20): a whole number from
+  // 1, empty for none. The server is the judge of a value (0 is refused, its words shown in the
+  // page's error box), so the browser's own checks are off; a field that is no number at all
+  // (the browser reads it as empty) is refused here rather than taken as "none".
+  const limitsForm = (c, path) => {
+    const lim = c.limits || {};
+    const help = "limits-help-" + c.name;
+    const fields = LIMITS.map(([key, label]) => {
+      const input = el("input", { type: "number", id: "limit-" + c.name + "-" + key, name: key, min: "1", step: "1", inputmode: "numeric",
+        "aria-label": label + " of " + c.name, value: lim[key] == null ? "" : String(lim[key]), "aria-describedby": help + " clients-error" });
+      return [key, label, input];
+    });
+    const form = el("form", { class: "limits", novalidate: true, "aria-label": "Limits of " + c.name, onsubmit: (ev) => {
+      ev.preventDefault();
+      change(async () => {
+        const body = {};
+        for (const [key, label, input] of fields) {
+          if (input.validity.badInput) throw new Error(label + " must be a whole number, or empty for none");
+          body[key] = input.value.trim() === "" ? null : Number(input.value);
+        }
+        await api("PATCH", path, { limits: body });
+        announce("The limits of " + c.name + " are saved");
+      });
+    } }, ...fields.map(([key, label, input]) => el("label", { for: input.id }, label, input)),
+    el("button", { type: "submit", class: "quiet", "aria-label": "Save the limits of " + c.name }, "Save limits"),
+    el("p", { id: help, class: "help", text: "Each a whole number from 1; empty for no limit. Windows are UTC: a calendar minute, a calendar day." }));
+    return form;
+  };
+  // The usage is kept live while the page shows: each client's line is read again every
+  // USAGE_MS (the forms are left as they are).
+  const refresh = () => api("GET", "/admin/v1/clients").then((page) => {
+    for (const c of page.data) {
+      const line = list.querySelector('li[data-client="' + CSS.escape(c.name) + '"] > p.usage');
+      if (line) renderClientUsage(line, c);
+    }
+  }, (e) => { if (e.status === 401) signInView("Your session has ended: sign in again."); });
   const name = el("input", { id: "client-name", name: "name", required: true, pattern: "[A-Za-z0-9._\\-]{1,64}",
     "aria-describedby": "client-help" });
   const form = el("form", { id: "client-form", onsubmit: (ev) => {
@@ -284,6 +325,33 @@ function clientsView() {
   setMain(el("nav", { class: "back", "aria-label": "Back" }, el("a", { href: "#/" }, "← All threads")),
     el("h2", { text: "Clients" }), form, help, box, shown, list);
   load();
+  state.poll = setInterval(() => { if (!document.hidden) refresh(); }, USAGE_MS);
+}
+
+// USAGE_MS is how often the Clients page reads its clients' usage again.
+const USAGE_MS = 5000;
+
+// LIMITS are a client's limits (docs/spec.md §20), by their REST names, with their labels.
+const LIMITS = [["requests_per_minute", "Requests per minute"], ["tokens_per_day", "Tokens per day"], ["max_threads", "Max threads"]];
+
+// count is n of noun in words: "1 request", "3,400 tokens".
+function count(n, noun) { return (n || 0).toLocaleString("en-US") + " " + noun + (n === 1 ? "" : "s"); }
+
+// renderClientUsage says a client's limits and its usage in the current windows, e.g. "12
+// requests this minute of 600 · 40 requests today · 3,400 tokens today of 1,000,000 · no thread
+// limit". A server that counts nothing (usage null) says the limits alone.
+function renderClientUsage(line, c) {
+  const lim = c.limits || {};
+  const u = c.usage;
+  const of = (n) => n == null ? ", no limit" : " of " + n.toLocaleString("en-US");
+  const parts = u
+    ? [["requests_this_minute", count(u.requests_this_minute, "request") + " this minute" + of(lim.requests_per_minute)],
+      ["requests_today", count(u.requests_today, "request") + " today"],
+      ["tokens_today", count(u.tokens_today, "token") + " today" + of(lim.tokens_per_day)]]
+    : [["requests_per_minute", lim.requests_per_minute == null ? "no request limit" : "at most " + count(lim.requests_per_minute, "request") + " a minute"],
+      ["tokens_per_day", lim.tokens_per_day == null ? "no token limit" : "at most " + count(lim.tokens_per_day, "token") + " a day"]];
+  parts.push(["max_threads", lim.max_threads == null ? "no thread limit" : "at most " + count(lim.max_threads, "thread")]);
+  line.replaceChildren(...parts.flatMap(([key, text], i) => [i ? " · " : null, el("span", { "data-usage": key, text })]).filter((n) => n != null));
 }
 
 // renderThreadRow is one thread of the list.
@@ -1100,9 +1168,12 @@ function openStream(id, after, onScope, onEvent) {
   state.stream = src;
 }
 
+// closeStream ends what keeps a page live: its event stream, the Clients page's usage reads.
 function closeStream() {
   if (state.stream) state.stream.close();
   state.stream = null;
+  clearInterval(state.poll);
+  state.poll = null;
   state.describeEvent = null;
 }
 
