@@ -41,7 +41,7 @@ check-size:
 	  awk '$$1 > 1048576 && $$2 !~ /(^|\/)(testdata|docs)\// {print $$2}'); \
 	  if [ -n "$$big" ]; then echo "files over 1 MiB outside testdata/ and docs/: $$big"; exit 1; fi
 
-## generate: regenerate db/ from queries/ and db/migration/ with the pinned sqlc.
+## generate: regenerate db/ from queries/ and db/schema/ with the pinned sqlc.
 generate:
 	$(GO) tool sqlc generate
 

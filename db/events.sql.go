@@ -100,8 +100,8 @@ const eventCompactionInsert = `-- name: EventCompactionInsert :one
 SELECT c::bigint AS id FROM thread_compacted($1::text) c
 `
 
-// Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
-// 013, 018): the thread created when new (past its tombstone), a compaction event by the client
+// Records a client's compaction of its history (docs/spec.md §18; thread_compacted,
+// db/schema/2_workspace.sql): the thread created when new (past its tombstone), a compaction event by the client
 // under the thread's row lock. Returns the event's id.
 func (q *Queries) EventCompactionInsert(ctx context.Context, db DBTX, threadID string) (int64, error) {
 	row := db.QueryRow(ctx, eventCompactionInsert, threadID)

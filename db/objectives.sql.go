@@ -72,7 +72,7 @@ type ObjectiveUpsertRow struct {
 
 // Sets the objective and its source, and returns the text and source it had before (” for
 // none): the change's event. The agent's never raises the source, and leaves it as it was when the
-// text does not change (source_lower, migration 019); the user path sets it.
+// text does not change (source_lower, db/schema/2_workspace.sql); the user path sets it.
 func (q *Queries) ObjectiveUpsert(ctx context.Context, db DBTX, arg ObjectiveUpsertParams) (ObjectiveUpsertRow, error) {
 	row := db.QueryRow(ctx, objectiveUpsert,
 		arg.ThreadID,

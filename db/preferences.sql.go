@@ -224,8 +224,8 @@ type PreferenceUpdateUnlockedParams struct {
 }
 
 // The agent path: sets title, subtitle and kind of the given preferences, and the source of those
-// whose fields change, never raised (source_lower, migration 019). A locked row is never changed,
-// whatever the caller checked before.
+// whose fields change, never raised (source_lower, db/schema/2_workspace.sql). A locked row is
+// never changed, whatever the caller checked before.
 func (q *Queries) PreferenceUpdateUnlocked(ctx context.Context, db DBTX, arg PreferenceUpdateUnlockedParams) ([]int64, error) {
 	rows, err := db.Query(ctx, preferenceUpdateUnlocked,
 		arg.ThreadID,

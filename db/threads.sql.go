@@ -46,8 +46,8 @@ type ThreadAncestorVersionsRow struct {
 }
 
 // A thread's ancestors (nearest first) and their versions (next_event_id, 0 for one that does not
-// exist), as a turn would read them (thread_scope, migration 012): what a live view of the thread
-// watches besides the thread itself.
+// exist), as a turn would read them (thread_scope, db/schema/3_scopes.sql): what a live view of
+// the thread watches besides the thread itself.
 func (q *Queries) ThreadAncestorVersions(ctx context.Context, db DBTX, id string) (ThreadAncestorVersionsRow, error) {
 	row := db.QueryRow(ctx, threadAncestorVersions, id)
 	var i ThreadAncestorVersionsRow
@@ -149,8 +149,8 @@ type ThreadLabelParams struct {
 	ID         string
 }
 
-// Keeps what a thread's first turn said of it (migration 023): its agent and its user's first
-// words, each only when none is kept yet.
+// Keeps what a thread's first turn said of it: its agent and its user's first words, each only
+// when none is kept yet.
 func (q *Queries) ThreadLabel(ctx context.Context, db DBTX, arg ThreadLabelParams) error {
 	_, err := db.Exec(ctx, threadLabel, arg.Agent, arg.FirstWords, arg.ID)
 	return err
@@ -209,7 +209,7 @@ type ThreadListRow struct {
 // top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 // parent (” none) keeps the threads that name it among their parents; search (” none) those
 // whose id past the prefix, title, objective or first words hold it (case-insensitive). Each
-// with its labels (migration 023), its parents, how many threads name it among theirs
+// with its labels (title, agent, first words), its parents, how many threads name it among theirs
 // (children: a scope has some) and how many proposals wait in it (no event answered them).
 func (q *Queries) ThreadList(ctx context.Context, db DBTX, arg ThreadListParams) ([]ThreadListRow, error) {
 	rows, err := db.Query(ctx, threadList,
@@ -323,8 +323,8 @@ type ThreadParentsLockParams struct {
 	Parents []string
 }
 
-// Takes the keys of a change of a thread's parents to parents (thread_parents_lock, migration
-// 017), waiting for them: the statement before the transaction locks any row.
+// Takes the keys of a change of a thread's parents to parents (thread_parents_lock,
+// db/schema/3_scopes.sql), waiting for them: the statement before the transaction locks any row.
 func (q *Queries) ThreadParentsLock(ctx context.Context, db DBTX, arg ThreadParentsLockParams) error {
 	_, err := db.Exec(ctx, threadParentsLock, arg.ID, arg.Parents)
 	return err
@@ -339,8 +339,8 @@ type ThreadReviveRow struct {
 	NextEventID      pgtype.Int8
 }
 
-// Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
-// and returns them.
+// Moves the thread's counters past its id's tombstone, if any (thread_revive,
+// db/schema/2_workspace.sql), and returns them.
 func (q *Queries) ThreadRevive(ctx context.Context, db DBTX, id string) (ThreadReviveRow, error) {
 	row := db.QueryRow(ctx, threadRevive, id)
 	var i ThreadReviveRow
@@ -370,9 +370,9 @@ type ThreadScopeGetRow struct {
 }
 
 // A thread's parents, its own review setting, and its place among its scopes: its ancestors
-// (nearest first), what they hold, and the review setting in force (thread_scope, migration 012);
-// its own untrusted_writes and the one in force (”: the deployment's), and whether other
-// threads name it among their parents (inherited_by: docs/spec.md §19, migration 019).
+// (nearest first), what they hold, and the review setting in force (thread_scope,
+// db/schema/3_scopes.sql); its own untrusted_writes and the one in force (”: the deployment's),
+// and whether other threads name it among their parents (inherited_by: docs/spec.md §19).
 func (q *Queries) ThreadScopeGet(ctx context.Context, db DBTX, id string) (ThreadScopeGetRow, error) {
 	row := db.QueryRow(ctx, threadScopeGet, id)
 	var i ThreadScopeGetRow
@@ -416,8 +416,8 @@ type ThreadSetParentsParams struct {
 	Via     string
 }
 
-// Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the
-// thread's row lock. Returns why a list is refused, ” when it was stored or unchanged.
+// Stores a thread's parents as thread_set_parents says (db/schema/3_scopes.sql); the caller
+// holds the thread's row lock. Returns why a list is refused, ” when it was stored or unchanged.
 func (q *Queries) ThreadSetParents(ctx context.Context, db DBTX, arg ThreadSetParentsParams) (string, error) {
 	row := db.QueryRow(ctx, threadSetParents,
 		arg.ID,
@@ -440,7 +440,7 @@ type ThreadSetSharedWithParams struct {
 }
 
 // Sets the clients a thread outside every client's namespace is shared with ('*': every client;
-// docs/spec.md §20, migration 022); the caller holds the row lock and appends the event.
+// docs/spec.md §20); the caller holds the row lock and appends the event.
 func (q *Queries) ThreadSetSharedWith(ctx context.Context, db DBTX, arg ThreadSetSharedWithParams) error {
 	_, err := db.Exec(ctx, threadSetSharedWith, arg.SharedWith, arg.ID)
 	return err
@@ -490,7 +490,7 @@ type ThreadSharedWithParams struct {
 	Client string
 }
 
-// Whether a thread outside every client's namespace is shared with a client (migration 022).
+// Whether a thread outside every client's namespace is shared with a client.
 func (q *Queries) ThreadSharedWith(ctx context.Context, db DBTX, arg ThreadSharedWithParams) (bool, error) {
 	row := db.QueryRow(ctx, threadSharedWith, arg.ID, arg.Client)
 	var shared bool
@@ -627,7 +627,7 @@ type ThreadUsageAddParams struct {
 }
 
 // Adds a batch of turns' usage to its writer's totals of the thread once: only when the batch
-// moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
+// moves that writer's batch number on (thread_usage, db/schema/1_tables.sql), so that the batch sent
 // again after a lost answer adds nothing. A writer's first batch for the thread (the only time
 // the thread gains a row) first folds other writers' rows unmoved for a week into the thread's
 // row (the only time it touches that row), unless another transaction holds the thread's row (an
@@ -667,7 +667,7 @@ type ThreadUsageGetRow struct {
 	CacheWriteTokens   int64
 }
 
-// A thread's usage: its row's totals and its writers' (migration 016), saturating at bigint's
+// A thread's usage: its row's totals and its writers' (thread_usage), saturating at bigint's
 // bounds as tools.AddTokens does.
 func (q *Queries) ThreadUsageGet(ctx context.Context, db DBTX, id string) (ThreadUsageGetRow, error) {
 	row := db.QueryRow(ctx, threadUsageGet, id)
@@ -736,7 +736,7 @@ type ToolCallGuardParams struct {
 	Objective bool
 }
 
-// The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
+// The first statement of a turn's tool call sent in one round trip (docs/spec.md §5): it bounds
 // each of the transaction's later statements and waits by timeout (ms), locks the thread's row as
 // ThreadLock does and the rows the call rewrites (as CallRowsLock), and goes on only when the
 // thread is the one the turn began on (created_at) and its workspace is still at version: else
@@ -790,14 +790,14 @@ type TurnStartRow struct {
 	ClientTools      bool
 }
 
-// Begins a turn of a thread (turn_start, migrations 005, 006, 012 and 019): the thread created on
-// its first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+// Begins a turn of a thread (turn_start, db/schema/4_turns.sql): the thread created on its first
+// turn, its next turn number, and the workspace as it stood, its ancestors' included,
 // snapshotted under that number when it changed since the last snapshot; when the thread was
 // created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 // only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
 // Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
 // as it was read) and next_preference_id the thread's, which the turn's first call is planned on
-// (migration 015; 0 with no turn). reads_untrusted and has_client_tools are what the request
+// (ToolCallGuard; 0 with no turn). reads_untrusted and has_client_tools are what the request
 // holds (docs/spec.md §19), stored when they make the thread tainted or a client of its own
 // tools; tainted and client_tools are what the thread had before; objective_source the
 // objective's source (” none).
@@ -883,12 +883,13 @@ type TurnStartUnlessHeldRow struct {
 }
 
 // TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
-// migrations 011, 012 and 019): then turn 0, at once, and nothing begun (turns count from 1).
-// A turn of a thread that has a snapshot of its workspace as it stands, and no ancestors, is
-// begun by this statement itself ("fast": the thread's row locked unless held, its turn counted
-// and its taint stored, the snapshot read): what turn_start would do and return, without its
-// PL/pgSQL statements; turn_start_unless_held runs only when it did not (a new thread, parents
-// to store, a changed workspace, ancestors, a held row). Either way the commit does not wait for
+// db/schema/4_turns.sql): then turn 0, at once, and nothing begun (turns count from 1). A turn
+// of a thread that has a snapshot of its workspace as it stands, and no ancestors, is begun by
+// this statement itself ("fast": the thread's row locked unless held, its turn counted and its
+// taint stored, the snapshot read): what turn_start_with (db/schema/4_turns.sql) would do and
+// return in that case, without its PL/pgSQL statements, and what a change of it changes here
+// too; turn_start_unless_held runs only when it did not (a new thread, parents to store, a
+// changed workspace, ancestors, a held row). Either way the commit does not wait for
 // the disk (synchronous_commit, set when the row is found).
 func (q *Queries) TurnStartUnlessHeld(ctx context.Context, db DBTX, arg TurnStartUnlessHeldParams) (TurnStartUnlessHeldRow, error) {
 	row := db.QueryRow(ctx, turnStartUnlessHeld,
@@ -1026,10 +1027,10 @@ type TurnUndoParams struct {
 	CreatedAt pgtype.Timestamptz
 }
 
-// Gives back a turn that never reached its model, or whose caller gave up (turn_undo, migrations
-// 014 and 017), of the thread it began on (created_at): its number, its snapshot, and, for a
-// first turn, the thread and the empty parents its start created, when nothing was written to
-// them since.
+// Gives back a turn that never reached its model, or whose caller gave up (turn_undo,
+// db/schema/4_turns.sql), of the thread it began on (created_at): its number, its snapshot, and,
+// for a first turn, the thread and the empty parents its start created, when nothing was written
+// to them since.
 func (q *Queries) TurnUndo(ctx context.Context, db DBTX, arg TurnUndoParams) error {
 	_, err := db.Exec(ctx, turnUndo, arg.ThreadID, arg.Turn, arg.CreatedAt)
 	return err

@@ -87,8 +87,8 @@ WHERE thread_id = @thread_id AND id > @after_id::bigint AND target_type = 'prefe
 ORDER BY target_id, id;
 
 -- name: EventCompactionInsert :one
--- Records a client's compaction of its history (docs/spec.md §18; thread_compacted, migration
--- 013, 018): the thread created when new (past its tombstone), a compaction event by the client
+-- Records a client's compaction of its history (docs/spec.md §18; thread_compacted,
+-- db/schema/2_workspace.sql): the thread created when new (past its tombstone), a compaction event by the client
 -- under the thread's row lock. Returns the event's id.
 SELECT c::bigint AS id FROM thread_compacted(@thread_id::text) c;
 

@@ -4,7 +4,7 @@ SELECT * FROM objectives WHERE thread_id = @thread_id;
 -- name: ObjectiveUpsert :one
 -- Sets the objective and its source, and returns the text and source it had before ('' for
 -- none): the change's event. The agent's never raises the source, and leaves it as it was when the
--- text does not change (source_lower, migration 019); the user path sets it.
+-- text does not change (source_lower, db/schema/2_workspace.sql); the user path sets it.
 WITH prev AS (
     SELECT text, source FROM objectives WHERE thread_id = @thread_id
 )

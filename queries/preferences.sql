@@ -18,8 +18,8 @@ RETURNING *;
 
 -- name: PreferenceUpdateUnlocked :many
 -- The agent path: sets title, subtitle and kind of the given preferences, and the source of those
--- whose fields change, never raised (source_lower, migration 019). A locked row is never changed,
--- whatever the caller checked before.
+-- whose fields change, never raised (source_lower, db/schema/2_workspace.sql). A locked row is
+-- never changed, whatever the caller checked before.
 UPDATE preferences p
 SET title = u.title, subtitle = u.subtitle, kind = u.kind, updated_at = now(),
     source = CASE WHEN (p.title, p.subtitle, p.kind) IS NOT DISTINCT FROM (u.title, u.subtitle, u.kind) THEN p.source

@@ -1,12 +1,12 @@
 -- name: TurnStart :one
--- Begins a turn of a thread (turn_start, migrations 005, 006, 012 and 019): the thread created on
--- its first turn, its next turn number, and the workspace as it stood, its ancestors' included,
+-- Begins a turn of a thread (turn_start, db/schema/4_turns.sql): the thread created on its first
+-- turn, its next turn number, and the workspace as it stood, its ancestors' included,
 -- snapshotted under that number when it changed since the last snapshot; when the thread was
 -- created; the review setting in force. Parents, when given, are stored first (parents_if_new:
 -- only on the thread's first turn); a list it refuses begins no turn (turn 0, refused why).
 -- Commits without waiting for the disk. version is the workspace's (the thread's next_event_id
 -- as it was read) and next_preference_id the thread's, which the turn's first call is planned on
--- (migration 015; 0 with no turn). reads_untrusted and has_client_tools are what the request
+-- (ToolCallGuard; 0 with no turn). reads_untrusted and has_client_tools are what the request
 -- holds (docs/spec.md §19), stored when they make the thread tainted or a client of its own
 -- tools; tainted and client_tools are what the thread had before; objective_source the
 -- objective's source ('' none).
@@ -19,12 +19,13 @@ FROM turn_start(@thread_id, sqlc.narg(parents)::text[], @parents_if_new::boolean
 
 -- name: TurnStartUnlessHeld :one
 -- TurnStart, unless another transaction holds the thread's row (turn_start_unless_held,
--- migrations 011, 012 and 019): then turn 0, at once, and nothing begun (turns count from 1).
--- A turn of a thread that has a snapshot of its workspace as it stands, and no ancestors, is
--- begun by this statement itself ("fast": the thread's row locked unless held, its turn counted
--- and its taint stored, the snapshot read): what turn_start would do and return, without its
--- PL/pgSQL statements; turn_start_unless_held runs only when it did not (a new thread, parents
--- to store, a changed workspace, ancestors, a held row). Either way the commit does not wait for
+-- db/schema/4_turns.sql): then turn 0, at once, and nothing begun (turns count from 1). A turn
+-- of a thread that has a snapshot of its workspace as it stands, and no ancestors, is begun by
+-- this statement itself ("fast": the thread's row locked unless held, its turn counted and its
+-- taint stored, the snapshot read): what turn_start_with (db/schema/4_turns.sql) would do and
+-- return in that case, without its PL/pgSQL statements, and what a change of it changes here
+-- too; turn_start_unless_held runs only when it did not (a new thread, parents to store, a
+-- changed workspace, ancestors, a held row). Either way the commit does not wait for
 -- the disk (synchronous_commit, set when the row is found).
 WITH free AS (
     SELECT t.id, t.tainted, t.client_tools FROM threads t
@@ -135,12 +136,12 @@ RETURNING th.next_preference_id, th.created_at, th.next_event_id,
           coalesce((SELECT o.source FROM objectives o WHERE o.thread_id = th.id), '')::text AS objective_source;
 
 -- name: ThreadRevive :one
--- Moves the thread's counters past its id's tombstone, if any (thread_revive, migration 006),
--- and returns them.
+-- Moves the thread's counters past its id's tombstone, if any (thread_revive,
+-- db/schema/2_workspace.sql), and returns them.
 SELECT next_preference_id, next_event_id FROM thread_revive(@id);
 
 -- name: ToolCallGuard :one
--- The first statement of a turn's tool call sent in one round trip (migration 015): it bounds
+-- The first statement of a turn's tool call sent in one round trip (docs/spec.md §5): it bounds
 -- each of the transaction's later statements and waits by timeout (ms), locks the thread's row as
 -- ThreadLock does and the rows the call rewrites (as CallRowsLock), and goes on only when the
 -- thread is the one the turn began on (created_at) and its workspace is still at version: else
@@ -179,7 +180,7 @@ SELECT * FROM threads WHERE id = @id;
 -- top). A cursor without its updated_at (a bare thread id) takes that thread's current one.
 -- parent ('' none) keeps the threads that name it among their parents; search ('' none) those
 -- whose id past the prefix, title, objective or first words hold it (case-insensitive). Each
--- with its labels (migration 023), its parents, how many threads name it among theirs
+-- with its labels (title, agent, first words), its parents, how many threads name it among theirs
 -- (children: a scope has some) and how many proposals wait in it (no event answered them).
 SELECT t.id, t.created_at, t.updated_at, t.turns, o.text AS objective,
        (SELECT count(*) FROM preferences p WHERE p.thread_id = t.id)::bigint AS preference_count,
@@ -222,8 +223,8 @@ WHERE t.id = @id;
 UPDATE threads SET title = sqlc.narg(title)::text WHERE id = @id;
 
 -- name: ThreadLabel :exec
--- Keeps what a thread's first turn said of it (migration 023): its agent and its user's first
--- words, each only when none is kept yet.
+-- Keeps what a thread's first turn said of it: its agent and its user's first words, each only
+-- when none is kept yet.
 UPDATE threads SET agent = coalesce(agent, sqlc.narg(agent)::text), first_words = coalesce(first_words, sqlc.narg(first_words)::text)
 WHERE id = @id AND (agent IS NULL OR first_words IS NULL);
 
@@ -241,7 +242,7 @@ SET next_event_id = greatest(d.next_event_id, excluded.next_event_id),
 
 -- name: ThreadUsageAdd :exec
 -- Adds a batch of turns' usage to its writer's totals of the thread once: only when the batch
--- moves that writer's batch number on (thread_usage, migration 016), so that the batch sent
+-- moves that writer's batch number on (thread_usage, db/schema/1_tables.sql), so that the batch sent
 -- again after a lost answer adds nothing. A writer's first batch for the thread (the only time
 -- the thread gains a row) first folds other writers' rows unmoved for a week into the thread's
 -- row (the only time it touches that row), unless another transaction holds the thread's row (an
@@ -287,7 +288,7 @@ SET batch = excluded.batch, at = now(),
 WHERE u.batch < excluded.batch;
 
 -- name: ThreadUsageGet :one
--- A thread's usage: its row's totals and its writers' (migration 016), saturating at bigint's
+-- A thread's usage: its row's totals and its writers' (thread_usage), saturating at bigint's
 -- bounds as tools.AddTokens does.
 SELECT LEAST(GREATEST(t.prompt_tokens::numeric + coalesce(sum(u.prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS prompt_tokens,
        LEAST(GREATEST(t.cached_prompt_tokens::numeric + coalesce(sum(u.cached_prompt_tokens), 0), -9223372036854775808), 9223372036854775807)::bigint AS cached_prompt_tokens,
@@ -299,9 +300,9 @@ GROUP BY t.id;
 
 -- name: ThreadScopeGet :one
 -- A thread's parents, its own review setting, and its place among its scopes: its ancestors
--- (nearest first), what they hold, and the review setting in force (thread_scope, migration 012);
--- its own untrusted_writes and the one in force ('': the deployment's), and whether other
--- threads name it among their parents (inherited_by: docs/spec.md §19, migration 019).
+-- (nearest first), what they hold, and the review setting in force (thread_scope,
+-- db/schema/3_scopes.sql); its own untrusted_writes and the one in force ('': the deployment's),
+-- and whether other threads name it among their parents (inherited_by: docs/spec.md §19).
 SELECT threads.parents, threads.agent_writes AS own_agent_writes, s.ancestors::text[] AS ancestors,
        s.agent_writes::text AS agent_writes, thread_inherited(s.ancestors) AS inherited,
        threads.untrusted_writes AS own_untrusted_writes,
@@ -312,15 +313,15 @@ WHERE threads.id = @id;
 
 -- name: ThreadAncestorVersions :one
 -- A thread's ancestors (nearest first) and their versions (next_event_id, 0 for one that does not
--- exist), as a turn would read them (thread_scope, migration 012): what a live view of the thread
--- watches besides the thread itself.
+-- exist), as a turn would read them (thread_scope, db/schema/3_scopes.sql): what a live view of
+-- the thread watches besides the thread itself.
 SELECT s.ancestors::text[] AS ancestors, s.versions::bigint[] AS versions
 FROM threads, thread_scope(threads.id, threads.parents, threads.agent_writes) s
 WHERE threads.id = @id;
 
 -- name: ThreadSetParents :one
--- Stores a thread's parents as thread_set_parents says (migration 012); the caller holds the
--- thread's row lock. Returns why a list is refused, '' when it was stored or unchanged.
+-- Stores a thread's parents as thread_set_parents says (db/schema/3_scopes.sql); the caller
+-- holds the thread's row lock. Returns why a list is refused, '' when it was stored or unchanged.
 SELECT coalesce(thread_set_parents(@id, @parents::text[], @actor::text, @via::text), '')::text AS refused;
 
 -- name: ThreadSetAgentWrites :exec
@@ -335,11 +336,11 @@ UPDATE threads SET untrusted_writes = sqlc.narg(untrusted_writes)::text, updated
 
 -- name: ThreadSetSharedWith :exec
 -- Sets the clients a thread outside every client's namespace is shared with ('*': every client;
--- docs/spec.md §20, migration 022); the caller holds the row lock and appends the event.
+-- docs/spec.md §20); the caller holds the row lock and appends the event.
 UPDATE threads SET shared_with = @shared_with::text[], updated_at = now() WHERE id = @id;
 
 -- name: ThreadSharedWith :one
--- Whether a thread outside every client's namespace is shared with a client (migration 022).
+-- Whether a thread outside every client's namespace is shared with a client.
 SELECT EXISTS (SELECT FROM threads WHERE id = @id AND shared_with && ARRAY[@client::text, '*'])::boolean AS shared;
 
 -- name: ThreadChildren :many
@@ -347,15 +348,15 @@ SELECT EXISTS (SELECT FROM threads WHERE id = @id AND shared_with && ARRAY[@clie
 SELECT id FROM threads WHERE parents @> ARRAY[@id::text] AND id > @after_id::text ORDER BY id LIMIT @max_rows;
 
 -- name: TurnUndo :exec
--- Gives back a turn that never reached its model, or whose caller gave up (turn_undo, migrations
--- 014 and 017), of the thread it began on (created_at): its number, its snapshot, and, for a
--- first turn, the thread and the empty parents its start created, when nothing was written to
--- them since.
+-- Gives back a turn that never reached its model, or whose caller gave up (turn_undo,
+-- db/schema/4_turns.sql), of the thread it began on (created_at): its number, its snapshot, and,
+-- for a first turn, the thread and the empty parents its start created, when nothing was written
+-- to them since.
 SELECT turn_undo(@thread_id::text, @turn::integer, @created_at::timestamptz);
 
 -- name: ThreadParentsLock :exec
--- Takes the keys of a change of a thread's parents to parents (thread_parents_lock, migration
--- 017), waiting for them: the statement before the transaction locks any row.
+-- Takes the keys of a change of a thread's parents to parents (thread_parents_lock,
+-- db/schema/3_scopes.sql), waiting for them: the statement before the transaction locks any row.
 SELECT thread_parents_lock(@id::text, @parents::text[], true);
 
 -- name: ThreadVersions :many
