@@ -14,20 +14,59 @@ import (
 // and a line in this list (CONTRIBUTING.md, "Adding a wire dialect").
 var wireAPIs = []*wireAPI{&openAIAPI, &messagesAPI, &geminiAPI}
 
+// API names a wire API: its upstream's key in Options.Upstreams.
+type API string
+
+// The wire APIs wsproxy serves.
+const (
+	// OpenAI is OpenAI's APIs (chat completions, Responses, every other /v1 route), whose
+	// upstream is UPSTREAM_BASE_URL's.
+	OpenAI API = "openai"
+	// Anthropic is Anthropic's Messages API (docs/spec.md §14).
+	Anthropic API = "anthropic"
+	// Gemini is Google's Gemini API (docs/spec.md §18).
+	Gemini API = "gemini"
+)
+
+// APIUpstream is what configures one wire API's upstream: the names of its settings and the
+// base URL it takes when none is set. cmd/proxy reads each API's settings through it.
+type APIUpstream struct {
+	API API
+	// URLSetting and KeySetting name the settings of the upstream's base URL and of the
+	// operator's key there (ANTHROPIC_UPSTREAM_BASE_URL, ANTHROPIC_UPSTREAM_API_KEY).
+	URLSetting, KeySetting string
+	// DefaultURL is the provider's own API, the base URL when none is configured.
+	DefaultURL string
+	// Prefix is the part of the API's paths its base URL holds ("/v1" for OpenAI's, "" for the
+	// others): a server that serves every API at one root (the demo model) is its base URL
+	// with Prefix.
+	Prefix string
+}
+
+// APIUpstreams are the upstreams of the wire APIs, one per API of wireAPIs in its order
+// (OpenAI's first).
+func APIUpstreams() []APIUpstream {
+	ups := make([]APIUpstream, len(wireAPIs))
+	for i, a := range wireAPIs {
+		ups[i] = APIUpstream{API: a.name, URLSetting: a.urlSetting, KeySetting: a.keySetting, DefaultURL: a.defaultURL, Prefix: a.prefix}
+	}
+	return ups
+}
+
 // wireAPI is what the edge knows of one wire API: its routes, its upstream (where it is, how
 // the operator's key goes there, which of the client's query goes on), where its clients'
 // keys may come, the shape of its errors, and its provider's name on the rounds' spans. The
 // rest — the request's reading and rewriting, the rounds, what the client gets — is its dialect
 // in proxy/internal/turn.
 type wireAPI struct {
-	// name is the API's name: the key of its upstream in Options.Upstreams (but OpenAI's, which
-	// is Options.UpstreamURL and UpstreamAPIKey).
-	name string
+	// name is the API's name: the key of its upstream in Options.Upstreams.
+	name API
 	// defaultURL is the upstream's base URL when none is configured: the provider's own API,
 	// whose spans name provider.
 	defaultURL, provider string
-	// keySetting is the setting of the operator's key toward the upstream (for errors).
-	keySetting string
+	// urlSetting and keySetting are the settings of the upstream's base URL and of the
+	// operator's key there (APIUpstreams; keySetting also names it in errors).
+	urlSetting, keySetting string
 	// prefix is the part of the client's path the upstream's base URL already holds ("/v1" for
 	// OpenAI's, whose base URLs end in /v1; "" for the others): the upstream's path is the
 	// base URL's, then the client's path (less /threads/{thread}) after prefix.
@@ -104,13 +143,8 @@ type Upstream struct {
 	APIKey string
 }
 
-// upstream is a's upstream as configured, its default filled in.
-func (s *Server) upstream(a *wireAPI) Upstream {
-	if a.name == openAI {
-		return Upstream{URL: s.opts.UpstreamURL, APIKey: s.opts.UpstreamAPIKey}
-	}
-	return s.opts.Upstreams[a.name]
-}
+// upstream is a's upstream as configured, its default filled in (withDefaults).
+func (s *Server) upstream(a *wireAPI) Upstream { return s.opts.Upstreams[a.name] }
 
 // providerOf is the gen_ai.provider.name of a's upstream u: the provider's for its own API, else
 // the upstream's host.

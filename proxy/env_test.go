@@ -58,7 +58,7 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	opts := Options{
 		Store:           store,
 		UpstreamURL:     u,
-		Upstreams:       map[string]Upstream{"anthropic": {URL: root}},
+		Upstreams:       map[API]Upstream{Anthropic: {URL: root}},
 		AdminToken:      adminToken,
 		Metrics:         watched(NewMetrics(reg, MetricsOptions{}), pool),
 		Instructions:    "INSTR",

@@ -18,9 +18,10 @@ const DefaultGeminiUpstreamURL = "https://generativelanguage.googleapis.com"
 // models, files, caches) a pass-through; its errors in Google's shape, the operator's key in
 // x-goog-api-key, a client's key there or in ?key=.
 var geminiAPI = wireAPI{
-	name:       "gemini",
+	name:       Gemini,
 	defaultURL: DefaultGeminiUpstreamURL,
 	provider:   "gcp.gemini",
+	urlSetting: "GEMINI_UPSTREAM_BASE_URL",
 	keySetting: "GEMINI_UPSTREAM_API_KEY",
 	// ServeMux's wildcards are whole segments: {call} is "{model}:{method}".
 	routes:      []apiRoute{{"POST /v1beta/models/{call}", (*Server).gemini}},

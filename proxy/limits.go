@@ -193,7 +193,7 @@ func (s *Server) tapUsage(r *http.Request, body []byte) []byte {
 		return body
 	}
 	info.tapped = true
-	if a := apiOf(r); a != nil && a.name == openAI && r.Method == http.MethodPost && apiPath(r.URL.EscapedPath()) == "/v1/chat/completions" {
+	if a := apiOf(r); a != nil && a.name == OpenAI && r.Method == http.MethodPost && apiPath(r.URL.EscapedPath()) == "/v1/chat/completions" {
 		if asked, ok := askChatUsage(body); ok {
 			body, info.strip = asked, true
 		}

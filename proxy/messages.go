@@ -16,9 +16,10 @@ const DefaultAnthropicUpstreamURL = "https://api.anthropic.com"
 // token), the client's query on (Claude Code sends ?beta=true), and anthropic-version and
 // anthropic-beta among the headers that go on.
 var messagesAPI = wireAPI{
-	name:       "anthropic",
+	name:       Anthropic,
 	defaultURL: DefaultAnthropicUpstreamURL,
 	provider:   "anthropic",
+	urlSetting: "ANTHROPIC_UPSTREAM_BASE_URL",
 	keySetting: "ANTHROPIC_UPSTREAM_API_KEY",
 	routes: []apiRoute{
 		{"POST /v1/messages", (*Server).messages},

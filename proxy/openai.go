@@ -11,16 +11,14 @@ import (
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
-// openAI names OpenAI's wire APIs.
-const openAI = "openai"
-
 // openAIAPI is OpenAI's wire APIs, chat completions and Responses, toward the OpenAI-compatible
 // upstream (UPSTREAM_BASE_URL, whose base URL ends in /v1), and every other /v1 route as a
 // pass-through to it.
 var openAIAPI = wireAPI{
-	name:       openAI,
+	name:       OpenAI,
 	defaultURL: DefaultUpstreamURL,
 	provider:   "openai",
+	urlSetting: "UPSTREAM_BASE_URL",
 	keySetting: "UPSTREAM_API_KEY",
 	prefix:     "/v1",
 	routes: []apiRoute{

@@ -65,12 +65,13 @@ type Options struct {
 	// UpstreamAPIKey, when set, replaces the client's Authorization toward the upstream;
 	// otherwise the client's is forwarded.
 	UpstreamAPIKey string
-	// Upstreams are the upstreams of the other wire APIs, by the API's name (its descriptor's,
-	// proxy/api.go): "anthropic", the Messages API's (docs/spec.md §14; its base URL without /v1,
-	// e.g. https://api.anthropic.com; its key goes in x-api-key), "gemini", the Gemini API's
-	// (§18; its key goes in x-goog-api-key). One missing, or without a URL, is the provider's own
-	// API; one without a key forwards the client's credentials.
-	Upstreams map[string]Upstream
+	// Upstreams are the upstreams of the wire APIs, by API (proxy/api.go): OpenAI, OpenAI's
+	// (whose base URL ends in /v1), in place of UpstreamURL and UpstreamAPIKey when neither is
+	// set; Anthropic, the Messages API's (docs/spec.md §14; its base URL without /v1, e.g.
+	// https://api.anthropic.com; its key goes in x-api-key); Gemini, the Gemini API's (§18; its
+	// key goes in x-goog-api-key). One missing, or without a URL, is the provider's own API; one
+	// without a key forwards the client's credentials.
+	Upstreams map[API]Upstream
 	// ThreadHeaders, when set, name the headers that name the thread of a request that names
 	// none by X-Thread-Id or its path (such as X-Claude-Code-Session-Id), on every route: the
 	// first of them the request carries (docs/spec.md §18).
@@ -296,18 +297,19 @@ func (opts Options) withDefaults() Options {
 	if opts.MaxBufferedBytes <= 0 {
 		opts.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
-	upstreams := make(map[string]Upstream, len(wireAPIs))
+	upstreams := make(map[API]Upstream, len(wireAPIs))
 	for _, a := range wireAPIs {
-		if a.name == openAI {
-			continue
-		}
 		up := opts.Upstreams[a.name]
+		if a.name == OpenAI && (opts.UpstreamURL != nil || opts.UpstreamAPIKey != "") {
+			up = Upstream{URL: opts.UpstreamURL, APIKey: opts.UpstreamAPIKey}
+		}
 		if up.URL == nil {
 			up.URL, _ = url.Parse(a.defaultURL)
 		}
 		upstreams[a.name] = up
 	}
 	opts.Upstreams = upstreams
+	opts.UpstreamURL, opts.UpstreamAPIKey = upstreams[OpenAI].URL, upstreams[OpenAI].APIKey
 	if opts.PassThroughRoutes == nil {
 		opts.PassThroughRoutes, _ = ParseAllowedRoutes(DefaultPassThroughRoutes)
 	}

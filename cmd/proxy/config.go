@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -143,16 +142,16 @@ type setting struct {
 }
 
 func (c *Config) settings() []setting {
-	return []setting{
+	settings := []setting{
 		{"DATABASE_URL", "database-url", "Postgres URL (required)", (*stringValue)(&c.DatabaseURL)},
 		{"DATABASE_WAIT", "database-wait", "how long a start waits for Postgres to answer, retrying with backoff (/healthz answers meanwhile, /readyz is 503), before it gives up with the error", (*durationValue)(&c.DatabaseWait)},
 		{"DATABASE_TIMEOUT", "database-timeout", "longest a workspace operation may wait for a connection and run (also the statement_timeout)", (*durationValue)(&c.DatabaseTimeout)},
-		{"UPSTREAM_BASE_URL", "upstream-base-url", `OpenAI-compatible base URL, or "demo" for the built-in demo model`, (*stringValue)(&c.UpstreamBaseURL)},
-		{"UPSTREAM_API_KEY", "upstream-api-key", "replaces the client's Authorization toward the upstream when set", (*secretValue)(&c.UpstreamAPIKey)},
-		{"ANTHROPIC_UPSTREAM_BASE_URL", "anthropic-upstream-base-url", `base URL of the Anthropic Messages API's upstream for /v1/messages (default https://api.anthropic.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.AnthropicUpstreamBaseURL)},
-		{"ANTHROPIC_UPSTREAM_API_KEY", "anthropic-upstream-api-key", "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set", (*secretValue)(&c.AnthropicUpstreamAPIKey)},
-		{"GEMINI_UPSTREAM_BASE_URL", "gemini-upstream-base-url", `base URL of the Gemini API's upstream for /v1beta/models/… (default https://generativelanguage.googleapis.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`, (*stringValue)(&c.GeminiUpstreamBaseURL)},
-		{"GEMINI_UPSTREAM_API_KEY", "gemini-upstream-api-key", "replaces the client's x-goog-api-key, ?key= and Authorization toward the Gemini upstream when set", (*secretValue)(&c.GeminiUpstreamAPIKey)},
+	}
+	for _, u := range c.upstreams() {
+		settings = append(settings, setting{u.URLSetting, flagName(u.URLSetting), u.urlUsage, (*stringValue)(u.baseURL)},
+			setting{u.KeySetting, flagName(u.KeySetting), u.keyUsage, (*secretValue)(u.apiKey)})
+	}
+	return append(settings, []setting{
 		{"THREAD_HEADER", "thread-header", "request headers (comma-separated, the first one a request carries wins) that name the thread when neither X-Thread-Id nor the path does (e.g. X-Claude-Code-Session-Id, session-id, X-Gemini-Session-Id: a workspace per Claude Code, Codex or wrapped Gemini CLI session); default none", (*stringValue)(&c.ThreadHeader)},
 		{"THREAD_PARENTS", "thread-parents", "the parents (scopes, nearest first, comma-separated: repo-x, alice; ~repo-x for a scope the admin shared with the client) a thread named by THREAD_HEADER starts with: a new agent session inherits its project's and its person's preferences; default none", (*stringValue)(&c.ThreadParents)},
 		{"LISTEN_ADDR", "listen-addr", "address to serve on (:8080 for every interface)", (*stringValue)(&c.ListenAddr)},
@@ -187,7 +186,62 @@ func (c *Config) settings() []setting {
 		{"PPROF_ADDR", "pprof-addr", "an address (127.0.0.1:6060) serving Go's runtime profiles at /debug/pprof/ (CPU, heap, goroutines), on a listener of its own; default off", (*stringValue)(&c.PprofAddr)},
 		{"LOG_LEVEL", "log-level", "debug, info, warn or error", (*stringValue)(&c.LogLevel)},
 		{"LOG_FORMAT", "log-format", "text or json", (*stringValue)(&c.LogFormat)},
+	}...)
+}
+
+// flagName is the flag of the variable env: UPSTREAM_BASE_URL's is upstream-base-url.
+func flagName(env string) string { return strings.ToLower(strings.ReplaceAll(env, "_", "-")) }
+
+// upstreamSetting is one wire API's upstream as configured: the names of its settings, its
+// default and prefix (proxy.APIUpstreams), the fields of Config that hold them, and their texts.
+type upstreamSetting struct {
+	proxy.APIUpstream
+	baseURL, apiKey *string
+	// urlUsage and keyUsage are the settings' usage texts.
+	urlUsage, keyUsage string
+	// requests and provider name the API's requests and its upstream in the warning of a start
+	// with client keys and no key of the operator's toward it.
+	requests, provider string
+}
+
+// upstreams are the settings of the wire APIs' upstreams, in proxy.APIUpstreams' order: an API
+// costs a row here and two fields of Config, and the settings, their checks, the upstreams, the
+// warnings and the start line follow (main.go).
+func (c *Config) upstreams() []upstreamSetting {
+	rows := map[proxy.API]upstreamSetting{
+		proxy.OpenAI: {baseURL: &c.UpstreamBaseURL, apiKey: &c.UpstreamAPIKey,
+			urlUsage: `OpenAI-compatible base URL, or "demo" for the built-in demo model`,
+			keyUsage: "replaces the client's Authorization toward the upstream when set"},
+		proxy.Anthropic: {baseURL: &c.AnthropicUpstreamBaseURL, apiKey: &c.AnthropicUpstreamAPIKey,
+			urlUsage: `base URL of the Anthropic Messages API's upstream for /v1/messages (default https://api.anthropic.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`,
+			keyUsage: "replaces the client's x-api-key and Authorization toward the Anthropic upstream when set",
+			requests: "Messages", provider: "Anthropic"},
+		proxy.Gemini: {baseURL: &c.GeminiUpstreamBaseURL, apiKey: &c.GeminiUpstreamAPIKey,
+			urlUsage: `base URL of the Gemini API's upstream for /v1beta/models/… (default https://generativelanguage.googleapis.com; the demo model when UPSTREAM_BASE_URL is demo), or "demo"`,
+			keyUsage: "replaces the client's x-goog-api-key, ?key= and Authorization toward the Gemini upstream when set",
+			requests: "Gemini", provider: "Gemini"},
 	}
+	var ups []upstreamSetting
+	for _, a := range proxy.APIUpstreams() {
+		u := rows[a.API] // TestUpstreamSettings: every API has its row
+		u.APIUpstream = a
+		ups = append(ups, u)
+	}
+	return ups
+}
+
+// primary reports the OpenAI upstream's, "the upstream": UPSTREAM_BASE_URL has its default in
+// DefaultConfig (empty is refused), its "demo" makes the demo model every unset upstream, its key
+// is required with CLIENT_KEYS (Validate: no warning), and the start line names it upstream.
+func (u upstreamSetting) primary() bool { return u.API == proxy.OpenAI }
+
+// shownAs is the upstream's attribute in the start line and the warnings: upstream for the
+// primary one, else the API's name and _upstream (anthropic_upstream).
+func (u upstreamSetting) shownAs() string {
+	if u.primary() {
+		return "upstream"
+	}
+	return string(u.API) + "_upstream"
 }
 
 // Load reads the environment (through getenv), then the flags in args.
@@ -215,12 +269,14 @@ func (c Config) Validate() error {
 	if c.DatabaseURL == "" {
 		return errors.New("DATABASE_URL is required (a Postgres URL, e.g. postgres://user@localhost/wsproxy)")
 	}
-	// The upstreams' base URLs (an empty ANTHROPIC_UPSTREAM_BASE_URL or GEMINI_UPSTREAM_BASE_URL
-	// takes its default).
-	for _, b := range [][2]string{{"UPSTREAM_BASE_URL", c.UpstreamBaseURL}, {"ANTHROPIC_UPSTREAM_BASE_URL", cmp.Or(c.AnthropicUpstreamBaseURL, "demo")},
-		{"GEMINI_UPSTREAM_BASE_URL", cmp.Or(c.GeminiUpstreamBaseURL, "demo")}} {
-		if u, err := url.Parse(b[1]); b[1] != "demo" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", b[0], b[1])
+	// The upstreams' base URLs (an empty one but UPSTREAM_BASE_URL takes its default).
+	for _, up := range c.upstreams() {
+		base := *up.baseURL
+		if base == "demo" || (base == "" && !up.primary()) {
+			continue
+		}
+		if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%s: %q is not an http(s) URL (or \"demo\")", up.URLSetting, base)
 		}
 	}
 	for _, h := range c.threadHeaders() {

@@ -155,7 +155,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Info("tracing: exporting spans over OTLP", slog.String("semconv", proxy.SemconvVersion))
 	}
 	m.metrics = proxy.NewMetrics(prometheus.NewRegistry(), m.metricsOptions(clientKeys, seeded))
-	upstreamURL, anthropicURL, geminiURL, err := m.upstreams()
+	upstreams, err := m.upstreams()
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := m.followClients(ctx, clientKeys); err != nil {
 		return err
 	}
-	m.proxy = proxy.NewServer(m.proxyOptions(upstreamURL, anthropicURL, geminiURL, clientKeys))
+	m.proxy = proxy.NewServer(m.proxyOptions(upstreams, clientKeys))
 	var served http.Handler = m.proxy
 	m.handler.Store(&served)
 	if m.Config.HistoryRetention > 0 {
@@ -202,18 +202,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.log.Warn("DATABASE_LISTEN_URL is no longer used: each replica follows the threads it watches through DATABASE_URL's pool (EVENTS_POLL_INTERVAL)",
 			slog.String("fix", "unset DATABASE_LISTEN_URL"))
 	}
-	if (m.Config.UpstreamAPIKey != "" || m.Config.AnthropicUpstreamAPIKey != "" || m.Config.GeminiUpstreamAPIKey != "") && !clientKeys.On() && m.Config.UpstreamBaseURL != "demo" && !loopback(ln.Addr()) {
-		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
-			slog.String("listen_addr", ln.Addr().String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
-	}
-	if clientKeys.On() && m.Config.AnthropicUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.AnthropicUpstreamBaseURL != "demo" {
-		m.log.Warn("CLIENT_KEYS without ANTHROPIC_UPSTREAM_API_KEY: Messages requests reach the Anthropic upstream with no key (the clients' stay with wsproxy)",
-			slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("fix", "set ANTHROPIC_UPSTREAM_API_KEY, unless that upstream needs none"))
-	}
-	if clientKeys.On() && m.Config.GeminiUpstreamAPIKey == "" && m.Config.UpstreamBaseURL != "demo" && m.Config.GeminiUpstreamBaseURL != "demo" {
-		m.log.Warn("CLIENT_KEYS without GEMINI_UPSTREAM_API_KEY: Gemini requests reach the Gemini upstream with no key (the clients' stay with wsproxy)",
-			slog.String("gemini_upstream", m.shownUpstream(geminiURL)), slog.String("fix", "set GEMINI_UPSTREAM_API_KEY, unless that upstream needs none"))
-	}
+	m.warnUpstreams(upstreams, clientKeys, ln.Addr())
 	// How threads are picked, and whose keys are taken: confirmed at start (none when unset).
 	threads := []slog.Attr{slog.String("thread_header", cmp.Or(strings.Join(m.Config.threadHeaders(), ", "), "none")),
 		slog.String("thread_parents", cmp.Or(strings.Join(m.Config.threadParents(), ", "), "none"))}
@@ -222,10 +211,35 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	} else {
 		threads = append(threads, slog.String("clients", "none"))
 	}
-	m.log.LogAttrs(ctx, slog.LevelInfo, "wsproxy serving", append([]slog.Attr{slog.String("url", m.URL), slog.String("upstream", m.shownUpstream(upstreamURL)),
-		slog.String("anthropic_upstream", m.shownUpstream(anthropicURL)), slog.String("gemini_upstream", m.shownUpstream(geminiURL)),
-		slog.String("version", version())}, threads...)...)
+	start := []slog.Attr{slog.String("url", m.URL)}
+	for _, u := range m.Config.upstreams() {
+		start = append(start, slog.String(u.shownAs(), m.shownUpstream(upstreams[u.API].URL)))
+	}
+	start = append(start, slog.String("version", version()))
+	m.log.LogAttrs(ctx, slog.LevelInfo, "wsproxy serving", append(start, threads...)...)
 	return nil
+}
+
+// warnUpstreams warns of the upstreams' keys at start: one of the operator's keys spent by
+// whoever reaches a listener beyond loopback without CLIENT_KEYS; with client keys, each
+// upstream but the primary one (whose key Validate requires) that gets no key of the
+// operator's, unless the demo model answers.
+func (m *Main) warnUpstreams(upstreams map[proxy.API]proxy.Upstream, clientKeys *proxy.ClientKeys, addr net.Addr) {
+	keyed := false
+	for _, up := range upstreams {
+		keyed = keyed || up.APIKey != ""
+	}
+	if keyed && !clientKeys.On() && m.Config.UpstreamBaseURL != "demo" && !loopback(addr) {
+		m.log.Warn("listening beyond loopback with UPSTREAM_API_KEY and no CLIENT_KEYS: whoever reaches this address spends the upstream key",
+			slog.String("listen_addr", addr.String()), slog.String("fix", "set CLIENT_KEYS, or LISTEN_ADDR=127.0.0.1:8080"))
+	}
+	for _, u := range m.Config.upstreams() {
+		if u.primary() || !clientKeys.On() || *u.apiKey != "" || m.Config.UpstreamBaseURL == "demo" || *u.baseURL == "demo" {
+			continue
+		}
+		m.log.Warn(fmt.Sprintf("CLIENT_KEYS without %s: %s requests reach the %s upstream with no key (the clients' stay with wsproxy)", u.KeySetting, u.requests, u.provider),
+			slog.String(u.shownAs(), m.shownUpstream(upstreams[u.API].URL)), slog.String("fix", "set "+u.KeySetting+", unless that upstream needs none"))
+	}
 }
 
 // openDatabase connects the pool to DATABASE_URL (its waits for a connection measured, its
@@ -315,64 +329,50 @@ type messageError struct {
 func (e *messageError) Error() string { return e.msg }
 func (e *messageError) Unwrap() error { return e.err }
 
-// upstreams are the upstreams' base URLs: UPSTREAM_BASE_URL's, ANTHROPIC_UPSTREAM_BASE_URL's
-// (Anthropic's API when unset) and GEMINI_UPSTREAM_BASE_URL's (Google's API when unset), or the
-// demo model's, started here, for "demo" — and for an unset ANTHROPIC_UPSTREAM_BASE_URL or
-// GEMINI_UPSTREAM_BASE_URL when UPSTREAM_BASE_URL is demo, so that the demo serves every API.
-func (m *Main) upstreams() (openai, anthropic, gemini *url.URL, err error) {
-	upstream, messages, google := m.Config.UpstreamBaseURL, m.Config.AnthropicUpstreamBaseURL, m.Config.GeminiUpstreamBaseURL
-	if messages == "" {
-		messages = proxy.DefaultAnthropicUpstreamURL
-		if upstream == "demo" {
-			messages = "demo"
+// upstreams are the wire APIs' upstreams (Config.upstreams), each with the operator's key there:
+// its base URL as set, its API's default when unset, or the demo model's, started here, for
+// "demo" — and for an unset one when UPSTREAM_BASE_URL is demo, so that the demo serves every
+// API.
+func (m *Main) upstreams() (map[proxy.API]proxy.Upstream, error) {
+	ups := map[proxy.API]proxy.Upstream{}
+	demoRoot := ""
+	for _, u := range m.Config.upstreams() {
+		base := *u.baseURL
+		if base == "" {
+			base = u.DefaultURL
+			if m.Config.UpstreamBaseURL == "demo" {
+				base = "demo"
+			}
 		}
-	}
-	if google == "" {
-		google = proxy.DefaultGeminiUpstreamURL
-		if upstream == "demo" {
-			google = "demo"
+		if base == "demo" {
+			if demoRoot == "" {
+				root, err := m.startDemo()
+				if err != nil {
+					return nil, err
+				}
+				demoRoot = root
+			}
+			base = demoRoot + u.Prefix
 		}
-	}
-	if upstream == "demo" || messages == "demo" || google == "demo" {
-		base, err := m.startDemo()
+		parsed, err := url.Parse(base)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, fmt.Errorf("%s: %w", u.URLSetting, err)
 		}
-		if upstream == "demo" {
-			upstream = base + "/v1"
-		}
-		if messages == "demo" {
-			messages = base
-		}
-		if google == "demo" {
-			google = base
-		}
+		ups[u.API] = proxy.Upstream{URL: parsed, APIKey: *u.apiKey}
 	}
-	if openai, err = url.Parse(upstream); err != nil {
-		return nil, nil, nil, fmt.Errorf("UPSTREAM_BASE_URL: %w", err)
-	}
-	if anthropic, err = url.Parse(messages); err != nil {
-		return nil, nil, nil, fmt.Errorf("ANTHROPIC_UPSTREAM_BASE_URL: %w", err)
-	}
-	if gemini, err = url.Parse(google); err != nil {
-		return nil, nil, nil, fmt.Errorf("GEMINI_UPSTREAM_BASE_URL: %w", err)
-	}
-	return openai, anthropic, gemini, nil
+	return ups, nil
 }
 
 // proxyOptions are the proxy's options from the configuration (checked by Validate).
-func (m *Main) proxyOptions(upstreamURL, anthropicURL, geminiURL *url.URL, clientKeys *proxy.ClientKeys) proxy.Options {
+func (m *Main) proxyOptions(upstreams map[proxy.API]proxy.Upstream, clientKeys *proxy.ClientKeys) proxy.Options {
 	placement, _ := proxy.ParsePlacement(m.Config.WorkspacePlacement)
 	routes, _ := proxy.ParseAllowedRoutes(m.Config.PassThroughRoutes)
 	trusted, _ := proxy.ParseTrustedProxies(m.Config.TrustedProxies)
 	m.log.Info("workspace placement", slog.String("placement", string(placement)),
 		slog.String("note", "tail (the default) appends the workspace to the last user or tool message; system puts it in the system prompt"))
 	return proxy.Options{
-		Store:          m.store,
-		UpstreamURL:    upstreamURL,
-		UpstreamAPIKey: m.Config.UpstreamAPIKey,
-		Upstreams: map[string]proxy.Upstream{"anthropic": {URL: anthropicURL, APIKey: m.Config.AnthropicUpstreamAPIKey},
-			"gemini": {URL: geminiURL, APIKey: m.Config.GeminiUpstreamAPIKey}},
+		Store:                m.store,
+		Upstreams:            upstreams,
 		ThreadHeaders:        m.Config.threadHeaders(),
 		ThreadParents:        m.Config.threadParents(),
 		UntrustedMarkers:     strings.Split(m.Config.UntrustedMarkers, ","),
