@@ -2,11 +2,16 @@ package admin
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/limits"
 )
 
 // TestOpenAPIMatchesRoutes: the document names exactly the admin routes the server serves.
@@ -64,4 +69,43 @@ func TestOpenAPIRevertThrough(t *testing.T) {
 	require.Len(t, one, 2)
 	require.Equal(t, "#/components/schemas/Event", one[0]["$ref"])
 	require.Contains(t, one[1]["properties"], "data")
+}
+
+// TestOpenAPIClientSchemas: the document's clients' usage has exactly the fields the server
+// shows (limits.Usage's), each an integer, and its limits start where the REST's checks do: 1.
+func TestOpenAPIClientSchemas(t *testing.T) {
+	t.Parallel()
+	type schema struct {
+		Ref        string `json:"$ref"`
+		Type       any
+		Minimum    *int64
+		Required   []string
+		Properties map[string]schema
+	}
+	var doc struct {
+		Components struct{ Schemas map[string]schema }
+	}
+	require.NoError(t, json.Unmarshal(openAPIDocument, &doc))
+	schemas := doc.Components.Schemas
+	require.Equal(t, "#/components/schemas/ClientUsage", schemas["Client"].Properties["usage"].Ref)
+	usage := schemas["ClientUsage"]
+	var fields []string
+	for f := range reflect.TypeFor[limits.Usage]().Fields() {
+		fields = append(fields, strings.Split(f.Tag.Get("json"), ",")[0])
+	}
+	sort.Strings(fields)
+	documented := slices.Sorted(maps.Keys(usage.Properties))
+	require.Equal(t, fields, documented)
+	require.ElementsMatch(t, fields, usage.Required)
+	for name, p := range usage.Properties {
+		require.Equal(t, "integer", p.Type, name)
+	}
+	for name, p := range schemas["ClientLimits"].Properties {
+		require.NotNil(t, p.Minimum, name)
+		require.Equal(t, int64(1), *p.Minimum, name)
+		_, err := limitsBody{name: new(*p.Minimum - 1)}.patch()
+		require.Error(t, err, "%s below the documented minimum", name)
+		_, err = limitsBody{name: new(*p.Minimum)}.patch()
+		require.NoError(t, err, "%s at the documented minimum", name)
+	}
 }
