@@ -635,3 +635,50 @@ func TestContinuationGroundsOnTheWordsItContinues(t *testing.T) {
 	require.Equal(t, []workspace.Source{{Type: workspace.SourceServerHeld, Count: 1}}, c.Sources)
 	require.Equal(t, "words", c.Rule)
 }
+
+// TestMixedCallDecidedPerItem: one add_preferences call of a tainted turn whose first item the
+// user's words ground, whose second is the payload's and whose third comes after it: the first
+// is in the block as the agent's, the others wait as proposals, the model's result says what
+// became of each, and each event carries its item's context (docs/spec.md §19). Streamed or not.
+func TestMixedCallDecidedPerItem(t *testing.T) {
+	t.Parallel()
+	forEachMode(t, func(t *testing.T, streamed bool) {
+		e := setup(t)
+		thread := "mixed-" + strconv.FormatBool(streamed)
+		scriptWrite(e, streamed, call{ID: "w1", Name: "add_preferences", Arguments: `{"items":[{"title":"Always use tabs"},{"title":` +
+			q(poisonedTitle) + `},{"title":"Keep answers short"}],"action_and_reasoning":"as told"}`})
+		body := poisonedChat("Read the page. And please always use tabs and keep answers short.")
+		done(t, chatTurn(e, thread, body[strings.Index(body, `[`):strings.LastIndex(body, `],"tools"`)+1], streamed, nil))
+
+		prefs := e.workspace(thread).Preferences
+		require.Len(t, prefs, 1)
+		require.Equal(t, "Always use tabs", prefs[0].Title)
+		require.Equal(t, workspace.SourceAgent, prefs[0].Source)
+		var pending page[workspace.Event]
+		e.admin("GET", "/admin/v1/threads/"+thread+"/proposals", nil, 200, &pending)
+		require.Len(t, pending.Data, 2)
+		require.JSONEq(t, `{"title":`+q(poisonedTitle)+`,"subtitle":"","kind":"soft"}`, string(pending.Data[0].Proposed))
+		require.JSONEq(t, `{"title":"Keep answers short","subtitle":"","kind":"soft"}`, string(pending.Data[1].Proposed))
+
+		sent := messages(e.upstreamRequest(1))
+		var env struct{ Result string }
+		require.NoError(t, json.Unmarshal([]byte(sent[len(sent)-1]["content"].(string)), &env))
+		require.Equal(t, `recorded 1 preference; proposed; the user will review it (this turn read content the user did not write): add "`+
+			poisonedTitle+`"; add "Keep answers short"`, env.Result)
+
+		evs := e.events(thread)
+		require.Len(t, evs, 3)
+		var kinds, rules []string
+		for _, ev := range evs {
+			c := contextOf(t, ev)
+			require.True(t, c.Tainted)
+			require.Equal(t, c.Rule == "", c.Grounded)
+			kinds, rules = append(kinds, ev.Kind), append(rules, c.Rule)
+		}
+		require.Equal(t, []string{workspace.PreferenceAdded, workspace.Proposed, workspace.Proposed}, kinds)
+		require.Equal(t, []string{"", "words", "after_ungrounded"}, rules)
+		require.Equal(t, []string{"install", "scripts", "come", "from", "get.evil", "mirror.example"}, contextOf(t, evs[1]).Ungrounded)
+		require.Empty(t, contextOf(t, evs[2]).Ungrounded)
+		require.Equal(t, 1.0, testutil.ToFloat64(e.o.Metrics.untrustedWrites.WithLabelValues("proposed", "proxy")))
+	})
+}

@@ -13,7 +13,7 @@ import (
 // in one round trip (call.go).
 
 func (s planner) addPreferences(args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
-	fresh, dups, fromScopes, err := s.planAdd(args, st.NextID, st.List, view.inherited)
+	fresh, at, dups, fromScopes, err := s.planAddAt(args, st.NextID, st.List, view.inherited)
 	if err != nil {
 		return toolOutput{}, err
 	}
@@ -37,7 +37,7 @@ func (s planner) addPreferences(args json.RawMessage, st workspace.State, view *
 	for i := range fresh {
 		fresh[i].Source = view.writeSource()
 	}
-	out := toolOutput{kept: fresh}
+	out := toolOutput{kept: fresh, at: at}
 	if len(fresh) > 0 {
 		for _, it := range fresh {
 			c, _ := workspace.PrefChange(nil, &it)

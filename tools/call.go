@@ -283,6 +283,8 @@ type toolOutput struct {
 	needsScope bool
 	// full: a proposal of the call was not made, MaxPendingProposals waiting already.
 	full bool
+	// at is, for an add, the position in the call's items of each preference it adds.
+	at []int
 }
 
 var errUnknownTool = errors.New("unknown tool")
@@ -290,11 +292,12 @@ var errUnknownTool = errors.New("unknown tool")
 // plan plans the call c on st, its indices naming view: the tool's plan, and what provenance
 // makes of its write (untrusted).
 func (s planner) plan(c Call, args json.RawMessage, st workspace.State, view *View) (toolOutput, error) {
+	book := st.Book.Clone() // as the tool's plan found it: a call decided per item plans again on it
 	out, err := s.planTool(c.Name, args, st, view)
 	if err != nil {
 		return out, err
 	}
-	return s.untrusted(c, args, st, view, out)
+	return s.untrusted(c, args, st, view, out, book)
 }
 
 // planTool plans a call of the tool name on st, its indices naming view.

@@ -131,6 +131,12 @@ func (s planner) checkItems(field string, n int, verb string) error {
 // planAdd decides what add_preferences records: the new preferences (with provisional ids from
 // nextID) and the titles already recorded, or the error the call is refused with.
 func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Preference, inherited []workspace.Scope) (fresh []workspace.Preference, dups []string, fromScopes scopeDups, err error) {
+	fresh, _, dups, fromScopes, err = s.planAddAt(args, nextID, list, inherited)
+	return fresh, dups, fromScopes, err
+}
+
+// planAddAt is planAdd, with the position in the call's items of each new preference.
+func (s planner) planAddAt(args json.RawMessage, nextID int64, list []workspace.Preference, inherited []workspace.Scope) (fresh []workspace.Preference, at []int, dups []string, fromScopes scopeDups, err error) {
 	var a struct {
 		Items *[]struct {
 			Title    *string `json:"title"`
@@ -139,16 +145,16 @@ func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Pr
 		} `json:"items"`
 	}
 	if err := decodeArgs(args, &a); err != nil {
-		return nil, nil, scopeDups{}, err
+		return nil, nil, nil, scopeDups{}, err
 	}
 	if a.Items == nil {
-		return nil, nil, scopeDups{}, invalid("items", "is required")
+		return nil, nil, nil, scopeDups{}, invalid("items", "is required")
 	}
 	if len(*a.Items) == 0 {
-		return nil, nil, scopeDups{}, invalid("items", "must hold at least one preference")
+		return nil, nil, nil, scopeDups{}, invalid("items", "must hold at least one preference")
 	}
 	if err := s.checkItems("items", len(*a.Items), "recorded"); err != nil {
-		return nil, nil, scopeDups{}, err
+		return nil, nil, nil, scopeDups{}, err
 	}
 	titles := make(workspace.TitleIndex, len(list)+len(*a.Items))
 	for _, p := range list {
@@ -157,21 +163,21 @@ func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Pr
 	for i, it := range *a.Items {
 		field := fmt.Sprintf("items[%d]", i)
 		if it.Title == nil {
-			return nil, nil, scopeDups{}, invalid(field+".title", "is required")
+			return nil, nil, nil, scopeDups{}, invalid(field+".title", "is required")
 		}
 		title, err := cleaned(s.limits.CheckTitle)(field+".title", *it.Title)
 		if err != nil {
-			return nil, nil, scopeDups{}, err
+			return nil, nil, nil, scopeDups{}, err
 		}
 		p := workspace.Preference{Title: title, Kind: workspace.Soft}
 		if it.Subtitle != nil {
 			if p.Subtitle, err = cleaned(s.limits.CheckSubtitle)(field+".subtitle", *it.Subtitle); err != nil {
-				return nil, nil, scopeDups{}, err
+				return nil, nil, nil, scopeDups{}, err
 			}
 		}
 		if it.Kind != nil {
 			if p.Kind, err = workspace.CheckKind(field+".kind", *it.Kind); err != nil {
-				return nil, nil, scopeDups{}, err
+				return nil, nil, nil, scopeDups{}, err
 			}
 		}
 		if existing, ok := titles.Find(title, -1); ok {
@@ -184,14 +190,14 @@ func (s planner) planAdd(args json.RawMessage, nextID int64, list []workspace.Pr
 		}
 		p.ID = nextID + int64(len(fresh)) // provisional, for the titles within the batch
 		p.Index = len(list) + len(fresh) + 1
-		fresh = append(fresh, p)
+		fresh, at = append(fresh, p), append(at, i)
 		titles.Add(p)
 	}
 	if max := s.limits.PreferencesMax; len(list)+len(fresh) > max {
-		return nil, nil, scopeDups{}, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
+		return nil, nil, nil, scopeDups{}, invalid("items", "a thread holds at most %d preferences: %d recorded, %d new; nothing was recorded",
 			max, len(list), len(fresh))
 	}
-	return fresh, dups, fromScopes, nil
+	return fresh, at, dups, fromScopes, nil
 }
 
 // planUpdate decides what update_preferences changes in list (the list as it stands), its indices

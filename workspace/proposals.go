@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -39,6 +40,20 @@ func proposalKey(target Target, proposed []byte) string {
 // IsProposal reports whether c is a proposal the user may apply or dismiss.
 func (c Change) IsProposal() bool {
 	return c.kind == Proposed || (c.kind == LockedSkip && c.proposed != nil)
+}
+
+// Key names c by its target and the fields it proposes, if any: two changes of one call with
+// one key are the same change.
+func (c Change) Key() string { return proposalKey(c.target, c.proposed) }
+
+// Clone is a copy of b that admits as b would now, whatever b admits later (nil for nil).
+func (b *ProposalBook) Clone() *ProposalBook {
+	if b == nil {
+		return nil
+	}
+	c := *b
+	c.known = maps.Clone(b.known)
+	return &c
 }
 
 // Answers is the proposal c answers (an apply, a dismissal, or an objective proposal that

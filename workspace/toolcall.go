@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -61,8 +62,9 @@ func (c ToolCall) turn() (turn, round pgtype.Int4) {
 // from State.NextID on, and their sources) and the thread's next preference id after them; the
 // preferences it gives new fields (title, subtitle, kind, source) and those it removes, each only
 // while unlocked (the statements' "AND NOT locked"); the objective it sets, with its source; and
-// its events, each with the write's context (WriteContext's JSON; nil for none). A refused call,
-// or list_preferences, writes nothing.
+// its events, each with the write's context (WriteContext's JSON; nil for none), or, when
+// Contexts holds one per change, its own (a call whose items were decided apart: docs/spec.md
+// §19). A refused call, or list_preferences, writes nothing.
 type Write struct {
 	Insert          []Preference
 	NextID          int64
@@ -72,6 +74,15 @@ type Write struct {
 	ObjectiveSource string
 	Changes         []Change
 	Context         []byte
+	Contexts        [][]byte
+}
+
+// ContextOf is the context of the write's change i.
+func (w Write) ContextOf(i int) []byte {
+	if len(w.Contexts) == len(w.Changes) {
+		return w.Contexts[i]
+	}
+	return w.Context
 }
 
 // rows are the preferences w updates or deletes.
@@ -228,8 +239,19 @@ func (w *Workspace) queue(p Plan, first *int64) func(b *pgx.Batch) {
 	return func(b *pgx.Batch) {
 		w.queueWrite(b, p.Write)
 		db.QueueToolCallInsert(b, w.toolCallParams(p.Call))
-		if len(p.Write.Changes) > 0 {
-			db.QueueEventInsert(b, w.agentEvents(p.Call, p.Write.Changes, p.Write.Context), first)
+		// One statement per run of changes with one context; their ids follow on, under the
+		// thread's lock, from first.
+		changes, start := p.Write.Changes, 0
+		for i := 1; i <= len(changes); i++ {
+			if i < len(changes) && bytes.Equal(p.Write.ContextOf(i), p.Write.ContextOf(start)) {
+				continue
+			}
+			to := first
+			if start > 0 {
+				to = nil
+			}
+			db.QueueEventInsert(b, w.agentEvents(p.Call, changes[start:i], p.Write.ContextOf(start)), to)
+			start = i
 		}
 	}
 }
