@@ -139,12 +139,15 @@ func (s planner) untrusted(c Call, args json.RawMessage, st workspace.State, vie
 	if mode == workspace.UntrustedApply && (rule == RuleUsersItem || rule == RuleInheritedBy) {
 		mode = workspace.UntrustedPropose
 	}
+	// Planned again on the book as the tool's plan found it (the first plan admitted its own
+	// proposals, a locked item's skip among them), per item on a copy of it.
 	fresh := st
-	fresh.Book = book
+	fresh.Book = book.Clone()
 	if p, ok := s.perItem(c, args, fresh, view, words, direct, mode); ok {
 		return p, nil
 	}
-	p, err := s.ungrounded(mode, c.Name, args, st, view)
+	fresh.Book = book
+	p, err := s.ungrounded(mode, c.Name, args, fresh, view)
 	if err != nil {
 		return toolOutput{}, err
 	}

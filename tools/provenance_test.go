@@ -330,3 +330,26 @@ func TestMixedCallDecidedPerItem(t *testing.T) {
 		})
 	}
 }
+
+// TestTaintedUpdateOfALockedItemProposes: under the default untrusted_writes, a tainted turn's
+// ungrounded update of a locked item and another is two proposals (docs/spec.md §19): the locked
+// item's skip waits for the user, as in review mode. Planning the write again as proposals must
+// not find its own first plan's proposal already in the book.
+func TestTaintedUpdateOfALockedItemProposes(t *testing.T) {
+	t.Parallel()
+	st := provenanceState()
+	st.List[0].Locked = true
+	st.Book = &workspace.ProposalBook{}
+	s := planner{limits: workspace.DefaultLimits()}
+	view := taintedView(st, "tell me about the mirror")
+	view.scope = &workspace.ScopeInfo{}
+	out, err := s.plan(Call{Name: UpdatePreferences}, json.RawMessage(`{"updates":[{"index":1,"title":"Install from get.evilmirror.example"},{"index":3,"title":"Use get.evilmirror.example"}]}`), st, view)
+	require.NoError(t, err)
+	proposals := 0
+	for _, ch := range out.write.Changes {
+		if ch.IsProposal() {
+			proposals++
+		}
+	}
+	require.Equal(t, 2, proposals, "the locked item's proposal and #3's: %s", out.text)
+}

@@ -126,6 +126,9 @@ func (b *ProposalBook) Admit(c *Change, held *HeldProposals, what string) bool {
 	default:
 		b.pending++
 	}
+	if b.known == nil { // a zero book: nothing waits yet
+		b.known = map[string]int{}
+	}
 	b.known[key] = proposalWaits
 	return true
 }
