@@ -101,7 +101,7 @@ func TestGeminiCLISessions(t *testing.T) {
 	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x/children", "", &children))
 	require.Len(t, children.Data, 2, "two sessions, two threads")
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	objectives := []string{}
+	objectives, first := []string{}, ""
 	for _, c := range children.Data {
 		require.Regexp(t, uuid, c.ID, "named by Gemini CLI's session id")
 		var ws struct {
@@ -112,6 +112,7 @@ func TestGeminiCLISessions(t *testing.T) {
 		require.Equal(t, []string{"repo-x"}, ws.Parents)
 		if ws.Objective != nil {
 			objectives = append(objectives, ws.Objective.Text)
+			first = c.ID
 		}
 		// Gemini CLI keeps the session under that id: its chat file names it.
 		found, err := filepath.Glob(filepath.Join(home, ".gemini", "tmp", "*", "chats", "*"))
@@ -119,4 +120,13 @@ func TestGeminiCLISessions(t *testing.T) {
 		require.True(t, strings.Contains(strings.Join(found, "\n"), c.ID[:8]), "a session of Gemini CLI's: %v", found)
 	}
 	require.Equal(t, []string{"A tidy repository"}, objectives, "one session set it, the other did not see it")
+
+	// Resumed as docs/clients.md says, the first session is its thread again.
+	resume := regexp.MustCompile("`(GEMINI_CLI_CUSTOM_HEADERS=\"X-Gemini-Session-Id: <id>\" gemini --resume <id>)`").FindSubmatch(page)
+	require.NotNil(t, resume, "docs/clients.md prints how to resume a session")
+	script := strings.ReplaceAll(string(resume[1]), "<id>", `"$1"`) + ` -p "$2"`
+	out = geminiRun(t, home, work, exec.Command("bash", "-c", script, "bash", first, "What do you know about my project?"), m.URL)
+	require.Contains(t, out, "Your objective: A tidy repository", "the resumed session's thread: %s", out)
+	require.Equal(t, 200, adminCall(t, m, "GET", "/admin/v1/threads/repo-x/children", "", &children))
+	require.Len(t, children.Data, 2, "no third thread")
 }
