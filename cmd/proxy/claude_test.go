@@ -92,25 +92,7 @@ func TestClaudeCodeEndToEnd(t *testing.T) {
 // session's own thread, not in repo-x.
 func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var turns []string // the upstream's Messages requests that carry a block, their texts joined
-	demoModel := demo.Handler()
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/v1/messages" {
-			var v any
-			if json.Unmarshal(body, &v) == nil {
-				if text := strings.Join(jsonStrings(v, nil), "\n"); strings.Contains(text, "<workspace>") {
-					mu.Lock()
-					turns = append(turns, text)
-					mu.Unlock()
-				}
-			}
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		demoModel.ServeHTTP(w, r)
-	}))
-	t.Cleanup(upstream.Close)
+	upstream, turns := blockRecorder(t)
 	m, logs := MustRunMain(t, func(c *Config) {
 		c.AnthropicUpstreamBaseURL = upstream.URL
 		c.ThreadHeader = "X-Claude-Code-Session-Id"
@@ -144,11 +126,10 @@ func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
 	require.Len(t, scope.Preferences, 1, "repo-x holds only what the user set")
 	require.Equal(t, "Go 1.26, no cgo", scope.Preferences[0].Title)
 
-	mu.Lock()
-	defer mu.Unlock()
-	require.NotEmpty(t, turns, "no request reached the upstream with a block")
-	first := turns[0]
-	t.Logf("%d upstream requests with a block; the first:\n%s", len(turns), first[strings.Index(first, "<workspace>"):strings.Index(first, "</workspace>")+len("</workspace>")])
+	blocks := turns()
+	require.NotEmpty(t, blocks, "no request reached the upstream with a block")
+	first := blocks[0]
+	t.Logf("%d upstream requests with a block; the first:\n%s", len(blocks), first[strings.Index(first, "<workspace>"):strings.Index(first, "</workspace>")+len("</workspace>")])
 	require.Contains(t, first, "I prefer tabs.", "the session's first turn")
 	require.Contains(t, first, "Preferences: (none yet)\nFrom repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo\n</workspace>")
 }
@@ -160,25 +141,7 @@ func TestClaudeCodeSessionInheritsItsProject(t *testing.T) {
 // thread, repo-x is unchanged, and each session's thread is in its client's namespace.
 func TestClaudeCodeSharedScopeAcrossClients(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var turns []string // the upstream's Messages requests that carry a block, their texts joined
-	demoModel := demo.Handler()
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		if r.URL.Path == "/v1/messages" {
-			var v any
-			if json.Unmarshal(body, &v) == nil {
-				if text := strings.Join(jsonStrings(v, nil), "\n"); strings.Contains(text, "<workspace>") {
-					mu.Lock()
-					turns = append(turns, text)
-					mu.Unlock()
-				}
-			}
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		demoModel.ServeHTTP(w, r)
-	}))
-	t.Cleanup(upstream.Close)
+	upstream, turns := blockRecorder(t)
 	const aliceKey, bobKey = "sk-alice-0123456789abcdef", "sk-bob-0123456789abcdef00"
 	m, logs := MustRunMain(t, func(c *Config) {
 		c.AnthropicUpstreamBaseURL = upstream.URL
@@ -198,10 +161,9 @@ func TestClaudeCodeSharedScopeAcrossClients(t *testing.T) {
 	} {
 		out := claude(t, m.URL, run.prompt, "ANTHROPIC_AUTH_TOKEN="+run.key)
 		require.Contains(t, out, run.want, "%s: the demo answered: %s\nproxy logs:\n%s", run.client, out, logs.String())
-		mu.Lock()
-		got := turns[seen:]
-		seen = len(turns)
-		mu.Unlock()
+		all := turns()
+		got := all[seen:]
+		seen = len(all)
 		require.NotEmpty(t, got, "%s: no request reached the upstream with a block", run.client)
 		for _, text := range got {
 			require.Contains(t, text, heading, "%s: every request of the session carries repo-x's item", run.client)
@@ -309,4 +271,33 @@ func TestClaudeCodeReadsAPoisonedFile(t *testing.T) {
 	}
 	require.True(t, sawPayload, "the model read the README through Claude Code's Read")
 	require.True(t, sawProposed, "the model was told the write waits for the user")
+}
+
+// blockRecorder is the demo model behind a server that keeps the text of every Messages request
+// carrying a block; turns returns them so far.
+func blockRecorder(t *testing.T) (upstream *httptest.Server, turns func() []string) {
+	var mu sync.Mutex
+	var seen []string
+	demoModel := demo.Handler()
+	upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/messages" {
+			var v any
+			if json.Unmarshal(body, &v) == nil {
+				if text := strings.Join(jsonStrings(v, nil), "\n"); strings.Contains(text, "<workspace>") {
+					mu.Lock()
+					seen = append(seen, text)
+					mu.Unlock()
+				}
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		demoModel.ServeHTTP(w, r)
+	}))
+	t.Cleanup(upstream.Close)
+	return upstream, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
 }
