@@ -122,6 +122,9 @@ var roomImports = map[string]struct {
 	"proxy/internal/genai":    {may: []string{"tools"}},
 	"proxy/internal/rawjson":  {},
 	"proxy/internal/sse":      {},
+	// The tests' kit: imported by tests only (no row here allows it), never by a room's code.
+	"proxy/internal/testkit": {may: []string{"workspace", "proxy/internal/auth", "proxy/internal/eventhub"},
+		never: []string{"proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp"}},
 	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides.
 	"proxy/demo":              {},
 	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake"}},
