@@ -30,13 +30,9 @@ type geminiRequest struct {
 type geminiContent struct {
 	Role  string `json:"role"`
 	Parts []struct {
-		Text             string `json:"text"`
-		Thought          bool   `json:"thought"`
-		FunctionResponse *struct {
-			ID       string          `json:"id"`
-			Name     string          `json:"name"`
-			Response json.RawMessage `json:"response"`
-		} `json:"functionResponse"`
+		Text             string                       `json:"text"`
+		Thought          bool                         `json:"thought"`
+		FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 	} `json:"parts"`
 }
 

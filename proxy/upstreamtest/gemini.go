@@ -171,11 +171,7 @@ type geminiContent struct {
 			ID   string `json:"id"`
 			Name string `json:"name"`
 		} `json:"functionCall"`
-		FunctionResponse *struct {
-			ID       string          `json:"id"`
-			Name     string          `json:"name"`
-			Response json.RawMessage `json:"response"`
-		} `json:"functionResponse"`
+		FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 	} `json:"parts"`
 }
 

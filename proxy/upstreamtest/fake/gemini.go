@@ -25,11 +25,7 @@ type GeminiPart struct {
 		Name string          `json:"name"`
 		Args json.RawMessage `json:"args"`
 	} `json:"functionCall"`
-	FunctionResponse *struct {
-		ID       string          `json:"id"`
-		Name     string          `json:"name"`
-		Response json.RawMessage `json:"response"`
-	} `json:"functionResponse"`
+	FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 }
 
 // GeminiParts are a Gemini content's parts (none for another API's message).

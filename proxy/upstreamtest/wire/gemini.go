@@ -51,3 +51,11 @@ func GeminiError(status int, name, msg string) []byte {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": name}})
 	return b
 }
+
+// GeminiFunctionResponse is a functionResponse part as the models read it: the call's id (when
+// it had one) and name, and the response object.
+type GeminiFunctionResponse struct {
+	ID       string          `json:"id"`
+	Name     string          `json:"name"`
+	Response json.RawMessage `json:"response"`
+}
