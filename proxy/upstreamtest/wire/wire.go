@@ -7,8 +7,7 @@ package wire
 
 import "net/http"
 
-// Event is a server-sent event of data alone, as the Gemini API and chat completions frame
-// theirs.
+// Event is a server-sent event of data alone, ended by CRLF CRLF as the Gemini API ends its.
 func Event(data []byte) []byte {
 	b := make([]byte, 0, len(data)+10)
 	b = append(b, "data: "...)
