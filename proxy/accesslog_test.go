@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -69,7 +70,7 @@ func TestRequestLog(t *testing.T) {
 		Arguments: `{"items":[{"title":"Secret title"}],"action_and_reasoning":"Secret reasoning."}`})), reply(cmpl("Secret answer")))
 	h := map[string]string{"Authorization": alice["Authorization"], "X-Thread-Id": "trip-7"}
 	resp := e.post("/v1/chat/completions", h, `{"model":"m","messages":[{"role":"user","content":"Secret prompt"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	lines := waitRequestLines(t, logs, 1)
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "addr": "127.0.0.1", "method": "POST", "route": "POST /v1/chat/completions",
 		"status": 200.0, "thread": "alice~trip-7", "client": "alice", "kind": "turn", "model": "m", "rounds": 2.0, "upstream_status": 200.0,
@@ -102,7 +103,7 @@ func TestRequestLog(t *testing.T) {
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	require.Equal(t, 403, resp.StatusCode)
-	require.Contains(t, readBody(t, resp), "route_not_allowed")
+	require.Contains(t, testkit.ReadBody(t, resp), "route_not_allowed")
 	resp.Body.Close()
 	lines = waitRequestLines(t, logs, 4)
 	require.Equal(t, map[string]any{"level": "INFO", "msg": "request", "addr": "127.0.0.1", "method": "DELETE", "route": "/v1/",
@@ -150,7 +151,7 @@ func TestRequestLogUpstreamUnreachable(t *testing.T) {
 		var body struct {
 			Error struct{ Message, Code string }
 		}
-		require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &body))
+		require.NoError(t, json.Unmarshal([]byte(testkit.ReadBody(t, resp)), &body))
 		require.Equal(t, "upstream_unreachable", body.Error.Code)
 		require.Equal(t, "the upstream at "+host+" could not be reached (request "+resp.Header.Get("X-Request-Id")+")", body.Error.Message)
 		lines := waitRequestLines(t, logs, i+1)
@@ -193,7 +194,7 @@ func TestRequestID(t *testing.T) {
 	th := map[string]string{"X-Thread-Id": "ids", "X-Request-Id": "client-chosen-7"}
 	e.up.Script(upstreamID(reply(cmpl("hi"))))
 	resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
-	readBody(t, resp)
+	testkit.ReadBody(t, resp)
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, []string{"client-chosen-7"}, resp.Header.Values("X-Request-Id"), "the client's id, once")
 	require.Equal(t, "req_upstream_1", resp.Header.Get("X-Upstream-Request-Id"))
@@ -218,10 +219,10 @@ func TestRequestID(t *testing.T) {
 	// route, never the path.
 	e.up.Script(func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) })
 	resp = e.post("/threads/secret-thread/v1/chat/completions", map[string]string{"X-Request-Id": "client-5xx"}, `{"messages":[]}`)
-	body := readBody(t, resp)
+	body := testkit.ReadBody(t, resp)
 	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
 	require.Equal(t, "client-5xx", resp.Header.Get("X-Request-Id"))
-	require.Contains(t, requireErrorBody(t, body, "server_error", "upstream_unreachable")["message"], "(request client-5xx)")
+	require.Contains(t, testkit.RequireErrorBody(t, body, "server_error", "upstream_unreachable")["message"], "(request client-5xx)")
 	var warned map[string]any
 	require.Eventually(t, func() bool {
 		for _, line := range strings.Split(logs.String(), "\n") {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 )
 
 // rawRequest opens a connection to the proxy and writes a request head; the test writes the
@@ -60,7 +62,7 @@ func TestTooLargeReachesASlowWriter(t *testing.T) {
 			require.NoError(t, err)
 			body, _ := io.ReadAll(resp.Body)
 			require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
-			requireErrorBody(t, string(body), "invalid_request_error", "request_too_large")
+			testkit.RequireErrorBody(t, string(body), "invalid_request_error", "request_too_large")
 		})
 	}
 }
@@ -78,7 +80,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 		require.NoError(t, err)
 		body, _ := io.ReadAll(resp.Body)
 		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, path)
-		requireErrorBody(t, string(body), "invalid_request_error", "request_timeout")
+		testkit.RequireErrorBody(t, string(body), "invalid_request_error", "request_timeout")
 		require.Less(t, time.Since(start), 5*time.Second)
 	}
 }
@@ -98,7 +100,7 @@ func TestBodyBuffersGrowAsBytesArrive(t *testing.T) {
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "busy"}, `{"messages":[]}`)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))
-	requireErrorBody(t, readBody(t, resp), "server_error", "server_busy")
+	testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "server_busy")
 	for _, c := range conns {
 		c.Close()
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -34,7 +35,7 @@ func TestPromptCacheFriendly(t *testing.T) {
 	post := func(thread, msgs string) {
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": thread}, `{"model":"m","tools":`+tools_+`,"messages":[`+msgs+`]}`)
 		require.Equal(t, 200, resp.StatusCode)
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 	}
 	post("cache", history)
 	post("cache", history+`,{"role":"assistant","content":"Noted."},{"role":"user","content":"Hi!"}`)
@@ -65,13 +66,13 @@ func TestPromptCacheFriendly(t *testing.T) {
 	require.NotContains(t, k1, "cache")
 	e.up.Script(reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "cache"}, `{"prompt_cache_key":"mine","messages":[]}`)
-	readBody(t, resp)
+	testkit.ReadBody(t, resp)
 	require.Equal(t, `"mine"`, member(t, e.up.Requests()[4].Body, "prompt_cache_key"), "the client's own key is kept")
 
 	// With the default (auto) and an upstream that is not OpenAI's, no key is set.
 	e3 := setup(t)
 	e3.up.Script(reply(cmpl("ok")))
-	readBody(t, e3.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`))
+	testkit.ReadBody(t, e3.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`))
 	require.Empty(t, member(t, e3.up.Requests()[0].Body, "prompt_cache_key"))
 }
 
@@ -83,7 +84,7 @@ func TestUsagePerThread(t *testing.T) {
 	e := setup(t)
 	add := call{ID: "c1", Name: "set_objective", Arguments: `{"text":"Count tokens","action_and_reasoning":"goal"}`}
 	e.up.Script(reply(cmpl("", add)), reply(cmpl("Done.")))
-	readBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "usage"}, `{"messages":[{"role":"user","content":"go"}]}`))
+	testkit.ReadBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "usage"}, `{"messages":[{"role":"user","content":"go"}]}`))
 	require.Eventually(t, func() bool { return e.workspace("usage").Usage.PromptTokens == 20 }, 5e9, 1e7)
 	require.Equal(t, workspace.Usage{PromptTokens: 20, CachedPromptTokens: 4, CompletionTokens: 10}, e.workspace("usage").Usage)
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 	"github.com/wsproxy/wsproxy/workspace"
@@ -38,7 +39,7 @@ func TestPassThroughIsInvisible(t *testing.T) {
 	resp := e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer sk-client", "X-Thread-Id": ""}, body)
 	require.Equal(t, http.StatusTeapot, resp.StatusCode)
 	require.Equal(t, "yes", resp.Header.Get("X-Upstream"))
-	require.Equal(t, respBody, readBody(t, resp))
+	require.Equal(t, respBody, testkit.ReadBody(t, resp))
 	got := e.up.Requests()[0]
 	require.Equal(t, body, string(got.Body))
 	require.Equal(t, "/v1/chat/completions", got.Path)
@@ -48,10 +49,10 @@ func TestPassThroughIsInvisible(t *testing.T) {
 	e.up.Script(reply(`{"data":[]}`), reply(`{"data":[1]}`))
 	resp, err := http.Get(e.srv.URL + "/v1/models?limit=2")
 	require.NoError(t, err)
-	require.Equal(t, `{"data":[]}`, readBody(t, resp))
+	require.Equal(t, `{"data":[]}`, testkit.ReadBody(t, resp))
 	resp.Body.Close()
 	resp = e.post("/threads/t1/v1/embeddings", nil, `{"input":"x"}`)
-	require.Equal(t, `{"data":[1]}`, readBody(t, resp))
+	require.Equal(t, `{"data":[1]}`, testkit.ReadBody(t, resp))
 	reqs := e.up.Requests()
 	require.Equal(t, "/v1/models?limit=2", reqs[1].Path)
 	require.Equal(t, "/v1/embeddings", reqs[2].Path)
@@ -81,7 +82,7 @@ func TestPassThroughWorksWithoutPostgres(t *testing.T) {
 	// A thread turn is never run without its workspace: 503.
 	r := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t1"}, `{"messages":[]}`)
 	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
-	requireErrorBody(t, readBody(t, r), "server_error", "workspace_unavailable")
+	testkit.RequireErrorBody(t, testkit.ReadBody(t, r), "server_error", "workspace_unavailable")
 	require.Len(t, e.up.Requests(), 1)
 
 	// Readiness follows Postgres; liveness does not.
@@ -95,19 +96,6 @@ func TestPassThroughWorksWithoutPostgres(t *testing.T) {
 	require.Equal(t, http.StatusOK, rr.StatusCode)
 	// The admin REST answers 503 too.
 	e.admin("GET", "/admin/v1/threads", nil, http.StatusServiceUnavailable, nil)
-}
-
-func requireErrorBody(t *testing.T, body, typ, code string) map[string]any {
-	t.Helper()
-	var eb struct {
-		Error map[string]any `json:"error"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(body), &eb), body)
-	require.Equal(t, typ, eb.Error["type"], body)
-	require.Equal(t, code, eb.Error["code"], body)
-	require.NotEmpty(t, eb.Error["message"])
-	require.Contains(t, eb.Error, "param")
-	return eb.Error
 }
 
 // TestTurnWithToolsGoOpenAI: the model records preferences and the objective in one tool round,
@@ -192,7 +180,7 @@ func TestOneRoundIsByteIdentical(t *testing.T) {
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t1"},
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"top_k":40,"chat_template_kwargs":{"enable_thinking":true},"logprobs":true,"x_vendor":{"deep":[1,{"b":"c"}]}}`)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, body, readBody(t, resp))
+	require.Equal(t, body, testkit.ReadBody(t, resp))
 	require.Equal(t, "1", resp.Header.Get("X-Workspace-Rounds"))
 	got := e.upstreamRequest(0)
 	require.Equal(t, float64(40), got["top_k"])
@@ -233,7 +221,7 @@ func TestMaxToolRounds(t *testing.T) {
 	e.up.Script(list, list, reply(cmpl("", call{ID: "l3", Name: "list_preferences", Arguments: `{}`})))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "loop"},
 		`{"model":"m","messages":[{"role":"user","content":"hi"}],"tool_choice":"auto"}`)
-	body := readBody(t, resp)
+	body := testkit.ReadBody(t, resp)
 	require.Equal(t, 200, resp.StatusCode, body)
 	require.Equal(t, "3", resp.Header.Get("X-Workspace-Rounds"))
 	reqs := e.up.Requests()
@@ -265,7 +253,7 @@ func TestLocksHoldInTheLoop(t *testing.T) {
 		reply(cmpl("That one is locked; please unlock it first.")),
 	)
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "lk"}, `{"model":"m","messages":[{"role":"user","content":"drop the jargon rule"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	r1 := messages(e.upstreamRequest(0))
 	require.Contains(t, r1[0]["content"], "#1 [hard] No jargon (locked)")
 	msgs := messages(e.upstreamRequest(1))
@@ -288,7 +276,7 @@ func TestToolErrorsGoBackToTheModel(t *testing.T) {
 		reply(cmpl("Sorry, fixed.")),
 	)
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "errs"}, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	msgs := messages(e.upstreamRequest(1))
 	n := len(msgs)
 	require.Equal(t, `{"ok":false,"error":"arguments are not a JSON object"}`, msgs[n-3]["content"])
@@ -319,14 +307,14 @@ func TestThreadBindingErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := e.post(tt.path, map[string]string{"X-Thread-Id": tt.header}, `{"messages":[]}`)
 			require.Equal(t, tt.status, resp.StatusCode)
-			requireErrorBody(t, readBody(t, resp), "invalid_request_error", tt.code)
+			testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "invalid_request_error", tt.code)
 		})
 	}
 	// The same id both ways is fine; 128 characters of the allowed set are fine.
 	id := strings.Repeat("aZ0._:@-", 16)
 	e.up.Script(reply(cmpl("ok")))
 	resp := e.post("/threads/"+id+"/v1/chat/completions", map[string]string{"X-Thread-Id": id}, `{"messages":[]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Empty(t, e.up.Remaining())
 }
 
@@ -350,7 +338,7 @@ func TestRequestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := e.post("/v1/chat/completions", tt.header, tt.body)
 			require.Equal(t, tt.status, resp.StatusCode)
-			requireErrorBody(t, readBody(t, resp), "invalid_request_error", tt.code)
+			testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "invalid_request_error", tt.code)
 		})
 	}
 	require.Empty(t, e.up.Requests())
@@ -361,7 +349,7 @@ func TestRequestErrors(t *testing.T) {
 	// Legacy functions: passed through without a workspace, no thread created.
 	e.up.Script(reply(`{"legacy":true}`))
 	resp := e.post("/v1/chat/completions", th, `{"messages":[],"functions":[{"name":"f"}]}`)
-	require.Equal(t, `{"legacy":true}`, readBody(t, resp))
+	require.Equal(t, `{"legacy":true}`, testkit.ReadBody(t, resp))
 	require.Equal(t, `{"messages":[],"functions":[{"name":"f"}]}`, string(e.up.Requests()[0].Body))
 	threads, err = e.store.Threads(context.Background(), "", "", workspace.ThreadFilter{}, 10)
 	require.NoError(t, err)
@@ -380,7 +368,7 @@ func TestUpstreamErrors(t *testing.T) {
 		e.up.Script(upstreamtest.JSON(429, body))
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
 		require.Equal(t, 429, resp.StatusCode)
-		require.Equal(t, body, readBody(t, resp))
+		require.Equal(t, body, testkit.ReadBody(t, resp))
 	})
 
 	t.Run("ErrorAfterToolsKeepsTheirWrites", func(t *testing.T) {
@@ -391,7 +379,7 @@ func TestUpstreamErrors(t *testing.T) {
 			boom, boom, boom, boom) // the round after the tools, and its three retries
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
 		require.Equal(t, 500, resp.StatusCode)
-		require.Equal(t, `{"error":{"message":"boom"}}`, readBody(t, resp))
+		require.Equal(t, `{"error":{"message":"boom"}}`, testkit.ReadBody(t, resp))
 		e.up.Script(reply(cmpl("ok")))
 		e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
 		require.Contains(t, messages(e.upstreamRequest(5))[0]["content"], "#1 [soft] Kept")
@@ -404,7 +392,7 @@ func TestUpstreamErrors(t *testing.T) {
 		for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
 			resp := e.post("/v1/chat/completions", h, `{"messages":[]}`)
 			require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-			requireErrorBody(t, readBody(t, resp), "server_error", "upstream_unreachable")
+			testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "upstream_unreachable")
 		}
 	})
 
@@ -415,7 +403,7 @@ func TestUpstreamErrors(t *testing.T) {
 		for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
 			resp := e.post("/v1/chat/completions", h, `{"messages":[]}`)
 			require.Equal(t, http.StatusGatewayTimeout, resp.StatusCode)
-			requireErrorBody(t, readBody(t, resp), "server_error", "upstream_timeout")
+			testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "upstream_timeout")
 		}
 	})
 
@@ -438,7 +426,7 @@ func TestUpstreamErrors(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		require.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
-		require.Equal(t, body, readBody(t, resp))
+		require.Equal(t, body, testkit.ReadBody(t, resp))
 		require.Len(t, e.up.Requests(), 1, "the upstream's redirect was followed")
 	})
 
@@ -448,7 +436,7 @@ func TestUpstreamErrors(t *testing.T) {
 		e.up.Script(reply(`<html>gateway</html>`))
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages":[]}`)
 		require.Equal(t, http.StatusBadGateway, resp.StatusCode)
-		requireErrorBody(t, readBody(t, resp), "server_error", "upstream_invalid_response")
+		testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "upstream_invalid_response")
 	})
 }
 
@@ -534,7 +522,7 @@ func TestRetryAfterTools(t *testing.T) {
 			},
 			reply(cmpl("Recorded.")))
 		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, 200, resp.StatusCode, body)
 		require.Contains(t, body, "Recorded.")
 		require.Equal(t, "2", resp.Header.Get("X-Workspace-Rounds"), "a retried round is one round")

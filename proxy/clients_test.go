@@ -13,6 +13,7 @@ import (
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -64,8 +65,8 @@ func TestClientIsolation(t *testing.T) {
 			}
 			resp := e.post(path, h, `{"messages":[]}`)
 			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-			body := readBody(t, resp)
-			requireErrorBody(t, body, "invalid_request_error", "invalid_api_key")
+			body := testkit.ReadBody(t, resp)
+			testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_api_key")
 			require.NotContains(t, body, "secret")
 		}
 	}

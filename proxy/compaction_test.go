@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
@@ -61,7 +62,7 @@ func compact(t *testing.T, base, thread, body string) (int, string) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	return resp.StatusCode, readBody(t, resp)
+	return resp.StatusCode, testkit.ReadBody(t, resp)
 }
 
 // TestCompactionInTheHistory: a compaction request is forwarded as it came and answered as the
@@ -86,7 +87,7 @@ func TestCompactionInTheHistory(t *testing.T) {
 	require.Len(t, reqs, 1)
 	require.Equal(t, body, string(reqs[0].Body), "forwarded as it came: no block, no tools")
 
-	id, ev := s.next()
+	id, ev := s.Next()
 	require.Equal(t, "2", id)
 	require.Equal(t, workspace.Compaction, ev.Kind)
 	require.Equal(t, workspace.ByClient, ev.Actor)
@@ -112,14 +113,14 @@ func TestCompactionInTheHistory(t *testing.T) {
 	code, _ = compact(t, base, "agent", body)
 	require.Equal(t, 500, code)
 	e.admin("PUT", "/admin/v1/threads/agent/objective", map[string]any{"text": "Ship it"}, 200, nil)
-	id, ev = s.next()
+	id, ev = s.Next()
 	require.Equal(t, "3", id)
 	require.Equal(t, workspace.ObjectiveSet, ev.Kind)
 
 	// The next turn: its block carries the workspace on.
 	e.up.Script(reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "agent"}, body)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	reqs = e.up.Requests()
 	require.Contains(t, string(reqs[len(reqs)-1].Body), "Run the tests")
 	var threads page[workspace.Thread]

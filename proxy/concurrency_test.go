@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -41,7 +42,7 @@ func TestConcurrentTurns(t *testing.T) {
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": thread},
 			fmt.Sprintf(`{"messages":[{"role":"user","content":%q}]}`, title))
 		if resp.StatusCode != 200 {
-			t.Errorf("turn %s: %d %s", title, resp.StatusCode, readBody(t, resp))
+			t.Errorf("turn %s: %d %s", title, resp.StatusCode, testkit.ReadBody(t, resp))
 		}
 	}
 	for i := range n {

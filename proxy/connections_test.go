@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -53,7 +54,7 @@ func TestStreamedRoundsReuseTheUpstreamConnection(t *testing.T) {
 				}
 				resp := e.post(path, map[string]string{"X-Thread-Id": "reuse-" + api}, body)
 				require.Equal(t, 200, resp.StatusCode)
-				got := readBody(t, resp)
+				got := testkit.ReadBody(t, resp)
 				require.Contains(t, got, "Noted.", "turn %d", i)
 				require.NotContains(t, got, `data: {"error"`, "turn %d", i)
 				require.NotContains(t, got, "event: error", "turn %d", i)
@@ -169,7 +170,7 @@ func TestUpstreamRequestInOneWrite(t *testing.T) {
 		}
 		resp := e.post(c.path, header, c.body)
 		require.Equal(t, 200, resp.StatusCode, c.name)
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 		assert.Equal(t, int64(1), writes.Load(), "%s: writes of one upstream request", c.name)
 	}
 }

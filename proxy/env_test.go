@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,11 +17,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
-const adminToken = "test-admin-token"
+const adminToken = testkit.AdminToken
 
 // env is a running proxy on a fresh schema in front of a scripted upstream.
 type env struct {
@@ -118,43 +116,16 @@ func (e *env) post(path string, header map[string]string, body string) *http.Res
 	return resp
 }
 
-func readBody(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
-}
-
 // admin calls the admin REST and decodes the JSON answer into out (when not nil).
 func (e *env) admin(method, path string, body any, wantStatus int, out any) {
 	e.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(e.t, err)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, e.srv.URL+path, rd)
-	require.NoError(e.t, err)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(e.t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	require.Equal(e.t, wantStatus, resp.StatusCode, "%s %s: %s", method, path, b)
-	if out != nil {
-		require.NoError(e.t, json.Unmarshal(b, out), string(b))
-	}
+	testkit.Admin(e.t, e.srv.URL, method, path, body, wantStatus, out)
 }
 
 // workspace reads a thread's workspace, named in its stored form (client~thread for a client's).
 func (e *env) workspace(thread string) workspace.Detail {
 	e.t.Helper()
-	id, err := workspace.ParseThreadID(thread)
-	require.NoError(e.t, err)
-	d, err := e.store.Workspace(id).Get(context.Background())
-	require.NoError(e.t, err)
-	return d
+	return testkit.Workspace(e.t, e.store, thread)
 }
 
 // turns is how many turns a thread has had (the admin listing's turns).

@@ -17,6 +17,7 @@ import (
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -37,7 +38,7 @@ func TestPostgresGoesAway(t *testing.T) {
 		start := time.Now()
 		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+		testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "workspace_unavailable")
 		require.Less(t, time.Since(start), 5*time.Second, "fails fast, no hang")
 	}
 	e.admin("GET", "/admin/v1/threads/away", nil, http.StatusServiceUnavailable, nil)
@@ -82,7 +83,7 @@ func TestPostgresRestartsMidTurn(t *testing.T) {
 				body = `{"stream":true,"messages":[]}`
 			}
 			resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "mid"}, body)
-			got := readBody(t, resp)
+			got := testkit.ReadBody(t, resp)
 			if stream {
 				require.Equal(t, 200, resp.StatusCode)
 				require.Contains(t, got, `"content":"Noting."`)
@@ -117,7 +118,7 @@ func TestPoolExhausted(t *testing.T) {
 	start := time.Now()
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "busy"}, `{"messages":[]}`)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	msg := requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")["message"]
+	msg := testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "workspace_unavailable")["message"]
 	require.Contains(t, msg, "in time")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "it waited for a connection")
 	held.Release()
@@ -142,7 +143,7 @@ func TestStatementTimeout(t *testing.T) {
 	require.NoError(t, err)
 	resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+	testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "workspace_unavailable")
 	require.NoError(t, tx.Rollback(context.Background()))
 
 	require.Equal(t, 200, e.post("/v1/chat/completions", th, `{"messages":[]}`).StatusCode)
@@ -245,7 +246,7 @@ func TestPostgresRefusesConnections(t *testing.T) {
 		pool.Reset() // the next operation connects anew, and is refused
 		resp := e.post("/v1/chat/completions", th, `{"messages":[]}`)
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, refuse.name)
-		requireErrorBody(t, readBody(t, resp), "server_error", "workspace_unavailable")
+		testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "server_error", "workspace_unavailable")
 		for _, rt := range routes {
 			if !strings.Contains(rt.path, "{thread}") && rt.path != "/admin/v1/threads" {
 				continue // the OpenAPI document needs no database
@@ -303,12 +304,12 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		resp := e.post("/v1/chat/completions", th, body)
 		require.Equal(t, 200, resp.StatusCode)
 		require.Empty(t, resp.Header.Get("X-Workspace"), "a turn with its workspace is not marked")
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 		require.Contains(t, string(e.up.Requests()[0].Body), "<workspace>")
 
 		fault.Cut()
 		resp = e.post("/v1/chat/completions", th, body)
-		got := readBody(t, resp)
+		got := testkit.ReadBody(t, resp)
 		require.Equal(t, 200, resp.StatusCode, got)
 		require.Equal(t, "unavailable", resp.Header.Get("X-Workspace"))
 		require.JSONEq(t, body, string(e.up.Requests()[1].Body), "forwarded as the client sent it: no block, no tools")
@@ -317,7 +318,7 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		fault.Restore()
 		require.Eventually(t, func() bool {
 			resp := e.post("/v1/chat/completions", th, body)
-			readBody(t, resp)
+			testkit.ReadBody(t, resp)
 			return resp.StatusCode == 200 && resp.Header.Get("X-Workspace") == ""
 		}, 30*time.Second, 50*time.Millisecond)
 		require.Contains(t, string(e.up.Requests()[len(e.up.Requests())-1].Body), "<workspace>", "the workspace is back")
@@ -336,7 +337,7 @@ func TestWorkspaceUnavailableBypass(t *testing.T) {
 		defer held.Release()
 		start := time.Now()
 		resp := e.post("/v1/chat/completions", th, body)
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 		waited := time.Since(start)
 		t.Logf("answered without the workspace after %s (budget 300ms, store timeout 1m)", waited)
 		require.Equal(t, 200, resp.StatusCode)
@@ -357,13 +358,13 @@ func TestDemoUnderBypass(t *testing.T) {
 	th := map[string]string{"X-Thread-Id": "named"}
 	const body = `{"model":"wsproxy-demo","messages":[{"role":"user","content":"What do you know?"}]}`
 	resp := e.post("/v1/chat/completions", th, body)
-	got := readBody(t, resp)
+	got := testkit.ReadBody(t, resp)
 	require.Equal(t, 200, resp.StatusCode, got)
 	require.Contains(t, got, "Your objective: (none yet)", "with its workspace")
 
 	fault.Cut()
 	resp = e.post("/v1/chat/completions", th, body)
-	got = readBody(t, resp)
+	got = testkit.ReadBody(t, resp)
 	require.Equal(t, 200, resp.StatusCode, got)
 	require.Equal(t, "unavailable", resp.Header.Get("X-Workspace"))
 	require.NotContains(t, got, "(no thread)")
@@ -384,36 +385,36 @@ func TestFailedTurnsAreNotTurns(t *testing.T) {
 	// Refused on its first round: nothing counted, no thread made.
 	e.up.Script(upstreamtest.JSON(400, `{"error":{"message":"Previous response with id 'resp_x' not found.","type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found"}}`))
 	resp := e.post("/v1/chat/completions", th("never"), body)
-	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 400, resp.StatusCode, testkit.ReadBody(t, resp))
 	e.admin("GET", "/admin/v1/threads/never", nil, http.StatusNotFound, nil)
 
 	// An existing thread: its count stays where its good turns left it.
 	e.up.Script(reply(cmpl("ok")))
 	resp = e.post("/v1/chat/completions", th("kept"), body)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	e.up.Script(upstreamtest.JSON(400, `{"error":{"message":"bad","type":"invalid_request_error"}}`))
 	resp = e.post("/v1/chat/completions", th("kept"), body)
-	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 400, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, 1, e.turns("kept"))
 
 	// Failed after a round reached the model: the turn counts, its call stays.
 	e.up.Script(reply(cmpl("", call{ID: "a", Name: "add_preferences", Arguments: `{"items":[{"title":"Tabs"}],"action_and_reasoning":"asked"}`})),
 		upstreamtest.JSON(400, `{"error":{"message":"bad","type":"invalid_request_error"}}`))
 	resp = e.post("/v1/chat/completions", th("kept"), body)
-	require.Equal(t, 400, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 400, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, 2, e.turns("kept"), "the turn reached its model")
 	require.Equal(t, []string{"Tabs"}, e.titles("kept"))
 
 	// A first round cut off before its client had a byte of it: a plain error, no turn.
 	e.up.Script(upstreamtest.StreamRaw([]string{"data: " + upstreamtest.Chunk("c1", "Hel", "") + "\n\n"}))
 	resp = e.post("/v1/chat/completions", th("kept"), `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusBadGateway, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, 2, e.turns("kept"))
 
 	// The upstream unreachable: nothing counted, no thread made.
 	e.up.Close()
 	resp = e.post("/v1/chat/completions", th("unreached"), body)
-	require.Equal(t, http.StatusBadGateway, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, testkit.ReadBody(t, resp))
 	e.admin("GET", "/admin/v1/threads/unreached", nil, http.StatusNotFound, nil)
 	require.Equal(t, 2, e.turns("kept"))
 	require.Equal(t, 2.0, testutil.ToFloat64(e.opts().Metrics.turns.WithLabelValues("turn")), "the turns that reached their model")

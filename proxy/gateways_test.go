@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -145,7 +146,7 @@ func TestLiteLLMGateway(t *testing.T) {
 			h[k] = v
 		}
 		resp := e.post("/v1/chat/completions", h, gatewayTurn)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		reqs := e.up.Requests()[before:]
 		require.Len(t, reqs, 2, "a tool round, then the answer")
@@ -231,7 +232,7 @@ func TestLiteLLMGateway(t *testing.T) {
 		resp := e.post("/threads/litellm-messages/v1/messages", map[string]string{
 			"x-api-key": "sk-litellm-alice", "anthropic-version": "2023-06-01", "x-litellm-tags": "team-a"},
 			`{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"I prefer small hotels."}]}`)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		reqs := e.up.Requests()[before:]
 		require.Len(t, reqs, 2)
@@ -280,7 +281,7 @@ func TestLiteLLMGatewayKeys(t *testing.T) {
 				"x-litellm-api-key": "Bearer sk-litellm-alice",
 				"x-litellm-tags":    "team-a",
 			}, gatewayTurn)
-			body := readBody(t, resp)
+			body := testkit.ReadBody(t, resp)
 			require.Equal(t, http.StatusOK, resp.StatusCode, body)
 			require.Equal(t, "call-2", resp.Header.Get("x-litellm-call-id"))
 			reqs := e.up.Requests()
@@ -399,7 +400,7 @@ func TestOpenRouterGateway(t *testing.T) {
 		)
 		before := len(e.up.Requests())
 		resp := e.post("/threads/openrouter-json/v1/chat/completions", client, gatewayTurn)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, http.StatusOK, resp.StatusCode, body)
 		reqs := e.up.Requests()[before:]
 		require.Len(t, reqs, 2)

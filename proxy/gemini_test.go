@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genai"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 )
@@ -174,10 +175,10 @@ func TestGeminiClientKeys(t *testing.T) {
 	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`
 
 	resp := e.post("/threads/k/v1beta/models/gemini-2.5-flash:generateContent", map[string]string{"X-Goog-Api-Key": "sk-alice-secret"}, body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	resp = e.post("/threads/k/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=sk-alice-secret", nil, body)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, readBody(t, resp), `"finishReason":"STOP"`)
+	require.Contains(t, testkit.ReadBody(t, resp), `"finishReason":"STOP"`)
 	for _, r := range e.up.Requests() {
 		require.Equal(t, "AIza-operator", r.Header.Get("X-Goog-Api-Key"))
 		require.NotContains(t, r.Path, "sk-alice")
@@ -195,7 +196,7 @@ func TestGeminiClientKeys(t *testing.T) {
 			Status  string `json:"status"`
 		} `json:"error"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &gerr))
+	require.NoError(t, json.Unmarshal([]byte(testkit.ReadBody(t, resp)), &gerr))
 	require.Equal(t, 401, gerr.Error.Code)
 	require.Equal(t, "UNAUTHENTICATED", gerr.Error.Status)
 
@@ -224,7 +225,7 @@ func TestGeminiErrors(t *testing.T) {
 	for _, method := range []string{"generateContent", "streamGenerateContent?alt=sse"} {
 		resp := e.post("/threads/ge/v1beta/models/gemini-2.5-pro:"+method, nil, `{"contents":[{"parts":[{"text":"hi"}]}]}`)
 		require.Equal(t, 429, resp.StatusCode)
-		require.Equal(t, quota, readBody(t, resp))
+		require.Equal(t, quota, testkit.ReadBody(t, resp))
 	}
 
 	// An error chunk inside the stream reaches the client as it came.
@@ -232,7 +233,7 @@ func TestGeminiErrors(t *testing.T) {
 	e.up.Script(upstreamtest.StreamRaw([]string{`data: {"candidates":[{"content":{"role":"model","parts":[{"text":"Hel"}]}}]}` + "\r\n\r\n", "data: " + chunk + "\r\n\r\n"}))
 	resp := e.post("/threads/ge/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", nil, `{"contents":[{"parts":[{"text":"hi"}]}]}`)
 	require.Equal(t, 200, resp.StatusCode)
-	got := readBody(t, resp)
+	got := testkit.ReadBody(t, resp)
 	require.True(t, strings.HasSuffix(got, "data: "+chunk+"\n\n"), got)
 }
 
@@ -245,7 +246,7 @@ func TestGeminiSideRequest(t *testing.T) {
 	body := `{"contents":[{"role":"user","parts":[{"text":"route this"}]}],  "generationConfig":{"responseMimeType":"application/json","responseJsonSchema":{"type":"object"}},"systemInstruction":{"parts":[{"text":"You are a router."}]}}`
 	resp := e.post("/threads/side/v1beta/models/gemini-2.5-flash-lite:generateContent", nil, body)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Contains(t, readBody(t, resp), "model_choice")
+	require.Contains(t, testkit.ReadBody(t, resp), "model_choice")
 	require.Equal(t, body, string(e.up.Requests()[0].Body))
 	require.Equal(t, 1.0, counterValue(t, e, "side"))
 }
@@ -365,7 +366,7 @@ func TestGeminiProtoNamesThroughATurn(t *testing.T) {
 	body := `{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"system_instruction":{"parts":[{"text":"Be brief."}]},` +
 		`"tools":[{"function_declarations":[{"name":"read_file"}]}],"tool_config":{"function_calling_config":{"mode":"ANY"}}}`
 	resp := e.post("/threads/proto/v1beta/models/gemini-2.5-pro:generateContent", map[string]string{"X-Workspace-Placement": "system"}, body)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	sent := e.up.Requests()[0].JSON(t)
 	require.NotContains(t, sent, "systemInstruction", "one system instruction")
 	require.NotContains(t, sent, "toolConfig", "one tool config")
@@ -376,7 +377,7 @@ func TestGeminiProtoNamesThroughATurn(t *testing.T) {
 
 	for _, gc := range []string{`"generation_config":{"candidate_count":2}`, `"generationConfig":{"candidateCount":"2"}`, `"generationConfig":{"candidateCount":2.0}`} {
 		resp := e.post("/threads/proto/v1beta/models/gemini-2.5-pro:generateContent", nil, `{"contents":[{"parts":[{"text":"hi"}]}],`+gc+`}`)
-		got := readBody(t, resp)
+		got := testkit.ReadBody(t, resp)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", gc, got)
 		require.Contains(t, got, "candidateCount", gc)
 	}

@@ -1,19 +1,14 @@
 package proxy
 
 import (
-	"bufio"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/cookiejar"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -115,94 +110,12 @@ func twoReplicas(t *testing.T) (*env, *env) {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// sseReader reads an admin event stream.
-type sseReader struct {
-	t    testing.TB
-	resp *http.Response
-	rd   *bufio.Reader
-}
-
 // openStream opens thread's event stream at base, with Last-Event-ID lastID and ?after=after
 // when they are not empty.
-func (e *env) openStream(base, thread, lastID, after string) *sseReader {
+func (e *env) openStream(base, thread, lastID, after string) *testkit.EventStream {
 	e.t.Helper()
-	u := base + "/admin/v1/threads/" + thread + "/events/stream"
-	if after != "" {
-		u += "?after=" + after
-	}
-	req, err := http.NewRequest("GET", u, nil)
-	require.NoError(e.t, err)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	resp, err := http.DefaultClient.Do(req) // returns with the headers: they come at once
-	require.NoError(e.t, err)
-	require.Equal(e.t, 200, resp.StatusCode)
-	require.Equal(e.t, "text/event-stream", resp.Header.Get("Content-Type"))
-	e.t.Cleanup(func() { resp.Body.Close() })
-	return &sseReader{t: e.t, resp: resp, rd: bufio.NewReader(resp.Body)}
+	return testkit.OpenStream(e.t, base, thread, lastID, after)
 }
 
-// next reads the next event: its id and data.
-func (s *sseReader) next() (string, workspace.Event) {
-	s.t.Helper()
-	var id string
-	for {
-		line, err := s.rd.ReadString('\n')
-		require.NoError(s.t, err)
-		line = strings.TrimSuffix(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "data: "):
-			var ev workspace.Event
-			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
-			require.Equal(s.t, id, itoa(ev.ID))
-			return id, ev
-		}
-	}
-}
-
-// panelClient is a browser-like client: a cookie jar, and the headers a same-origin page sends.
-type panelClient struct {
-	t    testing.TB
-	base string
-	http *http.Client
-	csrf string
-}
-
-func (e *env) panelClient() *panelClient {
-	jar, err := cookiejar.New(nil)
-	require.NoError(e.t, err)
-	return &panelClient{t: e.t, base: e.srv.URL, http: &http.Client{Jar: jar}}
-}
-
-func (c *panelClient) do(method, path, body string, header map[string]string) (int, string) {
-	c.t.Helper()
-	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
-	require.NoError(c.t, err)
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.http.Do(req)
-	require.NoError(c.t, err)
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// write sends a write as the panel's page does: same origin, with the CSRF token.
-func (c *panelClient) write(method, path, body string) (int, string) {
-	return c.do(method, path, body, map[string]string{"X-CSRF-Token": c.csrf, "Origin": c.base, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"})
-}
-
-func (c *panelClient) signIn(token string) int {
-	code, body := c.do("POST", "/ui/session", `{"token":"`+token+`"}`, map[string]string{"Content-Type": "application/json"})
-	if code == 200 {
-		var s struct{ CSRF string }
-		require.NoError(c.t, json.Unmarshal([]byte(body), &s))
-		c.csrf = s.CSRF
-	}
-	return code
-}
+// panelClient is a panel client of the proxy.
+func (e *env) panelClient() *testkit.PanelClient { return testkit.NewPanelClient(e.t, e.srv.URL) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -20,7 +21,7 @@ func (e *env) do(method, path string, header map[string]string, body string) (*h
 	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(e.t, err)
-	b := readBody(e.t.(*testing.T), resp)
+	b := testkit.ReadBody(e.t.(*testing.T), resp)
 	return resp, b
 }
 
@@ -42,7 +43,7 @@ func TestPathEscapeRefused(t *testing.T) {
 	} {
 		resp, body := e.do("GET", path, nil, "")
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
-		requireErrorBody(t, body, "invalid_request_error", "invalid_path")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_path")
 	}
 	require.Empty(t, e.up.Requests(), "nothing reached the upstream")
 
@@ -80,7 +81,7 @@ func TestClientKeysScopeUpstreamObjects(t *testing.T) {
 	} {
 		resp, body := e.do(rt.method, rt.path, alice, "")
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, rt)
-		requireErrorBody(t, body, "invalid_request_error", "route_not_allowed")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "route_not_allowed")
 	}
 	require.Empty(t, e.up.Requests())
 
@@ -151,19 +152,19 @@ func TestClientHeadersNotForwarded(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	requireErrorBody(t, readBody(t, resp), "invalid_request_error", "thread_mismatch")
+	testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "invalid_request_error", "thread_mismatch")
 
 	req, _ = http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", strings.NewReader(`{"messages":[]}`))
 	req.Header.Add("X-Thread-Id", "")
 	req.Header.Add("X-Thread-Id", "second")
 	resp, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	readBody(t, resp)
+	testkit.ReadBody(t, resp)
 	require.Equal(t, "second", resp.Header.Get("X-Thread-Id"), "an empty first header does not turn the workspace off")
 
 	resp, body := e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": "t", "X-Workspace-Placement": "middle"}, `{"messages":[]}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	requireErrorBody(t, body, "invalid_request_error", "invalid_placement")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_placement")
 
 	for _, scheme := range []string{"bearer", "BEARER", "Bearer"} {
 		resp, _ := e.do("GET", "/admin/v1/threads", map[string]string{"Authorization": scheme + " " + adminToken}, "")
@@ -185,28 +186,28 @@ func TestErrorsInOneShape(t *testing.T) {
 		resp, body := e.do(c.method, c.path, map[string]string{"Authorization": "Bearer " + adminToken}, "")
 		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, "%s %s: %s", c.method, c.path, body)
 		require.Equal(t, c.allow, resp.Header.Get("Allow"), c.path)
-		require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "method_not_allowed")["message"], c.allow)
+		require.Contains(t, testkit.RequireErrorBody(t, body, "invalid_request_error", "method_not_allowed")["message"], c.allow)
 	}
 	resp, body := e.do("GET", "/nowhere", nil, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
-	requireErrorBody(t, body, "invalid_request_error", "not_found")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")
 
 	resp, body = e.do("POST", "/v1/chat/completions", map[string]string{"X-Thread-Id": "t"}, `{"messages": [}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Equal(t, "the request body is not valid JSON: invalid character '}' looking for beginning of value at byte 15",
-		requireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"])
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"])
 	resp, body = e.do("POST", "/admin/v1/threads/t/preferences", map[string]string{"Authorization": "Bearer " + adminToken}, `{"title": "x"`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"], "at byte 13")
+	require.Contains(t, testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_json")["message"], "at byte 13")
 
 	auth := map[string]string{"Authorization": "Bearer " + adminToken}
 	resp, body = e.do("GET", "/admin/v1/threads/no-such-thread", auth, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
-	require.Equal(t, `no thread "no-such-thread"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+	require.Equal(t, `no thread "no-such-thread"`, testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
 	e.admin("POST", "/admin/v1/threads/known/preferences", map[string]any{"title": "x"}, http.StatusCreated, nil)
 	resp, body = e.do("DELETE", "/admin/v1/threads/known/preferences/999", auth, "")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, body)
-	require.Equal(t, `thread "known" has no preference "999"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+	require.Equal(t, `thread "known" has no preference "999"`, testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
 }
 
 // TestThreadPathEscapeRefused: every route that builds its upstream path from the client's

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -23,11 +24,7 @@ func (e *env) preferencesOf(thread string, titles ...string) []workspace.Prefere
 
 func (e *env) titles(thread string) []string {
 	e.t.Helper()
-	var out []string
-	for _, p := range e.workspace(thread).Preferences {
-		out = append(out, p.Title)
-	}
-	return out
+	return testkit.Titles(e.t, e.store, thread)
 }
 
 // toolResults are the tool messages of the n-th upstream request, after its last assistant
@@ -56,7 +53,7 @@ func TestIndicesOfOneRoundNameTheListShown(t *testing.T) {
 		reply(cmpl("Done.")),
 	)
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "shown"}, `{"model":"m","messages":[{"role":"user","content":"go"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, []string{`{"ok":true,"result":"removed #1 \"A\""}`, `{"ok":true,"result":"updated #2 \"B2\""}`}, e.toolResults(1))
 	require.Equal(t, []string{`{"ok":true,"result":"updated #2 \"C\""}`}, e.toolResults(2))
 	d := e.workspace("shown")
@@ -90,7 +87,7 @@ func TestALaterRoundNamesWhatTheModelSaw(t *testing.T) {
 		reply(cmpl("Done.")),
 	)
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "later"}, `{"model":"m","messages":[{"role":"user","content":"go"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, 204, <-deleted, "the user's removal of B")
 	require.Equal(t, []string{`{"ok":true,"result":"removed #1 \"A\""}`}, e.toolResults(1))
 	require.Equal(t, []string{`{"ok":true,"result":"changed since it was shown; call list_preferences: #1 \"B\""}`}, e.toolResults(2))
@@ -123,7 +120,7 @@ func TestIndicesSurviveAUserEdit(t *testing.T) {
 		reply(cmpl("Done.")),
 	)
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "edited"}, `{"model":"m","messages":[{"role":"user","content":"go"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, []string{
 		`{"ok":true,"result":"removed #2 \"B\"; changed since it was shown; call list_preferences: #1 \"A\""}`,
 		`{"ok":true,"result":"updated #3 \"C\"; changed since it was shown; call list_preferences: #4 \"D\""}`,

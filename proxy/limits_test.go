@@ -16,6 +16,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/limits"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -55,7 +56,7 @@ type limitedCase struct {
 }
 
 func openAIShape(code string) func(t *testing.T, body string) {
-	return func(t *testing.T, body string) { requireErrorBody(t, body, "rate_limit_error", code) }
+	return func(t *testing.T, body string) { testkit.RequireErrorBody(t, body, "rate_limit_error", code) }
 }
 
 func anthropicShape(t *testing.T, body string) {
@@ -160,7 +161,7 @@ func openAIStream(chunks ...string) upstreamtest.Reply {
 // nothing sent upstream.
 func requireLimited(t *testing.T, e *env, c limitedCase, resp *http.Response, before int, window time.Duration) {
 	t.Helper()
-	body := readBody(t, resp)
+	body := testkit.ReadBody(t, resp)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "%s: %s", c.name, body)
 	c.shape(t, body)
 	secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
@@ -185,7 +186,7 @@ func TestRequestsPerMinuteOnEveryRoute(t *testing.T) {
 		key := limitsKey(fmt.Sprintf("c%d", i))
 		e.up.Script(c.answer)
 		resp := c.send(e, key)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.name, readBody(t, resp))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.name, testkit.ReadBody(t, resp))
 		_, _ = io.Copy(io.Discard, resp.Body)
 		before := len(e.up.Requests())
 		requireLimited(t, e, c, c.send(e, key), before, time.Minute)
@@ -197,7 +198,7 @@ func TestRequestsPerMinuteOnEveryRoute(t *testing.T) {
 	// MCP: each request of the client's key counts.
 	mcpKey := limitsKey("mcp")
 	for range 2 {
-		status, body := mcpRaw(t, e.srv.URL, mcpKey, mcpLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
+		status, body := mcpRaw(t, e.srv.URL, mcpKey, testkit.MCPLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
 		require.Equal(t, http.StatusOK, status, body)
 	}
 	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
@@ -211,7 +212,7 @@ func TestRequestsPerMinuteOnEveryRoute(t *testing.T) {
 	requireLimited(t, e, mcpCase, resp, len(e.up.Requests()), time.Minute)
 	// The admin's token over MCP is no client's.
 	for range 3 {
-		status, body := mcpRaw(t, e.srv.URL, adminToken, mcpLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
+		status, body := mcpRaw(t, e.srv.URL, adminToken, testkit.MCPLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
 		require.Equal(t, http.StatusOK, status, body)
 	}
 
@@ -242,7 +243,7 @@ func TestTokensPerDayOnEveryRoute(t *testing.T) {
 		client := fmt.Sprintf("c%d", i)
 		e.up.Script(c.answer)
 		resp := c.send(e, limitsKey(client))
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.name, readBody(t, resp))
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", c.name, testkit.ReadBody(t, resp))
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		// The tokens count as the answer ends, after its last byte went out.
@@ -251,7 +252,7 @@ func TestTokensPerDayOnEveryRoute(t *testing.T) {
 		before := len(e.up.Requests())
 		requireLimited(t, e, c, c.send(e, limitsKey(client)), before, 24*time.Hour)
 	}
-	status, _ := mcpRaw(t, e.srv.URL, limitsKey("c0"), mcpLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
+	status, _ := mcpRaw(t, e.srv.URL, limitsKey("c0"), testkit.MCPLegacy, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, nil)
 	require.Equal(t, http.StatusTooManyRequests, status)
 	require.Equal(t, int64(15), e.proxy.ClientUsage("c0").TokensToday, "the chat turn's prompt and completion tokens")
 	require.Equal(t, int64(21), e.proxy.ClientUsage("c10").TokensToday, "the Messages API's input, cache reads and writes, and output")
@@ -274,12 +275,12 @@ func TestStreamedChatPassThroughAsksForUsage(t *testing.T) {
 	require.NoError(t, err)
 	straight, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	want := readBody(t, straight)
+	want := testkit.ReadBody(t, straight)
 	require.NotContains(t, want, "usage")
 
 	resp := e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer " + limitsKey("alice")}, body)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, want, readBody(t, resp), "the client's stream is the upstream's without what wsproxy asked")
+	require.Equal(t, want, testkit.ReadBody(t, resp), "the client's stream is the upstream's without what wsproxy asked")
 	sent := e.up.Requests()[1].JSON(t)
 	require.Equal(t, map[string]any{"include_usage": true}, sent["stream_options"], "wsproxy asked for the usage")
 	require.Eventually(t, func() bool { return e.proxy.ClientUsage("alice").TokensToday == 15 }, 10*time.Second, 5*time.Millisecond)
@@ -290,10 +291,10 @@ func TestStreamedChatPassThroughAsksForUsage(t *testing.T) {
 	require.NoError(t, err)
 	straight, err = http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	want = readBody(t, straight)
+	want = testkit.ReadBody(t, straight)
 	require.Contains(t, want, `"usage":{"prompt_tokens":10`)
 	resp = e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer " + limitsKey("alice")}, asked)
-	require.Equal(t, want, readBody(t, resp))
+	require.Equal(t, want, testkit.ReadBody(t, resp))
 	require.Eventually(t, func() bool { return e.proxy.ClientUsage("alice").TokensToday == 30 }, 10*time.Second, 5*time.Millisecond)
 }
 
@@ -308,9 +309,9 @@ func TestMaxThreads(t *testing.T) {
 	before := len(e.up.Requests())
 	resp := e.post("/threads/other/v1/chat/completions", map[string]string{"Authorization": "Bearer " + limitsKey("alice")},
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	body := readBody(t, resp)
+	body := testkit.ReadBody(t, resp)
 	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
-	requireErrorBody(t, body, "rate_limit_error", "max_threads_exceeded")
+	testkit.RequireErrorBody(t, body, "rate_limit_error", "max_threads_exceeded")
 	require.Len(t, e.up.Requests(), before)
 	var n int
 	require.NoError(t, e.pool.QueryRow(context.Background(), `SELECT count(*) FROM threads WHERE id LIKE 'alice~%'`).Scan(&n))

@@ -17,52 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/tools"
 )
-
-// The protocol versions the Go SDK's client speaks to /mcp: the SDK's latest (sessionless,
-// server/discover, subscriptions/listen) and the last one with an initialize handshake, which
-// the TypeScript SDK and Claude Code speak.
-const (
-	mcpLatest = "2026-07-28"
-	mcpLegacy = "2025-11-25"
-)
-
-// bearer sends every request with Authorization: Bearer token.
-type bearer string
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+string(b))
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-// mcpDial connects the Go SDK's client to base's /mcp with token, speaking protocol.
-func mcpDial(base, token, protocol string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "wsproxy-test", Version: "1"}, opts)
-	transport := &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer(token)},
-		MaxRetries: -1, DisableStandaloneSSE: true}
-	return client.Connect(context.Background(), transport, &mcp.ClientSessionOptions{ProtocolVersion: protocol})
-}
-
-func mcpConnect(t testing.TB, base, token, protocol string, opts *mcp.ClientOptions) *mcp.ClientSession {
-	t.Helper()
-	cs, err := mcpDial(base, token, protocol, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
-}
-
-// mcpCall calls a tool and returns its result's text and whether it is a tool error.
-func mcpCall(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	require.NoError(t, err, name)
-	require.Len(t, res.Content, 1, name)
-	text, ok := res.Content[0].(*mcp.TextContent)
-	require.True(t, ok, "%s: %T", name, res.Content[0])
-	return text.Text, res.IsError
-}
 
 // mintMCPToken makes a thread token of thread (stored form) through the admin REST.
 func mintMCPToken(t *testing.T, e *env, thread string, ttlSeconds int) (token string, id int64, expires time.Time) {
@@ -107,20 +64,20 @@ func TestMCPLockedAsOnTheProxyPath(t *testing.T) {
 	update := `{"updates":[{"index":1,"title":"Casual tone"}],"action_and_reasoning":"the user asked"}`
 	e.up.Script(reply(cmpl("", call{ID: "c1", Name: "update_preferences", Arguments: update})), reply(cmpl("done")))
 	resp := e.post("/threads/locked-proxy/v1/chat/completions", nil, `{"model":"m","messages":[{"role":"user","content":"casual please"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	var envelope tools.Envelope
 	msgs := messages(e.upstreamRequest(1))
 	require.NoError(t, json.Unmarshal([]byte(msgs[len(msgs)-1]["content"].(string)), &envelope))
 
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
 	var args map[string]any
 	require.NoError(t, json.Unmarshal([]byte(update), &args))
 	args["thread"] = "locked-mcp"
-	text, isError := mcpCall(t, cs, "update_preferences", args)
+	text, isError := testkit.MCPCall(t, cs, "update_preferences", args)
 	require.False(t, isError)
 	require.Equal(t, envelope.Result, text, "the proxy path's result")
 	require.Contains(t, text, "locked, ask the user to unlock first")
-	text, _ = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": "locked-mcp", "indices": []any{1}, "action_and_reasoning": "asked"})
+	text, _ = testkit.MCPCall(t, cs, "remove_preferences", map[string]any{"thread": "locked-mcp", "indices": []any{1}, "action_and_reasoning": "asked"})
 	require.Contains(t, text, "locked, ask the user to unlock first")
 
 	d := e.workspace("locked-mcp")
@@ -138,27 +95,6 @@ func TestMCPLockedAsOnTheProxyPath(t *testing.T) {
 	require.NotNil(t, events.Data[1].Turn)
 }
 
-// mcpPost sends a raw initialize request to /mcp with the Authorization header auth ("" none),
-// from the address from (X-Forwarded-For, believed from a trusted proxy; "" for none).
-func mcpPost(t *testing.T, base, auth, from string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	if from != "" {
-		req.Header.Set("X-Forwarded-For", from)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
-}
-
 // TestMCPSubscriptionAcrossReplicas: a client subscribed to a workspace on one replica is told
 // when a proxied turn on another replica (same database) changes it, once, and reads the
 // change; its deletion is told too. Subscriptions need MCP 2026-07-28 (the server keeps no session to send an earlier
@@ -171,7 +107,7 @@ func TestMCPSubscriptionAcrossReplicas(t *testing.T) {
 	withKeys := func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = keys, "sk-up" }
 	a, b := setupWithPool(t, pool, withKeys), setupWithPool(t, pool, withKeys)
 	updated := make(chan string, 100)
-	cs := mcpConnect(t, a.srv.URL, "key-alice", mcpLatest, &mcp.ClientOptions{
+	cs := testkit.MCPConnect(t, a.srv.URL, "key-alice", testkit.MCPLatest, &mcp.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
 	})
 	require.NoError(t, cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "workspace://watched"}))
@@ -185,7 +121,7 @@ func TestMCPSubscriptionAcrossReplicas(t *testing.T) {
 	b.up.Script(reply(cmpl("", call{ID: "c1", Name: "add_preferences", Arguments: `{"items":[{"title":"From b"}],"action_and_reasoning":"stated"}`})), reply(cmpl("ok")))
 	resp := b.post("/threads/watched/v1/chat/completions", map[string]string{"Authorization": "Bearer key-alice"},
 		`{"model":"m","messages":[{"role":"user","content":"I prefer things from b"}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	awaitUpdate(t, updated, "workspace://watched")
 	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://watched"})
 	require.NoError(t, err)
@@ -205,12 +141,12 @@ func TestMCPSubscriptionAcrossReplicas(t *testing.T) {
 	b.admin("DELETE", "/admin/v1/threads/alice~watched", nil, 204, nil)
 	awaitUpdate(t, updated, "workspace://watched")
 
-	legacy := mcpConnect(t, a.srv.URL, "key-alice", mcpLegacy, nil)
+	legacy := testkit.MCPConnect(t, a.srv.URL, "key-alice", testkit.MCPLegacy, nil)
 	err = legacy.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "workspace://watched"})
 	require.ErrorContains(t, err, "2026-07-28")
 
 	// subscriptions/listen of another's resource (raw: the SDK's client opens it in the background).
-	status, body := mcpRaw(t, a.srv.URL, "key-alice", mcpLatest, `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
+	status, body := mcpRaw(t, a.srv.URL, "key-alice", testkit.MCPLatest, `{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
 		`"notifications":{"resourceSubscriptions":["workspace://bob~t1"]},`+
 		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`,
 		map[string]string{"Mcp-Method": "subscriptions/listen"})
@@ -254,9 +190,9 @@ func awaitSubscribed(t *testing.T, e *env, thread, uri string, updated <-chan st
 func TestMCPMetrics(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-	mcpCall(t, cs, "add_preferences", map[string]any{"thread": "metered", "items": []any{map[string]any{"title": "One"}}, "action_and_reasoning": "stated"})
-	mcpCall(t, cs, "add_preferences", map[string]any{"thread": "metered", "items": []any{}})
+	cs := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
+	testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": "metered", "items": []any{map[string]any{"title": "One"}}, "action_and_reasoning": "stated"})
+	testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": "metered", "items": []any{}})
 	text := scrape(t, e)
 	require.Contains(t, text, `wsproxy_tool_calls_total{outcome="ok",tool="add_preferences",via="mcp"} 1`)
 	require.Contains(t, text, `wsproxy_tool_calls_total{outcome="error",tool="add_preferences",via="mcp"} 1`)
@@ -288,7 +224,7 @@ func mcpRaw(t *testing.T, base, token, protocol, message string, header map[stri
 // mcpRawCall posts one tools/call (protocol 2025-11-25).
 func mcpRawCall(t *testing.T, base, token, tool, args string, header map[string]string) (int, string) {
 	t.Helper()
-	return mcpRaw(t, base, token, mcpLegacy, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+tool+`","arguments":`+args+`}}`, header)
+	return mcpRaw(t, base, token, testkit.MCPLegacy, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"`+tool+`","arguments":`+args+`}}`, header)
 }
 
 // TestMCPTrace: an MCP tool call is a span named as GenAI's execute_tool, below the request's
@@ -372,8 +308,8 @@ func TestMCPBatchBoundIsTheRounds(t *testing.T) {
 func TestMCPOff(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(o *Options) { o.DisableMCP = true })
-	resp := mcpPost(t, e.srv.URL, "Bearer "+adminToken, "")
-	require.Equal(t, 404, resp.StatusCode, readBody(t, resp))
+	resp := testkit.MCPPost(t, e.srv.URL, "Bearer "+adminToken, "")
+	require.Equal(t, 404, resp.StatusCode, testkit.ReadBody(t, resp))
 	e.admin("PUT", "/admin/v1/threads/off/objective", map[string]any{"text": "No MCP"}, 200, nil)
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "mcp"}, 409, nil)
 	e.admin("POST", "/admin/v1/threads/off/links", map[string]any{"kind": "other"}, 400, nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -289,7 +290,7 @@ func TestMessagesCountTokens(t *testing.T) {
 	resp := e.post("/threads/ct/v1/messages/count_tokens?beta=true", map[string]string{"Anthropic-Version": "2023-06-01"},
 		`{"model":"claude-test","messages":[{"role":"user","content":"hi"}],"tools":[{"name":"Bash","input_schema":{"type":"object"}}]}`)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, `{"input_tokens":321}`, readBody(t, resp))
+	require.Equal(t, `{"input_tokens":321}`, testkit.ReadBody(t, resp))
 	req := e.up.Requests()[0]
 	require.Equal(t, "/v1/messages/count_tokens?beta=true", req.Path)
 	require.Equal(t, "2023-06-01", req.Header.Get("Anthropic-Version"))
@@ -301,7 +302,7 @@ func TestMessagesCountTokens(t *testing.T) {
 	require.Zero(t, e.turns("ct"), "no turn counted")
 
 	resp = e.post("/v1/messages/count_tokens", nil, `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, `{"input_tokens":12}`, readBody(t, resp))
+	require.Equal(t, `{"input_tokens":12}`, testkit.ReadBody(t, resp))
 	require.Equal(t, `{"model":"claude-test","messages":[{"role":"user","content":"hi"}]}`, string(e.up.Requests()[1].Body))
 }
 
@@ -351,7 +352,7 @@ func TestMessagesErrors(t *testing.T) {
 			}
 			resp := e.post(tt.path, h, tt.body)
 			require.Equal(t, tt.status, resp.StatusCode)
-			got := decodeAnthropicError(t, readBody(t, resp))
+			got := decodeAnthropicError(t, testkit.ReadBody(t, resp))
 			require.Equal(t, tt.typ, got.Error.Type)
 			require.Contains(t, got.Error.Message, tt.message)
 		})
@@ -379,7 +380,7 @@ func TestMessagesUpstreamErrors(t *testing.T) {
 	e.up.Script(upstreamtest.JSON(529, overloaded))
 	resp := e.post("/threads/ue/v1/messages", nil, `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, 529, resp.StatusCode)
-	require.Equal(t, overloaded, readBody(t, resp))
+	require.Equal(t, overloaded, testkit.ReadBody(t, resp))
 
 	first := upstreamtest.MessageReply{ID: "msg_1", Blocks: []upstreamtest.Block{upstreamtest.ToolUseBlock("toolu_1", "list_preferences", `{}`)}}
 	e.up.Script(upstreamtest.Messages(first), upstreamtest.StreamRaw([]string{
@@ -453,7 +454,7 @@ func TestMessagesPassThrough(t *testing.T) {
 	e.up.Script(upstreamtest.JSON(200, `{"id":"msg_p","type":"message"}`))
 	resp := e.post("/v1/messages?beta=true", map[string]string{"Anthropic-Version": "2023-06-01", "Anthropic-Beta": "a,b", "X-Api-Key": "sk-ant-client"}, body)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, `{"id":"msg_p","type":"message"}`, readBody(t, resp))
+	require.Equal(t, `{"id":"msg_p","type":"message"}`, testkit.ReadBody(t, resp))
 	r := e.up.Requests()[0]
 	require.Equal(t, "/v1/messages?beta=true", r.Path)
 	require.Equal(t, body, string(r.Body))
@@ -501,13 +502,13 @@ func TestThreadHeaders(t *testing.T) {
 		{map[string]string{"X-Gemini-Session-Id": "", "Session-Id": "c2"}, "c2"},
 	} {
 		resp := e.post("/v1/chat/completions", tt.header, body)
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 		require.Equal(t, 200, resp.StatusCode)
 		require.Equal(t, tt.want, resp.Header.Get("X-Thread-Id"), "%v", tt.header)
 	}
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Gemini-Session-Id": "not a thread id"}, body)
 	require.Equal(t, 400, resp.StatusCode)
-	requireErrorBody(t, readBody(t, resp), "invalid_request_error", "invalid_thread_id")
+	testkit.RequireErrorBody(t, testkit.ReadBody(t, resp), "invalid_request_error", "invalid_thread_id")
 }
 
 // TestMessagesKeepalivePing: while the proxy runs a round the client cannot see, the client
@@ -572,7 +573,7 @@ func TestMessagesPlacementClaudeCode(t *testing.T) {
 	for _, thread := range []string{"cc-a", "cc-b"} {
 		resp := e.post("/threads/"+thread+"/v1/messages?beta=true", map[string]string{"Anthropic-Beta": "claude-code-20250219"}, string(body))
 		require.Equal(t, 200, resp.StatusCode)
-		require.Contains(t, readBody(t, resp), "event: message_stop")
+		require.Contains(t, testkit.ReadBody(t, resp), "event: message_stop")
 	}
 	reqs := e.up.Requests()
 	require.Equal(t, "/v1/messages?beta=true", reqs[0].Path)
@@ -666,7 +667,7 @@ func TestMessagesPlacement(t *testing.T) {
 				h["X-Workspace-Placement"] = tt.placement
 			}
 			resp := e.post("/v1/messages", h, body+"}")
-			require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+			require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 			reqs := e.up.Requests()
 			sent := members(t, reqs[len(reqs)-1].Body)
 			block := "INSTR\n\n" + workspace.RenderBlock("", nil, nil)
@@ -692,7 +693,7 @@ func TestMessagesUpstreamUnreachableNamed(t *testing.T) {
 	e := setup(t, func(o *Options) { o.Upstreams["anthropic"] = Upstream{URL: &url.URL{Scheme: "http", Host: host}} })
 	for _, h := range []map[string]string{{"X-Thread-Id": "t"}, nil} {
 		resp := e.post("/v1/messages", h, `{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
 		require.Contains(t, body, "the upstream at "+host+" could not be reached")
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 )
 
 func scrape(t *testing.T, e *env) string {
@@ -23,7 +24,7 @@ func scrape(t *testing.T, e *env) string {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
-	return readBody(t, resp)
+	return testkit.ReadBody(t, resp)
 }
 
 func TestMetrics(t *testing.T) {
@@ -84,7 +85,7 @@ func TestToolRoundsCountAMixedRound(t *testing.T) {
 		call{ID: "c1", Name: "get_weather", Arguments: `{"city":"Paris"}`})))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "mixed"},
 		`{"messages":[{"role":"user","content":"Weather in Paris, in Celsius."}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	var got []string
 	for _, line := range strings.Split(scrape(t, e), "\n") {
 		if strings.HasPrefix(line, `wsproxy_tool_rounds_bucket{le="0"}`) || strings.HasPrefix(line, "wsproxy_tool_rounds_sum") ||
@@ -108,7 +109,7 @@ func TestToolRoundsExhaustedCounted(t *testing.T) {
 	)
 	for _, thread := range []string{"bounded", "within"} {
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": thread}, `{"messages":[{"role":"user","content":"go"}]}`)
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	}
 	require.Equal(t, 1.0, testutil.ToFloat64(e.opts().Metrics.roundsExhausted))
 	require.True(t, strings.Contains(scrape(t, e), "\nwsproxy_tool_rounds_exhausted_total 1\n"), "the scrape shows it")
@@ -226,7 +227,7 @@ func TestMetricsLabels(t *testing.T) {
 		e.up.Script(reply(cmpl("ok")))
 		resp := e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer " + key, "X-Thread-Id": "t"},
 			`{"model":"`+model+`","messages":[{"role":"user","content":"x"}]}`)
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	}
 	turn("sk-alice", "m1")
 	turn("sk-bob", "m2")

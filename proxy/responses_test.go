@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/tools"
 	"github.com/wsproxy/wsproxy/workspace"
@@ -397,7 +398,7 @@ func TestResponsesUpstreamErrorInRound2(t *testing.T) {
 		e.up.Script(rspec{ID: "r1", Items: []upstreamtest.Item{callItem("f", "c", "add_preferences", add)}}.Reply(), upstreamtest.JSON(400, errBody))
 		resp := e.post("/threads/e/v1/responses", nil, `{"model":"m","input":"x"}`)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-		require.JSONEq(t, errBody, readBody(t, resp))
+		require.JSONEq(t, errBody, testkit.ReadBody(t, resp))
 		require.Equal(t, "Kept", e.workspace("e").Preferences[0].Title)
 	})
 	t.Run("SSE", func(t *testing.T) {
@@ -478,7 +479,7 @@ func TestResponsesRequestRules(t *testing.T) {
 	e.up.Script(ok.Reply())
 	resp := e.post("/threads/rules/v1/responses", map[string]string{"X-Workspace-Placement": "system"}, `{"model":"m","instructions":"Be brief.","input":"x"}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, ok.JSON(), readBody(t, resp), "one round without workspace calls: the body as it came")
+	require.Equal(t, ok.JSON(), testkit.ReadBody(t, resp), "one round without workspace calls: the body as it came")
 	up := e.upstreamRequest(0)
 	require.True(t, strings.HasPrefix(up["instructions"].(string), "Be brief.\n\nINSTR\n\n<workspace>"))
 	require.Equal(t, "x", up["input"].([]any)[0].(map[string]any)["content"])
@@ -497,7 +498,7 @@ func TestResponsesRequestRules(t *testing.T) {
 	body := `{ "model":"m", "input":"hi", "tools":[{"type":"function","name":"add_preferences"}] }`
 	e.up.Script(upstreamtest.JSON(200, `{"id":"x",  "odd":true}`))
 	resp = e.post("/v1/responses", nil, body)
-	require.Equal(t, `{"id":"x",  "odd":true}`, readBody(t, resp))
+	require.Equal(t, `{"id":"x",  "odd":true}`, testkit.ReadBody(t, resp))
 	reqs := e.up.Requests()
 	require.Equal(t, body, string(reqs[len(reqs)-1].Body))
 	require.Equal(t, "/v1/responses", reqs[len(reqs)-1].Path)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -98,7 +99,7 @@ func TestScopesWithClientKeys(t *testing.T) {
 	e.up.Script(reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"Authorization": "Bearer alice-client-key-000000", "X-Thread-Id": "u",
 		"X-Workspace-Parents": "repo-x"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Equal(t, []string{"repo-x"}, e.workspace("alice~u").Parents)
 }
 
@@ -113,7 +114,7 @@ func TestScopesInEveryWireAPI(t *testing.T) {
 
 	e.up.Script(reply(cmpl("", call{ID: "c1", Name: "add_preferences", Arguments: addTabs})), reply(cmpl("ok")))
 	resp := e.post("/threads/t/v1/chat/completions", nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	msgs := messages(e.upstreamRequest(0))
 	require.Equal(t, "hi\n\nINSTR\n\n"+scopedBlock, msgs[0]["content"])
 	msgs = messages(e.upstreamRequest(1))
@@ -122,7 +123,7 @@ func TestScopesInEveryWireAPI(t *testing.T) {
 
 	e.up.Script(rspec{ID: "resp_1", Items: []upstreamtest.Item{msgItem("msg_1", "ok")}}.Reply())
 	resp = e.post("/threads/t/v1/responses", nil, `{"model":"m","input":"hi"}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	body, _ := json.Marshal(e.upstreamRequest(2))
 	require.Contains(t, string(body), `From repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo (locked)`)
 
@@ -145,7 +146,7 @@ func TestThreadParentsForASession(t *testing.T) {
 	add := args(map[string]any{"items": []map[string]any{{"title": "Short answers"}}, "action_and_reasoning": "r"})
 	e.up.Script(reply(cmpl("", call{ID: "c1", Name: "add_preferences", Arguments: add})), reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Claude-Code-Session-Id": "s-1"}, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Contains(t, messages(e.upstreamRequest(0))[0]["content"], "From repo-x (the user's; ask the user to change these):\n- [hard] Go 1.26, no cgo")
 	require.Equal(t, []string{"Short answers"}, e.titles("s-1"))
 	require.Equal(t, []string{"Go 1.26, no cgo"}, e.titles("repo-x"))
@@ -154,30 +155,30 @@ func TestThreadParentsForASession(t *testing.T) {
 	// A thread named by the request itself is not a session's: THREAD_PARENTS does not apply.
 	e.up.Script(reply(cmpl("ok")))
 	resp = e.post("/threads/own/v1/chat/completions", nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	require.Equal(t, http.StatusOK, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, http.StatusOK, resp.StatusCode, testkit.ReadBody(t, resp))
 	require.Empty(t, e.workspace("own").Parents)
 }
 
 // nextScope reads s up to its next event `scope` (skipping the thread's own) and returns its
 // data.
-func (s *sseReader) nextScope() (scope string, event int64) {
-	s.t.Helper()
+func nextScope(t testing.TB, s *testkit.EventStream) (scope string, event int64) {
+	t.Helper()
 	named := false
 	for {
-		line, err := s.rd.ReadString('\n')
-		require.NoError(s.t, err)
+		line, err := s.RD.ReadString('\n')
+		require.NoError(t, err)
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "event: scope":
 			named = true
 		case strings.HasPrefix(line, "id: "):
-			require.False(s.t, named, "a scope event carries no id")
+			require.False(t, named, "a scope event carries no id")
 		case strings.HasPrefix(line, "data: ") && named:
 			var d struct {
 				Scope string
 				Event int64
 			}
-			require.NoError(s.t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d), line)
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &d), line)
 			return d.Scope, d.Event
 		}
 	}
@@ -199,32 +200,32 @@ func TestScopeChangeWakesChildren(t *testing.T) {
 	b.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "Answer in French"}, 201, nil)
 	var evs page[workspace.Event]
 	b.admin("GET", "/admin/v1/threads/alice/events?order=desc&limit=1", nil, 200, &evs)
-	scope, event := s.nextScope()
+	scope, event := nextScope(t, s)
 	require.Equal(t, "alice", scope, "a grandparent's change")
 	require.Equal(t, evs.Data[0].ID, event)
 	b.admin("PUT", "/admin/v1/threads/repo-x/objective", map[string]any{"text": "Ship it"}, 200, nil)
-	scope, _ = s.nextScope()
+	scope, _ = nextScope(t, s)
 	require.Equal(t, "repo-x", scope)
 
 	// New parents: the thread's own event; then the stream watches bob, and no longer alice.
 	b.admin("PUT", "/admin/v1/threads/t/parents", map[string]any{"parents": []string{"bob"}}, 200, nil)
-	id, ev := s.next()
+	id, ev := s.Next()
 	require.Equal(t, workspace.ParentsSet, ev.Kind)
 	// An event of t's own, read after parents_set, was read by a later wake-up of the stream:
 	// the one that read the new ancestors has ended.
 	b.admin("PUT", "/admin/v1/threads/t/objective", map[string]any{"text": "Mine"}, 200, nil)
-	next, _ := s.next()
+	next, _ := s.Next()
 	require.Equal(t, itoa(mustInt(t, id)+1), next)
 	b.admin("POST", "/admin/v1/threads/alice/preferences", map[string]any{"title": "No longer t's"}, 201, nil)
 	b.admin("POST", "/admin/v1/threads/bob/preferences", map[string]any{"title": "Bob's"}, 201, nil)
-	scope, event = s.nextScope()
+	scope, event = nextScope(t, s)
 	require.Equal(t, "bob", scope, "the first scope event after the parents changed is bob's, not alice's")
 	b.admin("GET", "/admin/v1/threads/bob/events?order=desc&limit=1", nil, 200, &evs)
 	require.Equal(t, evs.Data[0].ID, event)
 
 	// An MCP subscription on a, to t's resource, is told of a change of t's scope made on b.
 	updated := make(chan string, 100)
-	cs := mcpConnect(t, a.srv.URL, adminToken, mcpLatest, &mcp.ClientOptions{
+	cs := testkit.MCPConnect(t, a.srv.URL, adminToken, testkit.MCPLatest, &mcp.ClientOptions{
 		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
 	})
 	require.NoError(t, cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: "workspace://t"}))
@@ -251,12 +252,12 @@ func TestScopesOverMCP(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.scoped()
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
 	read, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://t"})
 	require.NoError(t, err)
 	require.Contains(t, read.Contents[0].Text, strings.TrimSuffix(scopedBlock, "</workspace>"))
 
-	text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": "t",
+	text, isError := testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": "t",
 		"items": []any{map[string]any{"title": "tabs over spaces"}}, "action_and_reasoning": "the user said so"})
 	require.False(t, isError, text)
 	// As for a title of the thread's own list: "recorded 0 preferences; already recorded: …".
@@ -266,7 +267,7 @@ func TestScopesOverMCP(t *testing.T) {
 	e.admin("PATCH", "/admin/v1/threads/alice", map[string]any{"agent_writes": "propose"}, 200, nil)
 	var before page[workspace.Event]
 	e.admin("GET", "/admin/v1/threads/t/events", nil, 200, &before)
-	text, isError = mcpCall(t, cs, "add_preferences", map[string]any{"thread": "t",
+	text, isError = testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": "t",
 		"items": []any{map[string]any{"title": "Bullet points"}}, "action_and_reasoning": "the user asked"})
 	require.False(t, isError, text)
 	require.Equal(t, `proposed; the user will review it: add "Bullet points"`, text)
@@ -334,7 +335,7 @@ func TestParentsBoundedBeforeSplit(t *testing.T) {
 		if strings.Contains(path, "v1beta") {
 			require.Contains(t, got, `"status":"INVALID_ARGUMENT"`, "Google's shape")
 		} else {
-			requireErrorBody(t, got, "invalid_request_error", "invalid_parents")
+			testkit.RequireErrorBody(t, got, "invalid_request_error", "invalid_parents")
 		}
 	}
 	require.Empty(t, e.up.Requests(), "no turn began")
@@ -353,7 +354,7 @@ func TestParentsBoundedBeforeSplit(t *testing.T) {
 		status, got = resp.StatusCode, body
 	})
 	require.Equal(t, http.StatusBadRequest, status, got)
-	requireErrorBody(t, got, "invalid_request_error", "invalid_parents")
+	testkit.RequireErrorBody(t, got, "invalid_request_error", "invalid_parents")
 	require.Less(t, allocated, uint64(len(big)), "a %d-byte body is refused before it is decoded", len(big))
 	e.admin("PUT", "/admin/v1/threads/bounded/parents", map[string]any{"parents": strings.Split(strings.ReplaceAll(nine, " ", ""), ",")}, 400, nil)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/sse"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -79,7 +80,7 @@ func TestAmbiguousFramingRefused(t *testing.T) {
 		require.NotEmpty(t, resps, name)
 		last := len(resps) - 1
 		require.Equal(t, http.StatusBadRequest, resps[last].StatusCode, "%s: %s", name, bodies[last])
-		requireErrorBody(t, bodies[last], "invalid_request_error", "invalid_framing")
+		testkit.RequireErrorBody(t, bodies[last], "invalid_request_error", "invalid_framing")
 		for _, r := range e.up.Requests() {
 			require.NotEqual(t, "/v1/models/smuggled", r.Path, name)
 		}
@@ -440,7 +441,7 @@ func TestFailedAuthenticationThrottled(t *testing.T) {
 	})
 	t.Run("MCP", func(t *testing.T) {
 		failedThenLocked(t, "mcp", func(right bool) *http.Response {
-			return mcpPost(t, e.srv.URL, "Bearer "+pick(right, "sk-alice-secret", "sk-guess"), "203.0.113.5")
+			return testkit.MCPPost(t, e.srv.URL, "Bearer "+pick(right, "sk-alice-secret", "sk-guess"), "203.0.113.5")
 		})
 	})
 	t.Run("SignInBehindProxy", func(t *testing.T) {
@@ -488,13 +489,13 @@ func TestSignInCrossSiteRefused(t *testing.T) {
 			h["Content-Type"] = "application/json"
 			resp, body := e.do("POST", "/ui/session", h, `{"token":"guess"}`)
 			require.Equal(t, 403, resp.StatusCode, "%s: %s", name, body)
-			requireErrorBody(t, body, "invalid_request_error", "csrf_refused")
+			testkit.RequireErrorBody(t, body, "invalid_request_error", "csrf_refused")
 		}
 	}
 	c := e.panelClient()
-	code, body := c.do("POST", "/ui/session", `{"token":"guess"}`, map[string]string{"Content-Type": "application/json", "Origin": c.base, "Sec-Fetch-Site": "same-origin"})
+	code, body := c.Do("POST", "/ui/session", `{"token":"guess"}`, map[string]string{"Content-Type": "application/json", "Origin": c.Base, "Sec-Fetch-Site": "same-origin"})
 	require.Equal(t, 401, code, "the first failure counted: %s", body)
-	require.Equal(t, 200, c.signIn(adminToken))
+	require.Equal(t, 200, c.SignIn(adminToken))
 }
 
 // TestForwardedProtoFromTrustedProxies: behind a trusted proxy that terminates TLS
@@ -541,15 +542,15 @@ func TestEventStreamEndsWithItsSession(t *testing.T) {
 	}
 	e.admin("POST", "/admin/v1/threads/s/links", map[string]any{"ttl_seconds": 2}, 201, &l)
 	visitor := e.panelClient()
-	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, _ := visitor.Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 200, code)
-	resp, err := visitor.http.Get(e.srv.URL + "/admin/v1/threads/s/events/stream")
+	resp, err := visitor.HTTP.Get(e.srv.URL + "/admin/v1/threads/s/events/stream")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 
 	time.Sleep(time.Until(l.ExpiresAt) + 100*time.Millisecond)
-	code, _ = visitor.do("GET", "/admin/v1/threads/s/events/stream", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/s/events/stream", "", nil)
 	require.Equal(t, 401, code, "a new stream is refused")
 	e.admin("PUT", "/admin/v1/threads/s/objective", map[string]any{"text": "after the link expired"}, 200, nil)
 	// Read until the stream ends or delivers the change (a guard bounds the wait otherwise).
@@ -679,16 +680,16 @@ func TestContinuationsScopedPerClient(t *testing.T) {
 	} {
 		resp, body := as("sk-alice-secret", r.path, r.body)
 		require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s %s: %s", r.path, r.body, body)
-		requireErrorBody(t, body, "invalid_request_error", "previous_response_not_found")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "previous_response_not_found")
 	}
 	for _, path := range []string{"/v1/responses", "/threads/a/v1/responses"} {
 		resp, body := as("sk-alice-secret", path, `{"model":"m","input":"more","previous_response_id":["resp_bob_json"]}`)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", path, body)
-		requireErrorBody(t, body, "invalid_request_error", "invalid_type")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_type")
 	}
 	resp, body := as("sk-alice-secret", "/v1/responses", `{"model":"m","input":"more","conversation":"conv_operator"}`)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, body)
-	requireErrorBody(t, body, "invalid_request_error", "unsupported_parameter")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "unsupported_parameter")
 	require.Len(t, e.up.Requests(), sent, "nothing of alice's reached the upstream")
 
 	// Bob continues and references his own, anywhere.
@@ -788,7 +789,7 @@ func TestDuplicateMembersRefused(t *testing.T) {
 		} {
 			resp, body := as("sk-alice-secret", path, c.body)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", path, c.body, body)
-			eb := requireErrorBody(t, body, "invalid_request_error", "duplicate_member")
+			eb := testkit.RequireErrorBody(t, body, "invalid_request_error", "duplicate_member")
 			require.Equal(t, c.param, eb["param"], body)
 		}
 	}
@@ -813,7 +814,7 @@ func TestPassThroughResponsesWithoutPostgres(t *testing.T) {
 	require.Equal(t, answer.JSON(), body, "the answer as it came")
 	resp, body = e.do("POST", "/v1/responses", alice, `{"model":"m","input":"x","previous_response_id":"resp_away"}`)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
-	requireErrorBody(t, body, "server_error", "workspace_unavailable")
+	testkit.RequireErrorBody(t, body, "server_error", "workspace_unavailable")
 	fault.Restore()
 	require.Eventually(t, func() bool {
 		resp, _ := e.do("POST", "/v1/responses", alice, `{"model":"m","input":"x","previous_response_id":"resp_away"}`)
@@ -830,7 +831,7 @@ func TestPreviousResponseIDMustBeAString(t *testing.T) {
 		resp, body := e.do("POST", "/threads/p/v1/responses", map[string]string{"Content-Type": "application/json"},
 			`{"model":"m","input":"x","previous_response_id":`+prev+`}`)
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", prev, body)
-		requireErrorBody(t, body, "invalid_request_error", "invalid_type")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_type")
 	}
 	require.Empty(t, e.up.Requests())
 }
@@ -872,7 +873,7 @@ func TestConnectAndTraceRefused(t *testing.T) {
 	e.up.Fallback = reply(`{}`)
 	resp, body := e.do("TRACE", "/v1/models", nil, "")
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, body)
-	requireErrorBody(t, body, "invalid_request_error", "method_not_allowed")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "method_not_allowed")
 	resps, bodies, _ := e.rawExchange(t, "CONNECT /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
 	require.Len(t, resps, 1)
 	require.Equal(t, http.StatusMethodNotAllowed, resps[0].StatusCode, bodies[0])
@@ -947,7 +948,7 @@ func TestLinkIDZeroRefused(t *testing.T) {
 	signer := (&auth.Guard{AdminToken: adminToken}).Signer()
 	exp := time.Now().Add(time.Hour).Unix()
 	link := signer.Sign(auth.KindPanelLink, auth.ThreadToken{Thread: "z", Expires: exp})
-	code, _ := e.panelClient().do("GET", "/ui/link?token="+url.QueryEscape(link), "", nil)
+	code, _ := e.panelClient().Do("GET", "/ui/link?token="+url.QueryEscape(link), "", nil)
 	require.Equal(t, 403, code, "a panel link of id 0")
 	ses := signer.Sign(auth.KindSession, map[string]any{"s": "thread:z", "e": exp, "c": "x"})
 	resp, body := e.do("GET", "/admin/v1/threads/z", map[string]string{"Cookie": "wsproxy_session=" + ses}, "")
@@ -970,41 +971,41 @@ func TestRemovedClientsAccessEnds(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
 	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
 	alice, bob := e.panelClient(), e.panelClient()
-	require.Equal(t, 200, alice.signIn("key-alice"))
-	require.Equal(t, 200, bob.signIn("key-bob"))
+	require.Equal(t, 200, alice.SignIn("key-alice"))
+	require.Equal(t, 200, bob.SignIn("key-bob"))
 	var l struct {
 		URL string `json:"url"`
 	}
 	e.admin("POST", "/admin/v1/threads/alice~t1/links", nil, 201, &l)
 	linkPath := strings.TrimPrefix(l.URL, e.srv.URL)
 	visitor := e.panelClient()
-	code, _ := visitor.do("GET", linkPath, "", nil)
+	code, _ := visitor.Do("GET", linkPath, "", nil)
 	require.Equal(t, 200, code)
 	token, _, _ := mintMCPToken(t, e, "alice~t1", 0)
 	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
-	resp := mcpPost(t, e.srv.URL, "Bearer "+token, "")
+	resp := testkit.MCPPost(t, e.srv.URL, "Bearer "+token, "")
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
 
 	onlyBob, err := ParseClientKeys("bob=key-bob")
 	require.NoError(t, err)
 	after := setupWithPool(t, e.pool, func(o *Options) { o.ClientKeys, o.UpstreamAPIKey = onlyBob, "sk-up" })
-	for _, c := range []*panelClient{alice, bob, visitor} {
-		c.base = after.srv.URL // the same host: the cookie goes with it
+	for _, c := range []*testkit.PanelClient{alice, bob, visitor} {
+		c.Base = after.srv.URL // the same host: the cookie goes with it
 	}
-	code, _ = alice.do("GET", "/admin/v1/threads", "", nil)
+	code, _ = alice.Do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 401, code, "the removed client's session")
-	code, _ = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/alice~t1", "", nil)
 	require.Equal(t, 401, code, "the session of a link to the removed client's thread")
-	code, _ = after.panelClient().do("GET", linkPath, "", nil)
+	code, _ = after.panelClient().Do("GET", linkPath, "", nil)
 	require.Equal(t, 403, code, "a link to the removed client's thread")
-	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	resp = testkit.MCPPost(t, after.srv.URL, "Bearer "+token, "")
 	resp.Body.Close()
 	require.Equal(t, 401, resp.StatusCode, "an MCP token of the removed client's thread")
 
-	code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+	code, _ = bob.Do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 200, code, "another client's session")
-	resp = mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+	resp = testkit.MCPPost(t, after.srv.URL, "Bearer "+bobToken, "")
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode, "another client's thread's MCP token")
 }
@@ -1030,12 +1031,12 @@ func TestClientKeyChangeEndsItsAccess(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "Alice's"}, 200, nil)
 	e.admin("PUT", "/admin/v1/threads/bob~t1/objective", map[string]any{"text": "Bob's"}, 200, nil)
 	alice, bob := e.panelClient(), e.panelClient()
-	require.Equal(t, 200, alice.signIn(oldKey))
-	require.Equal(t, 200, bob.signIn(bobKey))
+	require.Equal(t, 200, alice.SignIn(oldKey))
+	require.Equal(t, 200, bob.SignIn(bobKey))
 	issued := func(byAlice bool, kind string) string {
 		var l struct{ URL, Token string }
 		if byAlice {
-			code, body := alice.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"`+kind+`"}`)
+			code, body := alice.Write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"`+kind+`"}`)
 			require.Equal(t, 201, code, body)
 			require.NoError(t, json.Unmarshal([]byte(body), &l))
 		} else {
@@ -1049,31 +1050,31 @@ func TestClientKeyChangeEndsItsAccess(t *testing.T) {
 	aliceLink, aliceToken := issued(true, "panel"), issued(true, "mcp")
 	adminLink, adminMCP := issued(false, "panel"), issued(false, "mcp")
 	visitor := e.panelClient()
-	code, _ := visitor.do("GET", adminLink, "", nil)
+	code, _ := visitor.Do("GET", adminLink, "", nil)
 	require.Equal(t, 200, code)
 	bobToken, _, _ := mintMCPToken(t, e, "bob~t1", 0)
 
 	// Each replica here is this one restarted with other CLIENT_KEYS, on the same database.
 	ended := func(name, spec string) *env {
 		after := setupWithPool(t, e.pool, configure(spec))
-		for _, c := range []*panelClient{alice, bob, visitor} {
-			c.base = after.srv.URL // the same host: the cookie goes with it
+		for _, c := range []*testkit.PanelClient{alice, bob, visitor} {
+			c.Base = after.srv.URL // the same host: the cookie goes with it
 		}
-		code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+		code, body := alice.Do("GET", "/admin/v1/threads", "", nil)
 		require.Equal(t, 401, code, "%s: alice's session: %s", name, body)
-		code, body = visitor.do("GET", "/admin/v1/threads/alice~t1", "", nil)
+		code, body = visitor.Do("GET", "/admin/v1/threads/alice~t1", "", nil)
 		require.Equal(t, 401, code, "%s: the session of the admin's link: %s", name, body)
 		for _, l := range []string{aliceLink, adminLink} {
-			code, _ := after.panelClient().do("GET", l, "", nil)
+			code, _ := after.panelClient().Do("GET", l, "", nil)
 			require.Equal(t, 403, code, "%s: a link to alice's thread", name)
 		}
 		for _, tok := range []string{aliceToken, adminMCP} {
-			resp := mcpPost(t, after.srv.URL, "Bearer "+tok, "")
+			resp := testkit.MCPPost(t, after.srv.URL, "Bearer "+tok, "")
 			require.Equal(t, 401, resp.StatusCode, "%s: an MCP token of alice's thread", name)
 		}
-		code, _ = bob.do("GET", "/admin/v1/threads", "", nil)
+		code, _ = bob.Do("GET", "/admin/v1/threads", "", nil)
 		require.Equal(t, 200, code, "%s: bob's session", name)
-		resp := mcpPost(t, after.srv.URL, "Bearer "+bobToken, "")
+		resp := testkit.MCPPost(t, after.srv.URL, "Bearer "+bobToken, "")
 		require.Equal(t, 200, resp.StatusCode, "%s: bob's thread's MCP token", name)
 		return after
 	}
@@ -1082,26 +1083,26 @@ func TestClientKeyChangeEndsItsAccess(t *testing.T) {
 	// A key added beside the one alice signed in with: what she made holds, what the admin made for
 	// her thread (bound to all her keys) ends.
 	both := setupWithPool(t, e.pool, configure("alice="+oldKey+",alice="+newKey+",bob="+bobKey))
-	alice.base = both.srv.URL
-	code, body := alice.do("GET", "/admin/v1/threads", "", nil)
+	alice.Base = both.srv.URL
+	code, body := alice.Do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 200, code, "alice's session, her key still hers: %s", body)
-	resp := mcpPost(t, both.srv.URL, "Bearer "+aliceToken, "")
+	resp := testkit.MCPPost(t, both.srv.URL, "Bearer "+aliceToken, "")
 	require.Equal(t, 200, resp.StatusCode, "alice's MCP token")
-	resp = mcpPost(t, both.srv.URL, "Bearer "+adminMCP, "")
+	resp = testkit.MCPPost(t, both.srv.URL, "Bearer "+adminMCP, "")
 	require.Equal(t, 401, resp.StatusCode, "the admin's MCP token for alice's thread")
 	after := ended("rotated", "alice="+newKey+",bob="+bobKey)
 
 	// What is made under the new key holds.
 	fresh := after.panelClient()
-	require.Equal(t, 200, fresh.signIn(newKey))
-	code, body = fresh.write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"mcp"}`)
+	require.Equal(t, 200, fresh.SignIn(newKey))
+	code, body = fresh.Write("POST", "/admin/v1/threads/alice~t1/links", `{"kind":"mcp"}`)
 	require.Equal(t, 201, code, body)
 	var l struct{ Token string }
 	require.NoError(t, json.Unmarshal([]byte(body), &l))
-	resp = mcpPost(t, after.srv.URL, "Bearer "+l.Token, "")
+	resp = testkit.MCPPost(t, after.srv.URL, "Bearer "+l.Token, "")
 	require.Equal(t, 200, resp.StatusCode, "a token made under the new key")
 	token, _, _ := mintMCPToken(t, after, "alice~t1", 0)
-	resp = mcpPost(t, after.srv.URL, "Bearer "+token, "")
+	resp = testkit.MCPPost(t, after.srv.URL, "Bearer "+token, "")
 	require.Equal(t, 200, resp.StatusCode, "a token the admin made since")
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -140,7 +141,7 @@ func TestSharedScopeReadOnlyToClients(t *testing.T) {
 
 	// MCP: a client's tool call naming ~repo-x is refused, as one naming a scope not shared is
 	// an unknown thread.
-	cs := mcpConnect(t, e.srv.URL, aliceKey, mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, aliceKey, testkit.MCPLatest, nil)
 	for _, c := range []struct {
 		tool string
 		args map[string]any
@@ -149,11 +150,11 @@ func TestSharedScopeReadOnlyToClients(t *testing.T) {
 		{"remove_preferences", map[string]any{"thread": "~repo-x", "indices": []int{1}, "action_and_reasoning": "r"}},
 		{"set_objective", map[string]any{"thread": "~repo-x", "text": "Take over", "action_and_reasoning": "r"}},
 	} {
-		text, isErr := mcpCall(t, cs, c.tool, c.args)
+		text, isErr := testkit.MCPCall(t, cs, c.tool, c.args)
 		require.True(t, isErr, text)
 		require.Contains(t, text, "shared scope is read-only", c.tool)
 	}
-	text, isErr := mcpCall(t, cs, "add_preferences", map[string]any{"thread": "~other", "items": []map[string]any{{"title": "Tabs"}}, "action_and_reasoning": "r"})
+	text, isErr := testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": "~other", "items": []map[string]any{{"title": "Tabs"}}, "action_and_reasoning": "r"})
 	require.True(t, isErr)
 	require.Contains(t, text, `unknown thread "~other"`)
 

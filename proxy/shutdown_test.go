@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -91,44 +91,21 @@ func TestShutdownEndsTheStreams(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": "Before"}, 200, nil)
 	events := e.openStream(e.srv.URL, "open", "", "")
 	e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": "Streamed"}, 200, nil)
-	_, ev := events.next()
+	_, ev := events.Next()
 	require.Equal(t, "objective_set", ev.Kind)
 
-	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
-		`"notifications":{"resourceSubscriptions":["workspace://open"]},`+
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
-	require.NoError(t, err)
-	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + adminToken} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		rd := bufio.NewReader(resp.Body)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				return
-			}
-			lines <- line
-		}
-	}()
+	lines := testkit.MCPListen(t, e.srv.URL, adminToken, "open")
 	// The listen stream is live once it announces a change.
 	for i := 0; ; i++ {
 		require.Less(t, i, 100, "the listen stream announced no change")
 		e.admin("PUT", "/admin/v1/threads/open/objective", map[string]any{"text": fmt.Sprintf("Change %d", i)}, 200, nil)
-		if announced(lines, 300*time.Millisecond) {
+		if testkit.Announced(lines, 300*time.Millisecond) {
 			break
 		}
 	}
 
 	ended := make(chan string, 2)
-	go func() { _, _ = io.Copy(io.Discard, events.resp.Body); ended <- "the event stream" }()
+	go func() { _, _ = io.Copy(io.Discard, events.Resp.Body); ended <- "the event stream" }()
 	go func() {
 		for range lines {
 		}
@@ -140,24 +117,6 @@ func TestShutdownEndsTheStreams(t *testing.T) {
 		case <-ended:
 		case <-time.After(time.Minute): // at once; a minute on a busy machine
 			t.Fatal("a stream did not end at the shutdown")
-		}
-	}
-}
-
-// announced reports whether a line of a resource's update comes on lines within wait.
-func announced(lines <-chan string, wait time.Duration) bool {
-	timeout := time.After(wait)
-	for {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				return false
-			}
-			if strings.Contains(line, "notifications/resources/updated") {
-				return true
-			}
-		case <-timeout:
-			return false
 		}
 	}
 }

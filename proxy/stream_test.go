@@ -18,6 +18,7 @@ import (
 	goopenai "github.com/sashabaranov/go-openai"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -118,7 +119,7 @@ func streamBody(t *testing.T, resp *http.Response) string {
 	t.Helper()
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	return readBody(t, resp)
+	return testkit.ReadBody(t, resp)
 }
 
 const weatherTool = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
@@ -280,7 +281,7 @@ func TestStreamErrors(t *testing.T) {
 		e.up.Script(upstreamtest.JSON(503, `{"error":{"message":"overloaded"}}`))
 		resp := e.post("/v1/chat/completions", th, req)
 		require.Equal(t, 503, resp.StatusCode)
-		require.Equal(t, `{"error":{"message":"overloaded"}}`, readBody(t, resp))
+		require.Equal(t, `{"error":{"message":"overloaded"}}`, testkit.ReadBody(t, resp))
 	})
 
 	t.Run("AfterTheFirstByteAnErrorEvent", func(t *testing.T) {
@@ -291,7 +292,7 @@ func TestStreamErrors(t *testing.T) {
 		body := streamBody(t, resp)
 		events := strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n")
 		require.Len(t, events, 2)
-		requireErrorBody(t, strings.TrimPrefix(events[1], "data: "), "server_error", "upstream_invalid_response")
+		testkit.RequireErrorBody(t, strings.TrimPrefix(events[1], "data: "), "server_error", "upstream_invalid_response")
 		require.NotContains(t, body, "[DONE]")
 	})
 
@@ -312,7 +313,7 @@ func TestStreamErrors(t *testing.T) {
 		})
 		body := streamBody(t, e.post("/v1/chat/completions", th, req))
 		events := strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n")
-		requireErrorBody(t, strings.TrimPrefix(events[len(events)-1], "data: "), "server_error", "upstream_timeout")
+		testkit.RequireErrorBody(t, strings.TrimPrefix(events[len(events)-1], "data: "), "server_error", "upstream_timeout")
 	})
 }
 

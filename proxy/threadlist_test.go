@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -31,20 +32,20 @@ func TestThreadCursorsScoped(t *testing.T) {
 		cursors[th.ID] = th.Cursor
 	}
 	alice := e.panelClient()
-	require.Equal(t, 200, alice.signIn("key-alice"))
+	require.Equal(t, 200, alice.SignIn("key-alice"))
 	for _, after := range []string{"bob~t1", cursors["bob~t1"]} {
-		code, body := alice.do("GET", "/admin/v1/threads?after="+url.QueryEscape(after), "", nil)
+		code, body := alice.Do("GET", "/admin/v1/threads?after="+url.QueryEscape(after), "", nil)
 		require.Equal(t, 400, code, "after=%s: %s", after, body)
-		requireErrorBody(t, body, "invalid_request_error", "invalid_value")
+		testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_value")
 	}
-	code, body := alice.do("GET", "/admin/v1/threads?after="+url.QueryEscape(cursors["alice~a2"]), "", nil)
+	code, body := alice.Do("GET", "/admin/v1/threads?after="+url.QueryEscape(cursors["alice~a2"]), "", nil)
 	require.Equal(t, 200, code, body)
 	require.Contains(t, body, `"alice~a1"`)
 	var p page[workspace.Thread]
 	e.admin("GET", "/admin/v1/threads?after=bob~t1", nil, 200, &p)
 	require.Equal(t, "alice~a1", p.Data[0].ID, "the admin's listing holds every thread")
 
-	cs := mcpConnect(t, e.srv.URL, "key-alice", mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, "key-alice", testkit.MCPLatest, nil)
 	for _, cursor := range []string{"bob~t1", cursors["bob~t1"]} {
 		_, err := cs.ListResources(context.Background(), &mcp.ListResourcesParams{Cursor: cursor})
 		require.ErrorContains(t, err, "cursor", cursor)

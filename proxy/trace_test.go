@@ -16,6 +16,7 @@ import (
 
 	"github.com/wsproxy/wsproxy/db"
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/internal/turn"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
@@ -70,7 +71,7 @@ func TestTraceOfATurn(t *testing.T) {
 		}
 		resp := e.post("/threads/traced/v1/chat/completions", map[string]string{"traceparent": parent}, body)
 		require.Equal(t, 200, resp.StatusCode)
-		readBody(t, resp)
+		testkit.ReadBody(t, resp)
 
 		id, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 		var spans map[string][]sdktrace.ReadOnlySpan
@@ -165,13 +166,13 @@ func TestExemplars(t *testing.T) {
 	t.Parallel()
 	e, _ := tracedEnv(t)
 	e.up.Fallback = reply(cmpl("ok"))
-	readBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "ex",
+	testkit.ReadBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "ex",
 		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, `{"messages":[]}`))
 	req, _ := http.NewRequest("GET", e.srv.URL+"/metrics", nil)
 	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
 	r, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	om := readBody(t, r)
+	om := testkit.ReadBody(t, r)
 	require.Contains(t, om, `trace_id="0af7651916cd43dd8448eb211c80319c"`)
 	require.NotContains(t, scrape(t, e), "trace_id")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -29,7 +30,7 @@ func TestUsageWrittenTogether(t *testing.T) {
 	for i := range threads {
 		wg.Go(func() {
 			for range turns {
-				readBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": fmt.Sprintf("u%d", i)}, `{"messages":[{"role":"user","content":"go"}]}`))
+				testkit.ReadBody(t, e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": fmt.Sprintf("u%d", i)}, `{"messages":[{"role":"user","content":"go"}]}`))
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -29,7 +30,7 @@ func TestWebSocketUpgradeRefused(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer sk-client")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
-		body := readBody(t, resp)
+		body := testkit.ReadBody(t, resp)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUpgradeRequired, resp.StatusCode, path)
 		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
@@ -61,7 +62,7 @@ func TestWebSocketUpgradeRefused(t *testing.T) {
 	e.up.Script(upstreamtest.JSON(http.StatusOK, `{"object":"list","data":[]}`))
 	resp, err = http.Get(e.srv.URL + "/v1/responses")
 	require.NoError(t, err)
-	require.Equal(t, `{"object":"list","data":[]}`, readBody(t, resp))
+	require.Equal(t, `{"object":"list","data":[]}`, testkit.ReadBody(t, resp))
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Len(t, e.up.Requests(), 1)

@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/proxy/upstreamtest"
 )
 
@@ -76,7 +77,7 @@ func TestUnknownOutputItems(t *testing.T) {
 		e.up.Script(reply(response))
 		resp := e.post("/v1/responses", map[string]string{"X-Thread-Id": "ts"}, `{"model":"gpt-5.4","input":"weather?"}`)
 		require.Equal(t, 200, resp.StatusCode)
-		require.Equal(t, response, readBody(t, resp), "one round without workspace calls: the body as it came")
+		require.Equal(t, response, testkit.ReadBody(t, resp), "one round without workspace calls: the body as it came")
 	})
 	t.Run("SSE", func(t *testing.T) {
 		t.Parallel()
@@ -276,7 +277,7 @@ func TestResponsesStoreOmitted(t *testing.T) {
 	e.up.Script(reply(call), reply(`{"id":"resp_s2","object":"response","status":"completed","model":"m","output":[`+
 		`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"output_text","text":"None."}]}]}`))
 	resp := e.post("/v1/responses", map[string]string{"X-Thread-Id": "so"}, `{"model":"m","input":"what do I prefer?"}`)
-	require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+	require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 	round2 := e.upstreamRequest(1)
 	require.NotContains(t, round2, "previous_response_id")
 	require.Len(t, round2["input"], 3, "the user's message, the call and its output")
@@ -297,7 +298,7 @@ func TestLaterNullUsageDetail(t *testing.T) {
 	var got struct {
 		Usage json.RawMessage `json:"usage"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &got))
+	require.NoError(t, json.Unmarshal([]byte(testkit.ReadBody(t, resp)), &got))
 	require.Equal(t, `{"total_tokens":35,"prompt_tokens":30,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":4},"x_vendor":"v2","queue_time":0.25}`,
 		string(got.Usage))
 }
@@ -316,7 +317,7 @@ func TestHostileUsageSaturates(t *testing.T) {
 	var got struct {
 		Usage json.RawMessage `json:"usage"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &got))
+	require.NoError(t, json.Unmarshal([]byte(testkit.ReadBody(t, resp)), &got))
 	require.Equal(t, `{"prompt_tokens":9223372036854775807,"completion_tokens":1.7976931348623157e+308,"total_tokens":9223372036854775807}`, string(got.Usage))
 	require.Eventually(t, func() bool { return e.workspace("hu").Usage.PromptTokens == 9223372036854775807 }, 10*time.Second, 20*time.Millisecond)
 }
@@ -361,7 +362,7 @@ func TestNoKeepaliveBeforeTheUpstreamAnswers(t *testing.T) {
 	})
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "nk"}, `{"model":"m","stream":true,"messages":[]}`)
 	require.Equal(t, 429, resp.StatusCode)
-	require.Equal(t, `{"error":{"message":"slow down"}}`, readBody(t, resp))
+	require.Equal(t, `{"error":{"message":"slow down"}}`, testkit.ReadBody(t, resp))
 }
 
 // TestChatErrorEventFirst: a chat stream that fails with its first event reaches the client as
@@ -372,7 +373,7 @@ func TestChatErrorEventFirst(t *testing.T) {
 	e.up.Script(upstreamtest.StreamRaw([]string{"data: {\"error\":{\"message\":\"model overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n"}))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "ef"}, `{"model":"m","stream":true,"messages":[]}`)
 	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, "data: {\"error\":{\"message\":\"model overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n", readBody(t, resp))
+	require.Equal(t, "data: {\"error\":{\"message\":\"model overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n", testkit.ReadBody(t, resp))
 }
 
 // wrapperArgs are the arguments of OpenAI's parallel wrapper calling recipients (name, parameters JSON).
@@ -396,7 +397,7 @@ func TestParallelWrapper(t *testing.T) {
 		e.up.Script(reply(cmpl("", call{ID: "w", Name: "multi_tool_use.parallel", Arguments: wrapperArgs(add,
 			[2]string{"set_objective", `{"text":"Know the weather"}`})})), reply(cmpl("Noted.")))
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "pw"}, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
-		require.Contains(t, readBody(t, resp), "Noted.")
+		require.Contains(t, testkit.ReadBody(t, resp), "Noted.")
 		d := e.workspace("pw")
 		require.Equal(t, "Celsius", d.Preferences[0].Title)
 		require.Equal(t, "Know the weather", d.Objective.Text)
@@ -422,7 +423,7 @@ func TestParallelWrapper(t *testing.T) {
 		body := cmpl("", call{ID: "w", Name: "multi_tool_use.parallel", Arguments: wrapperArgs(weather)})
 		e.up.Script(reply(body))
 		resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "pc"}, `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":`+weatherTool+`}`)
-		require.Equal(t, body, readBody(t, resp))
+		require.Equal(t, body, testkit.ReadBody(t, resp))
 	})
 	t.Run("ResponsesOneOutput", func(t *testing.T) {
 		t.Parallel()
@@ -430,7 +431,7 @@ func TestParallelWrapper(t *testing.T) {
 		e.up.Script(rspec{ID: "r1", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{callItem("f", "c", "multi_tool_use.parallel", wrapperArgs(add))}}.Reply(),
 			rspec{ID: "r2", Flavor: upstreamtest.VLLM, Items: []upstreamtest.Item{msgItem("m", "Noted.")}}.Reply())
 		resp := e.post("/v1/responses", map[string]string{"X-Thread-Id": "pr"}, `{"model":"m","input":"x"}`)
-		require.Contains(t, readBody(t, resp), "Noted.")
+		require.Contains(t, testkit.ReadBody(t, resp), "Noted.")
 		input := e.upstreamRequest(1)["input"].([]any)
 		out := input[len(input)-1].(map[string]any)
 		require.Equal(t, "c", out["call_id"])
@@ -448,7 +449,7 @@ func TestRoundTextCapNonStreamed(t *testing.T) {
 	long := strings.Repeat("é", maxRoundText) // 2 bytes each: twice the cap
 	e.up.Script(reply(cmpl(long, call{ID: "a", Name: "list_preferences", Arguments: `{}`})), reply(cmpl("ok")))
 	resp := e.post("/v1/chat/completions", map[string]string{"X-Thread-Id": "cap"}, `{"model":"m","messages":[{"role":"user","content":"x"}]}`)
-	require.Contains(t, readBody(t, resp), `"ok"`)
+	require.Contains(t, testkit.ReadBody(t, resp), `"ok"`)
 	msgs := messages(e.upstreamRequest(1))
 	sent := msgs[len(msgs)-2]["content"].(string)
 	require.Equal(t, maxRoundText, len(sent))

@@ -125,10 +125,15 @@ var roomImports = map[string]struct {
 	"proxy/internal/sse":      {},
 	// The proposals' webhook, for the program: the domain's notices, no room's insides.
 	"proxy/webhook": {may: []string{"workspace"}},
-	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides.
-	"proxy/demo":              {},
-	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake"}},
-	"proxy/upstreamtest/fake": {may: []string{"proxy/demo"}},
+	// The tests' kit: imported by tests only (no row here allows it), never by a room's code.
+	"proxy/internal/testkit": {may: []string{"workspace", "proxy/internal/auth", "proxy/internal/eventhub"},
+		never: []string{"proxy/internal/turn", "proxy/internal/admin", "proxy/internal/mcp"}},
+	// The demo model, the test upstream and the fake model know nothing of wsproxy's insides;
+	// they write each wire API's answers with its one writer.
+	"proxy/demo":              {may: []string{"proxy/upstreamtest/wire"}},
+	"proxy/upstreamtest":      {may: []string{"proxy/demo", "proxy/upstreamtest/fake", "proxy/upstreamtest/wire"}},
+	"proxy/upstreamtest/fake": {may: []string{"proxy/demo", "proxy/upstreamtest/wire"}},
+	"proxy/upstreamtest/wire": {},
 	// The programs.
 	"":          {},
 	"cmd/proxy": {may: []string{"*"}},

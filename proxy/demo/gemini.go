@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // geminiRequest is what the demo reads of a Gemini API request.
@@ -28,13 +30,9 @@ type geminiRequest struct {
 type geminiContent struct {
 	Role  string `json:"role"`
 	Parts []struct {
-		Text             string `json:"text"`
-		Thought          bool   `json:"thought"`
-		FunctionResponse *struct {
-			ID       string          `json:"id"`
-			Name     string          `json:"name"`
-			Response json.RawMessage `json:"response"`
-		} `json:"functionResponse"`
+		Text             string                       `json:"text"`
+		Thought          bool                         `json:"thought"`
+		FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 	} `json:"parts"`
 }
 
@@ -124,45 +122,37 @@ func (d *model) gemini(w http.ResponseWriter, r *http.Request) {
 	id := "demo-" + strconv.FormatInt(n, 10)
 	var parts []map[string]any
 	if rp.content != "" {
-		parts = append(parts, map[string]any{"text": rp.content})
+		parts = append(parts, wire.GeminiText(rp.content))
 	}
 	for _, c := range rp.calls {
-		parts = append(parts, map[string]any{"functionCall": map[string]any{"id": c.ID, "name": c.Name, "args": json.RawMessage(c.Arguments)}})
+		parts = append(parts, wire.GeminiCall(c.ID, c.Name, json.RawMessage(c.Arguments)))
 	}
 	prompt, completion := tokens(req, rp)
-	usage := map[string]any{"promptTokenCount": prompt, "candidatesTokenCount": completion, "totalTokenCount": prompt + completion}
-	response := func(parts []map[string]any, finish bool, usage map[string]any) map[string]any {
-		cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
-		if finish {
-			cand["finishReason"] = "STOP"
-		}
-		return map[string]any{"candidates": []any{cand}, "usageMetadata": usage, "modelVersion": ModelName, "responseId": id}
-	}
+	usage := wire.GeminiUsage(prompt, 0, completion, true)
 	if method == "generateContent" {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(response(parts, true, usage))
+		_, _ = w.Write(append(wire.GeminiResponse(parts, true, usage, ModelName, id), '\n'))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
-	send := func(v map[string]any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\r\n\r\n", b)
+	send := func(parts []map[string]any, finish bool, usage map[string]any) {
+		_, _ = w.Write(wire.Event(wire.GeminiResponse(parts, finish, usage, ModelName, id)))
 		_ = rc.Flush()
 	}
-	partial := map[string]any{"promptTokenCount": prompt, "totalTokenCount": prompt}
+	partial := wire.GeminiUsage(prompt, 0, 0, false)
 	words := strings.SplitAfter(rp.content, " ")
 	for i, word := range words {
 		if word == "" {
 			continue
 		}
 		if i == len(words)-1 && len(rp.calls) == 0 {
-			send(response([]map[string]any{{"text": word}}, true, usage))
+			send([]map[string]any{wire.GeminiText(word)}, true, usage)
 			return
 		}
-		send(response([]map[string]any{{"text": word}}, false, partial))
+		send([]map[string]any{wire.GeminiText(word)}, false, partial)
 	}
-	send(response(parts[min(len(parts), boolInt(rp.content != "")):], true, usage))
+	send(parts[min(len(parts), boolInt(rp.content != "")):], true, usage)
 }
 
 func boolInt(b bool) int {
@@ -218,13 +208,11 @@ func fill(schema map[string]any) any {
 	return out
 }
 
-// geminiError answers status in Google's error shape.
+// geminiError answers status in Google's shape.
 func geminiError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
 	name := "INVALID_ARGUMENT"
 	if status == http.StatusNotFound {
 		name = "NOT_FOUND"
 	}
-	fmt.Fprintf(w, `{"error":{"code":%d,"message":"%s","status":"%s"}}`, status, jsonEscape(msg), name)
+	wire.WriteJSON(w, status, wire.GeminiError(status, name, msg))
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // messagesRequest is what the demo reads of an Anthropic Messages API request.
@@ -96,11 +98,10 @@ func (d *model) messages(w http.ResponseWriter, r *http.Request) {
 	id := "msg_demo" + strconv.FormatInt(n, 10)
 	var blocks []map[string]any
 	if rp.content != "" {
-		blocks = append(blocks, map[string]any{"type": "text", "text": rp.content})
+		blocks = append(blocks, wire.MessagesText(rp.content))
 	}
 	for _, c := range rp.calls {
-		blocks = append(blocks, map[string]any{"type": "tool_use", "id": "toolu_" + strings.TrimPrefix(c.ID, "call_"), "name": c.Name,
-			"input": json.RawMessage(c.Arguments)})
+		blocks = append(blocks, wire.MessagesToolUse("toolu_"+strings.TrimPrefix(c.ID, "call_"), c.Name, json.RawMessage(c.Arguments)))
 	}
 	stop := "end_turn"
 	if len(rp.calls) > 0 {
@@ -108,54 +109,48 @@ func (d *model) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	prompt, completion := tokens(req, rp)
 	usage := map[string]any{"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": completion}
-	message := func(content []map[string]any, stop any, usage map[string]any) map[string]any {
-		if content == nil {
-			content = []map[string]any{}
-		}
-		return map[string]any{"id": id, "type": "message", "role": "assistant", "model": ModelName, "content": content,
-			"stop_reason": stop, "stop_sequence": nil, "usage": usage}
-	}
 	if !mr.Stream {
+		if blocks == nil {
+			blocks = []map[string]any{}
+		}
+		b, _ := json.Marshal(wire.MessagesMessage(id, ModelName, blocks, stop, usage))
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(message(blocks, stop, usage))
+		_, _ = w.Write(append(b, '\n'))
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
 	send := func(typ string, fields map[string]any) {
-		fields["type"] = typ
-		b, _ := json.Marshal(fields)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
+		_, _ = w.Write(wire.MessagesEvent(typ, fields))
 		_ = rc.Flush()
 	}
 	start := map[string]any{"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}
-	send("message_start", map[string]any{"message": message(nil, nil, start)})
+	send("message_start", wire.MessagesStart(id, ModelName, start))
 	send("ping", map[string]any{})
 	for i, b := range blocks {
 		switch b["type"] {
 		case "text":
-			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "text", "text": ""}})
+			send("content_block_start", wire.MessagesBlockStart(i, wire.MessagesText("")))
 			for j, word := range strings.SplitAfter(rp.content, " ") {
 				if word != "" {
-					send("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "text_delta", "text": word}})
+					send("content_block_delta", wire.MessagesDelta(i, wire.MessagesTextDelta(word)))
 					if j%8 == 7 {
 						time.Sleep(5 * time.Millisecond) // a little of a real model's pace
 					}
 				}
 			}
 		case "tool_use":
-			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b["id"],
-				"name": b["name"], "input": map[string]any{}}})
+			send("content_block_start", wire.MessagesBlockStart(i, wire.MessagesToolUseStart(b["id"].(string), b["name"].(string))))
 			for a := string(b["input"].(json.RawMessage)); a != ""; {
 				k := min(len(a), 12)
-				send("content_block_delta", map[string]any{"index": i, "delta": map[string]any{"type": "input_json_delta", "partial_json": a[:k]}})
+				send("content_block_delta", wire.MessagesDelta(i, wire.MessagesInputDelta(a[:k])))
 				a = a[k:]
 			}
 		}
-		send("content_block_stop", map[string]any{"index": i})
+		send("content_block_stop", wire.MessagesBlockStop(i))
 	}
-	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": usage})
+	send("message_delta", wire.MessagesEnd(stop, usage))
 	send("message_stop", map[string]any{})
 }
 
@@ -174,7 +169,5 @@ func (d *model) countTokens(w http.ResponseWriter, r *http.Request) {
 
 // messagesError answers 400 in Anthropic's error shape.
 func messagesError(w http.ResponseWriter, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"%s"}}`, jsonEscape(msg))
+	wire.WriteJSON(w, http.StatusBadRequest, wire.MessagesError("invalid_request_error", msg))
 }

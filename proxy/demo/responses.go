@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // responsesRequest is what the demo reads of a Responses API request.
@@ -109,12 +111,11 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 	id := "resp_demo" + strconv.FormatInt(n, 10)
 	var items []map[string]any
 	if rp.content != "" {
-		items = append(items, map[string]any{"id": "msg_demo" + strconv.FormatInt(n, 10), "type": "message", "status": "completed", "role": "assistant",
-			"content": []any{map[string]any{"type": "output_text", "text": rp.content, "annotations": []any{}}}})
+		items = append(items, wire.ResponsesMessage("msg_demo"+strconv.FormatInt(n, 10), "completed",
+			[]any{map[string]any{"type": "output_text", "text": rp.content, "annotations": []any{}}}))
 	}
 	for i, c := range rp.calls {
-		items = append(items, map[string]any{"id": fmt.Sprintf("fc_demo%d_%d", n, i), "type": "function_call", "status": "completed",
-			"call_id": c.ID, "name": c.Name, "arguments": c.Arguments})
+		items = append(items, wire.ResponsesFunctionCall(fmt.Sprintf("fc_demo%d_%d", n, i), "completed", c.ID, c.Name, c.Arguments))
 	}
 	prompt, completion := tokens(req, rp)
 	object := func(status string, output []map[string]any, usage any) map[string]any {
@@ -125,8 +126,7 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 			"incomplete_details": nil, "model": ModelName, "output": output, "parallel_tool_calls": true, "previous_response_id": nil,
 			"store": false, "tool_choice": "auto", "tools": []any{}, "usage": usage, "metadata": map[string]any{}}
 	}
-	usage := map[string]any{"input_tokens": prompt, "input_tokens_details": map[string]any{"cached_tokens": 0},
-		"output_tokens": completion, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": prompt + completion}
+	usage := wire.ResponsesUsage(prompt, 0, completion)
 	if !rr.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(object("completed", items, usage))
@@ -135,13 +135,9 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
-	seq := 0
+	var events wire.ResponsesStream
 	send := func(typ string, fields map[string]any) {
-		fields["type"] = typ
-		fields["sequence_number"] = seq
-		seq++
-		b, _ := json.Marshal(fields)
-		fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, b)
+		_, _ = w.Write(events.Event(typ, fields))
 		_ = rc.Flush()
 	}
 	send("response.created", map[string]any{"response": object("in_progress", nil, nil)})
@@ -150,8 +146,7 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 		itemID := item["id"]
 		switch item["type"] {
 		case "message":
-			send("response.output_item.added", map[string]any{"output_index": i,
-				"item": map[string]any{"id": itemID, "type": "message", "status": "in_progress", "role": "assistant", "content": []any{}}})
+			send("response.output_item.added", map[string]any{"output_index": i, "item": wire.ResponsesMessage(itemID.(string), "in_progress", []any{})})
 			part := map[string]any{"type": "output_text", "text": "", "annotations": []any{}}
 			send("response.content_part.added", map[string]any{"item_id": itemID, "output_index": i, "content_index": 0, "part": part})
 			for j, word := range strings.SplitAfter(rp.content, " ") {
@@ -166,11 +161,7 @@ func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 			send("response.content_part.done", map[string]any{"item_id": itemID, "output_index": i, "content_index": 0,
 				"part": map[string]any{"type": "output_text", "text": rp.content, "annotations": []any{}}})
 		case "function_call":
-			added := map[string]any{}
-			for k, v := range item {
-				added[k] = v
-			}
-			added["status"], added["arguments"] = "in_progress", ""
+			added := wire.ResponsesFunctionCall(itemID.(string), "in_progress", item["call_id"].(string), item["name"].(string), "")
 			send("response.output_item.added", map[string]any{"output_index": i, "item": added})
 			args := item["arguments"].(string)
 			for a := args; a != ""; {

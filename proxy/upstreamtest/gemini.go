@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // A scripted upstream of the Gemini API that checks each request as Google does what a proxy
@@ -58,13 +60,9 @@ func (p GeminiPart) json() map[string]any {
 		_ = json.Unmarshal([]byte(p.Raw), &m)
 		return m
 	case p.Call != "":
-		fc := map[string]any{"name": p.Call, "args": json.RawMessage(cmpOr(p.Args, "{}"))}
-		if p.ID != "" {
-			fc["id"] = p.ID
-		}
-		m = map[string]any{"functionCall": fc}
+		m = wire.GeminiCall(p.ID, p.Call, json.RawMessage(cmpOr(p.Args, "{}")))
 	default:
-		m = map[string]any{"text": p.Text}
+		m = wire.GeminiText(p.Text)
 		if p.Thought {
 			m["thought"] = true
 		}
@@ -97,15 +95,12 @@ func (g GeminiReply) usage() map[string]int {
 	return map[string]int{"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 5, "thoughtsTokenCount": 2, "totalTokenCount": 17}
 }
 
-func (g GeminiReply) response(parts []map[string]any, finish bool, usage map[string]int) map[string]any {
+// response is a GenerateContentResponse of parts (none when nil).
+func (g GeminiReply) response(parts []map[string]any, finish bool, usage any) []byte {
 	if parts == nil {
 		parts = []map[string]any{}
 	}
-	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
-	if finish {
-		cand["finishReason"] = "STOP"
-	}
-	return map[string]any{"candidates": []any{cand}, "usageMetadata": usage, "modelVersion": "gemini-test", "responseId": g.ID}
+	return wire.GeminiResponse(parts, finish, usage, "gemini-test", g.ID)
 }
 
 // JSON is the reply as generateContent's body.
@@ -114,8 +109,7 @@ func (g GeminiReply) JSON() string {
 	for i, p := range g.Parts {
 		parts[i] = p.json()
 	}
-	b, _ := json.Marshal(g.response(parts, true, g.usage()))
-	return string(b)
+	return string(g.response(parts, true, g.usage()))
 }
 
 // Events are the reply as streamGenerateContent sends it with alt=sse: a text part in two
@@ -123,24 +117,23 @@ func (g GeminiReply) JSON() string {
 // the prompt, then the whole), the last with the finishReason.
 func (g GeminiReply) Events() []string {
 	var out []string
-	partial := map[string]int{"promptTokenCount": g.usage()["promptTokenCount"], "totalTokenCount": g.usage()["promptTokenCount"]}
+	partial := wire.GeminiUsage(g.usage()["promptTokenCount"], 0, 0, false)
 	var chunks [][]map[string]any
 	for _, p := range g.Parts {
 		if p.Call == "" && p.Raw == "" && !p.Signed && len(p.Text) > 1 {
 			half := len(p.Text) / 2
-			chunks = append(chunks, []map[string]any{{"text": p.Text[:half]}}, []map[string]any{{"text": p.Text[half:]}})
+			chunks = append(chunks, []map[string]any{wire.GeminiText(p.Text[:half])}, []map[string]any{wire.GeminiText(p.Text[half:])})
 			continue
 		}
 		chunks = append(chunks, []map[string]any{p.json()})
 	}
 	for i, c := range chunks {
 		last := i == len(chunks)-1
-		u := partial
+		var u any = partial
 		if last {
 			u = g.usage()
 		}
-		b, _ := json.Marshal(g.response(c, last, u))
-		out = append(out, "data: "+string(b)+"\r\n\r\n")
+		out = append(out, string(wire.Event(g.response(c, last, u))))
 	}
 	return out
 }
@@ -164,8 +157,7 @@ func Gemini(g GeminiReply) Reply {
 
 // GeminiError answers status with an error in Google's shape.
 func GeminiError(status int, name, msg string) Reply {
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": status, "message": msg, "status": name}})
-	return JSON(status, string(b))
+	return JSON(status, string(wire.GeminiError(status, name, msg)))
 }
 
 // geminiContent is what CheckGemini reads of a content.
@@ -179,11 +171,7 @@ type geminiContent struct {
 			ID   string `json:"id"`
 			Name string `json:"name"`
 		} `json:"functionCall"`
-		FunctionResponse *struct {
-			ID       string          `json:"id"`
-			Name     string          `json:"name"`
-			Response json.RawMessage `json:"response"`
-		} `json:"functionResponse"`
+		FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 	} `json:"parts"`
 }
 

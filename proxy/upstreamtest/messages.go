@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // A scripted upstream of Anthropic's Messages API that checks each request as Anthropic does
@@ -54,13 +56,13 @@ const redactedData = "EmwKAhgBEgy"
 func (b Block) json() map[string]any {
 	switch b.Type {
 	case "text":
-		return map[string]any{"type": "text", "text": b.Text}
+		return wire.MessagesText(b.Text)
 	case "thinking":
 		return map[string]any{"type": "thinking", "thinking": b.Text, "signature": Signature(b.Text)}
 	case "redacted_thinking":
 		return map[string]any{"type": "redacted_thinking", "data": redactedData + b.Text}
 	case "tool_use":
-		return map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": json.RawMessage(b.Input)}
+		return wire.MessagesToolUse(b.ID, b.Name, json.RawMessage(b.Input))
 	}
 	var m map[string]any
 	_ = json.Unmarshal([]byte(b.Raw), &m)
@@ -122,8 +124,7 @@ func (m MessageReply) JSON() string {
 	for i, b := range m.Blocks {
 		blocks[i] = b.json()
 	}
-	out, _ := json.Marshal(map[string]any{"id": m.ID, "type": "message", "role": "assistant", "model": "claude-test",
-		"content": blocks, "stop_reason": m.stopReason(), "stop_sequence": nil, "usage": m.usage()})
+	out, _ := json.Marshal(wire.MessagesMessage(m.ID, "claude-test", blocks, m.stopReason(), m.usage()))
 	return string(out)
 }
 
@@ -132,55 +133,49 @@ func (m MessageReply) JSON() string {
 // bytes) and stop, message_delta, message_stop.
 func (m MessageReply) Events() []string {
 	var out []string
-	send := func(typ string, v map[string]any) {
-		v["type"] = typ
-		b, _ := json.Marshal(v)
-		out = append(out, "event: "+typ+"\ndata: "+string(b)+"\n\n")
-	}
+	send := func(typ string, v map[string]any) { out = append(out, string(wire.MessagesEvent(typ, v))) }
 	start := map[string]int{}
 	for k, v := range m.usage() {
 		start[k] = v
 	}
 	start["output_tokens"] = 1
-	send("message_start", map[string]any{"message": map[string]any{"id": m.ID, "type": "message", "role": "assistant", "model": "claude-test",
-		"content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": start}})
+	send("message_start", wire.MessagesStart(m.ID, "claude-test", start))
 	send("ping", map[string]any{})
 	for i, b := range m.Blocks {
-		delta := func(d map[string]any) { send("content_block_delta", map[string]any{"index": i, "delta": d}) }
+		delta := func(d map[string]any) { send("content_block_delta", wire.MessagesDelta(i, d)) }
 		halves := func(s string) []string { n := Cut(s, len(s)/2); return []string{s[:n], s[n:]} }
 		switch b.Type {
 		case "text":
-			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "text", "text": ""}})
+			send("content_block_start", wire.MessagesBlockStart(i, wire.MessagesText("")))
 			for _, p := range halves(b.Text) {
-				delta(map[string]any{"type": "text_delta", "text": p})
+				delta(wire.MessagesTextDelta(p))
 			}
 		case "thinking":
-			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "thinking", "thinking": "", "signature": ""}})
+			send("content_block_start", wire.MessagesBlockStart(i, map[string]any{"type": "thinking", "thinking": "", "signature": ""}))
 			for _, p := range halves(b.Text) {
 				delta(map[string]any{"type": "thinking_delta", "thinking": p})
 			}
 			delta(map[string]any{"type": "signature_delta", "signature": Signature(b.Text)})
 		case "tool_use":
-			send("content_block_start", map[string]any{"index": i, "content_block": map[string]any{"type": "tool_use", "id": b.ID, "name": b.Name, "input": map[string]any{}}})
+			send("content_block_start", wire.MessagesBlockStart(i, wire.MessagesToolUseStart(b.ID, b.Name)))
 			for a := b.Input; a != ""; {
 				n := Cut(a, 7)
-				delta(map[string]any{"type": "input_json_delta", "partial_json": a[:n]})
+				delta(wire.MessagesInputDelta(a[:n]))
 				a = a[n:]
 			}
 		default:
-			send("content_block_start", map[string]any{"index": i, "content_block": b.json()})
+			send("content_block_start", wire.MessagesBlockStart(i, b.json()))
 		}
-		send("content_block_stop", map[string]any{"index": i})
+		send("content_block_stop", wire.MessagesBlockStop(i))
 	}
-	send("message_delta", map[string]any{"delta": map[string]any{"stop_reason": m.stopReason(), "stop_sequence": nil}, "usage": m.usage()})
+	send("message_delta", wire.MessagesEnd(m.stopReason(), m.usage()))
 	send("message_stop", map[string]any{})
 	return out
 }
 
 // MessagesError answers status with an error in Anthropic's shape.
 func MessagesError(status int, typ, msg string) Reply {
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
-	return JSON(status, string(b))
+	return JSON(status, string(wire.MessagesError(typ, msg)))
 }
 
 // CheckMessages is what Anthropic refuses in a Messages request body ("" for nothing): a

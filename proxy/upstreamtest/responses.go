@@ -3,6 +3,8 @@ package upstreamtest
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // Item is one output item of a scripted Responses API response.
@@ -64,13 +66,13 @@ func (s ResponseSpec) item(it Item, done bool) map[string]any {
 		if done {
 			content = []any{map[string]any{"type": "output_text", "text": it.Text, "annotations": []any{}, "logprobs": []any{}}}
 		}
-		return map[string]any{"id": it.ID, "type": "message", "status": status, "role": "assistant", "content": content}
+		return wire.ResponsesMessage(it.ID, status, content)
 	case "function_call":
 		args := ""
 		if done {
 			args = it.Arguments
 		}
-		return map[string]any{"id": it.ID, "type": "function_call", "status": status, "call_id": it.CallID, "name": it.Name, "arguments": args}
+		return wire.ResponsesFunctionCall(it.ID, status, it.CallID, it.Name, args)
 	}
 	r := map[string]any{"id": it.ID, "type": "reasoning", "summary": []any{}}
 	if !done {
@@ -105,8 +107,7 @@ func (s ResponseSpec) Object(done bool) map[string]any {
 		if in == 0 && out == 0 {
 			in, cached, out = 10, 2, 5
 		}
-		usage = map[string]any{"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": cached},
-			"output_tokens": out, "output_tokens_details": map[string]any{"reasoning_tokens": 0}, "total_tokens": in + out}
+		usage = wire.ResponsesUsage(in, cached, out)
 	}
 	return map[string]any{
 		"id": s.ID, "object": "response", "created_at": 1700000000, "status": status, "error": nil,
@@ -125,13 +126,8 @@ func (s ResponseSpec) JSON() string { return marshal(s.Object(true)) }
 // its `data:`), sequence numbers from 0.
 func (s ResponseSpec) Events() []string {
 	var out []string
-	seq := 0
-	emit := func(typ string, fields map[string]any) {
-		fields["type"] = typ
-		fields["sequence_number"] = seq
-		seq++
-		out = append(out, "event: "+typ+"\ndata: "+marshal(fields)+"\n\n")
-	}
+	var events wire.ResponsesStream
+	emit := func(typ string, fields map[string]any) { out = append(out, string(events.Event(typ, fields))) }
 	emit("response.created", map[string]any{"response": s.Object(false)})
 	emit("response.in_progress", map[string]any{"response": s.Object(false)})
 	for i, it := range s.Items {

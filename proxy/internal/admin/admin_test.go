@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -25,7 +26,7 @@ func TestAdminAuth(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, auth)
-		requireErrorBody(t, string(body), "invalid_request_error", "invalid_admin_token")
+		testkit.RequireErrorBody(t, string(body), "invalid_request_error", "invalid_admin_token")
 	}
 	// Unknown admin routes need the token too, then 404.
 	e.admin("GET", "/admin/v1/nothing", nil, 404, nil)

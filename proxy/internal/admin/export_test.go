@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -124,7 +125,7 @@ func TestImportIntoAThreadThatHoldsSomething(t *testing.T) {
 	doc := `{"format":"wsproxy.workspace/1","objective":null,"preferences":[{"title":"Tabs"}],"parents":[],"agent_writes":null,"untrusted_writes":null}`
 	code, body = e.callAs(adminToken, "POST", "/admin/v1/threads/repo-x/import", doc)
 	require.Equal(t, 409, code, body)
-	requireErrorBody(t, body, "invalid_request_error", "thread_not_empty")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "thread_not_empty")
 	require.Len(t, e.workspace("repo-x").Preferences, 4, "nothing changed")
 
 	code, body = e.callAs(adminToken, "POST", "/admin/v1/threads/repo-x/import?replace=1", doc)
@@ -172,7 +173,7 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 	} {
 		code, body := e.callAs(adminToken, "POST", "/admin/v1/threads/b/import", tt.doc)
 		require.Equal(t, tt.status, code, "%s: %s", tt.name, body)
-		eb := requireErrorBody(t, body, "invalid_request_error", tt.code)
+		eb := testkit.RequireErrorBody(t, body, "invalid_request_error", tt.code)
 		if tt.param != "" {
 			require.Equal(t, tt.param, eb["param"], tt.name)
 		}
@@ -182,7 +183,7 @@ func TestImportRefusesBadDocuments(t *testing.T) {
 	big := `{"format":"wsproxy.workspace/1","history":"` + strings.Repeat("x", maxImportBytes) + `"}`
 	code, body := e.callAs(adminToken, "POST", "/admin/v1/threads/c/import", big)
 	require.Equal(t, 413, code, body)
-	requireErrorBody(t, body, "invalid_request_error", "import_too_large")
+	testkit.RequireErrorBody(t, body, "invalid_request_error", "import_too_large")
 	e.admin("GET", "/admin/v1/threads/c", nil, 404, nil)
 }
 
@@ -219,14 +220,14 @@ func TestClientNotFoundHints(t *testing.T) {
 	e.admin("PUT", "/admin/v1/threads/alice~t1/objective", map[string]any{"text": "goal"}, 200, nil)
 	code, body := e.callAs("sk-alice-secret", "GET", "/admin/v1/threads/t1", "")
 	require.Equal(t, 404, code, body)
-	eb := requireErrorBody(t, body, "invalid_request_error", "not_found")
+	eb := testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")
 	require.Equal(t, `no thread "t1": a client's threads are named with their client, as in "alice~t1"`, eb["message"])
 	code, body = e.callAs("sk-alice-secret", "GET", "/admin/v1/threads/alice~t2", "")
 	require.Equal(t, 404, code, body)
-	require.Equal(t, `no thread "alice~t2"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
+	require.Equal(t, `no thread "alice~t2"`, testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")["message"])
 	code, body = e.callAs(adminToken, "GET", "/admin/v1/threads/t1", "")
 	require.Equal(t, 404, code, body)
-	require.Equal(t, `no thread "t1"`, requireErrorBody(t, body, "invalid_request_error", "not_found")["message"], "the admin's threads are any")
+	require.Equal(t, `no thread "t1"`, testkit.RequireErrorBody(t, body, "invalid_request_error", "not_found")["message"], "the admin's threads are any")
 }
 
 // TestOpenAPIWithoutToken: the OpenAPI document holds no data: it is served without the admin

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -25,18 +26,18 @@ func TestRevertThroughLatest(t *testing.T) {
 	call := func(path string) (int, string) { return e.call("POST", path, nil) }
 	code, body := call("/admin/v1/threads/trip/events/1/revert")
 	require.Equal(t, 409, code)
-	eb := requireErrorBody(t, body, "invalid_request_error", "changed_since")
+	eb := testkit.RequireErrorBody(t, body, "invalid_request_error", "changed_since")
 	require.Contains(t, eb["message"], "latest: event 3")
 	require.Contains(t, eb["message"], "?through=latest")
 
 	// Seen up to event 2: event 3 is newer, nothing is reverted.
 	code, body = call("/admin/v1/threads/trip/events/1/revert?through=2")
 	require.Equal(t, 409, code, body)
-	require.Contains(t, requireErrorBody(t, body, "invalid_request_error", "changed_since")["message"], "latest: event 3")
+	require.Contains(t, testkit.RequireErrorBody(t, body, "invalid_request_error", "changed_since")["message"], "latest: event 3")
 	for _, bad := range []string{"", "0", "first", "-1"} {
 		code, body = call("/admin/v1/threads/trip/events/1/revert?through=" + bad)
 		require.Equal(t, 400, code, body)
-		require.Equal(t, "through", requireErrorBody(t, body, "invalid_request_error", "invalid_value")["param"])
+		require.Equal(t, "through", testkit.RequireErrorBody(t, body, "invalid_request_error", "invalid_value")["param"])
 	}
 	require.Len(t, e.workspace("trip").Preferences, 1)
 

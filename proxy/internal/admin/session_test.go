@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -27,8 +28,8 @@ func TestPanelSessions(t *testing.T) {
 	for _, th := range []string{"alice~a1", "alice~a2", "bob~b1", "plain"} {
 		e.admin("PUT", "/admin/v1/threads/"+th+"/objective", map[string]any{"text": "goal of " + th}, 200, nil)
 	}
-	threadsOf := func(c *panelClient) []string {
-		code, body := c.do("GET", "/admin/v1/threads", "", nil)
+	threadsOf := func(c *testkit.PanelClient) []string {
+		code, body := c.Do("GET", "/admin/v1/threads", "", nil)
 		require.Equal(t, 200, code, body)
 		var p page[workspace.Thread]
 		require.NoError(t, json.Unmarshal([]byte(body), &p))
@@ -41,7 +42,7 @@ func TestPanelSessions(t *testing.T) {
 
 	// No session: 401, and the page itself is served with its security headers.
 	anon := e.panelClient()
-	code, _ := anon.do("GET", "/admin/v1/threads", "", nil)
+	code, _ := anon.Do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 401, code)
 	resp, err := http.Get(e.srv.URL + "/ui/")
 	require.NoError(t, err)
@@ -53,30 +54,30 @@ func TestPanelSessions(t *testing.T) {
 	require.NotContains(t, csp, "unsafe-inline")
 
 	admin := e.panelClient()
-	require.Equal(t, 200, admin.signIn(adminToken))
+	require.Equal(t, 200, admin.SignIn(adminToken))
 	require.ElementsMatch(t, []string{"alice~a1", "alice~a2", "bob~b1", "plain"}, threadsOf(admin))
-	for _, c := range admin.http.Jar.Cookies(mustURL(t, e.srv.URL)) {
+	for _, c := range admin.HTTP.Jar.Cookies(mustURL(t, e.srv.URL)) {
 		require.NotContains(t, c.Value, adminToken, "the cookie never holds the token")
 	}
 
 	alice := e.panelClient()
-	require.Equal(t, 200, alice.signIn("sk-alice-secret"))
+	require.Equal(t, 200, alice.SignIn("sk-alice-secret"))
 	require.ElementsMatch(t, []string{"alice~a1", "alice~a2"}, threadsOf(alice))
-	code, _ = alice.do("GET", "/admin/v1/threads/bob~b1", "", nil)
+	code, _ = alice.Do("GET", "/admin/v1/threads/bob~b1", "", nil)
 	require.Equal(t, 404, code, "another client's thread does not exist for alice")
-	code, _ = alice.write("PUT", "/admin/v1/threads/bob~b1/objective", `{"text":"mine now"}`)
+	code, _ = alice.Write("PUT", "/admin/v1/threads/bob~b1/objective", `{"text":"mine now"}`)
 	require.Equal(t, 404, code)
-	code, body := alice.write("POST", "/admin/v1/threads/alice~a1/preferences", `{"title":"Alice's"}`)
+	code, body := alice.Write("POST", "/admin/v1/threads/alice~a1/preferences", `{"title":"Alice's"}`)
 	require.Equal(t, 201, code, body)
 
 	// Writes without the CSRF token, from another origin or another site: refused, nothing written.
 	for _, h := range []map[string]string{
 		{"Origin": e.srv.URL},
-		{"X-CSRF-Token": alice.csrf, "Origin": "https://evil.example"},
-		{"X-CSRF-Token": alice.csrf, "Sec-Fetch-Site": "cross-site"},
+		{"X-CSRF-Token": alice.CSRF, "Origin": "https://evil.example"},
+		{"X-CSRF-Token": alice.CSRF, "Sec-Fetch-Site": "cross-site"},
 		{"X-CSRF-Token": "forged", "Origin": e.srv.URL},
 	} {
-		code, body := alice.do("POST", "/admin/v1/threads/alice~a1/preferences", `{"title":"Forged"}`, h)
+		code, body := alice.Do("POST", "/admin/v1/threads/alice~a1/preferences", `{"title":"Forged"}`, h)
 		require.Equal(t, 403, code, body)
 		require.Contains(t, body, "csrf_refused")
 	}
@@ -90,47 +91,47 @@ func TestPanelSessions(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/plain/links", map[string]any{"ttl_seconds": 2}, 201, &l)
 	require.True(t, strings.HasPrefix(l.URL, e.srv.URL+"/ui/link?token="))
 	visitor := e.panelClient()
-	code, body = visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, body = visitor.Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 200, code)
 	require.Contains(t, body, "/ui/#/t/plain")
-	code, body = visitor.do("GET", "/ui/session", "", nil)
+	code, body = visitor.Do("GET", "/ui/session", "", nil)
 	require.Equal(t, 200, code)
 	var ses struct{ Scope, CSRF string }
 	require.NoError(t, json.Unmarshal([]byte(body), &ses))
 	require.Equal(t, "thread:plain", ses.Scope)
-	visitor.csrf = ses.CSRF
+	visitor.CSRF = ses.CSRF
 	require.Equal(t, []string{"plain"}, threadsOf(visitor))
-	code, _ = visitor.do("GET", "/admin/v1/threads/alice~a1", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/alice~a1", "", nil)
 	require.Equal(t, 404, code)
-	code, _ = visitor.write("POST", "/admin/v1/threads/plain/preferences", `{"title":"From the link"}`)
+	code, _ = visitor.Write("POST", "/admin/v1/threads/plain/preferences", `{"title":"From the link"}`)
 	require.Equal(t, 201, code)
-	code, _ = visitor.write("POST", "/admin/v1/threads/plain/links", `{"ttl_seconds":2592000}`)
+	code, _ = visitor.Write("POST", "/admin/v1/threads/plain/links", `{"ttl_seconds":2592000}`)
 	require.Equal(t, 403, code, "a link's holder cannot outlive the link with a new one")
 	time.Sleep(time.Until(l.ExpiresAt) + 100*time.Millisecond)
-	code, _ = visitor.do("GET", "/admin/v1/threads/plain", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/plain", "", nil)
 	require.Equal(t, 401, code, "the session ends with the link")
 	late := e.panelClient()
-	code, _ = late.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, _ = late.Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 403, code, "an expired link opens nothing")
-	code, _ = late.do("GET", "/ui/link?token="+url.QueryEscape(strings.Replace(strings.TrimPrefix(l.URL, e.srv.URL+"/ui/link?token="), "l.", "s.", 1)), "", nil)
+	code, _ = late.Do("GET", "/ui/link?token="+url.QueryEscape(strings.Replace(strings.TrimPrefix(l.URL, e.srv.URL+"/ui/link?token="), "l.", "s.", 1)), "", nil)
 	require.Equal(t, 403, code, "a link is not a session")
 
 	// The session is valid on another replica with the same admin token.
 	other := setupWithPool(t, e.pool, withKeys)
-	admin.base = other.srv.URL
-	admin.http.Jar.SetCookies(mustURL(t, other.srv.URL), admin.http.Jar.Cookies(mustURL(t, e.srv.URL)))
+	admin.Base = other.srv.URL
+	admin.HTTP.Jar.SetCookies(mustURL(t, other.srv.URL), admin.HTTP.Jar.Cookies(mustURL(t, e.srv.URL)))
 	require.Len(t, threadsOf(admin), 4)
 
 	// Sign-out ends it; failed sign-ins are throttled.
-	code, _ = alice.write("DELETE", "/ui/session", "")
+	code, _ = alice.Write("DELETE", "/ui/session", "")
 	require.Equal(t, 204, code)
-	code, _ = alice.do("GET", "/admin/v1/threads", "", nil)
+	code, _ = alice.Do("GET", "/admin/v1/threads", "", nil)
 	require.Equal(t, 401, code)
 	for range auth.MaxFailures {
-		require.Equal(t, 401, anon.signIn("wrong"))
+		require.Equal(t, 401, anon.SignIn("wrong"))
 	}
-	require.Equal(t, 429, anon.signIn("wrong"))
-	require.Equal(t, 200, anon.signIn(adminToken), "the right token is served")
+	require.Equal(t, 429, anon.SignIn("wrong"))
+	require.Equal(t, 200, anon.SignIn(adminToken), "the right token is served")
 
 	// UI=off: no panel, and links are refused.
 	off := setupWithPool(t, e.pool, func(o *Options) { o.DisablePanel = true })
@@ -156,26 +157,26 @@ func TestPanelLinkRevoked(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/shared/links", nil, 201, &l)
 	require.Equal(t, "panel", l.Kind)
 	visitor := e.panelClient()
-	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, _ := visitor.Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 200, code)
-	code, _ = visitor.do("GET", "/admin/v1/threads/shared", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/shared", "", nil)
 	require.Equal(t, 200, code)
-	code, _ = visitor.do("GET", "/admin/v1/threads/shared/links", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/shared/links", "", nil)
 	require.Equal(t, 403, code, "a link's holder lists no links")
-	code, _ = visitor.do("DELETE", fmt.Sprintf("/admin/v1/threads/shared/links/%d", l.ID), "", map[string]string{"X-CSRF-Token": visitor.csrf})
+	code, _ = visitor.Do("DELETE", fmt.Sprintf("/admin/v1/threads/shared/links/%d", l.ID), "", map[string]string{"X-CSRF-Token": visitor.CSRF})
 	require.Equal(t, 403, code)
 
 	req, err := http.NewRequest("GET", e.srv.URL+"/admin/v1/threads/shared/events/stream", nil)
 	require.NoError(t, err)
-	stream, err := visitor.http.Do(req)
+	stream, err := visitor.HTTP.Do(req)
 	require.NoError(t, err)
 	defer stream.Body.Close()
 	require.Equal(t, 200, stream.StatusCode)
 
 	e.admin("DELETE", fmt.Sprintf("/admin/v1/threads/shared/links/%d", l.ID), nil, 204, nil)
-	code, _ = visitor.do("GET", "/admin/v1/threads/shared", "", nil)
+	code, _ = visitor.Do("GET", "/admin/v1/threads/shared", "", nil)
 	require.Equal(t, 401, code, "the session ends with its link")
-	code, _ = e.panelClient().do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, _ = e.panelClient().Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 403, code, "a revoked link opens nothing")
 	// The stream ends at its next wake-up.
 	e.admin("PUT", "/admin/v1/threads/shared/objective", map[string]any{"text": "Changed"}, 200, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -32,25 +33,25 @@ func TestEventStream(t *testing.T) {
 
 	s := e.openStream("live", "", "")
 	e.admin("POST", "/admin/v1/threads/live/preferences", map[string]any{"title": "One"}, 201, nil)
-	id, ev := s.next()
+	id, ev := s.Next()
 	require.Equal(t, "2", id, "only what commits after the stream opened")
 	require.Equal(t, "preference_added", ev.Kind)
 	// A change through the other replica reaches this one's stream (its hub follows the thread).
 	other.admin("POST", "/admin/v1/threads/live/preferences", map[string]any{"title": "Two"}, 201, nil)
-	id, _ = s.next()
+	id, _ = s.Next()
 	require.Equal(t, "3", id)
-	s.resp.Body.Close()
+	s.Resp.Body.Close()
 
 	// Changes while away; a reconnect with Last-Event-ID gets them, in order, once.
 	e.admin("POST", "/admin/v1/threads/live/preferences", map[string]any{"title": "Three"}, 201, nil)
 	e.admin("PUT", "/admin/v1/threads/live/objective", map[string]any{"text": "After"}, 200, nil)
 	s = other.openStream("live", "3", "")
 	for _, want := range []string{"4", "5"} {
-		id, _ := s.next()
+		id, _ := s.Next()
 		require.Equal(t, want, id)
 	}
 	e.admin("DELETE", "/admin/v1/threads/live/preferences/1", nil, 204, nil)
-	id, ev = s.next()
+	id, ev = s.Next()
 	require.Equal(t, "6", id)
 	require.Equal(t, "preference_removed", ev.Kind)
 
@@ -58,7 +59,7 @@ func TestEventStream(t *testing.T) {
 	beating := setupWithPool(t, e.pool, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
 	idle := beating.openStream("live", "", "")
 	for {
-		line, err := idle.rd.ReadString('\n')
+		line, err := idle.RD.ReadString('\n')
 		require.NoError(t, err)
 		if line == ": heartbeat\n" {
 			break
@@ -67,7 +68,7 @@ func TestEventStream(t *testing.T) {
 
 	// Closing the server ends the stream.
 	done := make(chan error, 1)
-	go func() { _, err := io.Copy(io.Discard, s.resp.Body); done <- err }()
+	go func() { _, err := io.Copy(io.Discard, s.Resp.Body); done <- err }()
 	go other.server.Close()
 	select {
 	case <-done:
@@ -93,17 +94,17 @@ func TestEventStreamAfter(t *testing.T) {
 	e.admin("POST", "/admin/v1/threads/gap/preferences", map[string]any{"title": "Between"}, 201, nil)
 	s := e.openStream("gap", "", itoa(read))
 	e.admin("POST", "/admin/v1/threads/gap/preferences", map[string]any{"title": "After"}, 201, nil)
-	id, ev := s.next()
+	id, ev := s.Next()
 	require.Equal(t, itoa(read+1), id, "the change committed between the read and the stream's open")
 	require.Equal(t, "preference_added", ev.Kind)
 	require.Contains(t, string(ev.After), `"Between"`)
-	id, ev = s.next()
+	id, ev = s.Next()
 	require.Equal(t, itoa(read+2), id)
 	require.Contains(t, string(ev.After), `"After"`)
 
 	// A reconnect carries both: it resumes after Last-Event-ID.
 	s = e.openStream("gap", itoa(read+1), itoa(read))
-	id, _ = s.next()
+	id, _ = s.Next()
 	require.Equal(t, itoa(read+2), id, "after Last-Event-ID, not after ?after=")
 
 	for _, bad := range []string{"x", "-1", "1.5"} {
@@ -125,7 +126,7 @@ func TestEventStreamsAcrossABurst(t *testing.T) {
 	for i := range threads {
 		writer.admin("PUT", "/admin/v1/threads/"+name(i)+"/objective", map[string]any{"text": "Open"}, 200, nil)
 	}
-	streams := make([]*sseReader, threads)
+	streams := make([]*testkit.EventStream, threads)
 	for i := range threads {
 		streams[i] = reader.openStream(name(i), "1", "")
 	}
@@ -166,14 +167,14 @@ func TestEventStreamsAcrossABurst(t *testing.T) {
 			s := streams[i]
 			for len(got[i]) < each {
 				if len(got[i]) == each/2 { // away, then back with the last id it read
-					s.resp.Body.Close()
+					s.Resp.Body.Close()
 					var err error
 					if s, err = reader.dialStream(name(i), got[i][len(got[i])-1], ""); err != nil {
 						t.Error(err)
 						return
 					}
 				}
-				id, _, err := s.read()
+				id, _, err := s.Read()
 				if err != nil {
 					t.Errorf("thread %s after %v: %v", name(i), got[i], err)
 					return

@@ -26,10 +26,10 @@ func TestLinkListsItsThreadAlone(t *testing.T) {
 	}
 	e.admin("POST", "/admin/v1/threads/alice/links", nil, 201, &l)
 	visitor := e.panelClient()
-	code, _ := visitor.do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
+	code, _ := visitor.Do("GET", strings.TrimPrefix(l.URL, e.srv.URL), "", nil)
 	require.Equal(t, 200, code)
 	list := func(query string) []workspace.Thread {
-		code, body := visitor.do("GET", "/admin/v1/threads"+query, "", nil)
+		code, body := visitor.Do("GET", "/admin/v1/threads"+query, "", nil)
 		require.Equal(t, 200, code, body)
 		var p page[workspace.Thread]
 		require.NoError(t, json.Unmarshal([]byte(body), &p))

@@ -2,35 +2,24 @@ package mcp
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
-const adminToken = "test-admin-token"
+const adminToken = testkit.AdminToken
 
 // maxBatch is the servers' MaxBatch: the edge's default (MAX_TOOL_CALLS_PER_ROUND).
 const maxBatch = 100
-
-// The protocol versions the Go SDK's client speaks to /mcp: the SDK's latest (sessionless,
-// server/discover, subscriptions/listen) and the last one with an initialize handshake, which
-// the TypeScript SDK and Claude Code speak.
-const (
-	mcpLatest = "2026-07-28"
-	mcpLegacy = "2025-11-25"
-)
 
 // env is the MCP server on a fresh schema: /mcp on a mux of its own behind a real HTTP server,
 // with its own event hub listening to the schema's notifications (a replica). What the user
@@ -55,66 +44,39 @@ func setupWithPool(t testing.TB, pool *pgxpool.Pool, configure ...func(*Options)
 	// Every MCP write is untrusted (docs/spec.md §19), a proposal by default: these tests are
 	// about MCP itself, so its writes apply (proxy's TestUntrustedWritesOverMCP tests the default).
 	store := workspace.NewStore(pool, workspace.Options{UntrustedWrites: workspace.UntrustedApply})
-	hub := eventhub.New(store.Versions, 20*time.Millisecond, slog.New(slog.DiscardHandler))
-	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: readAll, MaxBatch: maxBatch}
+	hub := testkit.Hub(store)
+	opts := Options{Store: store, Guard: &auth.Guard{AdminToken: adminToken}, Hub: hub, ReadBody: testkit.ReadAll, MaxBatch: maxBatch}
 	for _, c := range configure {
 		c(&opts)
 	}
 	s := New(opts)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", s)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(func() {
-		s.Close() // the subscriptions' streams end, so srv.Close can finish
-		hub.Close()
-		srv.Close()
-	})
+	srv := testkit.Serve(t, mux, s.Close, hub.Close) // the subscriptions' streams end with s.Close, so the server can close
 	return &env{t: t, srv: srv, server: s, pool: pool, store: store, guard: opts.Guard}
 }
 
 // withClientKeys is setup's option of CLIENT_KEYS spec.
 func withClientKeys(t testing.TB, spec string) func(*Options) {
-	keys, err := auth.ParseClientKeys(spec)
-	require.NoError(t, err)
+	keys := testkit.ClientKeys(t, spec)
 	return func(o *Options) { o.Guard.ClientKeys = keys }
-}
-
-// readAll is Options.ReadBody without the edge's limits.
-func readAll(_ http.ResponseWriter, r *http.Request) ([]byte, func(), error) {
-	b, err := io.ReadAll(r.Body)
-	return b, func() {}, err
-}
-
-func readBody(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
 }
 
 // ws is the workspace of thread (stored form).
 func (e *env) ws(thread string) *workspace.Workspace {
 	e.t.Helper()
-	id, err := workspace.ParseThreadID(thread)
-	require.NoError(e.t, err)
-	return e.store.Workspace(id)
+	return testkit.WS(e.t, e.store, thread)
 }
 
 // workspace reads a thread's workspace.
 func (e *env) workspace(thread string) workspace.Detail {
 	e.t.Helper()
-	d, err := e.ws(thread).Get(context.Background())
-	require.NoError(e.t, err)
-	return d
+	return testkit.Workspace(e.t, e.store, thread)
 }
 
 func (e *env) titles(thread string) []string {
 	e.t.Helper()
-	var out []string
-	for _, p := range e.workspace(thread).Preferences {
-		out = append(out, p.Title)
-	}
-	return out
+	return testkit.Titles(e.t, e.store, thread)
 }
 
 // setObjective and addPreference are the user's changes (the admin REST's).
@@ -165,40 +127,4 @@ func mintToken(t *testing.T, e *env, thread, kind string, ttl time.Duration) (to
 func mintMCPToken(t *testing.T, e *env, thread string, ttlSeconds int) (token string, id int64, expires time.Time) {
 	t.Helper()
 	return mintToken(t, e, thread, auth.KindMCP, time.Duration(ttlSeconds)*time.Second)
-}
-
-// bearer sends every request with Authorization: Bearer token.
-type bearer string
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+string(b))
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-// mcpDial connects the Go SDK's client to base's /mcp with token, speaking protocol.
-func mcpDial(base, token, protocol string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "wsproxy-test", Version: "1"}, opts)
-	transport := &mcp.StreamableClientTransport{Endpoint: base + "/mcp", HTTPClient: &http.Client{Transport: bearer(token)},
-		MaxRetries: -1, DisableStandaloneSSE: true}
-	return client.Connect(context.Background(), transport, &mcp.ClientSessionOptions{ProtocolVersion: protocol})
-}
-
-func mcpConnect(t testing.TB, base, token, protocol string, opts *mcp.ClientOptions) *mcp.ClientSession {
-	t.Helper()
-	cs, err := mcpDial(base, token, protocol, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = cs.Close() })
-	return cs
-}
-
-// mcpCall calls a tool and returns its result's text and whether it is a tool error.
-func mcpCall(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
-	t.Helper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
-	require.NoError(t, err, name)
-	require.Len(t, res.Content, 1, name)
-	text, ok := res.Content[0].(*mcp.TextContent)
-	require.True(t, ok, "%s: %T", name, res.Content[0])
-	return text.Text, res.IsError
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -26,7 +27,7 @@ func TestMCPResourcesPaged(t *testing.T) {
 		require.NoError(t, err)
 	}
 	list := func(token string) []string {
-		cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
+		cs := testkit.MCPConnect(t, e.srv.URL, token, testkit.MCPLatest, nil)
 		var uris []string
 		pages := 0
 		cursor := ""
@@ -60,7 +61,7 @@ func TestMCPResourcesPaged(t *testing.T) {
 		require.NotContains(t, u, "~")
 	}
 
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
 	_, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: "not-a-cursor,x"})
 	require.ErrorContains(t, err, "cursor")
 }

@@ -1,11 +1,9 @@
 package mcp
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -17,29 +15,9 @@ import (
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
 	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
-
-// mcpPost sends a raw initialize request to /mcp with the Authorization header auth ("" none),
-// from the address from (X-Forwarded-For, believed from a trusted proxy; "" for none).
-func mcpPost(t *testing.T, base, auth, from string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	if from != "" {
-		req.Header.Set("X-Forwarded-For", from)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	t.Cleanup(func() { resp.Body.Close() })
-	return resp
-}
 
 // TestMCPScopes: who sees what (docs/spec.md §15). The admin token sees every thread; a client key
 // its client's threads, named as its turns name them; a thread token its one thread, with no
@@ -56,8 +34,8 @@ func TestMCPScopes(t *testing.T) {
 	e.setObjective("lonely", "No client's")
 
 	t.Run("ClientKey", func(t *testing.T) {
-		alice := mcpConnect(t, e.srv.URL, "key-alice", mcpLatest, nil)
-		text, isError := mcpCall(t, alice, "add_preferences", map[string]any{"thread": "t1", "items": []any{map[string]any{"title": "Alice's"}}, "action_and_reasoning": "stated"})
+		alice := testkit.MCPConnect(t, e.srv.URL, "key-alice", testkit.MCPLatest, nil)
+		text, isError := testkit.MCPCall(t, alice, "add_preferences", map[string]any{"thread": "t1", "items": []any{map[string]any{"title": "Alice's"}}, "action_and_reasoning": "stated"})
 		require.False(t, isError, text)
 		require.Equal(t, "Alice's", e.workspace("alice~t1").Preferences[0].Title, "in alice's namespace")
 		require.Equal(t, "Bob's secret", e.workspace("bob~t1").Preferences[0].Title)
@@ -65,12 +43,12 @@ func TestMCPScopes(t *testing.T) {
 			if thread == "lonely" {
 				// "lonely" names alice~lonely for alice: a thread of hers, new; it is not the
 				// admin's "lonely".
-				text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
+				text, isError = testkit.MCPCall(t, alice, "list_preferences", map[string]any{"thread": thread})
 				require.False(t, isError)
 				require.Equal(t, "no preferences recorded yet", untilAsOf(t, text))
 				continue
 			}
-			text, isError = mcpCall(t, alice, "list_preferences", map[string]any{"thread": thread})
+			text, isError = testkit.MCPCall(t, alice, "list_preferences", map[string]any{"thread": thread})
 			require.True(t, isError)
 			require.Equal(t, `unknown thread "bob~t1"`, text)
 		}
@@ -91,15 +69,15 @@ func TestMCPScopes(t *testing.T) {
 	})
 
 	t.Run("Admin", func(t *testing.T) {
-		admin := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-		text, isError := mcpCall(t, admin, "list_preferences", map[string]any{"thread": "bob~t1"})
+		admin := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
+		text, isError := testkit.MCPCall(t, admin, "list_preferences", map[string]any{"thread": "bob~t1"})
 		require.False(t, isError)
 		require.Equal(t, "#1 [soft] Bob's secret", untilAsOf(t, text))
 		read, err := admin.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: "workspace://lonely"})
 		require.NoError(t, err)
 		require.Contains(t, read.Contents[0].Text, "Objective: No client's")
 		// A thread id's ':' and '@' are escaped in its URI, as the template's expansion escapes them.
-		text, isError = mcpCall(t, admin, "set_objective", map[string]any{"thread": "team:lisbon@2026", "text": "Meet in Lisbon"})
+		text, isError = testkit.MCPCall(t, admin, "set_objective", map[string]any{"thread": "team:lisbon@2026", "text": "Meet in Lisbon"})
 		require.False(t, isError, text)
 		res, err := admin.ListResources(context.Background(), nil)
 		require.NoError(t, err)
@@ -112,17 +90,17 @@ func TestMCPScopes(t *testing.T) {
 
 	t.Run("ThreadToken", func(t *testing.T) {
 		token, _, _ := mintMCPToken(t, e, "bob~t1", 0)
-		bob := mcpConnect(t, e.srv.URL, token, mcpLegacy, nil)
+		bob := testkit.MCPConnect(t, e.srv.URL, token, testkit.MCPLegacy, nil)
 		list, err := bob.ListTools(context.Background(), nil)
 		require.NoError(t, err)
 		for _, tl := range list.Tools {
 			b, _ := json.Marshal(tl.InputSchema)
 			require.NotContains(t, string(b), `"thread"`, "bound to its thread: %s", tl.Name)
 		}
-		text, isError := mcpCall(t, bob, "add_preferences", map[string]any{"items": []any{map[string]any{"title": "Via a token"}}, "action_and_reasoning": "stated"})
+		text, isError := testkit.MCPCall(t, bob, "add_preferences", map[string]any{"items": []any{map[string]any{"title": "Via a token"}}, "action_and_reasoning": "stated"})
 		require.False(t, isError, text)
 		require.Len(t, e.workspace("bob~t1").Preferences, 2)
-		text, isError = mcpCall(t, bob, "list_preferences", map[string]any{"thread": "alice~t1"})
+		text, isError = testkit.MCPCall(t, bob, "list_preferences", map[string]any{"thread": "alice~t1"})
 		require.True(t, isError)
 		require.Equal(t, `unknown thread "alice~t1"`, text)
 		res, err := bob.ListResources(context.Background(), nil)
@@ -136,24 +114,24 @@ func TestMCPScopes(t *testing.T) {
 	var addresses atomic.Int64
 	refused := func(t *testing.T, auth string) {
 		t.Helper()
-		resp := mcpPost(t, e.srv.URL, auth, fmt.Sprintf("192.0.2.%d", addresses.Add(1)))
-		body := readBody(t, resp)
+		resp := testkit.MCPPost(t, e.srv.URL, auth, fmt.Sprintf("192.0.2.%d", addresses.Add(1)))
+		body := testkit.ReadBody(t, resp)
 		require.Equal(t, 401, resp.StatusCode, body)
 		require.True(t, strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer"), resp.Header.Get("WWW-Authenticate"))
 		require.NotContains(t, body, "jsonrpc", "no MCP message was read")
 	}
 	t.Run("Refused", func(t *testing.T) {
-		resp := mcpPost(t, e.srv.URL, "Bearer "+adminToken, "")
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		resp := testkit.MCPPost(t, e.srv.URL, "Bearer "+adminToken, "")
+		require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 		refused(t, "")
 		refused(t, "Bearer wrong")
 		refused(t, "Basic "+adminToken)
-		_, err := mcpDial(e.srv.URL, "wrong", mcpLatest, nil)
+		_, err := testkit.MCPDial(e.srv.URL, "wrong", testkit.MCPLatest, nil)
 		require.Error(t, err)
 
 		token, id, _ := mintMCPToken(t, e, "bob~t1", 0)
-		resp = mcpPost(t, e.srv.URL, "Bearer "+token, "")
-		require.Equal(t, 200, resp.StatusCode, readBody(t, resp))
+		resp = testkit.MCPPost(t, e.srv.URL, "Bearer "+token, "")
+		require.Equal(t, 200, resp.StatusCode, testkit.ReadBody(t, resp))
 		bob := e.ws("bob~t1")
 		links, err := bob.Links(context.Background(), 0, 100)
 		require.NoError(t, err)
@@ -189,30 +167,7 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 	e := setup(t)
 	e.setObjective("tok", "Before")
 	token, id, _ := mintMCPToken(t, e, "tok", 0)
-	req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
-		`"notifications":{"resourceSubscriptions":["workspace://tok"]},`+
-		`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
-	require.NoError(t, err)
-	for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-		"Mcp-Protocol-Version": mcpLatest, "Mcp-Method": "subscriptions/listen", "Authorization": "Bearer " + token} {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, 200, resp.StatusCode)
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		rd := bufio.NewReader(resp.Body)
-		for {
-			line, err := rd.ReadString('\n')
-			if err != nil {
-				return
-			}
-			lines <- line
-		}
-	}()
+	lines := testkit.MCPListen(t, e.srv.URL, token, "tok")
 	// The stream holds the subscription once a change is announced on it. A change may come
 	// before the subscription is watched (then it is the state the watch starts from): each try
 	// makes another, and waits past the heartbeat (eventhub.Heartbeat), which wakes a watch
@@ -222,20 +177,7 @@ func TestMCPListenEndsWithItsToken(t *testing.T) {
 	announced := func() bool {
 		tries++
 		e.setObjective("tok", fmt.Sprintf("Changed (%d)", tries))
-		timeout := time.After(eventhub.Heartbeat + 5*time.Second)
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					return false
-				}
-				if strings.Contains(line, "notifications/resources/updated") {
-					return true
-				}
-			case <-timeout:
-				return false
-			}
-		}
+		return testkit.Announced(lines, eventhub.Heartbeat+5*time.Second)
 	}
 	require.Eventually(t, announced, 2*time.Minute, 10*time.Millisecond)
 

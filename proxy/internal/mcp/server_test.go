@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db/dbtest"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
 
@@ -42,17 +43,17 @@ func TestMCPStatelessRoundRobin(t *testing.T) {
 		FlushInterval: -1,
 	})
 	t.Cleanup(balancer.Close)
-	for _, protocol := range []string{mcpLatest, mcpLegacy} {
+	for _, protocol := range []string{testkit.MCPLatest, testkit.MCPLegacy} {
 		t.Run(protocol, func(t *testing.T) {
 			thread := "rr-" + protocol
-			cs := mcpConnect(t, balancer.URL, adminToken, protocol, nil)
+			cs := testkit.MCPConnect(t, balancer.URL, adminToken, protocol, nil)
 			for i := range 6 {
-				text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread,
+				text, isError := testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": thread,
 					"items": []any{map[string]any{"title": fmt.Sprintf("Item %d", i)}}, "action_and_reasoning": "stated"})
 				require.False(t, isError, text)
 				require.Equal(t, "recorded 1 preference", text)
 			}
-			text, _ := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
+			text, _ := testkit.MCPCall(t, cs, "list_preferences", map[string]any{"thread": thread})
 			require.Equal(t, 6, strings.Count(untilAsOf(t, text), "\n")+1, text)
 			_, err := cs.ListTools(context.Background(), nil)
 			require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/db"
+	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/tools"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -43,10 +44,10 @@ func TestMCPTools(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	seeds := seedTools(t)
-	for _, protocol := range []string{mcpLatest, mcpLegacy} {
+	for _, protocol := range []string{testkit.MCPLatest, testkit.MCPLegacy} {
 		t.Run(protocol, func(t *testing.T) {
 			thread := "tools-" + protocol
-			cs := mcpConnect(t, e.srv.URL, adminToken, protocol, nil)
+			cs := testkit.MCPConnect(t, e.srv.URL, adminToken, protocol, nil)
 			list, err := cs.ListTools(context.Background(), nil)
 			require.NoError(t, err)
 			var names []string
@@ -87,14 +88,14 @@ func TestMCPTools(t *testing.T) {
 			}
 			for _, s := range steps {
 				s.args["thread"] = thread
-				text, isError := mcpCall(t, cs, s.tool, s.args)
+				text, isError := testkit.MCPCall(t, cs, s.tool, s.args)
 				require.False(t, isError, "%s: %s", s.tool, text)
 				require.Equal(t, s.want, text, s.tool)
 			}
-			text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread, "items": []any{}})
+			text, isError := testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": thread, "items": []any{}})
 			require.True(t, isError)
 			require.Equal(t, "items: must hold at least one preference", text, "the envelope's error")
-			text, isError = mcpCall(t, cs, "list_preferences", map[string]any{})
+			text, isError = testkit.MCPCall(t, cs, "list_preferences", map[string]any{})
 			require.True(t, isError)
 			require.Contains(t, text, "thread")
 
@@ -181,12 +182,12 @@ func TestMCPIndicesAsOf(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	const thread = "asof"
-	cs := mcpConnect(t, e.srv.URL, adminToken, mcpLatest, nil)
-	text, isError := mcpCall(t, cs, "add_preferences", map[string]any{"thread": thread,
+	cs := testkit.MCPConnect(t, e.srv.URL, adminToken, testkit.MCPLatest, nil)
+	text, isError := testkit.MCPCall(t, cs, "add_preferences", map[string]any{"thread": thread,
 		"items": []any{map[string]any{"title": "A"}, map[string]any{"title": "B"}, map[string]any{"title": "C"}, map[string]any{"title": "D"}}})
 	require.False(t, isError, text)
 
-	listed, isError := mcpCall(t, cs, "list_preferences", map[string]any{"thread": thread})
+	listed, isError := testkit.MCPCall(t, cs, "list_preferences", map[string]any{"thread": thread})
 	require.False(t, isError, listed)
 	n := versionOf(t, listed)
 	events, err := e.ws(thread).Events(context.Background(), workspace.EventQuery{Descending: true, Limit: 1})
@@ -206,21 +207,21 @@ func TestMCPIndicesAsOf(t *testing.T) {
 	_, err = e.ws(thread).UpdatePreference(context.Background(), prefs[2].ID, workspace.PreferencePatch{Title: &rewritten})
 	require.NoError(t, err)
 
-	text, isError = mcpCall(t, cs, "update_preferences", map[string]any{"thread": thread, "as_of": n,
+	text, isError = testkit.MCPCall(t, cs, "update_preferences", map[string]any{"thread": thread, "as_of": n,
 		"updates": []any{map[string]any{"index": 2, "title": "B2"}, map[string]any{"index": 3, "title": "C2"}}})
 	require.False(t, isError, text)
 	require.Equal(t, `updated #2 "B2"; changed since it was shown; call list_preferences: #3 "C"`, text)
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n, "indices": []any{1, 4}})
+	text, isError = testkit.MCPCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n, "indices": []any{1, 4}})
 	require.False(t, isError, text)
 	require.Equal(t, `removed #4 "D"; changed since it was shown; call list_preferences: #1 "A"`, text)
 	require.Equal(t, []string{"B2", "C, the user's"}, e.titles(thread))
 
 	// Without as_of: the list as it stands.
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "indices": []any{1}})
+	text, isError = testkit.MCPCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "indices": []any{1}})
 	require.False(t, isError, text)
 	require.Equal(t, `removed #1 "B2"`, text)
 	// A change not made yet is no list's version.
-	text, isError = mcpCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n + 100, "indices": []any{1}})
+	text, isError = testkit.MCPCall(t, cs, "remove_preferences", map[string]any{"thread": thread, "as_of": n + 100, "indices": []any{1}})
 	require.True(t, isError, text)
 	require.Contains(t, text, "as_of")
 	require.Equal(t, []string{"C, the user's"}, e.titles(thread))
@@ -247,7 +248,7 @@ func TestMCPThreadTokenCallOnADeletedThread(t *testing.T) {
 	const thread = "doomed"
 	e.addPreference(thread, "A")
 	token, _, _ := mintMCPToken(t, e, thread, 0)
-	cs := mcpConnect(t, e.srv.URL, token, mcpLatest, nil)
+	cs := testkit.MCPConnect(t, e.srv.URL, token, testkit.MCPLatest, nil)
 
 	deleting, err := e.pool.Begin(ctx)
 	require.NoError(t, err)

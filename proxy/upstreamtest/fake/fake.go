@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // Timing is how a model answers: the first piece of a streamed answer after TTFT, then the
@@ -411,7 +412,7 @@ func writeError(w http.ResponseWriter, api API, status int, typ, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	if api == Messages {
-		_, _ = io.WriteString(w, `{"type":"error","error":{"type":"`+typ+`","message":"`+msg+`"}}`)
+		_, _ = w.Write(wire.MessagesError(typ, msg))
 		return
 	}
 	_, _ = io.WriteString(w, `{"error":{"message":"`+msg+`","type":"`+typ+`"}}`)

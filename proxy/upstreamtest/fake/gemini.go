@@ -3,10 +3,11 @@ package fake
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // The Gemini API, in Google's shape (POST /v1beta/models/{model}:generateContent, and
@@ -24,11 +25,7 @@ type GeminiPart struct {
 		Name string          `json:"name"`
 		Args json.RawMessage `json:"args"`
 	} `json:"functionCall"`
-	FunctionResponse *struct {
-		ID       string          `json:"id"`
-		Name     string          `json:"name"`
-		Response json.RawMessage `json:"response"`
-	} `json:"functionResponse"`
+	FunctionResponse *wire.GeminiFunctionResponse `json:"functionResponse"`
 }
 
 // GeminiParts are a Gemini content's parts (none for another API's message).
@@ -93,14 +90,10 @@ func (m *Model) gemini(w http.ResponseWriter, r *http.Request, req *Request, too
 func geminiParts(text string, calls []Call, always bool) []map[string]any {
 	parts := []map[string]any{}
 	if text != "" || always {
-		parts = append(parts, map[string]any{"text": text})
+		parts = append(parts, wire.GeminiText(text))
 	}
 	for _, c := range calls {
-		fc := map[string]any{"name": c.Name, "args": json.RawMessage(c.Arguments)}
-		if c.ID != "" {
-			fc["id"] = c.ID
-		}
-		parts = append(parts, map[string]any{"functionCall": fc})
+		parts = append(parts, wire.GeminiCall(c.ID, c.Name, json.RawMessage(c.Arguments)))
 	}
 	return parts
 }
@@ -108,17 +101,7 @@ func geminiParts(text string, calls []Call, always bool) []map[string]any {
 // geminiJSON is a GenerateContentResponse of parts; the last one carries the finishReason and
 // the whole usage, the others the prompt's only.
 func geminiJSON(req *Request, parts []map[string]any, last bool, u usage) []byte {
-	cand := map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "index": 0}
-	um := map[string]any{"promptTokenCount": u.prompt, "totalTokenCount": u.prompt}
-	if u.cached > 0 {
-		um["cachedContentTokenCount"] = u.cached
-	}
-	if last {
-		cand["finishReason"] = "STOP"
-		um["candidatesTokenCount"], um["totalTokenCount"] = u.completion, u.prompt+u.completion
-	}
-	b, _ := json.Marshal(map[string]any{"candidates": []any{cand}, "usageMetadata": um, "modelVersion": req.Model, "responseId": "fake-model"})
-	return b
+	return wire.GeminiResponse(parts, last, wire.GeminiUsage(u.prompt, u.cached, u.completion, last), req.Model, "fake-model")
 }
 
 // geminiEvents are a streamed answer's events: a chunk a piece of the text, then a chunk a call.
@@ -136,8 +119,7 @@ func geminiEvents(req *Request, a Answer, u usage, n int) [][]byte {
 	}
 	out := make([][]byte, len(chunks))
 	for i, c := range chunks {
-		b := append([]byte("data: "), geminiJSON(req, c, i == len(chunks)-1, u)...)
-		out[i] = append(b, "\r\n\r\n"...)
+		out[i] = wire.Event(geminiJSON(req, c, i == len(chunks)-1, u))
 	}
 	return out
 }
@@ -145,9 +127,7 @@ func geminiEvents(req *Request, a Answer, u usage, n int) [][]byte {
 // writeGeminiError answers an error in Google's shape.
 func writeGeminiError(w http.ResponseWriter, status int, msg string) {
 	name := map[int]string{http.StatusBadRequest: "INVALID_ARGUMENT", http.StatusServiceUnavailable: "UNAVAILABLE"}[status]
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(`{"error":{"code":` + strconv.Itoa(status) + `,"message":` + strconv.Quote(msg) + `,"status":"` + name + `"}}`))
+	wire.WriteJSON(w, status, wire.GeminiError(status, name, msg))
 }
 
 // Implicit caching as Google documents it for the Gemini API: a request whose prompt starts

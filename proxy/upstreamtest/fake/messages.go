@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // The Messages API, in Anthropic's shape: a JSON body of content blocks (the text, then a
@@ -29,46 +31,39 @@ func (m *Model) messages(w http.ResponseWriter, r *http.Request, req *Request, t
 	}
 	content := []map[string]any{}
 	if text := a.text(); text != "" || len(a.Calls) == 0 {
-		content = append(content, map[string]any{"type": "text", "text": text})
+		content = append(content, wire.MessagesText(text))
 	}
 	for _, c := range a.Calls {
-		content = append(content, map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": json.RawMessage(c.Arguments)})
+		content = append(content, wire.MessagesToolUse(c.ID, c.Name, json.RawMessage(c.Arguments)))
 	}
 	if !sleepUntil(r, start.Add(m.opts.Timing.Total())) {
 		return
 	}
+	b, _ := json.Marshal(wire.MessagesMessage("msg_model", req.Model, content, stop, u))
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": "msg_model", "type": "message", "role": "assistant", "model": req.Model, "content": content,
-		"stop_reason": stop, "stop_sequence": nil, "usage": u,
-	})
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // messagesEvents are a streamed message's events, grouped by the piece they leave with.
 func messagesEvents(req *Request, a Answer, u map[string]any, stop string, n int) [][]byte {
 	var out [][]byte
 	var cur []byte
-	event := func(typ string, v map[string]any) {
-		v["type"] = typ
-		b, _ := json.Marshal(v)
-		cur = append(append(append(cur, "event: "+typ+"\ndata: "...), b...), "\n\n"...)
-	}
+	event := func(typ string, v map[string]any) { cur = append(cur, wire.MessagesEvent(typ, v)...) }
 	startUsage := map[string]any{"output_tokens": 1}
 	for k, v := range u {
 		if k != "output_tokens" {
 			startUsage[k] = v
 		}
 	}
-	event("message_start", map[string]any{"message": map[string]any{"id": "msg_model", "type": "message", "role": "assistant", "model": req.Model,
-		"content": []any{}, "stop_reason": nil, "stop_sequence": nil, "usage": startUsage}})
+	event("message_start", wire.MessagesStart("msg_model", req.Model, startUsage))
 	index := 0
 	block := func(start map[string]any, deltas []map[string]any) {
-		event("content_block_start", map[string]any{"index": index, "content_block": start})
+		event("content_block_start", wire.MessagesBlockStart(index, start))
 		for _, d := range deltas {
-			event("content_block_delta", map[string]any{"index": index, "delta": d})
+			event("content_block_delta", wire.MessagesDelta(index, d))
 			out, cur = append(out, cur), nil
 		}
-		event("content_block_stop", map[string]any{"index": index})
+		event("content_block_stop", wire.MessagesBlockStop(index))
 		index++
 	}
 	if pieces := a.Pieces; pieces != nil || a.Text != "" || len(a.Calls) == 0 {
@@ -77,18 +72,18 @@ func messagesEvents(req *Request, a Answer, u map[string]any, stop string, n int
 		}
 		var deltas []map[string]any
 		for _, p := range pieces {
-			deltas = append(deltas, map[string]any{"type": "text_delta", "text": p})
+			deltas = append(deltas, wire.MessagesTextDelta(p))
 		}
-		block(map[string]any{"type": "text", "text": ""}, deltas)
+		block(wire.MessagesText(""), deltas)
 	}
 	for _, c := range a.Calls {
 		var deltas []map[string]any
 		for _, p := range split(c.Arguments, n) {
-			deltas = append(deltas, map[string]any{"type": "input_json_delta", "partial_json": p})
+			deltas = append(deltas, wire.MessagesInputDelta(p))
 		}
-		block(map[string]any{"type": "tool_use", "id": c.ID, "name": c.Name, "input": map[string]any{}}, deltas)
+		block(wire.MessagesToolUseStart(c.ID, c.Name), deltas)
 	}
-	event("message_delta", map[string]any{"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": u["output_tokens"]}})
+	event("message_delta", wire.MessagesEnd(stop, map[string]any{"output_tokens": u["output_tokens"]}))
 	event("message_stop", map[string]any{})
 	if len(out) == 0 {
 		return [][]byte{cur}
