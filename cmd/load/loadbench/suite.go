@@ -34,9 +34,9 @@ type scenario struct {
 // Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
 // without a thread, with one, with a tool round, with two parents, streamed and not, and the
 // floor under a thread turn and a tool round (Floor), and the thread turn and the pass-through
-// with a client key and limits (keyedProxy), at 1 and 32 clients, interleaved over rounds; then
-// the CPU per request, the targets beside the floor's figures, and the memory of one 10 MB
-// streamed turn.
+// with a client key and limits (keyedProxy) beside a twin without clients, at 1 and 32 clients,
+// interleaved over rounds; then the CPU per request, the targets beside the floor's figures, and
+// the memory of one 10 MB streamed turn.
 type Suite struct {
 	Wsproxy  string        // the wsproxy binary
 	Duration time.Duration // of each run
@@ -199,6 +199,16 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its twin without clients, on a fresh database of its own too, so that the two compared
+	// differ by the keys only (not by the size of their tables).
+	plainURL, err := sideDatabase(st.dbURL, "wsproxy_load_plain")
+	if err != nil {
+		return nil, err
+	}
+	wsPlain, _, err := st.proxy(st.up, plainURL)
+	if err != nil {
+		return nil, err
+	}
 	floorTurn, err := st.floor()
 	if err != nil {
 		return nil, err
@@ -224,8 +234,11 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false), nil},
 		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false), nil},
 		// The thread turn and the pass-through again, each load client with a key of its own
-		// and limits that never refuse (keyedProxy): what clients and limits cost a request.
+		// and limits that never refuse (keyedProxy), beside the same on a twin without clients:
+		// what clients and limits cost a request. run keeps each pair together.
+		{"wsproxy thread turn, no key, own database", "http://" + wsPlain + chatPath, "turn", false, nil, nil},
 		{"wsproxy thread turn, client key + limits", "http://" + wsKey + chatPath, "turn", false, nil, keys},
+		{"wsproxy pass-through, no key, own database", "http://" + wsPlain + chatPath, "", false, nil, nil},
 		{"wsproxy pass-through, client key + limits", "http://" + wsKey + chatPath, "", false, nil, keys},
 	}, nil
 }
@@ -240,7 +253,7 @@ const keyedClients = 32
 // REST, a requests_per_minute and a tokens_per_day far above what the run makes: every request
 // is counted and checked against them and none is refused. It returns the address and the keys.
 func (st *suiteRun) keyedProxy() (string, []string, error) {
-	dbURL, err := keyedDatabase(st.dbURL)
+	dbURL, err := sideDatabase(st.dbURL, "wsproxy_load_keyed")
 	if err != nil {
 		return "", nil, err
 	}
@@ -278,9 +291,9 @@ func (st *suiteRun) keyedProxy() (string, []string, error) {
 	return addr, keys, nil
 }
 
-// keyedDatabase creates the database wsproxy_load_keyed beside dbURL's, in the same cluster (its
-// Postgres CPU is the same postmaster's), when it is missing, and returns its URL.
-func keyedDatabase(dbURL string) (string, error) {
+// sideDatabase creates the database name beside dbURL's, in the same cluster (its Postgres CPU
+// is the same postmaster's), when it is missing, and returns its URL.
+func sideDatabase(dbURL, name string) (string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return "", fmt.Errorf("the suite needs DATABASE_URL as a postgres:// URL, to make a database beside it")
@@ -292,7 +305,6 @@ func keyedDatabase(dbURL string) (string, error) {
 		return "", err
 	}
 	defer conn.Close(ctx)
-	const name = "wsproxy_load_keyed"
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return "", err
@@ -336,6 +348,9 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 		order := slices.Clone(scenarios)
 		if r%2 == 0 { // the thread turns on the two clusters take turns going first
 			order[3], order[4] = order[4], order[3]
+			// and so do the keyed scenarios and their twins without clients
+			order[15], order[16] = order[16], order[15]
+			order[17], order[18] = order[18], order[17]
 		}
 		for _, s := range order {
 			for _, c := range suiteConcurrency {
@@ -428,24 +443,27 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 	}
 	// A client key is found by its hash in memory and each request counted against its client's
 	// limits in memory, the counts written once a second (docs/spec.md §20): the same request
-	// with a key and limits, against it without, on otherwise equal wsproxies and the same
-	// cluster. A keyed request that failed (a 429 among them) is a MISS.
-	keyTurn, keyPass := scenarios[15], scenarios[16]
-	if kt, ok := together(keyTurn); ok {
-		if t, ok := together(turn); ok {
-			if kp, ok := together(keyPass); ok {
-				if p, ok := together(pass); ok {
-					rt, rp := float64(kt)/float64(t), float64(kp)/float64(p)
-					errs := keyedErrors(scenarios, results)
-					detail := fmt.Sprintf("thread turn %s vs %s (%.3fx), pass-through %s vs %s (%.3fx)", dur(kt), dur(t), rt, dur(kp), dur(p), rp)
-					if errs > 0 {
-						detail += fmt.Sprintf("; %d keyed requests failed (non-200)", errs)
-					}
-					check("a thread turn and a pass-through with a client key and limits cost at most 1.03x the CPU of the same without (c=32)",
-						rt <= 1.03 && rp <= 1.03 && errs == 0, detail)
-				}
-			}
+	// with a key and limits, against it without, on otherwise equal wsproxies, each on a
+	// database of its own in the same cluster. A keyed request that failed (a 429 among them)
+	// is a MISS.
+	plainTurn, keyTurn, plainPass, keyPass := scenarios[15], scenarios[16], scenarios[17], scenarios[18]
+	rt, okT := pairedRatio(cpu[keyTurn.name], cpu[plainTurn.name])
+	rp, okP := pairedRatio(cpu[keyPass.name], cpu[plainPass.name])
+	const keyedTarget = "a thread turn and a pass-through with a client key and limits cost at most 1.03x the CPU of the same without (c=32)"
+	if !okT || !okP {
+		check(keyedTarget, false, fmt.Sprintf("no CPU figure in some round (%d keyed requests failed)", keyedErrors(scenarios, results)))
+	} else {
+		kt, _ := together(keyTurn)
+		t, _ := together(plainTurn)
+		kp, _ := together(keyPass)
+		p, _ := together(plainPass)
+		errs := keyedErrors(scenarios, results)
+		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx), pass-through %s vs %s (%.3fx); each ratio the median of the rounds', the two run side by side",
+			dur(kt), dur(t), rt, dur(kp), dur(p), rp)
+		if errs > 0 {
+			detail += fmt.Sprintf("; %d keyed requests failed (non-200)", errs)
 		}
+		check(keyedTarget, rt <= 1.03 && rp <= 1.03 && errs == 0, detail)
 	}
 	if c, ok := together(pass); ok {
 		if bare, ok := together(bareN); ok {
@@ -622,6 +640,29 @@ type cpuCost struct{ proxy, postgres time.Duration }
 
 func (s cpuSample) since(before cpuSample, requests int) cpuCost {
 	return cpuCost{proxy: (s.proxy - before.proxy) / time.Duration(requests), postgres: (s.postgres - before.postgres) / time.Duration(requests)}
+}
+
+// pairedRatio is the median over rounds of a's CPU (proxy and Postgres) a request to b's, round
+// by round: two scenarios run side by side in each round share that round's state of the
+// machine, which moves more between rounds than a few per cent. ok is false unless both have a
+// figure for every round. Of an even count, the mean of the middle two.
+func pairedRatio(a, b []cpuCost) (float64, bool) {
+	if len(a) == 0 || len(a) != len(b) {
+		return 0, false
+	}
+	r := make([]float64, len(a))
+	for i := range a {
+		den := b[i].proxy + b[i].postgres
+		if den <= 0 {
+			return 0, false
+		}
+		r[i] = float64(a[i].proxy+a[i].postgres) / float64(den)
+	}
+	slices.Sort(r)
+	if n := len(r); n%2 == 0 {
+		return (r[n/2-1] + r[n/2]) / 2, true
+	}
+	return r[len(r)/2], true
 }
 
 func medianCPU(cs []cpuCost) cpuCost {
