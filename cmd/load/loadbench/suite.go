@@ -458,8 +458,9 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 		kp, _ := together(keyPass)
 		p, _ := together(plainPass)
 		errs := keyedErrors(scenarios, results)
-		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx), pass-through %s vs %s (%.3fx); each ratio the median of the rounds', the two run side by side",
-			dur(kt), dur(t), rt, dur(kp), dur(p), rp)
+		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx; rounds %s), pass-through %s vs %s (%.3fx; rounds %s): each ratio the median of the rounds', the two run side by side",
+			dur(kt), dur(t), rt, ratios(roundRatios(cpu[keyTurn.name], cpu[plainTurn.name])),
+			dur(kp), dur(p), rp, ratios(roundRatios(cpu[keyPass.name], cpu[plainPass.name])))
 		if errs > 0 {
 			detail += fmt.Sprintf("; %d keyed requests failed (non-200)", errs)
 		}
@@ -643,26 +644,45 @@ func (s cpuSample) since(before cpuSample, requests int) cpuCost {
 }
 
 // pairedRatio is the median over rounds of a's CPU (proxy and Postgres) a request to b's, round
-// by round: two scenarios run side by side in each round share that round's state of the
-// machine, which moves more between rounds than a few per cent. ok is false unless both have a
-// figure for every round. Of an even count, the mean of the middle two.
+// by round (roundRatios): two scenarios run side by side in each round share that round's state
+// of the machine, which moves more between rounds than a few per cent. ok is false unless both
+// have a figure for every round. Of an even count, the mean of the middle two.
 func pairedRatio(a, b []cpuCost) (float64, bool) {
-	if len(a) == 0 || len(a) != len(b) {
+	r := roundRatios(a, b)
+	if r == nil {
 		return 0, false
+	}
+	r = slices.Sorted(slices.Values(r))
+	if n := len(r); n%2 == 0 {
+		return (r[n/2-1] + r[n/2]) / 2, true
+	}
+	return r[len(r)/2], true
+}
+
+// roundRatios is each round's ratio of a's CPU a request (proxy and Postgres) to b's; nil
+// unless both have a figure for every round.
+func roundRatios(a, b []cpuCost) []float64 {
+	if len(a) == 0 || len(a) != len(b) {
+		return nil
 	}
 	r := make([]float64, len(a))
 	for i := range a {
 		den := b[i].proxy + b[i].postgres
 		if den <= 0 {
-			return 0, false
+			return nil
 		}
 		r[i] = float64(a[i].proxy+a[i].postgres) / float64(den)
 	}
-	slices.Sort(r)
-	if n := len(r); n%2 == 0 {
-		return (r[n/2-1] + r[n/2]) / 2, true
+	return r
+}
+
+// ratios prints a few ratios as a list: 1.02, 0.97, 1.05.
+func ratios(r []float64) string {
+	s := make([]string, len(r))
+	for i, v := range r {
+		s[i] = fmt.Sprintf("%.2f", v)
 	}
-	return r[len(r)/2], true
+	return strings.Join(s, ", ")
 }
 
 func medianCPU(cs []cpuCost) cpuCost {

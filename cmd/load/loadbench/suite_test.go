@@ -27,3 +27,12 @@ func TestPairedRatio(t *testing.T) {
 	_, ok = pairedRatio(nil, nil)
 	require.False(t, ok)
 }
+
+// TestRoundRatios: each round's ratio, in the rounds' order, printed two decimals each.
+func TestRoundRatios(t *testing.T) {
+	c := func(proxy time.Duration) cpuCost { return cpuCost{proxy: proxy * time.Microsecond} }
+	r := roundRatios([]cpuCost{c(110), c(95)}, []cpuCost{c(100), c(100)})
+	require.InDeltaSlice(t, []float64{1.1, 0.95}, r, 1e-9)
+	require.Equal(t, "1.10, 0.95", ratios(r))
+	require.Nil(t, roundRatios([]cpuCost{c(1)}, []cpuCost{c(0)}), "a round without CPU on the side compared to")
+}
