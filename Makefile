@@ -91,7 +91,9 @@ bench:
 ## without a thread, with a thread, with a tool round, streamed and not, and the floor under a
 ## thread turn and a tool round (load floor), printed beside the targets; interleaved rounds. Its
 ## Postgres runs with the server's default durability (fsync on); a second cluster with fsync
-## off runs the thread turn again, for comparison.
+## off runs the thread turn again, for comparison; a wsproxy with CLIENT_KEYS and limits set and
+## its twin without clients (each on a database of its own in the durable cluster) run the thread
+## turn and the pass-through again.
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	PG_DURABLE=1 scripts/pg.sh exec sh -c 'DURABLE_URL=$$TEST_DATABASE_URL TEST_DATABASE_URL= PG_DURABLE= scripts/pg.sh exec sh -c "DATABASE_URL=\$$DURABLE_URL NOFSYNC_DATABASE_URL=\$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)"'

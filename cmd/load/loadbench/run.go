@@ -41,6 +41,9 @@ type Load struct {
 	ThreadPrefix string
 	Threads      int
 	Body         []byte
+	// Keys, when set, are wsproxy client keys (docs/spec.md §20): client N sends Keys[N mod
+	// len(Keys)] as its bearer token, in place of the upstream key sk-load.
+	Keys []string
 }
 
 // RequestBody is a chat request of about size bytes, streamed or not.
@@ -106,13 +109,17 @@ func (l Load) Run(ctx context.Context) Result {
 	)
 	start := time.Now()
 	for c := range l.Clients {
+		bearer := "Bearer sk-load"
+		if len(l.Keys) > 0 {
+			bearer = "Bearer " + l.Keys[c%len(l.Keys)]
+		}
 		wg.Go(func() {
 			var local []sample
 			localErrs := 0
 			for n := 0; ctx.Err() == nil; n++ {
 				req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, l.URL, bytes.NewReader(l.Body))
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer sk-load")
+				req.Header.Set("Authorization", bearer)
 				switch {
 				case l.ThreadPrefix == "":
 				case l.Threads > 1:

@@ -73,3 +73,44 @@ func TestConversationBodies(t *testing.T) {
 	require.NotContains(t, string(clean), `"role":"tool"`)
 	require.InDelta(t, len(tainted), len(clean), 0.15*float64(len(clean)), "%d against %d bytes", len(tainted), len(clean))
 }
+
+// TestLoadKeys: with Keys, client N sends Keys[N mod len(Keys)] as its bearer token (its thread
+// PREFIX-N tells which client sent a request); without, every client sends sk-load.
+func TestLoadKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		keys []string
+		want map[string]string // thread -> the bearer token its requests carried
+	}{
+		{"two keys, three clients", []string{"key-a", "key-b"}, map[string]string{"t-0": "Bearer key-a", "t-1": "Bearer key-b", "t-2": "Bearer key-a"}},
+		{"no keys", nil, map[string]string{"t-0": "Bearer sk-load", "t-1": "Bearer sk-load", "t-2": "Bearer sk-load"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			seen := map[string]map[string]bool{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				id := r.Header.Get("X-Thread-Id")
+				if seen[id] == nil {
+					seen[id] = map[string]bool{}
+				}
+				seen[id][r.Header.Get("Authorization")] = true
+				mu.Unlock()
+				_, _ = fmt.Fprint(w, `{"choices":[]}`)
+			}))
+			defer srv.Close()
+			r := Load{URL: srv.URL, Clients: 3, Duration: 300 * time.Millisecond, ThreadPrefix: "t", Keys: tc.keys,
+				Body: RequestBody(256, false)}.Run(context.Background())
+			require.Zero(t, r.Errors)
+			require.Positive(t, r.Requests)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, seen, len(tc.want))
+			for id, bearer := range tc.want {
+				require.Equal(t, map[string]bool{bearer: true}, seen[id], "thread %s", id)
+			}
+		})
+	}
+}

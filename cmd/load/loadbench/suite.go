@@ -2,17 +2,21 @@ package loadbench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // scenario is one thing measured: a URL, with or without a thread, streamed or not.
@@ -22,13 +26,17 @@ type scenario struct {
 	thread string
 	stream bool
 	body   []byte // the request's body; RequestBody's when nil
+	// keys are the client keys the load's clients send (Load.Keys); none: the wsproxy has no
+	// clients and every request passes as it would without CLIENT_KEYS.
+	keys []string
 }
 
 // Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
 // without a thread, with one, with a tool round, with two parents, streamed and not, and the
-// floor under a thread turn and a tool round (Floor), at 1 and 32 clients, interleaved over
-// rounds; then the CPU per request, the targets beside the floor's figures, and the memory of
-// one 10 MB streamed turn.
+// floor under a thread turn and a tool round (Floor), and the thread turn and the pass-through
+// with a client key and limits (keyedProxy) beside a twin without clients, at 1 and 32 clients,
+// interleaved over rounds; then the CPU per request, the targets beside the floor's figures, and
+// the memory of one 10 MB streamed turn.
 type Suite struct {
 	Wsproxy  string        // the wsproxy binary
 	Duration time.Duration // of each run
@@ -55,7 +63,30 @@ func (s Suite) Run(ctx context.Context) error {
 		return err
 	}
 	st.report(scenarios, s.Rounds, results, cpu)
-	return st.memory(ctx, s.Size)
+	err = st.memory(ctx, s.Size)
+	// A keyed request that failed is most likely a limit refusing (429), which this run's limits
+	// must never do: its figures would be those of refusals, so the run fails.
+	if n := keyedErrors(scenarios, results); n > 0 {
+		err = errors.Join(err, fmt.Errorf("%d requests with a client key failed (non-200: a 429 is a limit refusing, which the suite's limits must never do)", n))
+	}
+	return err
+}
+
+// keyedErrors counts the failed requests (non-200 or no answer) of the scenarios with client
+// keys, over every round and concurrency.
+func keyedErrors(scenarios []scenario, results map[string][]Result) int {
+	n := 0
+	for _, s := range scenarios {
+		if len(s.keys) == 0 {
+			continue
+		}
+		for _, c := range suiteConcurrency {
+			for _, r := range results[resultKey(s, c)] {
+				n += r.Errors
+			}
+		}
+	}
+	return n
 }
 
 // chatPath is the route the suite loads.
@@ -108,10 +139,12 @@ func (st *suiteRun) counted(addr string, cmd *exec.Cmd, dbURL string) error {
 	return err
 }
 
-// proxy starts a wsproxy in front of upstream on dbURL.
-func (st *suiteRun) proxy(upstream, dbURL string) (string, *exec.Cmd, error) {
-	addr, cmd, err := startWsproxy(st.bin, "DATABASE_URL="+dbURL, "UPSTREAM_BASE_URL=http://"+upstream+"/v1",
-		"ADMIN_TOKEN="+adminToken, "LOG_LEVEL=warn")
+// proxy starts a wsproxy in front of upstream on dbURL, with env added. Every one has an
+// UPSTREAM_API_KEY, which the keyed one (CLIENT_KEYS) needs, so that the setups compared differ
+// by the client keys only.
+func (st *suiteRun) proxy(upstream, dbURL string, env ...string) (string, *exec.Cmd, error) {
+	addr, cmd, err := startWsproxy(st.bin, append([]string{"DATABASE_URL=" + dbURL, "UPSTREAM_BASE_URL=http://" + upstream + "/v1",
+		"UPSTREAM_API_KEY=sk-load-upstream", "ADMIN_TOKEN=" + adminToken, "LOG_LEVEL=warn"}, env...)...)
 	if err != nil {
 		return "", nil, err
 	}
@@ -162,6 +195,20 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	if err := seedScopes("http://" + wsTurn); err != nil {
 		return nil, err
 	}
+	wsKey, keys, err := st.keyedProxy()
+	if err != nil {
+		return nil, err
+	}
+	// Its twin without clients, on a fresh database of its own too, so that the two compared
+	// differ by the keys only (not by the size of their tables).
+	plainURL, err := sideDatabase(st.dbURL, "wsproxy_load_plain")
+	if err != nil {
+		return nil, err
+	}
+	wsPlain, _, err := st.proxy(st.up, plainURL)
+	if err != nil {
+		return nil, err
+	}
 	floorTurn, err := st.floor()
 	if err != nil {
 		return nil, err
@@ -171,22 +218,104 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 		return nil, err
 	}
 	return []scenario{
-		{"direct", "http://" + st.up + chatPath, "", false, nil},
-		{"bare proxy", "http://" + bare + chatPath, "", false, nil},
-		{"wsproxy pass-through", "http://" + ws + chatPath, "", false, nil},
-		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false, nil},
-		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false, nil},
-		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false, nil},
-		{"direct, streamed", "http://" + st.up + chatPath, "", true, nil},
-		{"bare proxy, streamed", "http://" + bare + chatPath, "", true, nil},
-		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true, nil},
-		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true, nil},
-		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false, nil},
-		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false, nil},
-		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false, nil},
-		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false)},
-		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false)},
+		{"direct", "http://" + st.up + chatPath, "", false, nil, nil},
+		{"bare proxy", "http://" + bare + chatPath, "", false, nil, nil},
+		{"wsproxy pass-through", "http://" + ws + chatPath, "", false, nil, nil},
+		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false, nil, nil},
+		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false, nil, nil},
+		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false, nil, nil},
+		{"direct, streamed", "http://" + st.up + chatPath, "", true, nil, nil},
+		{"bare proxy, streamed", "http://" + bare + chatPath, "", true, nil, nil},
+		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true, nil, nil},
+		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true, nil, nil},
+		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false, nil, nil},
+		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false, nil, nil},
+		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false, nil, nil},
+		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false), nil},
+		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false), nil},
+		// The thread turn and the pass-through again, each load client with a key of its own
+		// and limits that never refuse (keyedProxy), beside the same on a twin without clients:
+		// what clients and limits cost a request. run keeps each pair together.
+		{"wsproxy thread turn, no key, own database", "http://" + wsPlain + chatPath, "turn", false, nil, nil},
+		{"wsproxy thread turn, client key + limits", "http://" + wsKey + chatPath, "turn", false, nil, keys},
+		{"wsproxy pass-through, no key, own database", "http://" + wsPlain + chatPath, "", false, nil, nil},
+		{"wsproxy pass-through, client key + limits", "http://" + wsKey + chatPath, "", false, nil, keys},
 	}, nil
+}
+
+// keyedClients is how many clients the keyed wsproxy has: one for each load client at 32, as an
+// organisation gives each developer or service a key of its own (at 1 client, load-0 alone).
+const keyedClients = 32
+
+// keyedProxy starts a wsproxy like the others, on a database of its own in the durable cluster
+// (once a client exists, every /v1 request of that database's wsproxies needs a key, docs/spec.md
+// §20), with CLIENT_KEYS seeding the clients load-0 … load-31, and gives each, over the admin
+// REST, a requests_per_minute and a tokens_per_day far above what the run makes: every request
+// is counted and checked against them and none is refused. It returns the address and the keys.
+func (st *suiteRun) keyedProxy() (string, []string, error) {
+	dbURL, err := sideDatabase(st.dbURL, "wsproxy_load_keyed")
+	if err != nil {
+		return "", nil, err
+	}
+	keys := make([]string, keyedClients)
+	entries := make([]string, keyedClients)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("load-client-key-%02d-0123456789", i)
+		entries[i] = fmt.Sprintf("load-%d=%s", i, keys[i])
+	}
+	addr, _, err := st.proxy(st.up, dbURL, "CLIENT_KEYS="+strings.Join(entries, ","))
+	if err != nil {
+		return "", nil, err
+	}
+	for i := range keys {
+		req, _ := http.NewRequest("PATCH", fmt.Sprintf("http://%s/admin/v1/clients/load-%d", addr, i),
+			strings.NewReader(`{"limits":{"requests_per_minute":1000000000,"tokens_per_day":1000000000000}}`))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", nil, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got struct {
+			Limits struct {
+				RequestsPerMinute *int64 `json:"requests_per_minute"`
+				TokensPerDay      *int64 `json:"tokens_per_day"`
+			} `json:"limits"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &got) != nil || got.Limits.RequestsPerMinute == nil || got.Limits.TokensPerDay == nil {
+			return "", nil, fmt.Errorf("set load-%d's limits: %s %s", i, resp.Status, b)
+		}
+	}
+	return addr, keys, nil
+}
+
+// sideDatabase creates the database name beside dbURL's, in the same cluster (its Postgres CPU
+// is the same postmaster's), when it is missing, and returns its URL.
+func sideDatabase(dbURL, name string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("the suite needs DATABASE_URL as a postgres:// URL, to make a database beside it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+			return "", err
+		}
+	}
+	u.Path = "/" + name
+	return u.String(), nil
 }
 
 // suiteConcurrency are the client counts of every scenario.
@@ -219,6 +348,9 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 		order := slices.Clone(scenarios)
 		if r%2 == 0 { // the thread turns on the two clusters take turns going first
 			order[3], order[4] = order[4], order[3]
+			// and so do the keyed scenarios and their twins without clients
+			order[15], order[16] = order[16], order[15]
+			order[17], order[18] = order[18], order[17]
 		}
 		for _, s := range order {
 			for _, c := range suiteConcurrency {
@@ -230,12 +362,12 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 				if body == nil {
 					body = RequestBody(size, s.stream)
 				}
-				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: body}.Run(ctx)
+				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: body, Keys: s.keys}.Run(ctx)
 				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
 				if c == 32 && res.Requests > 0 {
 					cpu[s.name] = append(cpu[s.name], st.sample(s).since(before, res.Requests))
 				}
-				fmt.Printf("round %d  %-32s c=%-2d %s\n", r, s.name, c, res)
+				fmt.Printf("round %d  %-42s c=%-2d %s\n", r, s.name, c, res)
 			}
 		}
 	}
@@ -246,23 +378,23 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string][]Result, cpu map[string][]cpuCost) {
 	med := func(s scenario, c int) Result { return median(results[resultKey(s, c)]) }
 	fmt.Printf("\nMedians over %d rounds (ratios: to direct / to the bare proxy)\n", rounds)
-	fmt.Printf("%-32s %10s %12s %12s %12s %14s %12s\n", "scenario", "p50 c=1", "added p50", "ttfb50 c=1", "req/s c=32", "% of direct", "% of bare")
+	fmt.Printf("%-42s %10s %12s %12s %12s %14s %12s\n", "scenario", "p50 c=1", "added p50", "ttfb50 c=1", "req/s c=32", "% of direct", "% of bare")
 	direct := map[bool]scenario{false: scenarios[0], true: scenarios[6]}
 	bareS := map[bool]scenario{false: scenarios[1], true: scenarios[7]}
 	for _, s := range scenarios {
 		m1, m32 := med(s, 1), med(s, 32)
 		d1, d32 := med(direct[s.stream], 1), med(direct[s.stream], 32)
 		b32 := med(bareS[s.stream], 32)
-		fmt.Printf("%-32s %10s %12s %12s %12.0f %13.1f%% %11.1f%%\n", s.name, dur(m1.P50), dur(m1.P50-d1.P50), dur(m1.TTFB50),
+		fmt.Printf("%-42s %10s %12s %12s %12.0f %13.1f%% %11.1f%%\n", s.name, dur(m1.P50), dur(m1.P50-d1.P50), dur(m1.TTFB50),
 			m32.RPS, 100*m32.RPS/d32.RPS, 100*m32.RPS/b32.RPS)
 	}
 
 	fmt.Printf("\nCPU per request at 32 clients (medians; the whole machine has 2 cores)\n")
-	fmt.Printf("%-32s %14s %14s\n", "scenario", "proxy", "postgres")
+	fmt.Printf("%-42s %14s %14s\n", "scenario", "proxy", "postgres")
 	for _, s := range scenarios {
 		if c := cpu[s.name]; len(c) > 0 && st.pid(s) != 0 {
 			m := medianCPU(c)
-			fmt.Printf("%-32s %14s %14s\n", s.name, dur(m.proxy), dur(m.postgres))
+			fmt.Printf("%-42s %14s %14s\n", s.name, dur(m.proxy), dur(m.postgres))
 		}
 	}
 
@@ -308,6 +440,31 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 			check("a thread turn that read 20 tool results costs at most 5% more CPU than the same conversation in the user's words (c=32)",
 				float64(c) <= 1.05*float64(u), fmt.Sprintf("%s vs %s (%.3fx)", dur(c), dur(u), float64(c)/float64(u)))
 		}
+	}
+	// A client key is found by its hash in memory and each request counted against its client's
+	// limits in memory, the counts written once a second (docs/spec.md §20): the same request
+	// with a key and limits, against it without, on otherwise equal wsproxies, each on a
+	// database of its own in the same cluster. A keyed request that failed (a 429 among them)
+	// is a MISS.
+	plainTurn, keyTurn, plainPass, keyPass := scenarios[15], scenarios[16], scenarios[17], scenarios[18]
+	rt, okT := pairedRatio(cpu[keyTurn.name], cpu[plainTurn.name])
+	rp, okP := pairedRatio(cpu[keyPass.name], cpu[plainPass.name])
+	const keyedTarget = "a thread turn and a pass-through with a client key and limits cost at most 1.03x the CPU of the same without (c=32)"
+	if !okT || !okP {
+		check(keyedTarget, false, fmt.Sprintf("no CPU figure in some round (%d keyed requests failed)", keyedErrors(scenarios, results)))
+	} else {
+		kt, _ := together(keyTurn)
+		t, _ := together(plainTurn)
+		kp, _ := together(keyPass)
+		p, _ := together(plainPass)
+		errs := keyedErrors(scenarios, results)
+		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx; rounds %s), pass-through %s vs %s (%.3fx; rounds %s): each ratio the median of the rounds', the two run side by side",
+			dur(kt), dur(t), rt, ratios(roundRatios(cpu[keyTurn.name], cpu[plainTurn.name])),
+			dur(kp), dur(p), rp, ratios(roundRatios(cpu[keyPass.name], cpu[plainPass.name])))
+		if errs > 0 {
+			detail += fmt.Sprintf("; %d keyed requests failed (non-200)", errs)
+		}
+		check(keyedTarget, rt <= 1.03 && rp <= 1.03 && errs == 0, detail)
 	}
 	if c, ok := together(pass); ok {
 		if bare, ok := together(bareN); ok {
@@ -484,6 +641,48 @@ type cpuCost struct{ proxy, postgres time.Duration }
 
 func (s cpuSample) since(before cpuSample, requests int) cpuCost {
 	return cpuCost{proxy: (s.proxy - before.proxy) / time.Duration(requests), postgres: (s.postgres - before.postgres) / time.Duration(requests)}
+}
+
+// pairedRatio is the median over rounds of a's CPU (proxy and Postgres) a request to b's, round
+// by round (roundRatios): two scenarios run side by side in each round share that round's state
+// of the machine, which moves more between rounds than a few per cent. ok is false unless both
+// have a figure for every round. Of an even count, the mean of the middle two.
+func pairedRatio(a, b []cpuCost) (float64, bool) {
+	r := roundRatios(a, b)
+	if r == nil {
+		return 0, false
+	}
+	r = slices.Sorted(slices.Values(r))
+	if n := len(r); n%2 == 0 {
+		return (r[n/2-1] + r[n/2]) / 2, true
+	}
+	return r[len(r)/2], true
+}
+
+// roundRatios is each round's ratio of a's CPU a request (proxy and Postgres) to b's; nil
+// unless both have a figure for every round.
+func roundRatios(a, b []cpuCost) []float64 {
+	if len(a) == 0 || len(a) != len(b) {
+		return nil
+	}
+	r := make([]float64, len(a))
+	for i := range a {
+		den := b[i].proxy + b[i].postgres
+		if den <= 0 {
+			return nil
+		}
+		r[i] = float64(a[i].proxy+a[i].postgres) / float64(den)
+	}
+	return r
+}
+
+// ratios prints a few ratios as a list: 1.02, 0.97, 1.05.
+func ratios(r []float64) string {
+	s := make([]string, len(r))
+	for i, v := range r {
+		s[i] = fmt.Sprintf("%.2f", v)
+	}
+	return strings.Join(s, ", ")
 }
 
 func medianCPU(cs []cpuCost) cpuCost {
