@@ -171,14 +171,19 @@ requests/s, p50/p90/p99 latency and p50 time to first byte.`)
 	thread := fs.String("thread", "", "name a thread per client: PREFIX-N")
 	threads := fs.Int("threads", 1, "with -thread: each client's requests go to this many threads of its own in turn (PREFIX-N-K)")
 	size := fs.Int("size", 1024, "request body size in bytes")
+	keys := fs.String("keys", "", "wsproxy client keys, comma-separated: client N sends the (N mod count)th as its bearer token")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *u == "" {
 		return errors.New("-url is required")
 	}
+	var keyList []string
+	if *keys != "" {
+		keyList = strings.Split(*keys, ",")
+	}
 	r := loadbench.Load{URL: *u, Clients: *clients, Duration: *d, Stream: *stream, ThreadPrefix: *thread, Threads: *threads,
-		Body: loadbench.RequestBody(*size, *stream)}.Run(ctx)
+		Keys: keyList, Body: loadbench.RequestBody(*size, *stream)}.Run(ctx)
 	fmt.Println(r)
 	return nil
 }
