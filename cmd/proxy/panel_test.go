@@ -386,7 +386,8 @@ func TestPanelExplainsItself(t *testing.T) {
 		upstreamtest.Call{ID: "c4", Name: "update_preferences", Arguments: `{"updates":[{"index":1,"title":"Cheapest transport","subtitle":"Train or plane"}],"action_and_reasoning":"The user accepts flying when it is cheaper."}`})
 	within(t, ctx,
 		waitFor(eventItem("preference_removed", "Removed “Small hotels”")+` !== undefined`),
-		waitFor(prefItem("Travel by train")+`.querySelector(".proposal") !== null`))
+		waitFor(prefItem("Travel by train")+`.querySelector(".proposal") !== null`),
+		waitFor(eventItem("locked_skip", "Travel by train")+` !== undefined`))
 	require.True(t, eval[bool](t, ctx, `window.sawFresh`), "a live change is highlighted")
 	// Positions, not ids: "Vegetarian restaurants" is #2 now, in the list and in its history.
 	require.Equal(t, "#2 Vegetarian restaurants", eval[string](t, ctx, prefItem("Vegetarian restaurants")+`.querySelector(".title").textContent`))
