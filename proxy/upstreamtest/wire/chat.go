@@ -102,7 +102,17 @@ func (h ChatHead) Completion(text string, calls []ChatCall, u ChatUsage) []byte 
 // Chunk is a chat.completion.chunk of one choice: delta (JSON, one of the Chat…Delta) and its
 // finish_reason ("" is null).
 func (h ChatHead) Chunk(delta []byte, finish string) []byte {
-	b := make([]byte, 0, 200+len(delta))
+	return h.appendChunk(make([]byte, 0, 200+len(delta)), delta, finish)
+}
+
+// AppendEvent appends to b the server-sent event (ChatEvent) of the chunk of delta and finish
+// (Chunk): a stream's event written in place, for a model that encodes a stream per request.
+func (h ChatHead) AppendEvent(b, delta []byte, finish string) []byte {
+	b = append(b, "data: "...)
+	return append(h.appendChunk(b, delta, finish), "\n\n"...)
+}
+
+func (h ChatHead) appendChunk(b, delta []byte, finish string) []byte {
 	b = h.appendTier(h.appendStart(b, "chat.completion.chunk"))
 	b = append(b, `,"choices":[{"index":0,"delta":`...)
 	b = append(b, delta...)
