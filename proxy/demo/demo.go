@@ -16,12 +16,16 @@ package demo
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // Prefix starts every answer.
@@ -64,26 +68,24 @@ func notServed(mux *http.ServeMux, w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", m)
 		}
 	}
-	var body any
+	var body []byte
 	switch path := r.URL.Path; {
 	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		kind := "invalid_request_error"
 		if status == http.StatusNotFound {
 			kind = "not_found_error"
 		}
-		body = map[string]any{"type": "error", "error": map[string]any{"type": kind, "message": message}}
+		body = wire.MessagesError(kind, message)
 	case strings.HasPrefix(path, "/v1beta/"):
 		googleStatus := "INVALID_ARGUMENT"
 		if status == http.StatusNotFound {
 			googleStatus = "NOT_FOUND"
 		}
-		body = map[string]any{"error": map[string]any{"code": status, "message": message, "status": googleStatus}}
+		body = wire.GeminiError(status, googleStatus, message)
 	default:
-		body = map[string]any{"error": map[string]any{"message": message, "type": "invalid_request_error", "param": nil, "code": code}}
+		body = wire.OpenAIError(message, "invalid_request_error", "", code)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(body)
+	wire.WriteJSON(w, status, body)
 }
 
 type model struct{ n atomic.Int64 }
@@ -163,35 +165,23 @@ type reply struct {
 func (d *model) chat(w http.ResponseWriter, r *http.Request) {
 	var req request
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":"invalid JSON: %s","type":"invalid_request_error","param":null,"code":null}}`, jsonEscape(err.Error()))
+		wire.WriteJSON(w, http.StatusBadRequest, wire.OpenAIError("invalid JSON: "+err.Error(), "invalid_request_error", "", ""))
 		return
 	}
 	rp := d.think(req)
-	id := "chatcmpl-demo" + strconv.FormatInt(d.n.Add(1), 10)
+	h := wire.ChatHead{ID: "chatcmpl-demo" + strconv.FormatInt(d.n.Add(1), 10), Created: time.Now().Unix(), Model: ModelName,
+		StreamUsage: req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	prompt, completion := tokens(req, rp)
+	u := wire.ChatUsage{Prompt: prompt, Completion: completion, Cached: -1}
+	calls := make([]wire.ChatCall, len(rp.calls))
+	for i, c := range rp.calls {
+		calls[i] = wire.ChatCall(c)
+	}
 	if req.Stream {
-		d.stream(w, id, rp, prompt, completion, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		stream(w, h, rp.content, calls, u)
 		return
 	}
-	msg := map[string]any{"role": "assistant", "content": rp.content}
-	finish := "stop"
-	if len(rp.calls) > 0 {
-		msg["content"] = nil
-		var tcs []any
-		for _, c := range rp.calls {
-			tcs = append(tcs, map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}})
-		}
-		msg["tool_calls"] = tcs
-		finish = "tool_calls"
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"id": id, "object": "chat.completion", "created": time.Now().Unix(), "model": ModelName,
-		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-	})
+	wire.WriteJSON(w, http.StatusOK, h.Completion(rp.content, calls, u))
 }
 
 // tokens are the demo's token counts of a request and its reply: words.
@@ -207,51 +197,41 @@ func tokens(req request, rp reply) (prompt, completion int) {
 }
 
 // stream sends the reply as OpenAI does: a role chunk, content word by word or each tool call
-// with its arguments in pieces, a finish chunk, the usage chunk when asked, [DONE].
-func (d *model) stream(w http.ResponseWriter, id string, rp reply, prompt, completion int, usage bool) {
+// with its arguments in pieces (of about 12 bytes, whole characters), a finish chunk, the usage
+// chunk when asked, [DONE].
+func stream(w http.ResponseWriter, h wire.ChatHead, content string, calls []wire.ChatCall, u wire.ChatUsage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	rc := http.NewResponseController(w)
-	created := time.Now().Unix()
-	send := func(choices any, extra map[string]any) {
-		c := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": ModelName, "choices": choices}
-		for k, v := range extra {
-			c[k] = v
-		}
-		b, _ := json.Marshal(c)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+	send := func(chunk []byte) {
+		_, _ = w.Write(wire.ChatEvent(chunk))
 		_ = rc.Flush()
 	}
-	delta := func(d map[string]any, finish any) []any {
-		return []any{map[string]any{"index": 0, "delta": d, "finish_reason": finish}}
-	}
-	send(delta(map[string]any{"role": "assistant", "content": ""}, nil), nil)
-	for i, word := range strings.SplitAfter(rp.content, " ") {
+	send(h.Chunk(wire.ChatRoleDelta(len(calls) > 0), ""))
+	for i, word := range strings.SplitAfter(content, " ") {
 		if word != "" {
-			send(delta(map[string]any{"content": word}, nil), nil)
+			send(h.Chunk(wire.ChatTextDelta(word), ""))
 			if i%8 == 7 {
 				time.Sleep(5 * time.Millisecond) // a little of a real model's pace
 			}
 		}
 	}
-	for i, c := range rp.calls {
-		send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
-			"function": map[string]any{"name": c.Name, "arguments": ""}}}}, nil), nil)
+	for i, c := range calls {
+		send(h.Chunk(wire.ChatCallDelta(i, c.ID, c.Name), ""))
 		for a := c.Arguments; a != ""; {
 			n := min(len(a), 12)
-			send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": a[:n]}}}}, nil), nil)
+			for n < len(a) && !utf8.RuneStart(a[n]) {
+				n++
+			}
+			send(h.Chunk(wire.ChatArgumentsDelta(i, a[:n]), ""))
 			a = a[n:]
 		}
 	}
-	finish := "stop"
-	if len(rp.calls) > 0 {
-		finish = "tool_calls"
+	send(h.Chunk([]byte(`{}`), wire.ChatFinish(len(calls))))
+	if h.StreamUsage {
+		send(h.UsageChunk(u))
 	}
-	send(delta(map[string]any{}, finish), nil)
-	if usage {
-		send([]any{}, map[string]any{"usage": map[string]any{"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
+	_, _ = io.WriteString(w, wire.ChatDone)
 	_ = rc.Flush()
 }
 
@@ -488,9 +468,4 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-func jsonEscape(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b[1 : len(b)-1])
 }

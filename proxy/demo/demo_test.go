@@ -1,8 +1,10 @@
 package demo
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -212,4 +214,44 @@ func TestNoBlockDoesNotClaimNoThread(t *testing.T) {
 	require.NotContains(t, got, "(no thread)")
 	require.Contains(t, got, "WORKSPACE_UNAVAILABLE=bypass")
 	require.Contains(t, got, "X-Thread-Id")
+}
+
+// TestChatStreamKeepsCharacters: a streamed call's arguments, cut in pieces, are the call's
+// whole, however the pieces fall among multi-byte characters.
+func TestChatStreamKeepsCharacters(t *testing.T) {
+	srv := httptest.NewServer(Handler())
+	defer srv.Close()
+	title := "Crème brûlée, naïve café, 日本語の本"
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"m","stream":true,"messages":[{"role":"user","content":"I prefer `+title+`."}],`+
+			`"tools":[{"type":"function","function":{"name":"add_preferences"}}]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var args strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						Function struct{ Arguments string } `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &chunk), data)
+		for _, c := range chunk.Choices {
+			for _, tc := range c.Delta.ToolCalls {
+				args.WriteString(tc.Function.Arguments)
+			}
+		}
+	}
+	var got struct{ Items []struct{ Title string } }
+	require.NoError(t, json.Unmarshal([]byte(args.String()), &got), args.String())
+	require.Len(t, got.Items, 1)
+	require.Equal(t, title, got.Items[0].Title)
 }

@@ -88,9 +88,7 @@ func jsonString(s string) json.RawMessage {
 // vLLM and Ollama), so it cannot continue a previous_response_id.
 func (d *model) responses(w http.ResponseWriter, r *http.Request) {
 	fail := func(msg string) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":"%s","type":"invalid_request_error","param":null,"code":null}}`, jsonEscape(msg))
+		wire.WriteJSON(w, http.StatusBadRequest, wire.OpenAIError(msg, "invalid_request_error", "", ""))
 	}
 	var rr responsesRequest
 	if err := json.NewDecoder(r.Body).Decode(&rr); err != nil {

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wsproxy/wsproxy/proxy/demo"
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // Request is one request the upstream received.
@@ -99,7 +100,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(body)) // the reply may read it again
 	if reply == nil {
 		s.t.Errorf("upstreamtest: unscripted request %s %s", r.Method, r.URL.Path)
-		http.Error(w, `{"error":{"message":"unscripted"}}`, http.StatusInternalServerError)
+		wire.WriteJSON(w, http.StatusInternalServerError, wire.OpenAIError("unscripted", "server_error", "", ""))
 		return
 	}
 	reply(w, r)
@@ -173,73 +174,56 @@ type Call struct {
 	ID, Name, Arguments string
 }
 
+// head is what every object of a scripted chat answer repeats.
+func head(id string) wire.ChatHead {
+	return wire.ChatHead{ID: id, Created: 1700000000, Model: "gpt-test", ServiceTier: "default", Fingerprint: "fp_test"}
+}
+
 // Completion is a non-streamed chat completion with content and/or tool calls, in OpenAI's
 // shape, with usage.
 func Completion(content string, calls ...Call) string {
-	msg := map[string]any{"role": "assistant", "content": content, "refusal": nil, "annotations": []any{}}
-	finish := "stop"
-	if content == "" && len(calls) > 0 {
-		msg["content"] = nil
+	cs := make([]wire.ChatCall, len(calls))
+	for i, c := range calls {
+		cs[i] = wire.ChatCall(c)
 	}
-	if len(calls) > 0 {
-		var tcs []any
-		for _, c := range calls {
-			tcs = append(tcs, map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}})
-		}
-		msg["tool_calls"] = tcs
-		finish = "tool_calls"
-	}
-	b, _ := json.Marshal(map[string]any{
-		"id": "chatcmpl-test", "object": "chat.completion", "created": 1700000000, "model": "gpt-test",
-		"system_fingerprint": "fp_test", "service_tier": "default",
-		"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15, "prompt_tokens_details": map[string]any{"cached_tokens": 2}},
-	})
-	return string(b)
+	return string(head("chatcmpl-test").Completion(content, cs, wire.ChatUsage{Prompt: 10, Completion: 5, Cached: 2}))
 }
 
 // Chunk is one chat.completion.chunk in OpenAI's shape with the given delta (JSON) and finish
 // reason ("" for null).
-func Chunk(id, delta, finish string) string {
-	f := "null"
-	if finish != "" {
-		f = `"` + finish + `"`
-	}
-	return fmt.Sprintf(`{"id":%q,"object":"chat.completion.chunk","created":1700000000,"model":"gpt-test","system_fingerprint":"fp_test","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}`, id, delta, f)
-}
+func Chunk(id, delta, finish string) string { return string(head(id).Chunk([]byte(delta), finish)) }
 
 // UsageChunk is OpenAI's final usage chunk (empty choices).
 func UsageChunk(id string, prompt, completion int) string {
-	return fmt.Sprintf(`{"id":%q,"object":"chat.completion.chunk","created":1700000000,"model":"gpt-test","choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
-		id, prompt, completion, prompt+completion)
+	return string(head(id).UsageChunk(wire.ChatUsage{Prompt: prompt, Completion: completion, Cached: -1}))
 }
 
 // ContentChunks is an OpenAI-style streamed answer: a role chunk, one chunk per piece of text, a
 // finish chunk.
 func ContentChunks(id string, pieces ...string) []string {
-	out := []string{Chunk(id, `{"role":"assistant","content":"","refusal":null}`, "")}
+	h := head(id)
+	out := []string{string(h.Chunk(wire.ChatRoleDelta(false), ""))}
 	for _, p := range pieces {
-		b, _ := json.Marshal(p)
-		out = append(out, Chunk(id, `{"content":`+string(b)+`}`, ""))
+		out = append(out, string(h.Chunk(wire.ChatTextDelta(p), "")))
 	}
-	return append(out, Chunk(id, `{}`, "stop"))
+	return append(out, string(h.Chunk([]byte(`{}`), "stop")))
 }
 
 // ToolCallChunks streams tool calls the way OpenAI does: per call, a first delta with index, id,
 // type and name, then the arguments split into pieces of at most split bytes; then the
 // tool_calls finish chunk.
 func ToolCallChunks(id string, split int, calls ...Call) []string {
-	out := []string{Chunk(id, `{"role":"assistant","content":null}`, "")}
+	h := head(id)
+	out := []string{string(h.Chunk(wire.ChatRoleDelta(true), ""))}
 	for i, c := range calls {
-		out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"id":%q,"type":"function","function":{"name":%q,"arguments":""}}]}`, i, c.ID, c.Name), ""))
+		out = append(out, string(h.Chunk(wire.ChatCallDelta(i, c.ID, c.Name), "")))
 		for a := c.Arguments; a != ""; {
 			n := Cut(a, split)
-			b, _ := json.Marshal(a[:n])
-			out = append(out, Chunk(id, fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, i, b), ""))
+			out = append(out, string(h.Chunk(wire.ChatArgumentsDelta(i, a[:n]), "")))
 			a = a[n:]
 		}
 	}
-	return append(out, Chunk(id, `{}`, "tool_calls"))
+	return append(out, string(h.Chunk([]byte(`{}`), "tool_calls")))
 }
 
 // Cut is where a piece of at most n bytes of s ends at a character's boundary (at least one

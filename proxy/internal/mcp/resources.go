@@ -221,6 +221,9 @@ func (s *Server) watchResource(ctx context.Context, srv *mcp.Server, uri string,
 		switch {
 		case first:
 			first, last = false, now
+			if s.opts.Watching != nil {
+				s.opts.Watching(uri)
+			}
 		case !slices.Equal(now, last):
 			last = now
 			_ = srv.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) // it logs its own failures

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/auth"
-	"github.com/wsproxy/wsproxy/proxy/internal/eventhub"
 	"github.com/wsproxy/wsproxy/proxy/internal/testkit"
 	"github.com/wsproxy/wsproxy/workspace"
 )
@@ -164,22 +163,28 @@ func TestMCPScopes(t *testing.T) {
 // rather than announcing the thread's changes to a holder who may no longer see them.
 func TestMCPListenEndsWithItsToken(t *testing.T) {
 	t.Parallel()
-	e := setup(t)
+	watching := make(chan string, 10)
+	e := setup(t, func(o *Options) {
+		o.Watching = func(uri string) {
+			select {
+			case watching <- uri:
+			default:
+			}
+		}
+	})
 	e.setObjective("tok", "Before")
 	token, id, _ := mintMCPToken(t, e, "tok", 0)
 	lines := testkit.MCPListen(t, e.srv.URL, token, "tok")
-	// The stream holds the subscription once a change is announced on it. A change may come
-	// before the subscription is watched (then it is the state the watch starts from): each try
-	// makes another, and waits past the heartbeat (eventhub.Heartbeat), which wakes a watch
-	// whose notification a busy machine delayed. Each try's text is new: setting the objective
-	// to the text it has is no change, and announces nothing.
-	tries := 0
-	announced := func() bool {
-		tries++
-		e.setObjective("tok", fmt.Sprintf("Changed (%d)", tries))
-		return testkit.Announced(lines, eventhub.Heartbeat+5*time.Second)
+	// Once the stream holds the subscription (MCPListen) and its watch has read where the thread
+	// stands (Watching), the thread's next change is announced on it.
+	select {
+	case uri := <-watching:
+		require.Equal(t, "workspace://tok", uri)
+	case <-time.After(time.Minute): // at once; a minute on a busy machine
+		t.Fatal("the subscription is not watched")
 	}
-	require.Eventually(t, announced, 2*time.Minute, 10*time.Millisecond)
+	e.setObjective("tok", "Changed")
+	require.True(t, testkit.Announced(lines, time.Minute), "the change was not announced")
 
 	require.NoError(t, e.ws("tok").RevokeLink(context.Background(), id))
 	e.setObjective("tok", "After the revocation")

@@ -57,6 +57,10 @@ type Options struct {
 	Version string
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Watching, a test's hook, is called with a resource's URI once its watch has read where the
+	// thread stands: every change after it is announced to the resource's subscribers. Nil in
+	// production.
+	Watching func(uri string)
 }
 
 // Metrics count what MCP does; the HTTP edge's Prometheus metrics implement it.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
@@ -78,8 +79,9 @@ func MCPPost(t *testing.T, base, auth, from string) *http.Response {
 }
 
 // MCPListen opens a raw subscriptions/listen stream (MCP 2026-07-28) of thread's workspace
-// resource at base with token: its lines as they come, closed when the stream ends. The stream
-// is closed when the test ends.
+// resource at base with token, and returns once the server acknowledged it (its first message,
+// sent once the stream holds the subscription): the lines after, as they come, closed when the
+// stream ends. The stream is closed when the test ends.
 func MCPListen(t *testing.T, base, token, thread string) <-chan string {
 	t.Helper()
 	req, err := http.NewRequest("POST", base+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{`+
@@ -106,5 +108,16 @@ func MCPListen(t *testing.T, base, token, thread string) <-chan string {
 			lines <- line
 		}
 	}()
-	return lines
+	timeout := time.After(time.Minute) // at once; a minute on a busy machine
+	for {
+		select {
+		case line, ok := <-lines:
+			require.True(t, ok, "the listen stream ended unacknowledged")
+			if strings.Contains(line, "notifications/subscriptions/acknowledged") {
+				return lines
+			}
+		case <-timeout:
+			t.Fatal("the listen stream was not acknowledged")
+		}
+	}
 }

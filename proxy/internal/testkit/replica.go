@@ -32,7 +32,9 @@ func Serve(t testing.TB, h http.Handler, closers ...func()) *httptest.Server {
 }
 
 // Announced reports whether a notification of a resource's update comes on lines (a
-// subscriptions/listen stream's, MCPListen) within wait; false as well when the stream ends.
+// subscriptions/listen stream's, MCPListen) within wait, a bound for a failure (the watch's
+// hook, mcp.Options.Watching, says when a change will be announced); false as well when the
+// stream ends.
 func Announced(lines <-chan string, wait time.Duration) bool {
 	timeout := time.After(wait)
 	for {

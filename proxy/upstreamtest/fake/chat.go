@@ -2,8 +2,9 @@ package fake
 
 import (
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/wsproxy/wsproxy/proxy/upstreamtest/wire"
 )
 
 // Chat completions, in OpenAI's shape: a JSON body, or chat.completion.chunk events — the text
@@ -11,10 +12,7 @@ import (
 // id and name), the finish chunk, the usage when the request asks for it
 // (stream_options.include_usage) and [DONE], those three with the last piece.
 
-const (
-	chatID          = "chatcmpl-model"
-	chatChunkPrefix = `{"id":"` + chatID + `","object":"chat.completion.chunk","created":1,"model":`
-)
+const chatID = "chatcmpl-model"
 
 // usage is an answer's token counts; cached < 0 leaves prompt_tokens_details out.
 type usage struct{ prompt, completion, cached int }
@@ -70,110 +68,70 @@ func (m *Model) reply(w http.ResponseWriter, r *http.Request, req *Request, star
 	_, _ = w.Write(out[0])
 }
 
-func appendUsage(b []byte, u usage) []byte {
-	b = append(b, `"usage":{"prompt_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.prompt), 10)
-	b = append(b, `,"completion_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.completion), 10)
-	b = append(b, `,"total_tokens":`...)
-	b = strconv.AppendInt(b, int64(u.prompt+u.completion), 10)
-	if u.cached >= 0 {
-		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
-		b = strconv.AppendInt(b, int64(u.cached), 10)
-		b = append(b, '}')
-	}
-	return append(b, '}')
+// chatHead is what every object of the answer to req repeats, in OpenAI's shape but for its
+// optional service_tier and system_fingerprint, left out (as OpenAI-compatible servers leave them)
+// to keep the bytes a load run moves near a real answer's fewest.
+func chatHead(req *Request) wire.ChatHead {
+	return wire.ChatHead{ID: chatID, Created: 1, Model: req.Model, StreamUsage: req.StreamOptions.IncludeUsage}
 }
 
-func finishReason(a Answer) string {
-	if len(a.Calls) > 0 {
-		return "tool_calls"
+func chatUsage(u usage) wire.ChatUsage {
+	return wire.ChatUsage{Prompt: u.prompt, Completion: u.completion, Cached: u.cached}
+}
+
+func chatCalls(calls []Call) []wire.ChatCall {
+	out := make([]wire.ChatCall, len(calls))
+	for i, c := range calls {
+		out[i] = wire.ChatCall(c)
 	}
-	return "stop"
+	return out
 }
 
 // chatJSON is a non-streamed chat completion.
 func chatJSON(req *Request, a Answer, u usage) []byte {
-	b := []byte(`{"id":"` + chatID + `","object":"chat.completion","created":1,"model":`)
-	b = strconv.AppendQuote(b, req.Model)
-	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
-	if text := a.text(); text != "" || len(a.Calls) == 0 {
-		b = strconv.AppendQuote(b, text)
-	} else {
-		b = append(b, "null"...)
-	}
-	if len(a.Calls) > 0 {
-		b = append(b, `,"tool_calls":[`...)
-		for i, c := range a.Calls {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"id":`...)
-			b = strconv.AppendQuote(b, c.ID)
-			b = append(b, `,"type":"function","function":{"name":`...)
-			b = strconv.AppendQuote(b, c.Name)
-			b = append(b, `,"arguments":`...)
-			b = strconv.AppendQuote(b, c.Arguments)
-			b = append(b, "}}"...)
-		}
-		b = append(b, ']')
-	}
-	b = append(b, `},"finish_reason":"`+finishReason(a)+`"}],`...)
-	return append(appendUsage(b, u), '}')
+	return chatHead(req).Completion(a.text(), chatCalls(a.Calls), chatUsage(u))
 }
 
-// chatEvents are a streamed chat completion's events, one a piece; the last carries the finish
-// chunk, the usage (when asked) and [DONE].
+// chatEvents are a streamed chat completion's events, one a piece (the role's chunk with the
+// first, each call's opening chunk with its arguments' first piece); the last carries the finish
+// chunk, the usage (when asked) and [DONE]. They are written one after the other in one buffer.
 func chatEvents(req *Request, a Answer, u usage, n int) [][]byte {
-	prefix := strconv.AppendQuote([]byte("data: "+chatChunkPrefix), req.Model)
-	prefix = append(prefix, `,"choices":[{"index":0,"delta":`...)
-	var out [][]byte
-	event := func(delta []byte) {
-		b := append(append([]byte(nil), prefix...), delta...)
-		out = append(out, append(b, `,"finish_reason":null}]}`+"\n\n"...))
-	}
+	h := chatHead(req)
 	pieces := a.Pieces
 	if pieces == nil && (a.Text != "" || len(a.Calls) == 0) {
 		pieces = split(a.Text, n)
 	}
+	buf := make([]byte, 0, (len(pieces)+len(a.Calls)*n+4)*192+len(a.text()))
+	var ends []int // where each piece's events end in buf
 	for i, p := range pieces {
-		d := []byte(`{"content":`)
 		if i == 0 {
-			d = []byte(`{"role":"assistant","content":`)
+			buf = h.AppendEvent(buf, wire.ChatRoleDelta(false), "")
 		}
-		d = strconv.AppendQuote(d, p)
-		event(append(d, '}'))
+		buf = h.AppendEvent(buf, wire.ChatTextDelta(p), "")
+		ends = append(ends, len(buf))
 	}
 	for j, c := range a.Calls {
 		for i, p := range split(c.Arguments, n) {
-			var d []byte
-			switch {
-			case i == 0 && j == 0 && len(pieces) == 0:
-				d = []byte(`{"role":"assistant","content":null,"tool_calls":[{"index":`)
-			default:
-				d = []byte(`{"tool_calls":[{"index":`)
-			}
-			d = strconv.AppendInt(d, int64(j), 10)
 			if i == 0 {
-				d = append(d, `,"id":`...)
-				d = strconv.AppendQuote(d, c.ID)
-				d = append(d, `,"type":"function","function":{"name":`...)
-				d = strconv.AppendQuote(d, c.Name)
-				d = append(d, `,"arguments":`...)
-			} else {
-				d = append(d, `,"function":{"arguments":`...)
+				if j == 0 && len(pieces) == 0 {
+					buf = h.AppendEvent(buf, wire.ChatRoleDelta(true), "")
+				}
+				buf = h.AppendEvent(buf, wire.ChatCallDelta(j, c.ID, c.Name), "")
 			}
-			d = strconv.AppendQuote(d, p)
-			event(append(d, "}}]}"...))
+			buf = h.AppendEvent(buf, wire.ChatArgumentsDelta(j, p), "")
+			ends = append(ends, len(buf))
 		}
 	}
-	last := append(out[len(out)-1], prefix...)
-	last = append(last, `{},"finish_reason":"`+finishReason(a)+`"}]}`+"\n\n"...)
+	buf = h.AppendEvent(buf, []byte(`{}`), wire.ChatFinish(len(a.Calls)))
 	if req.StreamOptions.IncludeUsage {
-		last = strconv.AppendQuote(append(last, "data: "+chatChunkPrefix...), req.Model)
-		last = append(last, `,"choices":[],`...)
-		last = append(appendUsage(last, u), "}\n\n"...)
+		buf = append(buf, wire.ChatEvent(h.UsageChunk(chatUsage(u)))...)
 	}
-	out[len(out)-1] = append(last, "data: [DONE]\n\n"...)
+	buf = append(buf, wire.ChatDone...)
+	ends[len(ends)-1] = len(buf)
+	out := make([][]byte, len(ends))
+	from := 0
+	for i, end := range ends {
+		out[i], from = buf[from:end:end], end
+	}
 	return out
 }

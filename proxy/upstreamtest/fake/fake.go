@@ -415,7 +415,7 @@ func writeError(w http.ResponseWriter, api API, status int, typ, msg string) {
 		_, _ = w.Write(wire.MessagesError(typ, msg))
 		return
 	}
-	_, _ = io.WriteString(w, `{"error":{"message":"`+msg+`","type":"`+typ+`"}}`)
+	_, _ = w.Write(wire.OpenAIError(msg, typ, "", ""))
 }
 
 // sleepUntil waits until t; false when the client left first (a piece written after it left

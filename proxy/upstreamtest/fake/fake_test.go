@@ -37,8 +37,8 @@ func TestFakeAPIs(t *testing.T) {
 	for n := range int64(2) { // each call another subtitle: every tool round writes
 		code, body := post(t, up.URL+"/chat/completions", chat)
 		require.Equal(t, 200, code)
-		require.JSONEq(t, `{"id":"chatcmpl-model","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,`+
-			`"tool_calls":[{"id":"call_load","type":"function","function":{"name":"update_preferences","arguments":`+jsonString(fake.ToolArguments(n+1))+`}}]},"finish_reason":"tool_calls"}],`+
+		require.JSONEq(t, `{"id":"chatcmpl-model","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,"annotations":[],`+
+			`"tool_calls":[{"id":"call_load","type":"function","function":{"name":"update_preferences","arguments":`+jsonString(fake.ToolArguments(n+1))+`}}]},"logprobs":null,"finish_reason":"tool_calls"}],`+
 			`"usage":{"prompt_tokens":300,"completion_tokens":40,"total_tokens":340}}`, body)
 	}
 	code, body := post(t, up.URL+"/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"tool","tool_call_id":"call_load","content":"ok"}]}`)
@@ -95,7 +95,7 @@ func TestFakeFaults(t *testing.T) {
 	up.Fallback = m.ServeHTTP
 	code, body := post(t, up.URL+"/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
 	require.Equal(t, 503, code)
-	require.JSONEq(t, `{"error":{"message":"overloaded","type":"overloaded"}}`, body)
+	require.JSONEq(t, `{"error":{"message":"overloaded","type":"overloaded","param":null,"code":null}}`, body)
 	require.Equal(t, map[string]int{fake.FaultStatus: 1}, m.Injected())
 }
 
