@@ -80,15 +80,7 @@ func BenchmarkTurn(b *testing.B) {
 				for pb.Next() {
 					req, _ := http.NewRequest("POST", e.srv.URL+path, bytes.NewReader(body))
 					req.Header.Set("X-Thread-Id", thread)
-					resp, err := client.Do(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						b.Error(resp.Status)
+					if !post200(b, client, req) {
 						return
 					}
 				}
@@ -230,15 +222,7 @@ func BenchmarkClientLimits(b *testing.B) {
 						if route == "Turn" {
 							req.Header.Set("X-Thread-Id", thread)
 						}
-						resp, err := client.Do(req)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						_, _ = io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode != 200 {
-							b.Error(resp.Status)
+						if !post200(b, client, req) {
 							return
 						}
 					}
@@ -255,4 +239,21 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// post200 sends req, reads its answer whole, and reports whether it was a 200 (else the
+// benchmark fails).
+func post200(b *testing.B, client *http.Client, req *http.Request) bool {
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Error(err)
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Error(resp.Status)
+		return false
+	}
+	return true
 }

@@ -143,11 +143,7 @@ func (c *Counter) Admit(client string, lim Limits) *Refusal {
 	now := c.now()
 	defer c.mu.Unlock()
 	c.roll(now)
-	n := c.own[client]
-	if n == nil {
-		n = &counts{}
-		c.own[client] = n
-	}
+	n := c.ownOf(client)
 	o := c.others[client]
 	if lim.RequestsPerMinute > 0 && n.minuteRequests+o.minuteRequests >= lim.RequestsPerMinute {
 		return &Refusal{Limit: RequestsPerMinute, RetryAfter: c.minute.Add(time.Minute).Sub(now)}
@@ -170,13 +166,19 @@ func (c *Counter) AddTokens(client string, tokens int64) {
 	now := c.now()
 	defer c.mu.Unlock()
 	c.roll(now)
+	n := c.ownOf(client)
+	n.dayTokens = workspace.AddTokens(n.dayTokens, tokens)
+	c.dirty[client] = true
+}
+
+// ownOf is this replica's counts of client, made when missing (under mu).
+func (c *Counter) ownOf(client string) *counts {
 	n := c.own[client]
 	if n == nil {
 		n = &counts{}
 		c.own[client] = n
 	}
-	n.dayTokens = workspace.AddTokens(n.dayTokens, tokens)
-	c.dirty[client] = true
+	return n
 }
 
 // Usage is what client used in the current windows, on every replica as this one last read them.
