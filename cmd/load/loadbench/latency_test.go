@@ -89,7 +89,7 @@ func TestModelUpstream(t *testing.T) {
 	}
 	body := string(RequestBody(300, true))
 	chunks, text, _, _, finish, usage := read(post(body, false))
-	require.Len(t, chunks, 5, "4 pieces and the finish chunk")
+	require.Len(t, chunks, 6, "the role's chunk (written with the first piece), 4 pieces and the finish chunk")
 	require.Equal(t, "assistant", chunks[0].Choices[0].Delta.Role)
 	require.Equal(t, "Soil word word word", text)
 	require.Equal(t, "stop", finish)
@@ -97,7 +97,7 @@ func TestModelUpstream(t *testing.T) {
 
 	withUsage := strings.Replace(body, `"stream":true,`, `"stream":true,"stream_options":{"include_usage":true},`, 1)
 	chunks, _, name, args, finish, usage := read(post(withUsage, true))
-	require.Len(t, chunks, 6, "4 pieces of the call, the finish chunk, the usage")
+	require.Len(t, chunks, 8, "the role's and the call's opening chunks (written with its first piece), 4 pieces of the call, the finish chunk, the usage")
 	require.Equal(t, "update_preferences", name)
 	require.Equal(t, fake.ToolArguments(1), args, "the model's first workspace call")
 	require.Equal(t, "tool_calls", finish)
