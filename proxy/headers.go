@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -327,11 +328,21 @@ func (f fromUpstream) body(rc io.ReadCloser) io.ReadCloser {
 type redactingBody struct {
 	io.ReadCloser
 	f       fromUpstream
-	buf     []byte
-	ready   []byte // redacted, for the caller
-	pending []byte // redacted, but it could begin a key
-	err     error  // the body's, once met
+	buf     *[]byte // from redactBuffers, back there once closed
+	ready   []byte  // redacted, for the caller
+	pending []byte  // redacted, but it could begin a key
+	err     error   // the body's, once met
 }
+
+// redactBuffers recycles the redacting bodies' buffers, which a pass-through made one of per
+// response (39 KB a request). Each reads redactRead bytes at least, ReverseProxy's copy's size, so
+// that one buffer serves any body.
+var redactBuffers sync.Pool
+
+const redactRead = 32 << 10
+
+// maxPooledRedact bounds what redactBuffers keeps.
+const maxPooledRedact = 64 << 10
 
 func (b *redactingBody) Read(p []byte) (int, error) {
 	for len(b.ready) == 0 {
@@ -344,12 +355,14 @@ func (b *redactingBody) Read(p []byte) (int, error) {
 			break
 		}
 		if b.buf == nil {
-			b.buf = make([]byte, 0, max(len(p), 4<<10)+b.f.longestKey())
+			b.buf = redactBuffer(max(len(p), redactRead) + b.f.longestKey())
 		}
-		b.buf = append(b.buf[:0], b.pending...)
-		n, err := b.ReadCloser.Read(b.buf[len(b.buf):cap(b.buf)])
-		b.buf, b.err = b.buf[:len(b.buf)+n], err
-		r := b.f.redact(b.buf)
+		// What was held back goes first (pending: the buffer's own tail, or a redaction's copy's;
+		// copy minds the overlap).
+		buf := (*b.buf)[:copy((*b.buf)[:cap(*b.buf)], b.pending)]
+		n, err := b.ReadCloser.Read(buf[len(buf):cap(buf)])
+		buf, b.err = buf[:len(buf)+n], err
+		r := b.f.redact(buf)
 		hold := 0
 		if err == nil {
 			hold = b.f.keyStart(r)
@@ -359,6 +372,27 @@ func (b *redactingBody) Read(p []byte) (int, error) {
 	n := copy(p, b.ready)
 	b.ready = b.ready[n:]
 	return n, nil
+}
+
+// Close closes the body and gives its buffer back; a read after it fails.
+func (b *redactingBody) Close() error {
+	if b.buf != nil {
+		if cap(*b.buf) <= maxPooledRedact {
+			redactBuffers.Put(b.buf)
+		}
+		b.buf = nil
+	}
+	b.ready, b.pending, b.err = nil, nil, http.ErrBodyReadAfterClose
+	return b.ReadCloser.Close()
+}
+
+// redactBuffer is a buffer of n bytes' capacity at least, from redactBuffers when it has one.
+func redactBuffer(n int) *[]byte {
+	if b, ok := redactBuffers.Get().(*[]byte); ok && cap(*b) >= n {
+		return b
+	}
+	b := make([]byte, 0, n)
+	return &b
 }
 
 // longestKey is the longest a copy of a key may be: escaped, a character takes at most six times

@@ -330,7 +330,8 @@ func TestOperatorKeyNotEchoed(t *testing.T) {
 }
 
 // TestRedactingBody: a body read a byte at a time (each key split across reads) has every key
-// redacted, and a tail that only began a key comes at the end as it was.
+// redacted, a tail that only began a key comes at the end as it was, and bodies that reuse a
+// closed one's buffer read their own bytes.
 func TestRedactingBody(t *testing.T) {
 	t.Parallel()
 	f := fromUpstream{keys: [][]byte{[]byte("sk-operator-0123"), []byte("sk-ant-9")}}
@@ -342,6 +343,19 @@ func TestRedactingBody(t *testing.T) {
 	got, err = io.ReadAll(f.body(io.NopCloser(strings.NewReader(in))))
 	require.NoError(t, err)
 	require.Equal(t, want, string(got))
+
+	// A closed body's buffer serves the next one (redactBuffers): each reads its own bytes, and
+	// a read after Close fails instead of reading a buffer another body may now hold.
+	for i := range 3 {
+		b := f.body(io.NopCloser(iotest.HalfReader(strings.NewReader(strings.Repeat(in, i+1)))))
+		got, err := io.ReadAll(struct{ io.Reader }{b})
+		require.NoError(t, err)
+		require.Equal(t, strings.Repeat(want, i+1), string(got))
+		require.NoError(t, b.Close())
+		n, err := b.Read(make([]byte, 32<<10))
+		require.Zero(t, n)
+		require.ErrorIs(t, err, http.ErrBodyReadAfterClose)
+	}
 }
 
 // TestEscapedOperatorKeyRedacted: a copy of the operator's key that JSON escapes — any of its
