@@ -175,33 +175,34 @@ func BenchmarkMCPToolCall(b *testing.B) {
 	}
 }
 
-// BenchmarkClientLimits is a thread turn and a pass-through of a client with a key, with its
-// limits set and counted (requests_per_minute, tokens_per_day, max_threads: never reached) and
-// with no counting at all (the counter off: what a client cost before limits), each reporting
-// the process's CPU time per request (cpu-ns/op: the proxy, the client and the upstream, all
-// in-process; Postgres apart) beside the wall time.
+// BenchmarkClientLimits is a thread turn and a pass-through without client keys (NoKey), of a
+// client with a key but no counting (Key: the counter off, what a client cost before limits),
+// and of one with its limits set and counted (KeyLimits: requests_per_minute, tokens_per_day,
+// max_threads, never reached), each reporting the process's CPU time per request (cpu-ns/op: the
+// proxy, the client and the upstream, all in-process; Postgres apart) beside the wall time.
+// KeyLimits against NoKey is what make bench-load's keyed target compares.
 func BenchmarkClientLimits(b *testing.B) {
 	answer := []byte(upstreamtest.Completion("Here is the plan."))
 	body := upstreamtest.ChatBody(1 << 10)
 	lim := ClientLimits{RequestsPerMinute: 1 << 40, TokensPerDay: 1 << 50, MaxThreads: 1 << 20}
 	for _, route := range []string{"Turn", "PassThrough"} {
-		for _, limited := range []bool{false, true} {
-			name := route + "/NoLimits"
-			if limited {
-				name = route + "/Limits"
-			}
-			b.Run(name, func(b *testing.B) {
-				keys, err := ParseClientKeys("alice=" + limitsKey("alice"))
-				if err != nil {
-					b.Fatal(err)
-				}
+		for _, mode := range []string{"NoKey", "Key", "KeyLimits"} {
+			b.Run(route+"/"+mode, func(b *testing.B) {
 				e := setup(b, func(o *Options) {
-					o.ClientKeys, o.UpstreamAPIKey = keys, "sk-upstream-operator"
-					if limited {
+					o.UpstreamAPIKey = "sk-upstream-operator"
+					if mode == "NoKey" {
+						return
+					}
+					keys, err := ParseClientKeys("alice=" + limitsKey("alice"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					o.ClientKeys = keys
+					if mode == "KeyLimits" {
 						o.Limits = func(string) ClientLimits { return lim }
 					}
 				})
-				if !limited {
+				if mode == "Key" {
 					e.proxy.stopLimits()
 					e.proxy.counter, e.proxy.stopLimits = nil, func() {}
 				}
@@ -218,7 +219,11 @@ func BenchmarkClientLimits(b *testing.B) {
 					thread := fmt.Sprintf("bench-%d", clients.Add(1))
 					for pb.Next() {
 						req, _ := http.NewRequest("POST", e.srv.URL+"/v1/chat/completions", bytes.NewReader(body))
-						req.Header.Set("Authorization", "Bearer "+limitsKey("alice"))
+						if mode == "NoKey" {
+							req.Header.Set("Authorization", "Bearer sk-client-upstream-key")
+						} else {
+							req.Header.Set("Authorization", "Bearer "+limitsKey("alice"))
+						}
 						if route == "Turn" {
 							req.Header.Set("X-Thread-Id", thread)
 						}

@@ -407,4 +407,9 @@ func TestUsageBodyReadsEveryAPI(t *testing.T) {
 	b.keepTail([]byte(`{"choices":[{"message":{"content":"say \"usage\": {\"prompt_tokens\": 99}"}}],"usage":{"prompt_tokens":10,"completion_tokens":5}}`))
 	b.jsonUsage()
 	require.Equal(t, []int64{10, 5}, []int64{b.prompt, b.completion})
+	// Gemini's streamed array: its last element's usageMetadata, the counts so far.
+	b = &usageBody{}
+	b.keepTail([]byte(`[{"usageMetadata":{"promptTokenCount":3}},` + "\n" + `{"candidates":[],"usageMetadata" : {"promptTokenCount":10,"candidatesTokenCount":5}}]`))
+	b.jsonUsage()
+	require.Equal(t, []int64{10, 5}, []int64{b.prompt, b.completion})
 }
