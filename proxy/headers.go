@@ -46,15 +46,24 @@ func (s *Server) strip(h http.Header) {
 			delete(h, k)
 		}
 	}
-	for _, k := range []string{threadHeader, placementHeader, parentsHeader, "Forwarded", "X-Real-Ip", "Cookie"} {
-		h.Del(k)
+	for _, k := range strippedHeaders {
+		delete(h, k)
 	}
 	if s.opts.ClientKeys.On() {
-		for _, k := range []string{"Openai-Organization", "Openai-Project"} {
-			h.Del(k)
+		for _, k := range accountHeaders {
+			delete(h, k)
 		}
 	}
 }
+
+// strippedHeaders are wsproxy's own request headers and those that name the client's address or
+// carry its cookies; accountHeaders pick the operator's organization or project. Both are in the
+// canonical form net/http keeps names in (TestHeaderNames): strip deletes them without
+// canonicalising each on every request.
+var (
+	strippedHeaders = []string{threadHeader, placementHeader, parentsHeader, "Forwarded", "X-Real-Ip", "Cookie"}
+	accountHeaders  = []string{"Openai-Organization", "Openai-Project"}
+)
 
 // credentialWords are the parts of a header name that mark a credential (Authorization,
 // X-Api-Key, Api-Key, Ocp-Apim-Subscription-Key, X-Auth-Token, X-Goog-Api-Key, …).
@@ -116,7 +125,7 @@ func (f fromUpstream) header(h http.Header) {
 	}
 	if f.identity {
 		for _, k := range identityHeaders {
-			h.Del(k)
+			delete(h, k) // canonical, like strippedHeaders
 		}
 	}
 	if len(f.keys) == 0 {

@@ -270,7 +270,7 @@ type usageBody struct {
 	sse, strip bool
 	counter    *limits.Counter
 	client     string
-	once       sync.Once
+	closed     bool
 
 	buf     []byte // strip: what is read from the upstream
 	pending []byte // sse: a line not yet ended; strip: an event not yet ended
@@ -321,16 +321,13 @@ func (b *usageBody) Read(p []byte) (int, error) {
 }
 
 func (b *usageBody) Close() error {
-	b.once.Do(func() {
+	if !b.closed { // ReverseProxy's goroutine, or the turn's, reads it and closes it
+		b.closed = true
 		if b.sse && !b.strip && len(b.pending) > 0 {
 			b.event(b.pending)
 		}
 		b.counter.AddTokens(b.client, workspace.AddTokens(b.prompt, b.completion))
-		if b.tail != nil {
-			tailPool.Put(&b.tail)
-			b.tail = nil
-		}
-	})
+	}
 	return b.rc.Close()
 }
 
@@ -386,14 +383,9 @@ func (b *usageBody) note(raw []byte) {
 	b.prompt, b.completion = max(b.prompt, prompt), max(b.completion, completion)
 }
 
-// tailPool recycles the JSON answers' tails.
-var tailPool = sync.Pool{New: func() any { b := make([]byte, 0, maxUsageTail); return &b }}
-
-// keepTail keeps the last maxUsageTail bytes of a JSON answer.
+// keepTail keeps the last maxUsageTail bytes of a JSON answer: a small answer whole, in a
+// buffer of its size.
 func (b *usageBody) keepTail(p []byte) {
-	if b.tail == nil {
-		b.tail = (*tailPool.Get().(*[]byte))[:0]
-	}
 	if len(p) >= maxUsageTail {
 		b.tail = append(b.tail[:0], p[len(p)-maxUsageTail:]...)
 		return

@@ -358,6 +358,25 @@ func TestRedactingBody(t *testing.T) {
 	}
 }
 
+// TestHeaderNames: clientCredential finds a credential word anywhere in a name, in any case
+// and past the 64 bytes it lowers on the stack; the headers strip and fromUpstream delete by name
+// are in the form net/http keeps names in.
+func TestHeaderNames(t *testing.T) {
+	t.Parallel()
+	for _, h := range []string{"Authorization", "X-Api-Key", "Ocp-Apim-Subscription-Key", "X-Goog-Api-Key", "x-auth-token",
+		"Proxy-Authorization", "X-Aws-Secret", "Cookie", "X-" + strings.Repeat("Long-", 15) + "Token"} {
+		require.True(t, clientCredential(h), h)
+	}
+	for _, h := range []string{"Content-Type", "User-Agent", "X-Stainless-Os", "Anthropic-Version", "X-" + strings.Repeat("Long-", 15) + "Name"} {
+		require.False(t, clientCredential(h), h)
+	}
+	for _, names := range [][]string{strippedHeaders, accountHeaders, identityHeaders} {
+		for _, k := range names {
+			require.Equal(t, http.CanonicalHeaderKey(k), k)
+		}
+	}
+}
+
 // TestEscapedOperatorKeyRedacted: a copy of the operator's key that JSON escapes — any of its
 // characters as a \uXXXX escape (either case of hex), "/" as "\/" — is redacted like the key
 // itself, in a body read whole or a byte at a time (an escape split across reads), on a
