@@ -93,7 +93,7 @@ bench:
 ## Postgres runs with the server's default durability (fsync on); a second cluster with fsync
 ## off runs the thread turn again, for comparison; a wsproxy with CLIENT_KEYS and limits set and
 ## its twin without clients (each on a database of its own in the durable cluster) run the thread
-## turn and the pass-through again.
+## turn and the pass-through again, the two at the same time.
 bench-load: build
 	$(GO) build -o bin/load ./cmd/load
 	PG_DURABLE=1 scripts/pg.sh exec sh -c 'DURABLE_URL=$$TEST_DATABASE_URL TEST_DATABASE_URL= PG_DURABLE= scripts/pg.sh exec sh -c "DATABASE_URL=\$$DURABLE_URL NOFSYNC_DATABASE_URL=\$$TEST_DATABASE_URL bin/load suite -wsproxy bin/wsproxy $(LOAD_FLAGS)"'

@@ -29,6 +29,9 @@ type scenario struct {
 	// keys are the client keys the load's clients send (Load.Keys); none: the wsproxy has no
 	// clients and every request passes as it would without CLIENT_KEYS.
 	keys []string
+	// pair runs the scenario at the same time as the next one (runPair), each on a database of
+	// its own, its Postgres CPU that of the backends of its database (dbCPU).
+	pair bool
 }
 
 // Suite is the load comparison of make bench-load: direct, a bare reverse proxy, and wsproxy
@@ -52,7 +55,7 @@ func (s Suite) Run(ctx context.Context) error {
 	if s.DatabaseURL == "" || s.NofsyncDatabaseURL == "" {
 		return errors.New("the suite needs a durable Postgres and one with fsync off")
 	}
-	st := &suiteRun{bin: s.Wsproxy, dbURL: s.DatabaseURL, pids: map[string]int{}, postmasters: map[string]int{}}
+	st := &suiteRun{bin: s.Wsproxy, dbURL: s.DatabaseURL, pids: map[string]int{}, postmasters: map[string]int{}, dbs: map[string]string{}}
 	defer st.stop()
 	scenarios, err := st.start(s.NofsyncDatabaseURL)
 	if err != nil {
@@ -100,7 +103,9 @@ type suiteRun struct {
 	// postmasters: a wsproxy's address -> the postmaster's pid of its Postgres (the durable
 	// cluster or the one with fsync off), whose CPU its scenarios are charged with.
 	postmasters map[string]int
-	up          string // the fast fake upstream
+	// dbs: a paired scenario's wsproxy's address -> the name of its database.
+	dbs map[string]string
+	up  string // the fast fake upstream
 }
 
 func (st *suiteRun) stop() {
@@ -201,7 +206,7 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	}
 	// Its twin without clients, on a fresh database of its own too, so that the two compared
 	// differ by the keys only (not by the size of their tables).
-	plainURL, err := sideDatabase(st.dbURL, "wsproxy_load_plain")
+	plainURL, err := sideDatabase(st.dbURL, plainDatabase)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +214,7 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.dbs[wsPlain] = plainDatabase
 	floorTurn, err := st.floor()
 	if err != nil {
 		return nil, err
@@ -218,30 +224,37 @@ func (st *suiteRun) start(fastURL string) ([]scenario, error) {
 		return nil, err
 	}
 	return []scenario{
-		{"direct", "http://" + st.up + chatPath, "", false, nil, nil},
-		{"bare proxy", "http://" + bare + chatPath, "", false, nil, nil},
-		{"wsproxy pass-through", "http://" + ws + chatPath, "", false, nil, nil},
-		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false, nil, nil},
-		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false, nil, nil},
-		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false, nil, nil},
-		{"direct, streamed", "http://" + st.up + chatPath, "", true, nil, nil},
-		{"bare proxy, streamed", "http://" + bare + chatPath, "", true, nil, nil},
-		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true, nil, nil},
-		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true, nil, nil},
-		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false, nil, nil},
-		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false, nil, nil},
-		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false, nil, nil},
-		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false), nil},
-		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false), nil},
+		{"direct", "http://" + st.up + chatPath, "", false, nil, nil, false},
+		{"bare proxy", "http://" + bare + chatPath, "", false, nil, nil, false},
+		{"wsproxy pass-through", "http://" + ws + chatPath, "", false, nil, nil, false},
+		{"wsproxy thread turn", "http://" + wsTurn + chatPath, "turn", false, nil, nil, false},
+		{"wsproxy thread turn, fsync off", "http://" + wsFast + chatPath, "turn", false, nil, nil, false},
+		{"wsproxy one tool round", "http://" + wsTool + chatPath, "tool", false, nil, nil, false},
+		{"direct, streamed", "http://" + st.up + chatPath, "", true, nil, nil, false},
+		{"bare proxy, streamed", "http://" + bare + chatPath, "", true, nil, nil, false},
+		{"wsproxy pass-through, streamed", "http://" + ws + chatPath, "", true, nil, nil, false},
+		{"wsproxy thread turn, streamed", "http://" + ws + chatPath, "turn", true, nil, nil, false},
+		{"wsproxy thread turn, 2 parents", "http://" + wsTurn + chatPath, "scoped", false, nil, nil, false},
+		{"floor thread turn", "http://" + floorTurn + chatPath, "floor-turn", false, nil, nil, false},
+		{"floor one tool round", "http://" + floorTool + chatPath, "floor-tool", false, nil, nil, false},
+		{"wsproxy turn, 20 tool results", "http://" + wsTurn + chatPath, "tainted", false, ConversationBody(20, true, false), nil, false},
+		{"wsproxy turn, 20 user messages", "http://" + wsTurn + chatPath, "untainted", false, ConversationBody(20, false, false), nil, false},
 		// The thread turn and the pass-through again, each load client with a key of its own
 		// and limits that never refuse (keyedProxy), beside the same on a twin without clients:
-		// what clients and limits cost a request. run keeps each pair together.
-		{"wsproxy thread turn, no key, own database", "http://" + wsPlain + chatPath, "turn", false, nil, nil},
-		{"wsproxy thread turn, client key + limits", "http://" + wsKey + chatPath, "turn", false, nil, keys},
-		{"wsproxy pass-through, no key, own database", "http://" + wsPlain + chatPath, "", false, nil, nil},
-		{"wsproxy pass-through, client key + limits", "http://" + wsKey + chatPath, "", false, nil, keys},
+		// what clients and limits cost a request. Each pair runs at the same time (runPair).
+		{"wsproxy thread turn, no key, own database", "http://" + wsPlain + chatPath, "turn", false, nil, nil, true},
+		{"wsproxy thread turn, client key + limits", "http://" + wsKey + chatPath, "turn", false, nil, keys, false},
+		{"wsproxy pass-through, no key, own database", "http://" + wsPlain + chatPath, "", false, nil, nil, true},
+		{"wsproxy pass-through, client key + limits", "http://" + wsKey + chatPath, "", false, nil, keys, false},
 	}, nil
 }
+
+// The databases of the keyed wsproxy and of its twin without clients, beside the durable
+// cluster's.
+const (
+	keyedDatabase = "wsproxy_load_keyed"
+	plainDatabase = "wsproxy_load_plain"
+)
 
 // keyedClients is how many clients the keyed wsproxy has: one for each load client at 32, as an
 // organisation gives each developer or service a key of its own (at 1 client, load-0 alone).
@@ -253,7 +266,7 @@ const keyedClients = 32
 // REST, a requests_per_minute and a tokens_per_day far above what the run makes: every request
 // is counted and checked against them and none is refused. It returns the address and the keys.
 func (st *suiteRun) keyedProxy() (string, []string, error) {
-	dbURL, err := sideDatabase(st.dbURL, "wsproxy_load_keyed")
+	dbURL, err := sideDatabase(st.dbURL, keyedDatabase)
 	if err != nil {
 		return "", nil, err
 	}
@@ -267,6 +280,7 @@ func (st *suiteRun) keyedProxy() (string, []string, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	st.dbs[addr] = keyedDatabase
 	for i := range keys {
 		req, _ := http.NewRequest("PATCH", fmt.Sprintf("http://%s/admin/v1/clients/load-%d", addr, i),
 			strings.NewReader(`{"limits":{"requests_per_minute":1000000000,"tokens_per_day":1000000000000}}`))
@@ -348,30 +362,107 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 		order := slices.Clone(scenarios)
 		if r%2 == 0 { // the thread turns on the two clusters take turns going first
 			order[3], order[4] = order[4], order[3]
-			// and so do the keyed scenarios and their twins without clients
-			order[15], order[16] = order[16], order[15]
-			order[17], order[18] = order[18], order[17]
 		}
-		for _, s := range order {
+		// record keeps a scenario's result and, at 32 clients, its CPU a request.
+		record := func(s scenario, c int, res Result, cost func() cpuCost) {
+			results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
+			if c == 32 && res.Requests > 0 {
+				cpu[s.name] = append(cpu[s.name], cost())
+			}
+			fmt.Printf("round %d  %-42s c=%-2d %s\n", r, s.name, c, res)
+		}
+		for i := 0; i < len(order); i++ {
+			s := order[i]
 			for _, c := range suiteConcurrency {
 				if err := ctx.Err(); err != nil {
 					return nil, nil, err
 				}
+				if s.pair {
+					b := order[i+1]
+					ra, rb, ca, cb := st.runPair(ctx, s, b, c, d, size)
+					record(s, c, ra, func() cpuCost { return ca })
+					record(b, c, rb, func() cpuCost { return cb })
+					continue
+				}
 				before := st.sample(s)
-				body := s.body
-				if body == nil {
-					body = RequestBody(size, s.stream)
-				}
-				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: body, Keys: s.keys}.Run(ctx)
-				results[resultKey(s, c)] = append(results[resultKey(s, c)], res)
-				if c == 32 && res.Requests > 0 {
-					cpu[s.name] = append(cpu[s.name], st.sample(s).since(before, res.Requests))
-				}
-				fmt.Printf("round %d  %-42s c=%-2d %s\n", r, s.name, c, res)
+				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: s.requestBody(size), Keys: s.keys}.Run(ctx)
+				record(s, c, res, func() cpuCost { return st.sample(s).since(before, res.Requests) })
+			}
+			if s.pair {
+				i++
 			}
 		}
 	}
 	return results, cpu, nil
+}
+
+// requestBody is the scenario's request body: its own, else RequestBody's.
+func (s scenario) requestBody(size int) []byte {
+	if s.body != nil {
+		return s.body
+	}
+	return RequestBody(size, s.stream)
+}
+
+// runPair runs a and b at the same time, c clients each, and returns their results and CPU per
+// request: each wsproxy's own, and its Postgres's as the CPU of the backends of its database
+// (dbCPU). Run one after the other, two setups compared drifted apart by more than the few per
+// cent compared: the machine's state moves between runs of seconds. At once, they share it.
+func (st *suiteRun) runPair(ctx context.Context, a, b scenario, c int, d time.Duration, size int) (ra, rb Result, ca, cb cpuCost) {
+	pa, pb := st.pid(a), st.pid(b)
+	ba, bb := st.dbCPU(st.dbs[a.addr()]), st.dbCPU(st.dbs[b.addr()])
+	pba, pbb := procCPU(pa), procCPU(pb)
+	done := make(chan Result)
+	go func() {
+		done <- Load{URL: b.url, Clients: c, Duration: d, Stream: b.stream, ThreadPrefix: b.thread, Body: b.requestBody(size), Keys: b.keys}.Run(ctx)
+	}()
+	ra = Load{URL: a.url, Clients: c, Duration: d, Stream: a.stream, ThreadPrefix: a.thread, Body: a.requestBody(size), Keys: a.keys}.Run(ctx)
+	rb = <-done
+	pga, pgb := dbCPUSince(ba, st.dbCPU(st.dbs[a.addr()])), dbCPUSince(bb, st.dbCPU(st.dbs[b.addr()]))
+	if ra.Requests > 0 {
+		ca = cpuCost{proxy: (procCPU(pa) - pba) / time.Duration(ra.Requests), postgres: pga / time.Duration(ra.Requests)}
+	}
+	if rb.Requests > 0 {
+		cb = cpuCost{proxy: (procCPU(pb) - pbb) / time.Duration(rb.Requests), postgres: pgb / time.Duration(rb.Requests)}
+	}
+	return ra, rb, ca, cb
+}
+
+// dbCPU is the CPU time so far of each backend of the durable cluster connected to database
+// name, by pid.
+func (st *suiteRun) dbCPU(name string) map[int]time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := map[int]time.Duration{}
+	conn, err := pgx.Connect(ctx, st.dbURL)
+	if err != nil {
+		return out
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", name)
+	if err != nil {
+		return out
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return out
+	}
+	for _, pid := range pids {
+		if ps, ok := readProcStat(int(pid)); ok {
+			out[int(pid)] = ps.cpu
+		}
+	}
+	return out
+}
+
+// dbCPUSince is the CPU the backends of after used since before: a backend that began meanwhile
+// counts whole (a backend that ended meanwhile is lost: a wsproxy's pool keeps its connections).
+func dbCPUSince(before, after map[int]time.Duration) time.Duration {
+	var total time.Duration
+	for pid, cpu := range after {
+		total += cpu - before[pid]
+	}
+	return total
 }
 
 // report prints the medians, the CPU per request and the targets.
@@ -444,8 +535,8 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 	// A client key is found by its hash in memory and each request counted against its client's
 	// limits in memory, the counts written once a second (docs/spec.md §20): the same request
 	// with a key and limits, against it without, on otherwise equal wsproxies, each on a
-	// database of its own in the same cluster. A keyed request that failed (a 429 among them)
-	// is a MISS.
+	// database of its own in the same cluster, the two at the same time (runPair). A keyed
+	// request that failed (a 429 among them) is a MISS.
 	plainTurn, keyTurn, plainPass, keyPass := scenarios[15], scenarios[16], scenarios[17], scenarios[18]
 	rt, okT := pairedRatio(cpu[keyTurn.name], cpu[plainTurn.name])
 	rp, okP := pairedRatio(cpu[keyPass.name], cpu[plainPass.name])
@@ -458,7 +549,7 @@ func (st *suiteRun) report(scenarios []scenario, rounds int, results map[string]
 		kp, _ := together(keyPass)
 		p, _ := together(plainPass)
 		errs := keyedErrors(scenarios, results)
-		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx; rounds %s), pass-through %s vs %s (%.3fx; rounds %s): each ratio the median of the rounds', the two run side by side",
+		detail := fmt.Sprintf("thread turn %s vs %s (%.3fx; rounds %s), pass-through %s vs %s (%.3fx; rounds %s): each ratio the median of the rounds', the two run at the same time",
 			dur(kt), dur(t), rt, ratios(roundRatios(cpu[keyTurn.name], cpu[plainTurn.name])),
 			dur(kp), dur(p), rp, ratios(roundRatios(cpu[keyPass.name], cpu[plainPass.name])))
 		if errs > 0 {

@@ -36,3 +36,13 @@ func TestRoundRatios(t *testing.T) {
 	require.Equal(t, "1.10, 0.95", ratios(r))
 	require.Nil(t, roundRatios([]cpuCost{c(1)}, []cpuCost{c(0)}), "a round without CPU on the side compared to")
 }
+
+// TestDBCPUSince: a paired scenario's Postgres CPU is what its database's backends used between
+// the samples, a backend that began meanwhile counted whole.
+func TestDBCPUSince(t *testing.T) {
+	ms := time.Millisecond
+	before := map[int]time.Duration{10: 50 * ms, 11: 70 * ms, 12: 5 * ms}
+	after := map[int]time.Duration{10: 80 * ms, 11: 70 * ms, 13: 20 * ms} // 12 ended, 13 began
+	require.Equal(t, 50*ms, dbCPUSince(before, after))
+	require.Zero(t, dbCPUSince(nil, nil))
+}
