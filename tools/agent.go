@@ -168,7 +168,7 @@ func (s planner) setObjective(args json.RawMessage, st workspace.State, view *Vi
 	if a.Text == nil {
 		return toolOutput{}, invalid("text", "is required")
 	}
-	text, err := cleaned(s.limits.CheckObjective)("text", *a.Text)
+	text, err := cleaned(s.limits.CheckObjective, s.limits.ObjectiveMax)("text", *a.Text)
 	if err != nil {
 		return toolOutput{}, err
 	}

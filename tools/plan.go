@@ -165,13 +165,13 @@ func (s planner) planAddAt(args json.RawMessage, nextID int64, list []workspace.
 		if it.Title == nil {
 			return nil, nil, nil, scopeDups{}, invalid(field+".title", "is required")
 		}
-		title, err := cleaned(s.limits.CheckTitle)(field+".title", *it.Title)
+		title, err := cleaned(s.limits.CheckTitle, s.limits.TitleMax)(field+".title", *it.Title)
 		if err != nil {
 			return nil, nil, nil, scopeDups{}, err
 		}
 		p := workspace.Preference{Title: title, Kind: workspace.Soft}
 		if it.Subtitle != nil {
-			if p.Subtitle, err = cleaned(s.limits.CheckSubtitle)(field+".subtitle", *it.Subtitle); err != nil {
+			if p.Subtitle, err = cleaned(s.limits.CheckSubtitle, s.limits.SubtitleMax)(field+".subtitle", *it.Subtitle); err != nil {
 				return nil, nil, nil, scopeDups{}, err
 			}
 		}
@@ -294,10 +294,10 @@ func (s planner) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) 
 		}
 		var err error
 		if u.Title != nil {
-			e.title, err = checked(cleaned(s.limits.CheckTitle), field+".title", *u.Title)
+			e.title, err = checked(cleaned(s.limits.CheckTitle, s.limits.TitleMax), field+".title", *u.Title)
 		}
 		if err == nil && u.Subtitle != nil {
-			e.subtitle, err = checked(cleaned(s.limits.CheckSubtitle), field+".subtitle", *u.Subtitle)
+			e.subtitle, err = checked(cleaned(s.limits.CheckSubtitle, s.limits.SubtitleMax), field+".subtitle", *u.Subtitle)
 		}
 		if err == nil && u.Kind != nil {
 			e.kind, err = checked(workspace.CheckKind, field+".kind", *u.Kind)
@@ -312,9 +312,15 @@ func (s planner) parseEdits(args json.RawMessage) (map[int]*edit, []int, error) 
 // checked is check's verdict on value as a pointer to the value it keeps.
 // cleaned is check for a text an agent writes (docs/spec.md §19): the text cleaned first
 // (workspace.Clean: NFKC, no invisible or control characters), and refused when it holds the
-// block's own syntax, which could make it pass for another item, a lock or a source.
-func cleaned(check func(field, value string) (string, error)) func(field, value string) (string, error) {
+// block's own syntax, which could make it pass for another item, a lock or a source. A text of
+// more than maxRawBytesPerChar bytes for each of the max characters it may keep is refused before
+// any of that: cleaning half a megabyte under a busy machine's race detector outlasted the
+// locked transaction's idle timeout (db.IdleTimeout), the call runs under the thread's lock.
+func cleaned(check func(field, value string) (string, error), max int) func(field, value string) (string, error) {
 	return func(field, value string) (string, error) {
+		if len(value) > maxRawBytesPerChar*max {
+			return "", invalid(field, "must be at most %d characters (got %d bytes)", max, len(value))
+		}
 		value = workspace.Clean(value)
 		if m := workspace.BlockSyntax(value); m != "" {
 			return "", invalid(field, "must not hold %q: the workspace block writes it", m)
@@ -322,6 +328,11 @@ func cleaned(check func(field, value string) (string, error)) func(field, value 
 		return check(field, value)
 	}
 }
+
+// maxRawBytesPerChar bounds the bytes a text may spend on each character it keeps once cleaned:
+// 4 for the longest UTF-8 character, and room for what cleaning takes out (an emoji's joiners
+// and variation selectors, 3 bytes each).
+const maxRawBytesPerChar = 16
 
 func checked(check func(field, value string) (string, error), field, value string) (*string, error) {
 	v, err := check(field, value)

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -129,4 +130,15 @@ func TestAgentTextsCleaned(t *testing.T) {
 	out, err := s.setObjective([]byte(`{"text":"Ship\u2028it"}`), workspace.State{}, viewOf(nil))
 	require.NoError(t, err)
 	require.Equal(t, "Ship it", *out.write.Objective)
+
+	// What cleaning takes out may be there (an emoji's joiners: 3 bytes each), within 16 bytes for
+	// each character a text may keep; past that the text is refused before it is cleaned.
+	family := strings.Repeat("\U0001F468\u200d", 2) + "\U0001F467"
+	fresh, _, _, err = s.planAdd([]byte(`{"items":[{"title":`+strconv.Quote(strings.Repeat(family, 66))+`}]}`), 1, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat("\U0001F468\U0001F468\U0001F467", 66), fresh[0].Title)
+	_, _, _, err = s.planAdd([]byte(`{"items":[{"title":"ok`+strings.Repeat(`\u200b`, 1100)+`"}]}`), 1, nil, nil)
+	require.ErrorContains(t, err, "items[0].title: must be at most 200 characters (got 3302 bytes)")
+	_, err = s.setObjective([]byte(`{"text":"`+strings.Repeat("x", 16001)+`"}`), workspace.State{}, viewOf(nil))
+	require.ErrorContains(t, err, "text: must be at most 1000 characters (got 16001 bytes)")
 }
