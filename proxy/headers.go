@@ -322,6 +322,17 @@ func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 		resp.Header.Del("Content-Encoding")
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		if n := resp.ContentLength; body == resp.Body && n >= 0 && n <= maxWholeAnswer && !isEventStream(resp.Header) {
+			// A JSON answer of a known length is read whole and goes on with its redacted
+			// length: scanned as it is read, it lost its Content-Length, and ReverseProxy
+			// flushes a body of no length after every write (a write of its own each time).
+			defer body.Close() // its last read ended it: net/http keeps the connection
+			b := make([]byte, n)
+			if _, err := io.ReadFull(body, b); err != nil {
+				return fmt.Errorf("read upstream body: %w", err)
+			}
+			return f.withBody(resp, f.redact(b))
+		}
 		resp.Body = f.body(body)
 		resp.ContentLength = -1
 		resp.Header.Del("Content-Length")
@@ -332,7 +343,21 @@ func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 	if err != nil {
 		return fmt.Errorf("read upstream error body: %w", err)
 	}
-	b = f.redact(b)
+	return f.withBody(resp, f.redact(b))
+}
+
+// maxWholeAnswer bounds the 2xx answer passThroughResponse reads whole to redact it; a longer
+// one, or one of no length, is redacted as it is read (redactingBody).
+const maxWholeAnswer = 1 << 20
+
+// isEventStream reports a response that is a stream of server-sent events.
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	return len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
+}
+
+// withBody makes b the response's body, with its length.
+func (fromUpstream) withBody(resp *http.Response, b []byte) error {
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -241,8 +240,7 @@ func (s *Server) tapResponse(resp *http.Response) {
 	if !tapped {
 		return
 	}
-	ct := resp.Header.Get("Content-Type")
-	sse := len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream")
+	sse := isEventStream(resp.Header)
 	b := &usageBody{rc: resp.Body, sse: sse, strip: strip && sse, counter: s.counter, client: client}
 	if b.strip {
 		// What comes out changes length: the client's framing is chunked.

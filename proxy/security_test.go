@@ -305,6 +305,11 @@ func TestOperatorKeyNotEchoed(t *testing.T) {
 		e.up.Script(echo(operatorKey, reply(cmpl("Your key is "+operatorKey+"."))))
 		resp, body := e.do("POST", "/v1/chat/completions", h, `{"messages":[{"role":"user","content":"x"}]}`)
 		check("answer, thread "+thread, resp, body, "Your key is [redacted].")
+		if thread == "" {
+			// A JSON answer of a known length is read whole and redacted: it goes on with the
+			// redacted length, in one write, not chunked and flushed write by write.
+			require.Equal(t, int64(len(body)), resp.ContentLength, "a pass-through's JSON answer keeps a Content-Length")
+		}
 
 		e.up.Script(echo(operatorKey, upstreamtest.Stream(upstreamtest.Chunk("c1", `{"role":"assistant","content":"Your key is `+operatorKey+`."}`, "stop"))))
 		resp, body = e.do("POST", "/v1/chat/completions", h, `{"stream":true,"messages":[{"role":"user","content":"x"}]}`)
