@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/wsproxy/wsproxy/proxy/internal/apierr"
 	"github.com/wsproxy/wsproxy/proxy/internal/rawjson"
@@ -118,7 +117,7 @@ type answerIDs struct {
 
 // tap is body, an answer with header, passing what it reads to a new responseIDs.
 func (a *answerIDs) tap(header http.Header, body io.ReadCloser) io.ReadCloser {
-	ids := newResponseIDs(strings.HasPrefix(header.Get("Content-Type"), "text/event-stream"))
+	ids := newResponseIDs(isEventStream(header))
 	a.answers = append(a.answers, ids)
 	return &tappedBody{ReadCloser: body, ids: ids, a: a}
 }

@@ -331,7 +331,8 @@ func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 			if _, err := io.ReadFull(body, b); err != nil {
 				return fmt.Errorf("read upstream body: %w", err)
 			}
-			return f.withBody(resp, f.redact(b))
+			withBody(resp, f.redact(b))
+			return nil
 		}
 		resp.Body = f.body(body)
 		resp.ContentLength = -1
@@ -343,7 +344,8 @@ func (f fromUpstream) passThroughResponse(resp *http.Response) error {
 	if err != nil {
 		return fmt.Errorf("read upstream error body: %w", err)
 	}
-	return f.withBody(resp, f.redact(b))
+	withBody(resp, f.redact(b))
+	return nil
 }
 
 // maxWholeAnswer bounds the 2xx answer passThroughResponse reads whole to redact it; a longer
@@ -357,12 +359,11 @@ func isEventStream(h http.Header) bool {
 }
 
 // withBody makes b the response's body, with its length.
-func (fromUpstream) withBody(resp *http.Response, b []byte) error {
+func withBody(resp *http.Response, b []byte) {
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
 	resp.TransferEncoding = nil
-	return nil
 }
 
 // body is rc with the operator's keys redacted as it is read (rc itself without keys).

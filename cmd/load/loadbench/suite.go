@@ -385,7 +385,7 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 					continue
 				}
 				before := st.sample(s)
-				res := Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: s.requestBody(size), Keys: s.keys}.Run(ctx)
+				res := s.load(c, d, size).Run(ctx)
 				record(s, c, res, func() cpuCost { return st.sample(s).since(before, res.Requests) })
 			}
 			if s.pair {
@@ -396,12 +396,14 @@ func (st *suiteRun) run(ctx context.Context, scenarios []scenario, rounds int, d
 	return results, cpu, nil
 }
 
-// requestBody is the scenario's request body: its own, else RequestBody's.
-func (s scenario) requestBody(size int) []byte {
-	if s.body != nil {
-		return s.body
+// load is the scenario's load of c clients for d, its requests of size bytes unless it has a
+// body of its own.
+func (s scenario) load(c int, d time.Duration, size int) Load {
+	body := s.body
+	if body == nil {
+		body = RequestBody(size, s.stream)
 	}
-	return RequestBody(size, s.stream)
+	return Load{URL: s.url, Clients: c, Duration: d, Stream: s.stream, ThreadPrefix: s.thread, Body: body, Keys: s.keys}
 }
 
 // runPair runs a and b at the same time, c clients each, and returns their results and CPU per
@@ -409,16 +411,23 @@ func (s scenario) requestBody(size int) []byte {
 // (dbCPU). Run one after the other, two setups compared drifted apart by more than the few per
 // cent compared: the machine's state moves between runs of seconds. At once, they share it.
 func (st *suiteRun) runPair(ctx context.Context, a, b scenario, c int, d time.Duration, size int) (ra, rb Result, ca, cb cpuCost) {
+	// One connection samples both databases' backends, before and after.
+	conn, err := pgx.Connect(ctx, st.dbURL)
+	if err != nil {
+		conn = nil // no Postgres figure: dbCPU reads none
+	} else {
+		defer conn.Close(context.WithoutCancel(ctx))
+	}
 	pa, pb := st.pid(a), st.pid(b)
-	ba, bb := st.dbCPU(st.dbs[a.addr()]), st.dbCPU(st.dbs[b.addr()])
+	ba, bb := dbCPU(ctx, conn, st.dbs[a.addr()]), dbCPU(ctx, conn, st.dbs[b.addr()])
 	pba, pbb := procCPU(pa), procCPU(pb)
 	done := make(chan Result)
 	go func() {
-		done <- Load{URL: b.url, Clients: c, Duration: d, Stream: b.stream, ThreadPrefix: b.thread, Body: b.requestBody(size), Keys: b.keys}.Run(ctx)
+		done <- b.load(c, d, size).Run(ctx)
 	}()
-	ra = Load{URL: a.url, Clients: c, Duration: d, Stream: a.stream, ThreadPrefix: a.thread, Body: a.requestBody(size), Keys: a.keys}.Run(ctx)
+	ra = a.load(c, d, size).Run(ctx)
 	rb = <-done
-	pga, pgb := dbCPUSince(ba, st.dbCPU(st.dbs[a.addr()])), dbCPUSince(bb, st.dbCPU(st.dbs[b.addr()]))
+	pga, pgb := dbCPUSince(ba, dbCPU(ctx, conn, st.dbs[a.addr()])), dbCPUSince(bb, dbCPU(ctx, conn, st.dbs[b.addr()]))
 	if ra.Requests > 0 {
 		ca = cpuCost{proxy: (procCPU(pa) - pba) / time.Duration(ra.Requests), postgres: pga / time.Duration(ra.Requests)}
 	}
@@ -428,17 +437,13 @@ func (st *suiteRun) runPair(ctx context.Context, a, b scenario, c int, d time.Du
 	return ra, rb, ca, cb
 }
 
-// dbCPU is the CPU time so far of each backend of the durable cluster connected to database
-// name, by pid.
-func (st *suiteRun) dbCPU(name string) map[int]time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// dbCPU is the CPU time so far of each backend connected to database name, by pid, as conn's
+// cluster lists them (none without conn).
+func dbCPU(ctx context.Context, conn *pgx.Conn, name string) map[int]time.Duration {
 	out := map[int]time.Duration{}
-	conn, err := pgx.Connect(ctx, st.dbURL)
-	if err != nil {
+	if conn == nil {
 		return out
 	}
-	defer conn.Close(ctx)
 	rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", name)
 	if err != nil {
 		return out
